@@ -1,0 +1,390 @@
+"""Fabric topologies: a YAML description → an immutable :class:`Fabric` with its address plan.
+
+Two kinds are generated from a few numbers:
+
+* ``leaf-spine`` (2-tier Clos): ``spines``, ``leaves``, ``hosts_per_leaf``; every leaf has one
+  uplink to every spine.
+* ``fat-tree`` (3-tier, k-ary): ``k`` (even); k pods of k/2 edge and k/2 aggregation switches,
+  (k/2)² core switches, k³/4 hosts. Al-Fares, Loukissas, Vahdat, "A Scalable, Commodity Data
+  Center Network Architecture", SIGCOMM 2008, §3.
+
+The address plan is deterministic (the same file always gives the same plan):
+
+* hosts ``h1..hN`` in leaf-major order; host n has IPv4 ``10.0.0.0 + n`` (/8) and MAC
+  ``02:00:00:xx:xx:xx`` carrying n (locally administered, unicast);
+* switches get datapath ids 1, 2, … in declaration order (spines/cores first, then the lower tiers);
+* port numbers: a leaf/edge switch's host ports are 1..H, its uplinks follow in spine/aggregation
+  order; a spine's port i+1 goes to leaf i; an aggregation switch's downlinks are 1..k/2, uplinks
+  k/2+1..k; a core switch's port p+1 goes to pod p. A host has one interface, port 0.
+
+Every link carries ``capacity_bps`` (bits/s) and ``latency_us`` (µs, one way); there are no
+defaults: a topology file without them is rejected.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from controller.errors import ConfigError
+from controller.units import UnitError, parse_duration_us, parse_rate_bps
+from controller.yamlsrc import Document, load_document, validate
+
+HOST_IP_BASE = ipaddress.IPv4Address("10.0.0.0")
+HOST_PREFIX_LEN = 8
+
+TIER_HOST = 0
+TIER_LEAF = 1  # leaf (leaf-spine) or edge (fat-tree)
+TIER_SPINE = 2  # spine (leaf-spine) or aggregation (fat-tree)
+TIER_CORE = 3
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A switch: ``name``, ``role`` (leaf|spine|edge|agg|core), ``tier`` (1 lowest), ``dpid``,
+    ``pod`` (fat-tree pods; None elsewhere)."""
+
+    name: str
+    role: str
+    tier: int
+    dpid: int
+    pod: int | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    """A host: ``name``, ``ipv4`` (dotted), ``mac``, the ``leaf`` it hangs off and that leaf's ``port``."""
+
+    name: str
+    index: int
+    ipv4: str
+    mac: str
+    leaf: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Link:
+    """A full-duplex link between ``a``:``a_port`` and ``b``:``b_port``.
+
+    ``capacity_bps`` is the rate of each direction in bits/s; ``latency_us`` the one-way
+    propagation delay in µs.
+    """
+
+    a: str
+    a_port: int
+    b: str
+    b_port: int
+    capacity_bps: int
+    latency_us: float
+
+    def port_of(self, node: str) -> int:
+        """The port number this link uses on ``node``. Raises KeyError if not an end."""
+        if node == self.a:
+            return self.a_port
+        if node == self.b:
+            return self.b_port
+        raise KeyError(f"{node} is not an end of {self.a}-{self.b}")
+
+    def other(self, node: str) -> str:
+        """The node at the other end from ``node``."""
+        if node == self.a:
+            return self.b
+        if node == self.b:
+            return self.a
+        raise KeyError(f"{node} is not an end of {self.a}-{self.b}")
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """An immutable fabric: switches, hosts and links, with lookups derived from them.
+
+    Use :meth:`graph` for algorithms: an undirected ``networkx.Graph`` whose nodes carry ``kind``
+    ('host'|'switch'), ``role`` and ``tier``, and whose edges carry ``capacity_bps``,
+    ``latency_us`` and ``ports`` ({node: port}).
+    """
+
+    name: str
+    kind: str
+    switches: tuple[Switch, ...]
+    hosts: tuple[Host, ...]
+    links: tuple[Link, ...]
+    source: str = field(default="<built>", compare=False)
+
+    # -- lookups -----------------------------------------------------------------------------
+    @cached_property
+    def switch_by_name(self) -> dict[str, Switch]:
+        return {s.name: s for s in self.switches}
+
+    @cached_property
+    def switch_by_dpid(self) -> dict[int, Switch]:
+        return {s.dpid: s for s in self.switches}
+
+    @cached_property
+    def host_by_name(self) -> dict[str, Host]:
+        return {h.name: h for h in self.hosts}
+
+    @cached_property
+    def host_by_ip(self) -> dict[str, Host]:
+        return {h.ipv4: h for h in self.hosts}
+
+    @cached_property
+    def port_map(self) -> dict[tuple[str, int], tuple[str, int]]:
+        """(node, port) → (peer node, peer port), both directions of every link."""
+        out: dict[tuple[str, int], tuple[str, int]] = {}
+        for ln in self.links:
+            out[(ln.a, ln.a_port)] = (ln.b, ln.b_port)
+            out[(ln.b, ln.b_port)] = (ln.a, ln.a_port)
+        return out
+
+    def link_between(self, u: str, v: str) -> Link:
+        """The link joining ``u`` and ``v``. Raises KeyError if there is none."""
+        return self._link_index[frozenset((u, v))]
+
+    @cached_property
+    def _link_index(self) -> dict[frozenset[str], Link]:
+        return {frozenset((ln.a, ln.b)): ln for ln in self.links}
+
+    def port_towards(self, node: str, neighbour: str) -> int:
+        """The port of ``node`` whose link goes to ``neighbour``. Raises KeyError."""
+        return self.link_between(node, neighbour).port_of(node)
+
+    def is_host(self, name: str) -> bool:
+        return name in self.host_by_name
+
+    def tier(self, name: str) -> int:
+        """0 for hosts, 1 for leaf/edge, 2 for spine/aggregation, 3 for core."""
+        if name in self.host_by_name:
+            return TIER_HOST
+        return self.switch_by_name[name].tier
+
+    def graph(self) -> nx.Graph:
+        """A fresh networkx graph of the fabric (callers may mutate their copy)."""
+        g = nx.Graph(name=self.name)
+        for s in self.switches:
+            g.add_node(s.name, kind="switch", role=s.role, tier=s.tier, dpid=s.dpid)
+        for h in self.hosts:
+            g.add_node(h.name, kind="host", role="host", tier=TIER_HOST)
+        for ln in self.links:
+            g.add_edge(
+                ln.a,
+                ln.b,
+                capacity_bps=ln.capacity_bps,
+                latency_us=ln.latency_us,
+                ports={ln.a: ln.a_port, ln.b: ln.b_port},
+            )
+        return g
+
+    def without_links(self, down: frozenset[frozenset[str]] | set[frozenset[str]]) -> Fabric:
+        """A copy without the links whose end pairs are in ``down`` (for failures)."""
+        keep = tuple(ln for ln in self.links if frozenset((ln.a, ln.b)) not in down)
+        return Fabric(self.name, self.kind, self.switches, self.hosts, keep, self.source)
+
+
+def require_edge_attrs(g: nx.Graph, attrs: tuple[str, ...] = ("capacity_bps", "latency_us")) -> None:
+    """Raise ValueError naming the first edge that lacks one of ``attrs`` (never default them)."""
+    for u, v, data in g.edges(data=True):
+        for a in attrs:
+            if a not in data or data[a] is None:
+                raise ValueError(f"link {u}-{v} has no {a!r} attribute")
+            if a == "capacity_bps" and not data[a] > 0:
+                raise ValueError(f"link {u}-{v} has non-positive capacity_bps {data[a]!r}")
+
+
+# -- generators --------------------------------------------------------------------------------
+def _host_addr(n: int) -> tuple[str, str]:
+    ip = str(HOST_IP_BASE + n)
+    mac = "02:00:00:{:02x}:{:02x}:{:02x}".format((n >> 16) & 0xFF, (n >> 8) & 0xFF, n & 0xFF)
+    return ip, mac
+
+
+def build_leaf_spine(
+    name: str,
+    spines: int,
+    leaves: int,
+    hosts_per_leaf: int,
+    host_rate_bps: int,
+    fabric_rate_bps: int,
+    host_latency_us: float,
+    fabric_latency_us: float,
+    source: str = "<built>",
+) -> Fabric:
+    """A 2-tier leaf-spine fabric (see the module docstring for names, ports and addresses)."""
+    switches: list[Switch] = []
+    dpid = 1
+    for s in range(spines):
+        switches.append(Switch(f"spine{s + 1}", "spine", TIER_SPINE, dpid))
+        dpid += 1
+    for lf in range(leaves):
+        switches.append(Switch(f"leaf{lf + 1}", "leaf", TIER_LEAF, dpid))
+        dpid += 1
+    hosts: list[Host] = []
+    links: list[Link] = []
+    n = 1
+    for lf in range(leaves):
+        leaf = f"leaf{lf + 1}"
+        for hp in range(hosts_per_leaf):
+            ip, mac = _host_addr(n)
+            hosts.append(Host(f"h{n}", n, ip, mac, leaf, hp + 1))
+            links.append(Link(f"h{n}", 0, leaf, hp + 1, host_rate_bps, host_latency_us))
+            n += 1
+        for s in range(spines):
+            links.append(
+                Link(leaf, hosts_per_leaf + 1 + s, f"spine{s + 1}", lf + 1, fabric_rate_bps,
+                     fabric_latency_us)
+            )
+    return Fabric(name, "leaf-spine", tuple(switches), tuple(hosts), tuple(links), source)
+
+
+def build_fat_tree(
+    name: str,
+    k: int,
+    host_rate_bps: int,
+    fabric_rate_bps: int,
+    host_latency_us: float,
+    fabric_latency_us: float,
+    source: str = "<built>",
+) -> Fabric:
+    """A k-ary fat-tree (Al-Fares et al., SIGCOMM 2008, §3): k³/4 hosts, 5k²/4 switches.
+
+    Names: core ``c{n}`` (n from 1), aggregation ``p{pod}a{i}``, edge ``p{pod}e{i}`` (pod, i from 0).
+    Core switch ``c{j*(k/2)+m+1}`` connects to aggregation switch j of every pod.
+    """
+    if k < 2 or k % 2:
+        raise ValueError(f"fat-tree k must be an even number >= 2, got {k}")
+    half = k // 2
+    switches: list[Switch] = []
+    dpid = 1
+    for c in range(half * half):
+        switches.append(Switch(f"c{c + 1}", "core", TIER_CORE, dpid))
+        dpid += 1
+    for p in range(k):
+        for i in range(half):
+            switches.append(Switch(f"p{p}a{i}", "agg", TIER_SPINE, dpid, p))
+            dpid += 1
+        for i in range(half):
+            switches.append(Switch(f"p{p}e{i}", "edge", TIER_LEAF, dpid, p))
+            dpid += 1
+    hosts: list[Host] = []
+    links: list[Link] = []
+    n = 1
+    for p in range(k):
+        for e in range(half):
+            edge = f"p{p}e{e}"
+            for hp in range(half):
+                ip, mac = _host_addr(n)
+                hosts.append(Host(f"h{n}", n, ip, mac, edge, hp + 1))
+                links.append(Link(f"h{n}", 0, edge, hp + 1, host_rate_bps, host_latency_us))
+                n += 1
+            for a in range(half):
+                links.append(
+                    Link(edge, half + 1 + a, f"p{p}a{a}", e + 1, fabric_rate_bps, fabric_latency_us)
+                )
+        for a in range(half):
+            for m in range(half):
+                core = f"c{a * half + m + 1}"
+                links.append(
+                    Link(f"p{p}a{a}", half + 1 + m, core, p + 1, fabric_rate_bps, fabric_latency_us)
+                )
+    return Fabric(name, "fat-tree", tuple(switches), tuple(hosts), tuple(links), source)
+
+
+# -- the YAML schema ---------------------------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _rate(v: Any) -> int:
+    try:
+        bps = parse_rate_bps(v)
+    except UnitError as exc:
+        raise ValueError(str(exc)) from None
+    if bps <= 0:
+        raise ValueError("a link rate must be positive")
+    return bps
+
+
+def _duration(v: Any) -> float:
+    try:
+        us = parse_duration_us(v)
+    except UnitError as exc:
+        raise ValueError(str(exc)) from None
+    return us
+
+
+class LinkSpec(_Strict):
+    """``{rate: 40Mbps, latency: 5us}``: both required, with units."""
+
+    rate: int
+    latency: float
+
+    _v_rate = field_validator("rate", mode="before")(lambda cls, v: _rate(v))
+    _v_lat = field_validator("latency", mode="before")(lambda cls, v: _duration(v))
+
+
+class LinksSpec(_Strict):
+    host: LinkSpec
+    fabric: LinkSpec
+
+
+class LeafSpineSpec(_Strict):
+    name: str = Field(min_length=1)
+    kind: Literal["leaf-spine"]
+    spines: Annotated[int, Field(ge=1, le=64)]
+    leaves: Annotated[int, Field(ge=1, le=512)]
+    hosts_per_leaf: Annotated[int, Field(ge=1, le=64)]
+    links: LinksSpec
+
+
+class FatTreeSpec(_Strict):
+    name: str = Field(min_length=1)
+    kind: Literal["fat-tree"]
+    k: Annotated[int, Field(ge=2, le=64)]
+    links: LinksSpec
+
+    @field_validator("k")
+    @classmethod
+    def _even(cls, v: int) -> int:
+        if v % 2:
+            raise ValueError("k must be even")
+        return v
+
+
+def fabric_from_document(doc: Document) -> Fabric:
+    """Validate a parsed topology document and build its :class:`Fabric`. Raises ConfigError."""
+    kind = doc.data.get("kind") if isinstance(doc.data, dict) else None
+    if kind == "leaf-spine":
+        spec = validate(LeafSpineSpec, doc)
+        return build_leaf_spine(
+            spec.name, spec.spines, spec.leaves, spec.hosts_per_leaf,
+            spec.links.host.rate, spec.links.fabric.rate,
+            spec.links.host.latency, spec.links.fabric.latency, doc.file,
+        )
+    if kind == "fat-tree":
+        ft = validate(FatTreeSpec, doc)
+        return build_fat_tree(
+            ft.name, ft.k, ft.links.host.rate, ft.links.fabric.rate,
+            ft.links.host.latency, ft.links.fabric.latency, doc.file,
+        )
+    if kind is None:
+        raise ConfigError([doc.problem(("kind",), "required field is missing")])
+    raise ConfigError(
+        [doc.problem(("kind",), f"unknown topology kind {kind!r}; use 'leaf-spine' or 'fat-tree'")]
+    )
+
+
+def load_topology(path: str | Path) -> Fabric:
+    """Read a topology YAML file into a :class:`Fabric`.
+
+    Raises
+    ------
+    ConfigError
+        With ``FILE:LINE:COL: field: message`` for every problem found.
+    """
+    return fabric_from_document(load_document(path))

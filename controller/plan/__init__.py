@@ -1,0 +1,1 @@
+"""Backend-neutral per-switch intent, and the difference between two intents."""

@@ -1,0 +1,93 @@
+"""The one parser for quantities with units in YAML files.
+
+Units are explicit: ``25Gbps``, ``40Mbps``, ``10us``, ``1.5MB``. A bare number where a unit is
+required is an error, so a value can never be read in the wrong unit.
+
+Rates are returned in bits/s, durations in µs (float), sizes in bytes (int). Decimal (SI)
+prefixes throughout (1 Gbps = 10**9 bit/s, 1 MB = 10**6 bytes); binary sizes use ``KiB``/``MiB``/``GiB``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[A-Za-zµ/]+)"
+_RX = re.compile(rf"^\s*{_NUMBER}\s*$")
+
+RATE_UNITS_BPS: dict[str, float] = {
+    "bps": 1.0,
+    "Kbps": 1e3,
+    "kbps": 1e3,
+    "Mbps": 1e6,
+    "Gbps": 1e9,
+    "Tbps": 1e12,
+}
+DURATION_UNITS_US: dict[str, float] = {
+    "ns": 1e-3,
+    "us": 1.0,
+    "µs": 1.0,
+    "ms": 1e3,
+    "s": 1e6,
+}
+SIZE_UNITS_BYTES: dict[str, float] = {
+    "B": 1.0,
+    "KB": 1e3,
+    "kB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "KiB": 1024.0,
+    "MiB": 1024.0**2,
+    "GiB": 1024.0**3,
+}
+LENGTH_UNITS_M: dict[str, float] = {"m": 1.0, "km": 1e3}
+
+
+class UnitError(ValueError):
+    """A quantity is missing its unit, has an unknown unit, or is negative."""
+
+
+def _parse(value: object, table: dict[str, float], what: str) -> float:
+    if isinstance(value, bool) or isinstance(value, int | float):
+        raise UnitError(
+            f"{value!r} has no unit; write it with one of {', '.join(sorted(set(table)))} "
+            f"(e.g. '{value}{next(iter(table))}')"
+        )
+    if not isinstance(value, str):
+        raise UnitError(f"expected a {what} such as '10{next(iter(table))}', got {value!r}")
+    m = _RX.match(value)
+    if not m:
+        raise UnitError(f"cannot read {value!r} as a {what} (number followed by a unit)")
+    unit = m.group("unit")
+    if unit not in table:
+        raise UnitError(
+            f"unknown {what} unit {unit!r} in {value!r}; use one of {', '.join(sorted(set(table)))}"
+        )
+    return float(m.group("num")) * table[unit]
+
+
+def parse_rate_bps(value: object) -> int:
+    """Parse a rate (``'40Mbps'``) to bits/s (int). Raises :class:`UnitError`."""
+    return round(_parse(value, RATE_UNITS_BPS, "rate"))
+
+
+def parse_duration_us(value: object) -> float:
+    """Parse a duration (``'10us'``, ``'2ms'``) to microseconds. Raises :class:`UnitError`."""
+    return _parse(value, DURATION_UNITS_US, "duration")
+
+
+def parse_size_bytes(value: object) -> int:
+    """Parse a size (``'1.5MB'``, ``'64KiB'``) to bytes (int). Raises :class:`UnitError`."""
+    return round(_parse(value, SIZE_UNITS_BYTES, "size"))
+
+
+def parse_length_m(value: object) -> float:
+    """Parse a cable length (``'100m'``, ``'2km'``) to metres. Raises :class:`UnitError`."""
+    return _parse(value, LENGTH_UNITS_M, "length")
+
+
+def format_rate(bps: float) -> str:
+    """Format bits/s for humans: ``40000000`` → ``'40Mbps'``."""
+    for unit, scale in (("Tbps", 1e12), ("Gbps", 1e9), ("Mbps", 1e6), ("Kbps", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:g}{unit}"
+    return f"{bps:g}bps"

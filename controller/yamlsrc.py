@@ -1,0 +1,195 @@
+"""YAML documents with the position of every key and value, validated by pydantic v2 models.
+
+``load_document(path)`` reads a file with ruamel.yaml's round-trip loader (which keeps line and
+column of every node and refuses duplicate keys) and returns plain Python data plus a
+:class:`Positions` index from YAML path to (line, column). ``validate(model, doc)`` runs a pydantic
+model over the data and turns every validation error into a :class:`~controller.errors.ConfigProblem`
+that names ``FILE:LINE:COL`` and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.error import MarkedYAMLError
+
+from controller.errors import ConfigError, ConfigProblem
+
+YamlPath = tuple[str | int, ...]
+M = TypeVar("M", bound=BaseModel)
+
+
+def format_path(path: Iterable[str | int]) -> str:
+    """``('collectives', 1, 'ranks', 2)`` → ``'collectives[1].ranks[2]'``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+@dataclass
+class Document:
+    """A parsed YAML file: ``data`` (plain dicts/lists/scalars) and where each node was."""
+
+    file: str
+    data: Any
+    # YAML path -> (line, column), both 1-based; keys point at the key, values at the value.
+    key_pos: dict[YamlPath, tuple[int, int]] = field(default_factory=dict)
+    value_pos: dict[YamlPath, tuple[int, int]] = field(default_factory=dict)
+
+    def where(self, path: YamlPath, *, key: bool = False) -> tuple[int, int]:
+        """Line and column of the node at ``path`` (or of its nearest ancestor that has one)."""
+        p = tuple(path)
+        while True:
+            table = self.key_pos if key else self.value_pos
+            if p in table:
+                return table[p]
+            if p in self.key_pos:
+                return self.key_pos[p]
+            if p in self.value_pos:
+                return self.value_pos[p]
+            if not p:
+                return (1, 1)
+            p = p[:-1]
+
+    def problem(
+        self, path: YamlPath, message: str, *, key: bool = False, severity: str = "error"
+    ) -> ConfigProblem:
+        """A :class:`ConfigProblem` located at ``path`` in this document."""
+        line, col = self.where(path, key=key)
+        return ConfigProblem(self.file, line, col, format_path(path), message, severity)
+
+
+def _plain(node: Any, path: YamlPath, doc: Document) -> Any:
+    if isinstance(node, CommentedMap):
+        out: dict[Any, Any] = {}
+        for k, v in node.items():
+            kp = path + (str(k),)
+            kl = node.lc.key(k)
+            vl = node.lc.value(k)
+            doc.key_pos[kp] = (kl[0] + 1, kl[1] + 1)
+            doc.value_pos[kp] = (vl[0] + 1, vl[1] + 1)
+            out[str(k) if not isinstance(k, str | int) else k] = _plain(v, kp, doc)
+        return out
+    if isinstance(node, CommentedSeq):
+        items = []
+        for i, v in enumerate(node):
+            ip = path + (i,)
+            il = node.lc.item(i)
+            doc.value_pos[ip] = (il[0] + 1, il[1] + 1)
+            items.append(_plain(v, ip, doc))
+        return items
+    if hasattr(node, "__class__") and type(node).__module__.startswith("ruamel"):
+        # ScalarFloat, ScalarInt, ScalarBoolean, TaggedScalar...: back to builtins.
+        for t in (bool, int, float, str):
+            if isinstance(node, t):
+                return t(node)
+    return node
+
+
+def load_document(path: str | Path) -> Document:
+    """Read a YAML file into a :class:`Document`.
+
+    Raises
+    ------
+    ConfigError
+        The file cannot be read, is not valid YAML, repeats a key, or is not a mapping.
+    """
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([ConfigProblem(name, 0, 0, "", f"cannot read file: {exc.strerror}")]) from exc
+    return parse_document(text, name)
+
+
+def parse_document(text: str, name: str = "<string>") -> Document:
+    """Parse YAML ``text`` (named ``name`` in messages) into a :class:`Document`."""
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        node = yaml.load(text)
+    except DuplicateKeyError as exc:
+        mark = exc.problem_mark
+        raise ConfigError(
+            [ConfigProblem(name, mark.line + 1, mark.column + 1, "", f"duplicate key: {exc.problem}")]
+        ) from exc
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        raise ConfigError([ConfigProblem(name, line, col, "", f"invalid YAML: {exc.problem}")]) from exc
+    doc = Document(name, None)
+    if not isinstance(node, CommentedMap):
+        raise ConfigError([ConfigProblem(name, 1, 1, "", "the document must be a YAML mapping")])
+    doc.data = _plain(node, (), doc)
+    return doc
+
+
+def _loc_to_path(loc: tuple[Any, ...], data: Any) -> YamlPath:
+    """Map a pydantic error location onto the YAML path (drop union/validator tags)."""
+    out: list[str | int] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            out.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+        elif isinstance(node, dict) and isinstance(part, str) and not out_has_tag(part):
+            # a missing required field: report it at its parent mapping, name it in the path
+            out.append(part)
+            node = None
+        # other parts are pydantic's tags for unions/validators ("function-after[...]"): skip
+    return tuple(out)
+
+
+def out_has_tag(part: str) -> bool:
+    return "[" in part or part.startswith("function-")
+
+
+def validate(model: type[M], doc: Document, data: Any | None = None, context: Any = None) -> M:
+    """Validate ``doc.data`` (or ``data``) with ``model``.
+
+    Raises
+    ------
+    ConfigError
+        One :class:`ConfigProblem` per pydantic error, at the YAML node it concerns.
+    """
+    payload = doc.data if data is None else data
+    try:
+        return model.model_validate(payload, context=context)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            path = _loc_to_path(tuple(err["loc"]), payload)
+            msg = _message(err)
+            key = err["type"] == "extra_forbidden"
+            if err["type"] == "missing":
+                line, col = doc.where(path[:-1])
+                problems.append(
+                    ConfigProblem(doc.file, line, col, format_path(path), "required field is missing")
+                )
+                continue
+            problems.append(doc.problem(path, msg, key=key))
+        raise ConfigError(sorted(problems, key=lambda p: (p.line, p.column))) from None
+
+
+def _message(err: dict[str, Any]) -> str:
+    if err["type"] == "extra_forbidden":
+        return "unknown key"
+    msg = str(err["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix) :]
+    return msg
