@@ -46,14 +46,14 @@ class UnitError(ValueError):
     """A quantity is missing its unit, has an unknown unit, or is negative."""
 
 
-def _parse(value: object, table: dict[str, float], what: str) -> float:
+def _parse(value: object, table: dict[str, float], what: str, example: str) -> float:
     if isinstance(value, bool) or isinstance(value, int | float):
         raise UnitError(
-            f"{value!r} has no unit; write it with one of {', '.join(sorted(set(table)))} "
-            f"(e.g. '{value}{next(iter(table))}')"
+            f"{value!r} has no unit; write the {what} with one of "
+            f"{', '.join(sorted(set(table)))} (e.g. '{value}{example}')"
         )
     if not isinstance(value, str):
-        raise UnitError(f"expected a {what} such as '10{next(iter(table))}', got {value!r}")
+        raise UnitError(f"expected a {what} such as '10{example}', got {value!r}")
     m = _RX.match(value)
     if not m:
         raise UnitError(f"cannot read {value!r} as a {what} (number followed by a unit)")
@@ -67,22 +67,22 @@ def _parse(value: object, table: dict[str, float], what: str) -> float:
 
 def parse_rate_bps(value: object) -> int:
     """Parse a rate (``'40Mbps'``) to bits/s (int). Raises :class:`UnitError`."""
-    return round(_parse(value, RATE_UNITS_BPS, "rate"))
+    return round(_parse(value, RATE_UNITS_BPS, "rate", "Gbps"))
 
 
 def parse_duration_us(value: object) -> float:
     """Parse a duration (``'10us'``, ``'2ms'``) to microseconds. Raises :class:`UnitError`."""
-    return _parse(value, DURATION_UNITS_US, "duration")
+    return _parse(value, DURATION_UNITS_US, "duration", "us")
 
 
 def parse_size_bytes(value: object) -> int:
     """Parse a size (``'1.5MB'``, ``'64KiB'``) to bytes (int). Raises :class:`UnitError`."""
-    return round(_parse(value, SIZE_UNITS_BYTES, "size"))
+    return round(_parse(value, SIZE_UNITS_BYTES, "size", "MB"))
 
 
 def parse_length_m(value: object) -> float:
     """Parse a cable length (``'100m'``, ``'2km'``) to metres. Raises :class:`UnitError`."""
-    return _parse(value, LENGTH_UNITS_M, "length")
+    return _parse(value, LENGTH_UNITS_M, "length", "m")
 
 
 def format_rate(bps: float) -> str:

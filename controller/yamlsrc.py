@@ -189,6 +189,9 @@ def _message(err: dict[str, Any]) -> str:
     if err["type"] == "extra_forbidden":
         return "unknown key"
     msg = str(err["msg"])
+    if err["type"] in ("literal_error", "enum", "int_parsing", "int_type", "bool_parsing",
+                       "bool_type", "string_type", "int_from_float", "tuple_type", "list_type"):
+        msg += f" (got {err.get('input')!r})"
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             msg = msg[len(prefix) :]

@@ -1,0 +1,62 @@
+# aifabric: two commands do all set-up on a fresh Debian 12 machine (as root):
+#   make demo   installs what is missing, then runs the main experiment (ECMP vs pinned)
+#   make test   installs what is missing, then runs every test (Mininet ones too, as root)
+# Every target is idempotent.
+
+SHELL        := /bin/bash
+PYTHON       ?= python3
+VENV         ?= .venv
+PY           := $(VENV)/bin/python
+STAMP        := $(VENV)/.aifabric-installed
+DEBS         := mininet openvswitch-switch iperf3 ethtool iputils-ping iproute2 python3-venv
+EXPERIMENT   ?= mininet_labs/experiments/ecmp_vs_pinned.yaml
+OUT          ?= results/ecmp_vs_pinned
+PYTEST_ARGS  ?=
+
+.PHONY: all setup debs venv ovs demo test lint bench clean
+
+all: test
+
+setup: debs venv ovs
+
+# Debian packages: install only the missing ones (apt-get update only when something is missing).
+debs:
+	@missing=""; for p in $(DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "Debian packages: all present"; fi
+
+# A virtual environment that sees Debian's Mininet (pure Python, linked into site-packages).
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[dev]'
+	@site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  ln -sfn /usr/lib/python3/dist-packages/mininet "$$site/mininet"
+	@$(PY) -c 'import mininet.net, os_ken, controller; print("venv ready:", __import__("sys").version.split()[0])'
+	@touch $(STAMP)
+
+# Open vSwitch with the userspace datapath needs no kernel module; start it when it is not running.
+ovs:
+	@if ovs-vsctl --timeout=3 show >/dev/null 2>&1; then echo "Open vSwitch: running"; \
+	else echo "starting Open vSwitch"; \
+	  /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor >/dev/null 2>&1 || true; \
+	  ovs-vsctl --timeout=10 show >/dev/null && echo "Open vSwitch: running"; fi
+
+demo: setup
+	$(VENV)/bin/aifabric lab run $(EXPERIMENT) --out $(OUT)
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check controller mininet_labs tests bench
+	$(VENV)/bin/lint-imports
+
+bench: venv
+	$(PY) bench/te_plan.py
+
+clean:
+	rm -rf $(VENV) results .pytest_cache *.egg-info

@@ -1,0 +1,209 @@
+"""The ``aifabric`` command line.
+
+Exit codes: 0 success, 1 a run failed (e.g. a lab result was incorrect), 2 invalid input
+(each problem printed as ``FILE:LINE:COL: field: message``; nothing was started or applied).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from controller.errors import ConfigError, PlanInvariantError
+from controller.units import format_rate
+
+EXIT_INVALID = 2
+err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False)
+
+
+def _report(exc: ConfigError) -> None:
+    for problem in exc.problems:
+        click.echo(str(problem), err=True)
+
+
+@click.group()
+@click.version_option(package_name="aifabric")
+def main() -> None:
+    """aifabric: traffic engineering for AI-training fabrics."""
+
+
+# -- policy ------------------------------------------------------------------------------------
+@main.group()
+def policy() -> None:
+    """Check policy files."""
+
+
+@policy.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--topology", "-t", type=click.Path(dir_okay=False), default=None,
+              help="Also check the policy against this topology (host names exist, ...).")
+def policy_check(files: tuple[str, ...], topology: str | None) -> None:
+    """Validate policy FILES; exit 0 when all are valid, 2 with FILE:LINE:COL messages if not."""
+    from controller.model import load_topology
+    from controller.policy import load_policy
+
+    fabric = None
+    bad = False
+    if topology:
+        try:
+            fabric = load_topology(topology)
+        except ConfigError as exc:
+            _report(exc)
+            sys.exit(EXIT_INVALID)
+    for f in files:
+        try:
+            pol = load_policy(f, fabric)
+        except ConfigError as exc:
+            _report(exc)
+            bad = True
+            continue
+        console.print(
+            f"{f}: ok (routing {pol.routing.mode}, {len(pol.collectives)} collective(s))",
+            markup=False,
+        )
+    if bad:
+        sys.exit(EXIT_INVALID)
+
+
+# -- topology ----------------------------------------------------------------------------------
+@main.group()
+def topology() -> None:
+    """Inspect topology files."""
+
+
+@topology.command("show")
+@click.argument("file", type=click.Path(dir_okay=False))
+def topology_show(file: str) -> None:
+    """Print a topology's switches, hosts and address plan."""
+    from controller.model import load_topology
+
+    try:
+        fabric = load_topology(file)
+    except ConfigError as exc:
+        _report(exc)
+        sys.exit(EXIT_INVALID)
+    console.print(
+        f"[bold]{fabric.name}[/] ({fabric.kind}): {len(fabric.switches)} switches, "
+        f"{len(fabric.hosts)} hosts, {len(fabric.links)} links"
+    )
+    sw = Table("switch", "role", "dpid", title="switches")
+    for s in fabric.switches:
+        sw.add_row(s.name, s.role, f"{s.dpid:#x}")
+    console.print(sw)
+    ht = Table("host", "IPv4", "MAC", "leaf:port", "rate", title="hosts")
+    for h in fabric.hosts:
+        ln = fabric.link_between(h.name, h.leaf)
+        ht.add_row(h.name, h.ipv4, h.mac, f"{h.leaf}:{h.port}", format_rate(ln.capacity_bps))
+    console.print(ht)
+
+
+# -- plan --------------------------------------------------------------------------------------
+@main.group()
+def plan() -> None:
+    """Compute what the controller would program, without touching a switch."""
+
+
+@plan.command("show")
+@click.option("--topology", "-t", required=True, type=click.Path(dir_okay=False))
+@click.option("--policy", "-p", "policy_file", required=True, type=click.Path(dir_okay=False))
+@click.option("--switch", "-s", "switches", multiple=True, help="Print this switch's entries.")
+def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> None:
+    """Print pinned paths, the per-link pinned-flow counts, and per-switch entry counts."""
+    from controller.model import load_topology
+    from controller.plan.build import build_plan
+    from controller.policy import load_policy
+
+    try:
+        fabric = load_topology(topology)
+        pol = load_policy(policy_file, fabric)
+        result = build_plan(fabric, pol)
+    except ConfigError as exc:
+        _report(exc)
+        sys.exit(EXIT_INVALID)
+    except PlanInvariantError as exc:
+        err_console.print(f"plan rejected: {exc}", markup=False)
+        sys.exit(EXIT_INVALID)
+    console.print(f"routing mode: [bold]{pol.routing.mode}[/]")
+    if result.pinning is not None:
+        pt = Table("collective", "flow", "path", title="pinned paths")
+        for demand, path in sorted(result.pinning.paths.items(),
+                                   key=lambda kv: (kv[0].collective, kv[0].index)):
+            pt.add_row(demand.collective, f"{demand.src}->{demand.dst}", " > ".join(path))
+        console.print(pt)
+        lt = Table("directed link", "pinned flows", title="pinned flows per directed link")
+        for (u, v), n in sorted(result.pinning.link_flows.items(), key=lambda kv: (-kv[1], kv[0])):
+            lt.add_row(f"{u}->{v}", str(n))
+        console.print(lt)
+        console.print(
+            f"max pinned flows on a directed link: {result.pinning.max_link_flows} "
+            f"(lower bound {result.pinning.lower_bound})"
+        )
+    et = Table("switch", "dpid", "flows", "groups", title="entries per switch")
+    for name, sp in sorted(result.plan.switches.items()):
+        et.add_row(name, f"{sp.dpid:#x}", str(len(sp.flows)), str(len(sp.groups)))
+    console.print(et)
+    for name in switches:
+        sp = result.plan.switches.get(name)
+        if sp is None:
+            err_console.print(f"no switch {name!r}")
+            sys.exit(EXIT_INVALID)
+        console.print(f"[bold]{name}[/]")
+        for g in sorted(sp.groups):
+            console.print(f"  group {g.group_id:#x} select ports={list(g.ports)}", markup=False)
+        for fl in sorted(sp.flows, key=lambda f: (-f.priority, f.match)):
+            console.print(
+                f"  prio={fl.priority} {fl.match.fields()} -> {fl.action}  # {fl.origin}",
+                markup=False,
+            )
+
+
+# -- controller --------------------------------------------------------------------------------
+@main.command("controller")
+@click.option("--topology", "-t", required=True, type=click.Path(dir_okay=False))
+@click.option("--policy", "-p", "policy_file", required=True, type=click.Path(dir_okay=False))
+@click.option("--listen", default="127.0.0.1:6653", show_default=True,
+              help="OpenFlow listen address HOST:PORT.")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str) -> None:
+    """Run the OpenFlow controller until SIGTERM/SIGINT."""
+    from controller.runtime.process import run_controller
+
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        err_console.print(f"--listen: expected HOST:PORT, got {listen!r}")
+        sys.exit(EXIT_INVALID)
+    sys.exit(run_controller(topology, policy_file, host, int(port), log_level))
+
+
+# -- lab ---------------------------------------------------------------------------------------
+@main.group()
+def lab() -> None:
+    """Reproducible Mininet experiments (needs root, Open vSwitch and Mininet)."""
+
+
+@lab.command("run")
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Results directory (default: results/<experiment name>).")
+def lab_run(experiment: str, out_dir: str | None) -> None:
+    """Run EXPERIMENT.yaml in Mininet; write results.json and a PNG plot to --out."""
+    from mininet_labs.lab import run_experiment
+
+    out = Path(out_dir) if out_dir else Path("results") / Path(experiment).stem
+    try:
+        results = run_experiment(experiment, out)
+    except ConfigError as exc:
+        _report(exc)
+        sys.exit(EXIT_INVALID)
+    if not getattr(results, "all_correct", True):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
