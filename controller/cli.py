@@ -156,10 +156,11 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
         for g in sorted(sp.groups):
             console.print(f"  group {g.group_id:#x} select ports={list(g.ports)}", markup=False)
         for fl in sorted(sp.flows, key=lambda f: (-f.priority, f.match)):
-            console.print(
-                f"  prio={fl.priority} {fl.match.fields()} -> {fl.action}  # {fl.origin}",
-                markup=False,
+            fields = " ".join(
+                f"{k}={v:#06x}" if k == "eth_type" else f"{k}={v}"
+                for k, v in fl.match.fields().items()
             )
+            click.echo(f"  prio={fl.priority} {fields} -> {fl.action}  # {fl.origin}")
 
 
 # -- controller --------------------------------------------------------------------------------

@@ -1,0 +1,329 @@
+"""The os-ken application (OpenFlow 1.3): the only code that sends to switches.
+
+It is handed a runtime object (``runtime=`` keyword, passed by ``AppManager.instantiate_apps``)
+with ``fabric``, ``switch_plan(name)``, ``port_status(name, port, is_up)``,
+``check_links(discovered, connected)`` and ``down_links`` — :class:`controller.runtime.state.
+ControllerRuntime` (duck-typed here: drivers sit below the runtime layer). Messages come from
+:mod:`.encode` and :mod:`.packets`; this module only decides when to send them.
+
+* **connect** (state MAIN): a dpid of the fabric gets ``encode_full`` of its plan (ends with a
+  barrier); an unknown dpid gets a WARNING naming it and is left alone.
+* **ARP**: requests for a fabric host's IP are answered with a packet-out ARP reply built from
+  the address plan, out of the port the request came in by; nothing is ever flooded. Gratuitous
+  ARP, replies and unknown targets are ignored (DEBUG).
+* **LLDP**: every ``lldp_interval_s`` a probe goes out of every switch–switch port of every
+  connected switch; probes coming back as packet-ins build the discovered links, which are
+  compared with the fabric. Each new mismatch is a WARNING (a missing link only after both
+  switches have been connected for ``lldp_grace_s``), each resolved one an INFO, and a switch
+  whose declared links are all seen gets one INFO.
+* **port-status**: ``runtime.port_status`` → only the changed messages, to each connected switch
+  concerned (plus a barrier), with an INFO per switch saying how many.
+
+Every log line starts with ``[name dpid=0x…]``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import (
+    CONFIG_DISPATCHER,
+    DEAD_DISPATCHER,
+    MAIN_DISPATCHER,
+    set_ev_cls,
+)
+from os_ken.lib import hub
+from os_ken.ofproto import ofproto_v1_3 as ofp
+
+from controller.drivers.openflow import encode, packets
+from controller.errors import PlanInvariantError
+from controller.model.topology import Fabric
+from controller.plan.model import SwitchChanges, SwitchPlan
+
+Endpoint = tuple[int, int]
+
+DEFAULT_LLDP_INTERVAL_S = 5.0
+
+
+def label(fabric: Fabric, dpid: int | None) -> str:
+    """``[leaf1 dpid=0x5]``, or ``[dpid=0x63 unknown]`` for a dpid not in the fabric."""
+    if dpid is None:
+        return "[dpid=? handshake]"
+    sw = fabric.switch_by_dpid.get(dpid)
+    if sw is None:
+        return f"[dpid={dpid:#x} unknown]"
+    return f"[{sw.name} dpid={dpid:#x}]"
+
+
+class AifabricApp(app_manager.OSKenApp):
+    """Pushes the runtime's plan to OpenFlow 1.3 switches and keeps it current."""
+
+    OFP_VERSIONS = [ofp.OFP_VERSION]
+    LOGGER_NAME = "aifabric.openflow"
+
+    def __init__(self, *args: Any, runtime: Any = None,
+                 lldp_interval_s: float = DEFAULT_LLDP_INTERVAL_S,
+                 lldp_grace_s: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if runtime is None:
+            raise ValueError("AifabricApp needs runtime= (a ControllerRuntime)")
+        self.runtime = runtime
+        self.fabric: Fabric = runtime.fabric
+        self.lldp_interval_s = lldp_interval_s
+        self.lldp_grace_s = 3 * lldp_interval_s if lldp_grace_s is None else lldp_grace_s
+        self.datapaths: dict[int, Any] = {}
+        self.connected_at_s: dict[int, float] = {}
+        # (src dpid, src port) -> ((dst dpid, dst port), last seen, monotonic s)
+        self.discovered: dict[Endpoint, tuple[Endpoint, float]] = {}
+        self._reported: set[Any] = set()
+        self._matched: set[int] = set()
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._switch_ports = self._inter_switch_ports(self.fabric)
+
+    @staticmethod
+    def _inter_switch_ports(fabric: Fabric) -> dict[str, tuple[int, ...]]:
+        out: dict[str, list[int]] = {s.name: [] for s in fabric.switches}
+        for ln in fabric.links:
+            if ln.a in out and ln.b in out:
+                out[ln.a].append(ln.a_port)
+                out[ln.b].append(ln.b_port)
+        return {k: tuple(sorted(v)) for k, v in out.items()}
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> Any:
+        super().start()
+        self.threads.append(hub.spawn(self._lldp_loop))
+        return None
+
+    def stop(self) -> None:
+        self._stopping.set()
+        super().stop()
+
+    def close(self) -> None:
+        """Close every switch connection (used at shutdown)."""
+        self._stopping.set()
+        with self._lock:
+            dps = list(self.datapaths.values())
+        for dp in dps:
+            try:
+                dp.close()
+                dp.socket.shutdown(2)  # SHUT_RDWR: wake the receive loop now
+            except Exception:  # noqa: BLE001 - best effort at shutdown
+                pass
+
+    # -- sending -------------------------------------------------------------------------------
+    def send(self, dp: Any, msgs: Iterable[Any]) -> int:
+        """Send ``msgs`` (built with no datapath) to ``dp``; returns how many were sent."""
+        n = 0
+        for msg in msgs:
+            msg.datapath = dp
+            dp.send_msg(msg)
+            n += 1
+        return n
+
+    # -- switches ------------------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def _on_state_change(self, ev: Any) -> None:
+        if ev.state == MAIN_DISPATCHER:
+            self.switch_connected(ev.datapath)
+        elif ev.state == DEAD_DISPATCHER:
+            self.switch_disconnected(ev.datapath)
+
+    def switch_connected(self, dp: Any, now_s: float | None = None) -> None:
+        """Push the full plan to a switch that reached MAIN (unknown dpids are left alone)."""
+        tag = label(self.fabric, dp.id)
+        sw = self.fabric.switch_by_dpid.get(dp.id)
+        if sw is None:
+            known = ", ".join(f"{s.dpid:#x}" for s in self.fabric.switches)
+            self.logger.warning("%s connected from %s but fabric %r has no such dpid "
+                                "(known: %s); leaving it alone", tag, getattr(dp, "address", "?"),
+                                self.fabric.name, known)
+            return
+        plan = self.runtime.switch_plan(sw.name) or SwitchPlan(sw.name, sw.dpid, frozenset(),
+                                                               frozenset())
+        msgs = encode.encode_full(plan)
+        with self._lock:
+            old = self.datapaths.get(dp.id)
+            self.datapaths[dp.id] = dp
+            self.connected_at_s[dp.id] = time.monotonic() if now_s is None else now_s
+            self._matched.discard(dp.id)
+        if old is not None and old is not dp:
+            self.logger.info("%s reconnected; replacing the previous connection", tag)
+        n = self.send(dp, msgs)
+        self.logger.info("%s connected from %s: pushed %d flows and %d groups (%d messages, "
+                         "ending with a barrier)", tag, getattr(dp, "address", "?"),
+                         len(plan.flows), len(plan.groups), n)
+
+    def switch_disconnected(self, dp: Any) -> None:
+        tag = label(self.fabric, dp.id)
+        with self._lock:
+            if dp.id is None or self.datapaths.get(dp.id) is not dp:
+                return
+            del self.datapaths[dp.id]
+            self.connected_at_s.pop(dp.id, None)
+            self._matched.discard(dp.id)
+            for src in [s for s, (d, _) in self.discovered.items() if dp.id in (s[0], d[0])]:
+                del self.discovered[src]
+        self.logger.warning("%s disconnected", tag)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _on_error(self, ev: Any) -> None:
+        msg = ev.msg
+        self.logger.error("%s switch reported OpenFlow error type=%d code=%d data=%s",
+                          label(self.fabric, msg.datapath.id), msg.type, msg.code,
+                          bytes(msg.data[:64]).hex() if msg.data else "")
+
+    # -- port status ---------------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _on_port_status(self, ev: Any) -> None:
+        msg = ev.msg
+        desc = msg.desc
+        is_up = (msg.reason != ofp.OFPPR_DELETE
+                 and not desc.state & ofp.OFPPS_LINK_DOWN
+                 and not desc.config & ofp.OFPPC_PORT_DOWN)
+        self.port_changed(msg.datapath.id, desc.port_no, is_up)
+
+    def port_changed(self, dpid: int, port_no: int, is_up: bool) -> dict[str, SwitchChanges]:
+        """Recompute through the runtime and send only what changed. Returns the changes."""
+        tag = label(self.fabric, dpid)
+        sw = self.fabric.switch_by_dpid.get(dpid)
+        if sw is None:
+            self.logger.debug("%s port %d status ignored (unknown switch)", tag, port_no)
+            return {}
+        state = "up" if is_up else "down"
+        peer = self.fabric.port_map.get((sw.name, port_no))
+        if peer is None:
+            self.logger.debug("%s port %d %s: not a fabric port, ignored", tag, port_no, state)
+            return {}
+        if not is_up:
+            with self._lock:
+                for src in [s for s, (d, _) in self.discovered.items()
+                            if (dpid, port_no) in (s, d)]:
+                    del self.discovered[src]
+        try:
+            changes = self.runtime.port_status(sw.name, port_no, is_up)
+        except PlanInvariantError as exc:
+            self.logger.error("%s port %d (to %s) %s: recomputation failed, keeping the "
+                              "installed plan: %s", tag, port_no, peer[0], state, exc)
+            return {}
+        self.logger.info("%s port %d (to %s port %d) %s: %d switch(es) to update", tag,
+                         port_no, peer[0], peer[1], state, len(changes))
+        for name, ch in changes.items():
+            self.apply_changes(name, ch)
+        return changes
+
+    def apply_changes(self, switch: str, changes: SwitchChanges) -> int:
+        """Send ``changes`` (and a barrier) to ``switch`` if connected; returns messages sent."""
+        sw = self.fabric.switch_by_name[switch]
+        tag = label(self.fabric, sw.dpid)
+        with self._lock:
+            dp = self.datapaths.get(sw.dpid)
+        if dp is None:
+            self.logger.warning("%s not connected: %d change(s) will be pushed in full when it "
+                                "connects", tag, changes.count)
+            return 0
+        msgs = encode.encode_changes(changes)
+        msgs.append(encode.barrier())
+        n = self.send(dp, msgs)
+        self.logger.info(
+            "%s sent %d messages (groups +%d ~%d -%d, flows +%d ~%d -%d, barrier)", tag, n,
+            len(changes.add_groups), len(changes.modify_groups), len(changes.delete_groups),
+            len(changes.add_flows), len(changes.modify_flows), len(changes.delete_flows))
+        return n
+
+    # -- packet-in: ARP and LLDP ---------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _on_packet_in(self, ev: Any) -> None:
+        msg = ev.msg
+        self.packet_in(msg.datapath, msg.match["in_port"], bytes(msg.data))
+
+    def packet_in(self, dp: Any, in_port: int, data: bytes, now_s: float | None = None) -> None:
+        tag = label(self.fabric, dp.id)
+        sw = self.fabric.switch_by_dpid.get(dp.id)
+        if sw is None:
+            self.logger.debug("%s packet-in on port %d ignored (unknown switch)", tag, in_port)
+            return
+        sender = packets.parse_lldp(data)
+        if sender is not None:
+            self._lldp_seen(sender, (dp.id, in_port), time.monotonic() if now_s is None else now_s)
+            return
+        req = packets.parse_arp_request(data)
+        if req is None:
+            self.logger.debug("%s packet-in on port %d ignored (not an ARP request or our "
+                              "LLDP, %d bytes)", tag, in_port, len(data))
+            return
+        if packets.is_gratuitous(req):
+            self.logger.debug("%s gratuitous ARP for %s from %s on port %d ignored", tag,
+                              req.dst_ip, req.src_mac, in_port)
+            return
+        host = self.fabric.host_by_ip.get(req.dst_ip)
+        if host is None:
+            self.logger.debug("%s ARP who-has %s from %s on port %d ignored: not a fabric host",
+                              tag, req.dst_ip, req.src_ip, in_port)
+            return
+        self.send(dp, [encode.packet_out(in_port, packets.build_arp_reply(req, host.mac))])
+        self.logger.info("%s ARP who-has %s (from %s, port %d): replied %s is-at %s", tag,
+                         req.dst_ip, req.src_ip, in_port, host.name, host.mac)
+
+    # -- LLDP ----------------------------------------------------------------------------------
+    def _lldp_loop(self) -> None:
+        while not self._stopping.wait(self.lldp_interval_s):
+            try:
+                self.lldp_round(time.monotonic())
+            except Exception:  # noqa: BLE001 - keep probing; the error is logged
+                self.logger.exception("[fabric %s] LLDP round failed", self.fabric.name)
+
+    def lldp_round(self, now_s: float) -> None:
+        """Expire stale discoveries, report differences with the declared fabric (from the
+        probes of earlier rounds), then send one probe per switch–switch port of every
+        connected switch."""
+        with self._lock:
+            stale = now_s - 3 * self.lldp_interval_s
+            for src in [s for s, (_, t) in self.discovered.items() if t < stale]:
+                del self.discovered[src]
+        self.check_links(now_s)
+        with self._lock:
+            dps = dict(self.datapaths)
+        for dpid, dp in sorted(dps.items()):
+            sw = self.fabric.switch_by_dpid[dpid]
+            ports = self._switch_ports.get(sw.name, ())
+            self.send(dp, [encode.packet_out(p, packets.build_lldp(dpid, p)) for p in ports])
+            self.logger.debug("%s sent %d LLDP probes", label(self.fabric, dpid), len(ports))
+
+    def _lldp_seen(self, src: Endpoint, dst: Endpoint, now_s: float) -> None:
+        with self._lock:
+            old = self.discovered.get(src)
+            self.discovered[src] = (dst, now_s)
+        if old is None or old[0] != dst:
+            self.logger.debug("%s LLDP: port %d hears %s port %d", label(self.fabric, dst[0]),
+                              dst[1], label(self.fabric, src[0]), src[1])
+
+    def check_links(self, now_s: float) -> Any:
+        """Compare discovered links with the fabric and log what changed since last time."""
+        with self._lock:
+            links = [(s, d) for s, (d, _) in self.discovered.items()]
+            eligible = {d for d, t in self.connected_at_s.items() if now_s - t >= self.lldp_grace_s}
+            connected = set(self.datapaths)
+        report = self.runtime.check_links(links, connected=eligible)
+        current = set(report.missing) | set(report.unexpected) | set(report.miswired)
+        for p in sorted(current - self._reported):
+            self.logger.warning("%s LLDP %s", label(self.fabric, p.dpids[0]), p.message)
+        for p in sorted(self._reported - current):
+            self.logger.info("%s LLDP resolved: %s", label(self.fabric, p.dpids[0]), p.message)
+        self._reported = current
+        troubled = {d for p in current for d in p.dpids}
+        for dpid in sorted(eligible & connected):
+            if dpid in troubled:
+                self._matched.discard(dpid)
+            elif dpid not in self._matched:
+                self._matched.add(dpid)
+                n = len(self._switch_ports.get(self.fabric.switch_by_dpid[dpid].name, ()))
+                self.logger.info("%s LLDP discovery matches the declared topology (%d fabric "
+                                 "links)", label(self.fabric, dpid), n)
+        return report

@@ -1,0 +1,217 @@
+"""The controller process: load and validate, compute the initial plan, run the os-ken app.
+
+``run_controller`` is what ``aifabric controller`` calls. os-ken is imported inside the function,
+so importing this module is cheap.
+
+Shutdown: SIGTERM and SIGINT set a stop event watched by the main thread, which closes the
+listening socket and every switch connection, stops the os-ken apps, and returns 0. os-ken's
+native hub runs everything on plain threads that cannot be killed; all of them are started from
+one daemon thread (threads inherit the daemon flag), so none can keep the process alive after
+``run_controller`` returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TextIO
+
+from controller.errors import ConfigError, PlanInvariantError
+from controller.model.topology import Fabric, load_topology
+from controller.policy import load_policy
+from controller.runtime.state import ControllerRuntime
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+
+APP_MODULE = "controller.drivers.openflow.app"
+LOG = logging.getLogger("aifabric.runtime")
+
+
+def pinning_summary(pinning: Any) -> tuple[int, int]:
+    """(number of pinned flows, most pinned flows on one directed link); (0, 0) in ECMP mode.
+
+    ``pinning`` is :class:`controller.te.pinning.Pinning` (``paths``, ``max_link_flows``) or None.
+    """
+    if pinning is None:
+        return 0, 0
+    return len(pinning.paths), int(pinning.max_link_flows)
+
+
+def summary_lines(fabric: Fabric, runtime: ControllerRuntime) -> list[str]:
+    """The short start-up summary printed by :func:`run_controller`."""
+    result = runtime.result
+    pinned, max_per_link = pinning_summary(getattr(result, "pinning", None))
+    plan = runtime.plan
+    flows = sum(len(sp.flows) for sp in plan.switches.values())
+    groups = sum(len(sp.groups) for sp in plan.switches.values())
+    return [
+        f"fabric {fabric.name} ({fabric.kind}, {fabric.source}): {len(fabric.switches)} switches, "
+        f"{len(fabric.hosts)} hosts, {len(fabric.links)} links",
+        f"routing mode {runtime.policy.routing.mode}: {pinned} pinned flow(s), "
+        f"at most {max_per_link} pinned flow(s) per link (per direction)",
+        f"plan: {flows} flow entries and {groups} groups on {len(plan.switches)} switches",
+    ]
+
+
+def _print_problems(problems: Iterable[object], err: TextIO) -> None:
+    for p in problems:
+        print(str(p), file=err)
+
+
+def run_controller(
+    topology_path: str | Path,
+    policy_path: str | Path,
+    listen_host: str = "127.0.0.1",
+    listen_port: int = 6653,
+    log_level: str = "INFO",
+    *,
+    lldp_interval_s: float = 5.0,
+    stop_event: threading.Event | None = None,
+) -> int:
+    """Run the OpenFlow controller until SIGTERM/SIGINT (or ``stop_event``) and return an exit code.
+
+    Parameters
+    ----------
+    topology_path, policy_path
+        The fabric and policy YAML files; both are validated before anything starts.
+    listen_host, listen_port
+        Where switches connect (OpenFlow over TCP).
+    log_level
+        ``DEBUG``, ``INFO``, ``WARNING``, …
+    lldp_interval_s
+        Seconds between LLDP probe rounds.
+    stop_event
+        Optional; setting it stops the controller like a signal (for embedding and tests).
+        Signal handlers are installed only when called from the main thread.
+
+    Returns
+    -------
+    int
+        0 after a clean stop; 2 for invalid input (each problem printed to stderr as
+        ``FILE:LINE:COL: field: message``, or an invalid plan) before anything listens;
+        1 if the listening socket could not be opened.
+    """
+    try:
+        fabric = load_topology(topology_path)
+        policy = load_policy(policy_path, fabric)
+    except ConfigError as exc:
+        _print_problems(exc.problems, sys.stderr)
+        return EXIT_INVALID
+    runtime = ControllerRuntime(fabric, policy)
+    try:
+        runtime.initial_plan()
+    except PlanInvariantError as exc:
+        print(f"{policy_path}: the plan for {fabric.name} breaks an invariant: {exc}",
+              file=sys.stderr)
+        return EXIT_INVALID
+    for line in summary_lines(fabric, runtime):
+        print(line, flush=True)
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = stop_event or threading.Event()
+    in_main = threading.current_thread() is threading.main_thread()
+    old_handlers: dict[int, Any] = {}
+    if in_main:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old_handlers[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+    try:
+        return _serve(runtime, listen_host, listen_port, lldp_interval_s, stop)
+    finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+
+
+def _serve(runtime: ControllerRuntime, host: str, port: int, lldp_interval_s: float,
+           stop: threading.Event) -> int:
+    """Start os-ken with the app, wait for ``stop``, and shut everything down."""
+    # isort: off
+    # app_manager must be imported before os_ken.controller.controller (an import cycle).
+    from os_ken.base.app_manager import AppManager
+    import os_ken.controller.controller as of_controller  # registers the ofp-* options
+    from os_ken import cfg
+    from os_ken.lib import hub
+    # isort: on
+
+    servers: list[Any] = []
+    errors: list[BaseException] = []
+    listening = threading.Event()
+
+    class ClosableStreamServer(hub.StreamServer):  # type: ignore[misc,name-defined]
+        """os-ken's server, recorded so shutdown can close it and stop accepting quietly."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.closing = False
+            try:
+                super().__init__(*args, **kwargs)
+            except BaseException as exc:
+                errors.append(exc)
+                stop.set()
+                raise
+            servers.append(self)
+            listening.set()
+
+        def serve_forever(self) -> None:
+            while not self.closing:
+                try:
+                    sock, addr = self.server.accept()
+                except OSError:
+                    if self.closing:
+                        return
+                    raise
+                hub.spawn(self.handle, sock, addr)
+
+        def close(self) -> None:
+            self.closing = True
+            try:
+                self.server.shutdown(2)
+            except OSError:
+                pass
+            self.server.close()
+
+    cfg.CONF(args=[f"--ofp-listen-host={host}", f"--ofp-tcp-listen-port={port}"],
+             project="os_ken", default_config_files=[])
+    original_server = of_controller.StreamServer
+    of_controller.StreamServer = ClosableStreamServer
+    app_mgr = AppManager.get_instance()
+    try:
+        app_mgr.load_apps([APP_MODULE])
+        contexts = app_mgr.create_contexts()
+
+        def boot() -> None:
+            try:
+                services = app_mgr.instantiate_apps(runtime=runtime,
+                                                    lldp_interval_s=lldp_interval_s, **contexts)
+            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                errors.append(exc)
+                stop.set()
+                return
+            hub.joinall(services)
+
+        threading.Thread(target=boot, name="os-ken", daemon=True).start()
+        if listening.wait(5.0):
+            LOG.info("[controller] listening for OpenFlow 1.3 switches on %s:%d", host, port)
+        while not stop.wait(0.2):
+            pass
+    finally:
+        for server in servers:
+            server.close()
+        of_controller.StreamServer = original_server
+        app = app_mgr.applications.get("AifabricApp")
+        if app is not None:
+            app.close()
+        closer = threading.Thread(target=app_mgr.close, name="os-ken-close", daemon=True)
+        closer.start()
+        closer.join(2.0)
+        AppManager._instance = None
+    if errors:
+        print(f"controller failed on {host}:{port}: {errors[0]}", file=sys.stderr)
+        return EXIT_FAILED
+    LOG.info("[controller] stopped cleanly")
+    return EXIT_OK

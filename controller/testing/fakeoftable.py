@@ -1,0 +1,457 @@
+"""A flow-table simulator for os-ken OpenFlow 1.3 messages, and a tracer across a fabric.
+
+Modelled on Faucet's ``clib/fakeoftable.py``: the driver's encoders build messages with no
+datapath; :class:`FakeOFTable` applies exactly those objects and answers "which ports does this
+packet leave by". :class:`FakeFabric` wires one table per switch through ``Fabric.port_map`` and
+follows a packet from a host to every host (or the controller) it can reach.
+
+Semantics follow OpenFlow 1.3.5 where our encoders rely on them:
+
+* ``OFPFC_ADD`` replaces an entry with the same table, priority and match (§6.4);
+  ``OFPFC_MODIFY[_STRICT]`` changes instructions of matching entries and never adds one;
+  ``OFPFC_DELETE`` removes every entry whose match is at least as specific as the request's
+  (an empty match with ``OFPTT_ALL`` empties the switch); ``OFPFC_DELETE_STRICT`` removes the one
+  entry with that priority and match.
+* A flow whose action names a missing group is refused (:class:`FakeOFError`, as a switch answers
+  ``OFPBAC_BAD_OUT_GROUP``); adding an existing group or modifying a missing one is refused;
+  deleting a group also deletes the flows that use it (§6.5).
+* ``lookup``: the highest-priority matching entry of table 0 wins (goto-table is followed); a
+  select group yields every bucket whose ``watch_port`` is up, or with ``hash_fields``, exactly one
+  bucket chosen by a deterministic hash of those packet fields and ``seed``. A packet is never
+  sent back out of its ``in_port`` (plain output to the in-port is dropped, as on OVS).
+
+Packets are dicts with any of: ``eth_type``, ``ipv4_src``, ``ipv4_dst``, ``ip_proto``,
+``ip_dscp``, ``l4_src``, ``l4_dst`` (and optionally ``in_port``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from controller.model.topology import Fabric
+
+CONTROLLER = "controller"
+Output = int | str  # a port number, or CONTROLLER
+
+_L4 = {"tcp_src": (6, "l4_src"), "tcp_dst": (6, "l4_dst"),
+       "udp_src": (17, "l4_src"), "udp_dst": (17, "l4_dst")}
+_DIRECT = ("eth_type", "ipv4_src", "ipv4_dst", "ip_proto", "ip_dscp", "in_port")
+
+
+class FakeOFError(Exception):
+    """A message a real switch would refuse with an OpenFlow error."""
+
+
+@dataclass
+class _Flow:
+    table_id: int
+    priority: int
+    match: dict[str, Any]
+    instructions: list[Any]
+    cookie: int
+
+    def outputs(self) -> tuple[list[int], list[int], list[int]]:
+        """(ports incl. reserved, group ids, goto tables) named by the apply-actions."""
+        ports: list[int] = []
+        groups: list[int] = []
+        gotos: list[int] = []
+        for ins in self.instructions:
+            if isinstance(ins, parser.OFPInstructionGotoTable):
+                gotos.append(ins.table_id)
+            elif isinstance(ins, parser.OFPInstructionActions):
+                if ins.type != ofp.OFPIT_APPLY_ACTIONS:
+                    raise FakeOFError(f"unsupported instruction type {ins.type}")
+                for act in ins.actions:
+                    if isinstance(act, parser.OFPActionOutput):
+                        ports.append(act.port)
+                    elif isinstance(act, parser.OFPActionGroup):
+                        groups.append(act.group_id)
+                    else:
+                        raise FakeOFError(f"unsupported action {act!r}")
+            else:
+                raise FakeOFError(f"unsupported instruction {ins!r}")
+        return ports, groups, gotos
+
+
+@dataclass
+class _Group:
+    group_id: int
+    type_: int
+    buckets: list[Any]
+
+
+def _match_dict(match: parser.OFPMatch) -> dict[str, Any]:
+    out = dict(match.items())
+    for k, v in out.items():
+        if isinstance(v, tuple):
+            raise FakeOFError(f"masked match field {k}={v!r} is not simulated")
+    return out
+
+
+def _packet_matches(match: Mapping[str, Any], pkt: Mapping[str, Any]) -> bool:
+    for k, v in match.items():
+        if k in _L4:
+            proto, pkey = _L4[k]
+            if pkt.get("ip_proto") != proto or pkt.get(pkey) != v:
+                return False
+        elif k in _DIRECT:
+            if pkt.get(k) != v:
+                return False
+        else:
+            raise FakeOFError(f"match field {k!r} is not simulated")
+    return True
+
+
+def _covers(general: Mapping[str, Any], specific: Mapping[str, Any]) -> bool:
+    """True if every field of ``general`` is in ``specific`` with the same value."""
+    return all(k in specific and specific[k] == v for k, v in general.items())
+
+
+class FakeOFTable:
+    """One switch's flow tables and group table, driven by os-ken OpenFlow 1.3 messages.
+
+    Parameters
+    ----------
+    name
+        The switch name (used in error messages).
+    hash_fields
+        If given, a select group picks exactly one live bucket by hashing these packet fields
+        (with ``seed``); if None, a select group yields every live bucket (all ECMP branches).
+    seed
+        Mixed into the hash so tests can vary the choice deterministically.
+    """
+
+    def __init__(self, name: str = "switch", hash_fields: Sequence[str] | None = None,
+                 seed: int = 0) -> None:
+        self.name = name
+        self.hash_fields = tuple(hash_fields) if hash_fields is not None else None
+        self.seed = seed
+        self.flows: list[_Flow] = []
+        self.groups: dict[int, _Group] = {}
+        self.down_ports: set[int] = set()
+        self.barriers = 0
+        self.packet_outs: list[Any] = []
+
+    # -- applying messages ---------------------------------------------------------------------
+    def apply(self, msgs: Iterable[Any]) -> None:
+        """Apply messages in order. Raises :class:`FakeOFError` on what a switch would refuse."""
+        for msg in msgs:
+            self.apply_one(msg)
+
+    def apply_one(self, msg: Any) -> None:
+        if isinstance(msg, parser.OFPFlowMod):
+            self._flow_mod(msg)
+        elif isinstance(msg, parser.OFPGroupMod):
+            self._group_mod(msg)
+        elif isinstance(msg, parser.OFPBarrierRequest):
+            self.barriers += 1
+        elif isinstance(msg, parser.OFPPacketOut):
+            self.packet_outs.append(msg)
+        else:
+            raise FakeOFError(f"[{self.name}] unsupported message {type(msg).__name__}")
+
+    def _flow_mod(self, msg: parser.OFPFlowMod) -> None:
+        match = _match_dict(msg.match)
+        cmd = msg.command
+        if cmd == ofp.OFPFC_ADD:
+            flow = _Flow(msg.table_id, msg.priority, match, list(msg.instructions), msg.cookie)
+            _, groups, _ = flow.outputs()
+            for g in groups:
+                if g not in self.groups:
+                    raise FakeOFError(
+                        f"[{self.name}] flow prio {msg.priority} {match} points to missing "
+                        f"group {g}"
+                    )
+            self.flows = [f for f in self.flows if not self._same_key(f, flow)]
+            self.flows.append(flow)
+        elif cmd in (ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT):
+            strict = cmd == ofp.OFPFC_MODIFY_STRICT
+            probe = _Flow(msg.table_id, msg.priority, match, list(msg.instructions), msg.cookie)
+            _, groups, _ = probe.outputs()
+            for g in groups:
+                if g not in self.groups:
+                    raise FakeOFError(f"[{self.name}] modify {match} to missing group {g}")
+            for f in self._selected(msg, match, strict):
+                f.instructions = list(msg.instructions)
+        elif cmd in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT):
+            doomed = self._selected(msg, match, cmd == ofp.OFPFC_DELETE_STRICT)
+            ids = {id(f) for f in doomed}
+            self.flows = [f for f in self.flows if id(f) not in ids]
+        else:
+            raise FakeOFError(f"[{self.name}] unsupported flow-mod command {cmd}")
+
+    @staticmethod
+    def _same_key(a: _Flow, b: _Flow) -> bool:
+        return a.table_id == b.table_id and a.priority == b.priority and a.match == b.match
+
+    def _selected(self, msg: parser.OFPFlowMod, match: dict[str, Any], strict: bool) -> list[_Flow]:
+        out = []
+        for f in self.flows:
+            if msg.table_id != ofp.OFPTT_ALL and f.table_id != msg.table_id:
+                continue
+            if msg.cookie_mask and (f.cookie & msg.cookie_mask) != (msg.cookie & msg.cookie_mask):
+                continue
+            if strict:
+                if f.priority != msg.priority or f.match != match:
+                    continue
+            elif not _covers(match, f.match):
+                continue
+            if msg.command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT):
+                ports, groups, _ = f.outputs()
+                if msg.out_port != ofp.OFPP_ANY and msg.out_port not in ports:
+                    continue
+                if msg.out_group != ofp.OFPG_ANY and msg.out_group not in groups:
+                    continue
+            out.append(f)
+        return out
+
+    def _group_mod(self, msg: parser.OFPGroupMod) -> None:
+        gid = msg.group_id
+        if msg.command == ofp.OFPGC_ADD:
+            if gid in self.groups:
+                raise FakeOFError(f"[{self.name}] group {gid} already exists")
+            self.groups[gid] = _Group(gid, msg.type, list(msg.buckets))
+        elif msg.command == ofp.OFPGC_MODIFY:
+            if gid not in self.groups:
+                raise FakeOFError(f"[{self.name}] modify of unknown group {gid}")
+            self.groups[gid] = _Group(gid, msg.type, list(msg.buckets))
+        elif msg.command == ofp.OFPGC_DELETE:
+            doomed = set(self.groups) if gid == ofp.OFPG_ALL else {gid} & set(self.groups)
+            for g in doomed:
+                del self.groups[g]
+            self.flows = [f for f in self.flows if not set(f.outputs()[1]) & doomed]
+        else:
+            raise FakeOFError(f"[{self.name}] unsupported group-mod command {msg.command}")
+
+    # -- port state ----------------------------------------------------------------------------
+    def set_port_up(self, port: int, up: bool) -> None:
+        """Mark ``port`` live or dead (select buckets watching a dead port are skipped)."""
+        if up:
+            self.down_ports.discard(port)
+        else:
+            self.down_ports.add(port)
+
+    # -- lookups -------------------------------------------------------------------------------
+    def match_flow(self, packet: Mapping[str, Any], table_id: int = 0) -> _Flow | None:
+        """The entry of ``table_id`` that ``packet`` hits (highest priority), or None (miss).
+
+        Raises :class:`FakeOFError` if two entries of equal priority both match (ambiguous).
+        """
+        best: _Flow | None = None
+        for f in self.flows:
+            if f.table_id != table_id or not _packet_matches(f.match, packet):
+                continue
+            if best is None or f.priority > best.priority:
+                best = f
+            elif f.priority == best.priority and f.match != best.match:
+                raise FakeOFError(
+                    f"[{self.name}] ambiguous: {best.match} and {f.match} at priority "
+                    f"{f.priority} both match {dict(packet)}"
+                )
+        return best
+
+    def lookup(self, packet: Mapping[str, Any]) -> set[Output]:
+        """Every port (or ``'controller'``) ``packet`` leaves by; empty set = dropped."""
+        out: set[Output] = set()
+        table_id: int | None = 0
+        in_port = packet.get("in_port")
+        seen_tables: set[int] = set()
+        while table_id is not None:
+            if table_id in seen_tables:
+                raise FakeOFError(f"[{self.name}] goto-table loop at table {table_id}")
+            seen_tables.add(table_id)
+            flow = self.match_flow(packet, table_id)
+            if flow is None:
+                break
+            ports, groups, gotos = flow.outputs()
+            for p in ports:
+                out.add(self._port_name(p))
+            for g in groups:
+                out |= self._group_outputs(g, packet)
+            table_id = gotos[0] if gotos else None
+        if in_port is not None:
+            out.discard(in_port)
+        return out
+
+    @staticmethod
+    def _port_name(p: int) -> Output:
+        if p == ofp.OFPP_CONTROLLER:
+            return CONTROLLER
+        if p > ofp.OFPP_MAX:
+            raise FakeOFError(f"reserved port {p:#x} is not simulated")
+        return p
+
+    def _group_outputs(self, gid: int, packet: Mapping[str, Any]) -> set[Output]:
+        group = self.groups.get(gid)
+        if group is None:
+            raise FakeOFError(f"[{self.name}] flow points to missing group {gid}")
+        if group.type_ != ofp.OFPGT_SELECT:
+            raise FakeOFError(f"[{self.name}] group {gid}: only select groups are simulated")
+        live = [b for b in group.buckets
+                if b.watch_port == ofp.OFPP_ANY or b.watch_port not in self.down_ports]
+        if not live:
+            return set()
+        if self.hash_fields is not None:
+            key = repr((self.seed, gid, [packet.get(f) for f in self.hash_fields])).encode()
+            h = int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
+            live = [live[h % len(live)]]
+        out: set[Output] = set()
+        for b in live:
+            for act in b.actions:
+                if not isinstance(act, parser.OFPActionOutput):
+                    raise FakeOFError(f"[{self.name}] group {gid}: unsupported bucket action")
+                out.add(self._port_name(act.port))
+        return out
+
+    def dump(self) -> list[str]:
+        """Flow entries as sorted text lines (for failure messages and golden files)."""
+        lines = []
+        for f in sorted(self.flows, key=lambda f: (f.table_id, -f.priority, sorted(f.match.items(),
+                                                                                   key=str))):
+            ports, groups, _ = f.outputs()
+            acts = [f"output:{p}" for p in ports] + [f"group:{g}" for g in groups] or ["drop"]
+            m = ",".join(f"{k}={v}" for k, v in sorted(f.match.items()))
+            lines.append(f"table={f.table_id} priority={f.priority} {m} -> {','.join(acts)}")
+        return lines
+
+
+# -- a whole fabric ----------------------------------------------------------------------------
+Path = tuple[str, ...]  # node names from the source host to a host or 'controller'
+
+
+class TraceError(AssertionError):
+    """A forwarding problem found by :meth:`FakeFabric.trace`. ``path`` is the path so far."""
+
+    def __init__(self, message: str, path: Path):
+        super().__init__(f"{message}: {' -> '.join(path)}")
+        self.path = path
+
+
+class BlackHole(TraceError):
+    """A packet dropped inside the fabric (table miss, dead port, unwired port)."""
+
+
+class ForwardingLoop(TraceError):
+    """A packet that comes back to a switch it already crossed."""
+
+
+class Misdelivery(TraceError):
+    """An IPv4 packet delivered to a host that does not own its ``ipv4_dst``."""
+
+
+@dataclass
+class TraceResult:
+    """Everything one packet can do: ``paths`` that end at a host or ``'controller'``, and the
+    problems met (each a :class:`TraceError` carrying its partial path)."""
+
+    paths: list[Path] = field(default_factory=list)
+    black_holes: list[BlackHole] = field(default_factory=list)
+    loops: list[ForwardingLoop] = field(default_factory=list)
+    misdelivered: list[Misdelivery] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.black_holes or self.loops or self.misdelivered)
+
+    @property
+    def problems(self) -> list[TraceError]:
+        return [*self.loops, *self.black_holes, *self.misdelivered]
+
+
+class FakeFabric:
+    """One :class:`FakeOFTable` per switch, wired by ``fabric.port_map``.
+
+    ``tables`` maps switch names to tables. :meth:`set_link` takes a link down or up: both ends'
+    ports go dead (select groups skip them) and packets sent onto the link are lost.
+    """
+
+    def __init__(self, fabric: Fabric, tables: Mapping[str, FakeOFTable]) -> None:
+        missing = set(fabric.switch_by_name) - set(tables)
+        if missing:
+            raise ValueError(f"no table for switch(es) {', '.join(sorted(missing))}")
+        self.fabric = fabric
+        self.tables = dict(tables)
+        self.down_links: set[frozenset[str]] = set()
+
+    @classmethod
+    def empty(cls, fabric: Fabric, hash_fields: Sequence[str] | None = None,
+              seed: int = 0) -> FakeFabric:
+        """A fabric of empty tables (one per switch)."""
+        return cls(fabric, {s.name: FakeOFTable(s.name, hash_fields, seed)
+                            for s in fabric.switches})
+
+    def set_link(self, u: str, v: str, up: bool) -> None:
+        """Take the link ``u``–``v`` down (``up=False``) or back up. Raises KeyError if none."""
+        link = self.fabric.link_between(u, v)
+        key = frozenset((u, v))
+        if up:
+            self.down_links.discard(key)
+        else:
+            self.down_links.add(key)
+        for node in (u, v):
+            if node in self.tables:
+                self.tables[node].set_port_up(link.port_of(node), up)
+
+    def trace_all(self, src_host: str, packet: Mapping[str, Any]) -> TraceResult:
+        """Follow ``packet`` sent by ``src_host`` along every possible output. Never raises for
+        forwarding problems; they are collected in the result."""
+        host = self.fabric.host_by_name[src_host]
+        result = TraceResult()
+        self._walk(host.leaf, host.port, dict(packet), (src_host, host.leaf), result)
+        return result
+
+    def trace(self, src_host: str, packet: Mapping[str, Any]) -> list[Path]:
+        """Every path ``packet`` from ``src_host`` can take (sorted).
+
+        Raises
+        ------
+        TraceError
+            The first loop, black hole or misdelivery found (:class:`ForwardingLoop`,
+            :class:`BlackHole`, :class:`Misdelivery`).
+        """
+        result = self.trace_all(src_host, packet)
+        if result.problems:
+            raise result.problems[0]
+        return sorted(result.paths)
+
+    def _walk(self, switch: str, in_port: int, packet: dict[str, Any], path: Path,
+              result: TraceResult) -> None:
+        if switch in path[:-1]:
+            result.loops.append(ForwardingLoop(f"loop at {switch}", path))
+            return
+        pkt = {**packet, "in_port": in_port}
+        outs = self.tables[switch].lookup(pkt)
+        if not outs:
+            result.black_holes.append(BlackHole(f"dropped at {switch} (in_port {in_port})", path))
+            return
+        for out in sorted(outs, key=str):
+            if out == CONTROLLER:
+                result.paths.append((*path, CONTROLLER))
+                continue
+            assert isinstance(out, int)
+            peer = self.fabric.port_map.get((switch, out))
+            if peer is None:
+                result.black_holes.append(BlackHole(f"{switch} port {out} is not wired", path))
+                continue
+            node, node_port = peer
+            if frozenset((switch, node)) in self.down_links:
+                result.black_holes.append(
+                    BlackHole(f"{switch} port {out} -> {node} is down", (*path, node))
+                )
+                continue
+            if self.fabric.is_host(node):
+                dst = packet.get("ipv4_dst")
+                if dst is not None and self.fabric.host_by_name[node].ipv4 != dst:
+                    result.misdelivered.append(
+                        Misdelivery(f"{dst} delivered to {node}", (*path, node))
+                    )
+                else:
+                    result.paths.append((*path, node))
+                continue
+            self._walk(node, node_port, packet, (*path, node), result)
