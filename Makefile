@@ -48,7 +48,7 @@ ovs:
 demo: setup
 	$(VENV)/bin/aifabric lab run $(EXPERIMENT) --out $(OUT)
 
-test: setup
+test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: venv

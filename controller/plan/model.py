@@ -25,6 +25,7 @@ ETH_TYPE_ARP = 0x0806
 ETH_TYPE_LLDP = 0x88CC
 IP_PROTO_TCP = 6
 IP_PROTO_UDP = 17
+OFPG_MAX = 0xFFFFFF00  # first reserved OpenFlow group id
 
 
 @dataclass(frozen=True, order=True)
@@ -141,13 +142,20 @@ def group_id_for_ports(ports: tuple[int, ...] | frozenset[int]) -> int:
     Raises
     ------
     ValueError
-        A port outside 1..31 (the id must stay below OpenFlow's reserved group ids).
+        A port outside 1..32, or a port set whose id would reach OpenFlow's reserved group ids
+        (``OFPG_MAX`` = 0xFFFFFF00 and above; OpenFlow 1.3.5 §7.3.4.2), i.e. one holding every
+        port 9..32.
     """
     gid = 0
     for p in ports:
-        if not 1 <= p <= 31:
-            raise ValueError(f"ECMP group port {p} outside 1..31")
+        if not 1 <= p <= 32:
+            raise ValueError(f"ECMP group port {p} outside 1..32")
         gid |= 1 << (p - 1)
+    if gid >= OFPG_MAX:
+        raise ValueError(
+            f"ECMP group for ports {sorted(ports)} would get id {gid:#x}, which OpenFlow reserves "
+            f"(>= {OFPG_MAX:#x})"
+        )
     return gid
 
 

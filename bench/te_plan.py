@@ -1,0 +1,90 @@
+"""Benchmark of the TE planner on fat-trees (not a test): ``python bench/te_plan.py``.
+
+Needs the package importable (``pip install -e .``, as ``make`` sets up).
+
+For k = 8 and k = 16 (100 Gbit/s links, 1 µs latency), one ring collective per pod over all of
+that pod's hosts (k²/4 ranks: 16 for k = 8, 64 for k = 16), plus one *strided* ring across all
+pods (rank i on pod i mod k, so every flow crosses the core), times separately
+
+* ``ecmp_next_hops`` (every switch × every host),
+* ``pin_flows`` (greedy + local search) for those collectives,
+* ``build_plan`` (the whole plan, invariant checks included),
+
+as the median of a few runs (``time.perf_counter``), and prints flows, the busiest link's flow
+count, the lower bound, and the k16/k8 ratio of planner time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from controller.model import Fabric, build_fat_tree
+from controller.plan.build import build_plan
+from controller.policy.model import Collective, Policy, Routing
+from controller.te.collectives import expand_policy
+from controller.te.ecmp import ecmp_next_hops
+from controller.te.pinning import pin_flows
+
+RATE_BPS = 100_000_000_000
+LATENCY_US = 1.0
+RUNS = 5
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T], runs: int = RUNS) -> tuple[float, T]:
+    """Median wall time in seconds over ``runs`` calls, and the last result."""
+    times = []
+    result: T
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def pod_rings(fabric: Fabric, k: int) -> Policy:
+    """One ring per pod over all of its hosts, plus one strided ring across the pods."""
+    per_pod = k * k // 4
+    hosts = [h.name for h in fabric.hosts]
+    rings = [
+        Collective(name=f"pod{p}", algorithm="ring",
+                   ranks=tuple(hosts[p * per_pod:(p + 1) * per_pod]))
+        for p in range(k)
+    ]
+    # rank i of the cross-pod ring: host (i // k) of pod (i % k); a DSCP keeps its match apart
+    cross = tuple(hosts[(i % k) * per_pod + i // k] for i in range(len(hosts)))
+    rings.append(Collective(name="cross", algorithm="ring", ranks=cross, dscp=26))
+    return Policy(routing=Routing(mode="pinned"), collectives=tuple(rings))
+
+
+def main() -> None:
+    rows = []
+    for k in (8, 16):
+        fabric = build_fat_tree(f"ft{k}", k, RATE_BPS, RATE_BPS, LATENCY_US, LATENCY_US)
+        policy = pod_rings(fabric, k)
+        demands = expand_policy(policy)
+        t_ecmp, _ = timed(lambda f=fabric: ecmp_next_hops(f))
+        t_pin, pin = timed(lambda f=fabric, d=demands: pin_flows(f, d))
+        t_plan, res = timed(lambda f=fabric, p=policy: build_plan(f, p), runs=3)
+        entries = sum(len(sp.flows) for sp in res.plan.switches.values())
+        rows.append((k, len(fabric.hosts), len(fabric.switches), len(demands),
+                     pin.max_link_flows, pin.lower_bound, t_ecmp, t_pin, t_plan, entries))
+    head = (f"{'k':>3} {'hosts':>6} {'switches':>8} {'flows':>6} {'max/link':>8} {'bound':>5} "
+            f"{'ecmp_s':>8} {'pin_s':>8} {'plan_s':>8} {'entries':>8}")
+    print("fat-tree, one ring per pod (all pod hosts) + one strided cross-pod ring (dscp 26)")
+    print(f"median of {RUNS} runs (build_plan: 3), time.perf_counter, seconds")
+    print(head)
+    print("-" * len(head))
+    for k, nh, ns, nf, mx, lb, te, tp, tb, ne in rows:
+        print(f"{k:>3} {nh:>6} {ns:>8} {nf:>6} {mx:>8} {lb:>5} "
+              f"{te:>8.4f} {tp:>8.4f} {tb:>8.4f} {ne:>8}")
+    (_, *a), (_, *b) = rows
+    print(f"ratio k16/k8: ecmp {b[5] / a[5]:.1f}x, pin_flows {b[6] / a[6]:.1f}x, "
+          f"build_plan {b[7] / a[7]:.1f}x (hosts {b[0] / a[0]:.0f}x, flows {b[2] / a[2]:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()

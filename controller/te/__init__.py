@@ -1,0 +1,31 @@
+"""Traffic engineering: pure algorithms over an immutable :class:`~controller.model.Fabric`.
+
+* :mod:`controller.te.ecmp` — per-destination ECMP next-hop port sets (hop-count shortest paths);
+* :mod:`controller.te.collectives` — a policy collective → its point-to-point flow demands;
+* :mod:`controller.te.paths` — candidate shortest valley-free paths between two hosts;
+* :mod:`controller.te.pinning` — one path per demand, minimising the busiest directed link;
+* :mod:`controller.te.exact` — the same objective solved exactly (MILP; small instances, tests);
+* :mod:`controller.te.invariants` — loop-freedom, reachability, valley-freedom checks.
+
+Nothing here does I/O or reads a clock; every function returns values.
+"""
+
+from controller.te.collectives import FlowDemand, expand_collective, expand_policy
+from controller.te.ecmp import NextHops, ecmp_next_hops
+from controller.te.invariants import check_path, check_routes
+from controller.te.paths import PathOracle, candidate_paths
+from controller.te.pinning import Pinning, pin_flows
+
+__all__ = [
+    "FlowDemand",
+    "NextHops",
+    "PathOracle",
+    "Pinning",
+    "candidate_paths",
+    "check_path",
+    "check_routes",
+    "ecmp_next_hops",
+    "expand_collective",
+    "expand_policy",
+    "pin_flows",
+]
