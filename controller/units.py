@@ -91,3 +91,34 @@ def format_rate(bps: float) -> str:
         if bps >= scale:
             return f"{bps / scale:g}{unit}"
     return f"{bps:g}bps"
+
+
+PERCENT_UNITS: dict[str, float] = {"%": 1.0}
+_PERCENT_RX = re.compile(r"^\s*(?P<num>[0-9]+(?:\.[0-9]+)?)\s*%\s*$")
+
+
+def parse_percent(value: object) -> float:
+    """Parse a percentage (``'20%'``, ``'0.5%'``) to a number of percent (0–100).
+
+    Raises :class:`UnitError` for a bare number (``0.2`` could mean 0.2 % or 20 %), a missing
+    ``%``, or a value above 100 %.
+    """
+    if isinstance(value, bool) or isinstance(value, int | float):
+        raise UnitError(f"{value!r} has no unit; write a percentage such as '{value}%'")
+    if not isinstance(value, str):
+        raise UnitError(f"expected a percentage such as '20%', got {value!r}")
+    m = _PERCENT_RX.match(value)
+    if not m:
+        raise UnitError(f"cannot read {value!r} as a percentage (number followed by '%')")
+    pct = float(m.group("num"))
+    if pct > 100:
+        raise UnitError(f"{value!r} is above 100%")
+    return pct
+
+
+def format_size(n_bytes: float) -> str:
+    """Format bytes for humans with decimal prefixes: ``1500000`` → ``'1.5MB'``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.4g}{unit}"
+    return f"{n_bytes:g}B"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from controller.errors import ConfigError, ConfigProblem
@@ -10,20 +11,57 @@ from controller.policy.model import Policy
 from controller.yamlsrc import Document, load_document, validate
 
 
+@dataclass(frozen=True)
+class CheckedPolicy:
+    """A valid policy and the warnings (legal but risky settings) found in it, located."""
+
+    policy: Policy
+    warnings: tuple[ConfigProblem, ...]
+
+
+def check_policy_document(
+    doc: Document, fabric: Fabric | None = None, target: str | None = None
+) -> CheckedPolicy:
+    """Validate a parsed policy, run the QoS checks (:mod:`controller.qos.checks`) and, with
+    ``fabric``, the cross-checks against it; with ``target``, also that target's limits.
+
+    Raises
+    ------
+    ConfigError
+        Every error found (warnings are not errors), each located ``FILE:LINE:COL``.
+    """
+    from controller.qos.checks import qos_findings
+
+    policy = validate(Policy, doc)
+    problems: list[ConfigProblem] = []
+    warnings: list[ConfigProblem] = []
+    if policy.has_qos or target is not None:
+        for finding in qos_findings(policy, fabric, target):
+            located = doc.problem(finding.path, finding.message, severity=finding.severity)
+            (problems if finding.severity == "error" else warnings).append(located)
+    if fabric is not None:
+        problems += _fabric_problems(doc, policy, fabric)
+    if problems:
+        raise ConfigError(sorted(problems, key=lambda p: (p.line, p.column)))
+    return CheckedPolicy(policy, tuple(sorted(warnings, key=lambda p: (p.line, p.column))))
+
+
 def policy_from_document(doc: Document, fabric: Fabric | None = None) -> Policy:
     """Validate a parsed policy; with ``fabric``, also check it against that fabric.
 
     Cross-checks: every rank names a host of the fabric; a collective's flows with the same
-    (src, dst, l4, dscp) are declared by one collective only.
+    (src, dst, l4, dscp) are declared by one collective only; the QoS checks of
+    :func:`check_policy_document` (whose warnings this drops).
 
     Raises
     ------
     ConfigError
         Every problem found, each located in the file.
     """
-    policy = validate(Policy, doc)
-    if fabric is None:
-        return policy
+    return check_policy_document(doc, fabric).policy
+
+
+def _fabric_problems(doc: Document, policy: Policy, fabric: Fabric) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
     for ci, coll in enumerate(policy.collectives):
         for ri, rank in enumerate(coll.ranks):
@@ -51,11 +89,16 @@ def policy_from_document(doc: Document, fabric: Fabric | None = None) -> Policy:
                     )
                 )
             seen.setdefault(key, coll.name)
-    if problems:
-        raise ConfigError(problems)
-    return policy
+    return problems
 
 
 def load_policy(path: str | Path, fabric: Fabric | None = None) -> Policy:
     """Read and validate a policy YAML file (see :func:`policy_from_document`)."""
     return policy_from_document(load_document(path), fabric)
+
+
+def load_policy_checked(
+    path: str | Path, fabric: Fabric | None = None, target: str | None = None
+) -> CheckedPolicy:
+    """Read a policy YAML file; return it with its warnings (see :func:`check_policy_document`)."""
+    return check_policy_document(load_document(path), fabric, target)

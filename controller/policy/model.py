@@ -1,7 +1,11 @@
 """The policy schema (pydantic v2, frozen, unknown keys rejected).
 
-Sections so far: ``routing`` and ``collectives``. QoS sections (``traffic_classes``, ``pfc``,
-``ecn``, ``buffers``, ``shaping``) will sit beside them as further top-level keys.
+Sections: ``routing`` and ``collectives``; and the optional QoS sections ``traffic_classes``,
+``pfc``, ``ecn``, ``buffers`` and ``shaping`` (see :class:`TrafficClass` … :class:`Shaping`; the
+derivations and cross-section checks live in :mod:`controller.qos`). Quantities are explicit unit
+strings parsed by :mod:`controller.units` (``25Gbps``, ``10us``, ``1.5MB``, ``100m``, ``20%``);
+in the models they carry their unit in the field name (``rate_limit_bps``, ``cable_m``...), while
+the YAML key is the plain word (``rate_limit``, ``cable``).
 
 Example::
 
@@ -23,6 +27,15 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from controller.units import (
+    UnitError,
+    parse_duration_us,
+    parse_length_m,
+    parse_percent,
+    parse_rate_bps,
+    parse_size_bytes,
+)
 
 HASH_FIELDS = ("eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
 FIVE_TUPLE = ("ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
@@ -94,12 +107,284 @@ class Collective(_Strict):
         return v
 
 
+# -- QoS sections --------------------------------------------------------------------------------
+def _unit(parser: object, v: object) -> object:
+    try:
+        return parser(v)  # type: ignore[operator]
+    except UnitError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _size_or_auto(v: object) -> object:
+    if v is None or v == "auto":
+        return v
+    return _unit(parse_size_bytes, v)
+
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+Dscp = Annotated[int, Field(ge=0, le=63)]
+Priority = Annotated[int, Field(ge=0, le=7)]
+
+
+class TrafficClass(_Strict):
+    """A traffic class: which DSCP values belong to it and how its queue is served.
+
+    ``tc`` is the internal traffic class / 802.1p priority (0–7) that PFC acts on; ``queue`` the
+    egress queue (0–7; among strict-priority queues a higher number is served first).
+    ``scheduling: strict`` or ``dwrr`` with ``weight`` (1–100). ``lossless: true`` needs PFC on
+    ``tc``. ``rate_limit`` (YAML, e.g. ``1Gbps``) caps the class at every egress port (a policer,
+    bits/s).
+    """
+
+    name: Annotated[str, Field(min_length=1, pattern=NAME_PATTERN)]
+    dscp: tuple[Dscp, ...]
+    tc: Priority
+    queue: Priority
+    scheduling: Literal["strict", "dwrr"]
+    weight: Annotated[int, Field(ge=1, le=100)] | None = None
+    lossless: bool = False
+    rate_limit_bps: int | None = Field(default=None, alias="rate_limit")
+
+    _v_rate = field_validator("rate_limit_bps", mode="before")(
+        lambda cls, v: None if v is None else _unit(parse_rate_bps, v)
+    )
+
+    @field_validator("dscp")
+    @classmethod
+    def _dscp(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v:
+            raise ValueError("list at least one DSCP value")
+        if len(set(v)) != len(v):
+            raise ValueError("a DSCP value is listed twice in this class")
+        return v
+
+    @model_validator(mode="after")
+    def _weight(self) -> TrafficClass:
+        if self.scheduling == "dwrr" and self.weight is None:
+            raise ValueError("scheduling: dwrr needs a weight (1-100)")
+        if self.scheduling == "strict" and self.weight is not None:
+            raise ValueError("a strict-priority class takes no weight")
+        return self
+
+
+class PfcWatchdog(_Strict):
+    """PFC watchdog: a queue paused longer than ``detect`` is declared stormed; it is restored
+    after ``restore`` without pauses. YAML durations (``200ms``); fields in µs."""
+
+    detect_us: float = Field(alias="detect")
+    restore_us: float = Field(alias="restore")
+
+    _v = field_validator("detect_us", "restore_us", mode="before")(
+        lambda cls, v: _unit(parse_duration_us, v)
+    )
+
+
+class CableOverride(_Strict):
+    """The cable length of one link, named by its two ends (``between: [leaf1, spine1]``)."""
+
+    between: tuple[str, str]
+    cable_m: float = Field(alias="cable")
+
+    _v = field_validator("cable_m", mode="before")(lambda cls, v: _unit(parse_length_m, v))
+
+
+class Pfc(_Strict):
+    """Priority flow control (IEEE 802.1Qbb).
+
+    ``lossless_priorities``: the priorities (0–7) paused instead of dropped. ``cable``: the default
+    cable length of every link (m), ``links``: per-link overrides. ``mtu``: the largest frame on the
+    wire (bytes); ``lossless_mtu`` the largest frame of a lossless class (default ``mtu``).
+    Link speeds come from the topology.
+    """
+
+    lossless_priorities: tuple[Priority, ...]
+    cable_m: float = Field(alias="cable")
+    links: tuple[CableOverride, ...] = ()
+    mtu_bytes: int = Field(alias="mtu")
+    lossless_mtu_bytes: int | None = Field(default=None, alias="lossless_mtu")
+    watchdog: PfcWatchdog | None = None
+
+    _v_len = field_validator("cable_m", mode="before")(lambda cls, v: _unit(parse_length_m, v))
+    _v_mtu = field_validator("mtu_bytes", "lossless_mtu_bytes", mode="before")(
+        lambda cls, v: None if v is None else _unit(parse_size_bytes, v)
+    )
+
+    @field_validator("lossless_priorities")
+    @classmethod
+    def _prios(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError("a priority is listed twice")
+        return v
+
+    @field_validator("mtu_bytes", "lossless_mtu_bytes")
+    @classmethod
+    def _mtu(cls, v: int | None) -> int | None:
+        if v is not None and not 64 <= v <= 16384:
+            raise ValueError(f"an Ethernet MTU must be between 64B and 16384B, got {v}B")
+        return v
+
+
+class EcnClass(_Strict):
+    """ECN marking for one traffic class (``class``: its name).
+
+    ``mode: dctcp``: one threshold ``k`` (a size, or ``auto`` = ⌈C·RTT/7⌉ per link rate).
+    ``mode: dcqcn``: ``kmin``/``kmax``/``pmax``, each given or all ``auto`` (scaled with link rate).
+    ``mode: explicit``: ``kmin``/``kmax``/``pmax`` given, used as is.
+    Sizes in bytes; ``pmax`` in percent.
+    """
+
+    class_name: str = Field(alias="class")
+    mode: Literal["dctcp", "dcqcn", "explicit"]
+    k_bytes: int | Literal["auto"] | None = Field(default=None, alias="k")
+    kmin_bytes: int | Literal["auto"] | None = Field(default=None, alias="kmin")
+    kmax_bytes: int | Literal["auto"] | None = Field(default=None, alias="kmax")
+    pmax_percent: float | Literal["auto"] | None = Field(default=None, alias="pmax")
+
+    _v_sizes = field_validator("k_bytes", "kmin_bytes", "kmax_bytes", mode="before")(
+        lambda cls, v: _size_or_auto(v)
+    )
+    _v_p = field_validator("pmax_percent", mode="before")(
+        lambda cls, v: v if v is None or v == "auto" else _unit(parse_percent, v)
+    )
+
+    @model_validator(mode="after")
+    def _fields_for_mode(self) -> EcnClass:
+        red = (self.kmin_bytes, self.kmax_bytes, self.pmax_percent)
+        if self.mode == "dctcp":
+            if self.k_bytes is None:
+                raise ValueError("mode dctcp needs k (a size such as '100KB', or 'auto')")
+            if any(x is not None for x in red):
+                raise ValueError("mode dctcp takes k only, not kmin/kmax/pmax")
+            return self
+        if self.k_bytes is not None:
+            raise ValueError(f"mode {self.mode} takes kmin/kmax/pmax, not k")
+        if any(x is None for x in red):
+            raise ValueError(f"mode {self.mode} needs kmin, kmax and pmax")
+        autos = [x == "auto" for x in red]
+        if self.mode == "explicit" and any(autos):
+            raise ValueError("mode explicit takes given values; use mode dcqcn for 'auto'")
+        if any(autos) and not all(autos):
+            raise ValueError("give kmin, kmax and pmax all as 'auto' or all as values")
+        return self
+
+    @property
+    def auto(self) -> bool:
+        """True when the thresholds are derived from the link rate (and base RTT)."""
+        return self.k_bytes == "auto" or self.kmin_bytes == "auto"
+
+
+class Ecn(_Strict):
+    """ECN marking. ``base_rtt``: the fabric's base round-trip time (µs), input of DCTCP ``auto``.
+    ``dcqcn_defaults``: which published DCQCN setting ``auto`` scales (``zhu2015`` or ``hpcc``)."""
+
+    base_rtt_us: float = Field(alias="base_rtt")
+    dcqcn_defaults: Literal["zhu2015", "hpcc"] = "zhu2015"
+    classes: tuple[EcnClass, ...]
+
+    _v = field_validator("base_rtt_us", mode="before")(lambda cls, v: _unit(parse_duration_us, v))
+
+    @field_validator("base_rtt_us")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("base_rtt must be positive")
+        return v
+
+
+ALPHAS = {f"1/{2**i}": -i for i in range(1, 8)} | {str(2**i): i for i in range(0, 8)}
+
+
+class Buffers(_Strict):
+    """A switch's packet buffer (every switch of the fabric gets the same profile).
+
+    ``size``: total buffer (bytes). ``reserved_per_port``: guaranteed per port (bytes).
+    ``headroom``: PFC headroom per lossless priority group, ``auto`` (derived per port from speed,
+    cable and MTU) or a size. ``alpha``: dynamic-threshold factor, a power of two written
+    ``'1/8'`` … ``'128'`` (kept as ``alpha_log2``). ``queue_depth``: target queue depth as time at
+    link rate (µs; guidance 100–200 µs).
+    """
+
+    size_bytes: int = Field(alias="size")
+    reserved_per_port_bytes: int = Field(alias="reserved_per_port")
+    headroom_bytes: int | Literal["auto"] = Field(default="auto", alias="headroom")
+    alpha_log2: int = Field(alias="alpha")
+    queue_depth_us: float = Field(alias="queue_depth")
+
+    _v_sizes = field_validator("size_bytes", "reserved_per_port_bytes", mode="before")(
+        lambda cls, v: _unit(parse_size_bytes, v)
+    )
+    _v_head = field_validator("headroom_bytes", mode="before")(lambda cls, v: _size_or_auto(v))
+    _v_q = field_validator("queue_depth_us", mode="before")(
+        lambda cls, v: _unit(parse_duration_us, v)
+    )
+
+    @field_validator("alpha_log2", mode="before")
+    @classmethod
+    def _alpha(cls, v: object) -> int:
+        if not isinstance(v, str) or v not in ALPHAS:
+            raise ValueError(
+                f"alpha must be a power of two written as a string, one of "
+                f"{', '.join(sorted(ALPHAS, key=lambda a: ALPHAS[a]))} (got {v!r})"
+            )
+        return ALPHAS[v]
+
+    @property
+    def alpha(self) -> float:
+        return 2.0**self.alpha_log2
+
+
+class ClassShaper(_Strict):
+    """Shape one class to ``rate`` (bits/s) at every egress port; ``burst`` (bytes) optional."""
+
+    class_name: str = Field(alias="class")
+    rate_bps: int = Field(alias="rate")
+    burst_bytes: int | None = Field(default=None, alias="burst")
+
+    _v_rate = field_validator("rate_bps", mode="before")(lambda cls, v: _unit(parse_rate_bps, v))
+    _v_burst = field_validator("burst_bytes", mode="before")(
+        lambda cls, v: None if v is None else _unit(parse_size_bytes, v)
+    )
+
+
+class PortShaper(_Strict):
+    """Shape one switch port (``port``) or all its ports (no ``port``) to ``rate`` (bits/s)."""
+
+    switch: str
+    port: Annotated[int, Field(ge=1)] | None = None
+    rate_bps: int = Field(alias="rate")
+    burst_bytes: int | None = Field(default=None, alias="burst")
+
+    _v_rate = field_validator("rate_bps", mode="before")(lambda cls, v: _unit(parse_rate_bps, v))
+    _v_burst = field_validator("burst_bytes", mode="before")(
+        lambda cls, v: None if v is None else _unit(parse_size_bytes, v)
+    )
+
+
+class Shaping(_Strict):
+    """Egress shapers per class and per port (used for WAN links)."""
+
+    classes: tuple[ClassShaper, ...] = ()
+    ports: tuple[PortShaper, ...] = ()
+
+
 class Policy(_Strict):
     """A whole policy file."""
 
     version: Literal[1] = 1
     routing: Routing
     collectives: tuple[Collective, ...] = ()
+    traffic_classes: tuple[TrafficClass, ...] = ()
+    pfc: Pfc | None = None
+    ecn: Ecn | None = None
+    buffers: Buffers | None = None
+    shaping: Shaping | None = None
+
+    @property
+    def has_qos(self) -> bool:
+        """True when the policy has any QoS section."""
+        return bool(self.traffic_classes) or any(
+            x is not None for x in (self.pfc, self.ecn, self.buffers, self.shaping)
+        )
 
     @model_validator(mode="after")
     def _unique_names(self) -> Policy:

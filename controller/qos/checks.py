@@ -1,0 +1,285 @@
+"""Cross-section checks of the QoS sections. Pure: findings carry YAML paths, not positions.
+
+:func:`qos_findings` returns every :class:`Finding` (errors and warnings); the policy loader turns
+paths into ``FILE:LINE:COL`` and refuses the policy when any finding is an error, so nothing is
+rendered or applied. Each message ends with the rule it enforces, ``(rule: ...)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.model.topology import Fabric
+from controller.policy.model import Policy
+from controller.qos import formulas as f
+from controller.qos.compile import ecn_profile, port_headroom, switch_ports
+from controller.qos.targets import TARGETS
+from controller.units import format_rate, format_size
+
+YamlPath = tuple[str | int, ...]
+QUEUE_DEPTH_GUIDANCE_US = (100.0, 200.0)  # /work/shared/data/real_workloads.md: 100–200 µs
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem at ``path`` (a YAML path); ``severity`` is ``'error'`` or ``'warning'``."""
+
+    path: YamlPath
+    message: str
+    severity: str = "error"
+
+
+def _threshold_fields(i: int, mode: str) -> tuple[YamlPath, str]:
+    """Path and name of the threshold that bounds the queue (k for dctcp, kmax otherwise)."""
+    key = "k" if mode == "dctcp" else "kmax"
+    return ("ecn", "classes", i, key), key
+
+
+def qos_findings(policy: Policy, fabric: Fabric | None = None,
+                 target: str | None = None) -> list[Finding]:
+    """All QoS findings for ``policy`` (with ``fabric``: also per-port; with ``target``: also the
+    target's limits, see :mod:`controller.qos.targets`).
+
+    Raises
+    ------
+    KeyError
+        ``target`` is not a known target name.
+    """
+    out: list[Finding] = []
+    out += _class_findings(policy)
+    out += _pfc_findings(policy)
+    out += _ecn_findings(policy)
+    out += _buffer_findings(policy)
+    out += _shaping_findings(policy, fabric)
+    if fabric is not None:
+        out += _fabric_findings(policy, fabric)
+    if target is not None:
+        caps = TARGETS[target]
+        lossless = policy.pfc.lossless_priorities if policy.pfc is not None else ()
+        if len(lossless) > caps.max_lossless_priorities:
+            out.append(Finding(
+                ("pfc", "lossless_priorities"),
+                f"{len(lossless)} lossless priorities, but target {target} supports "
+                f"{caps.max_lossless_priorities} ({caps.why}) "
+                "(rule: no more lossless priorities than the target supports)",
+            ))
+    return out
+
+
+def _class_findings(policy: Policy) -> list[Finding]:
+    out: list[Finding] = []
+    dscp_owner: dict[int, str] = {}
+    names: dict[str, int] = {}
+    tcs: dict[int, str] = {}
+    queues: dict[int, str] = {}
+    for i, tc in enumerate(policy.traffic_classes):
+        base: YamlPath = ("traffic_classes", i)
+        if tc.name in names:
+            out.append(Finding(base + ("name",), f"class {tc.name!r} is defined twice "
+                               "(rule: class names are unique)"))
+        names.setdefault(tc.name, i)
+        for j, d in enumerate(tc.dscp):
+            if d in dscp_owner:
+                out.append(Finding(base + ("dscp", j), f"DSCP {d} is already mapped to class "
+                                   f"{dscp_owner[d]!r} (rule: every DSCP value maps to at most "
+                                   "one class)"))
+            dscp_owner.setdefault(d, tc.name)
+        if tc.tc in tcs:
+            out.append(Finding(base + ("tc",), f"traffic class {tc.tc} is already used by class "
+                               f"{tcs[tc.tc]!r} (rule: one class per traffic class)"))
+        tcs.setdefault(tc.tc, tc.name)
+        if tc.queue in queues:
+            out.append(Finding(base + ("queue",), f"queue {tc.queue} is already used by class "
+                               f"{queues[tc.queue]!r} (rule: one class per egress queue)"))
+        queues.setdefault(tc.queue, tc.name)
+    # strict priority may starve a lossless class unless it is rate-limited
+    limited = {c.class_name for c in (policy.shaping.classes if policy.shaping else ())}
+    limited |= {tc.name for tc in policy.traffic_classes if tc.rate_limit_bps is not None}
+    for i, s in enumerate(policy.traffic_classes):
+        if s.scheduling != "strict" or s.name in limited:
+            continue
+        for victim in policy.traffic_classes:
+            if not victim.lossless or victim.name == s.name:
+                continue
+            if victim.scheduling == "dwrr" or victim.queue < s.queue:
+                out.append(Finding(
+                    ("traffic_classes", i, "scheduling"),
+                    f"strict-priority class {s.name!r} has no rate_limit or shaper and can starve "
+                    f"lossless class {victim.name!r} (rule: a strict-priority class served before "
+                    "a lossless class must be rate-limited)",
+                ))
+                break
+    return out
+
+
+def _pfc_findings(policy: Policy) -> list[Finding]:
+    out: list[Finding] = []
+    pfc = policy.pfc
+    lossless = set(pfc.lossless_priorities) if pfc is not None else set()
+    for i, tc in enumerate(policy.traffic_classes):
+        if tc.lossless and tc.tc not in lossless:
+            out.append(Finding(("traffic_classes", i, "lossless"),
+                               f"class {tc.name!r} is lossless but PFC is not enabled on its "
+                               f"priority {tc.tc} (rule: a lossless class needs PFC on its "
+                               "priority; add it to pfc.lossless_priorities)"))
+    if pfc is None:
+        return out
+    used = {tc.tc for tc in policy.traffic_classes if tc.lossless}
+    for j, p in enumerate(pfc.lossless_priorities):
+        if p not in used:
+            out.append(Finding(("pfc", "lossless_priorities", j),
+                               f"priority {p} is lossless but no lossless class uses it; it only "
+                               "reserves headroom", "warning"))
+    if pfc.lossless_priorities and pfc.watchdog is None:
+        out.append(Finding(("pfc",), "no PFC watchdog: a stuck receiver can spread pause storms "
+                           "through the fabric; add pfc.watchdog", "warning"))
+    if pfc.lossless_priorities and policy.buffers is None:
+        out.append(Finding(("pfc",), "lossless priorities need a buffers section to carve PFC "
+                           "headroom from (rule: headroom × lossless PGs × ports + reserved ≤ "
+                           "buffer)"))
+    return out
+
+
+def _ecn_findings(policy: Policy) -> list[Finding]:
+    out: list[Finding] = []
+    if policy.ecn is None:
+        return out
+    names = {tc.name for tc in policy.traffic_classes}
+    seen: set[str] = set()
+    size = policy.buffers.size_bytes if policy.buffers is not None else None
+    for i, ec in enumerate(policy.ecn.classes):
+        base: YamlPath = ("ecn", "classes", i)
+        if ec.class_name not in names:
+            out.append(Finding(base + ("class",), f"no traffic class {ec.class_name!r} "
+                               "(rule: ECN settings name a class of traffic_classes)"))
+        if ec.class_name in seen:
+            out.append(Finding(base + ("class",), f"class {ec.class_name!r} has ECN settings "
+                               "twice (rule: one ECN setting per class)"))
+        seen.add(ec.class_name)
+        if isinstance(ec.kmin_bytes, int) and isinstance(ec.kmax_bytes, int):
+            if ec.kmin_bytes >= ec.kmax_bytes:
+                out.append(Finding(base + ("kmin",), f"kmin {format_size(ec.kmin_bytes)} is not "
+                                   f"below kmax {format_size(ec.kmax_bytes)} (rule: Kmin < Kmax)"))
+        path, key = _threshold_fields(i, ec.mode)
+        top = ec.k_bytes if ec.mode == "dctcp" else ec.kmax_bytes
+        if isinstance(top, int) and size is not None and top > size:
+            out.append(Finding(path, f"{key} {format_size(top)} is above the switch buffer "
+                               f"{format_size(size)} (rule: a threshold fits in the buffer)"))
+        if ec.mode == "dcqcn" and ec.class_name in names:
+            tc = next(t for t in policy.traffic_classes if t.name == ec.class_name)
+            if not tc.lossless:
+                out.append(Finding(base + ("mode",), f"DCQCN on class {tc.name!r}, which is not "
+                                   "lossless: DCQCN is designed for RoCEv2 over PFC", "warning"))
+    return out
+
+
+def _buffer_findings(policy: Policy) -> list[Finding]:
+    out: list[Finding] = []
+    b = policy.buffers
+    if b is None:
+        return out
+    lo, hi = QUEUE_DEPTH_GUIDANCE_US
+    if not lo <= b.queue_depth_us <= hi:
+        out.append(Finding(("buffers", "queue_depth"), f"queue depth {b.queue_depth_us:g}us is "
+                           f"outside the {lo:g}-{hi:g}us guidance for AI traffic", "warning"))
+    if b.reserved_per_port_bytes > b.size_bytes:
+        out.append(Finding(("buffers", "reserved_per_port"), "reserved_per_port is larger than "
+                           "the whole buffer (rule: reserved + headroom ≤ buffer)"))
+    return out
+
+
+def _shaping_findings(policy: Policy, fabric: Fabric | None) -> list[Finding]:
+    out: list[Finding] = []
+    if policy.shaping is None:
+        return out
+    names = {tc.name for tc in policy.traffic_classes}
+    seen: set[str] = set()
+    for i, cs in enumerate(policy.shaping.classes):
+        if cs.class_name not in names:
+            out.append(Finding(("shaping", "classes", i, "class"), f"no traffic class "
+                               f"{cs.class_name!r} (rule: shapers name a class of traffic_classes)"))
+        if cs.class_name in seen:
+            out.append(Finding(("shaping", "classes", i, "class"), f"class {cs.class_name!r} is "
+                               "shaped twice (rule: one shaper per class)"))
+        seen.add(cs.class_name)
+    if fabric is None:
+        return out
+    ports = switch_ports(fabric, policy) if policy.shaping.ports else {}
+    for i, ps in enumerate(policy.shaping.ports):
+        if ps.switch not in ports:
+            out.append(Finding(("shaping", "ports", i, "switch"), f"no switch {ps.switch!r} in "
+                               f"topology {fabric.name!r}"))
+        elif ps.port is not None and ps.port not in {p.port for p in ports[ps.switch]}:
+            out.append(Finding(("shaping", "ports", i, "port"), f"switch {ps.switch!r} has no "
+                               f"port {ps.port}"))
+    return out
+
+
+def _fabric_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
+    out: list[Finding] = []
+    if policy.pfc is not None:
+        for i, o in enumerate(policy.pfc.links):
+            if frozenset(o.between) not in {frozenset((ln.a, ln.b)) for ln in fabric.links}:
+                out.append(Finding(("pfc", "links", i, "between"), f"no link {o.between[0]}-"
+                                   f"{o.between[1]} in topology {fabric.name!r}"))
+    all_ports = switch_ports(fabric, policy)
+    rates = sorted({p.rate_bps for ports in all_ports.values() for p in ports})
+    b = policy.buffers
+    # buffer budget per switch (headroom from the formulas, or as given)
+    n_pg = len(policy.pfc.lossless_priorities) if policy.pfc is not None else 0
+    min_shared: int | None = None
+    if b is not None:
+        worst: tuple[int, str, int, int] | None = None
+        for sw in sorted(all_ports):
+            try:
+                heads = [port_headroom(policy, p)[1] for p in all_ports[sw]]
+            except ValueError as exc:
+                out.append(Finding(("buffers", "headroom"), str(exc)))
+                return out
+            need = sum(heads) * n_pg + b.reserved_per_port_bytes * len(heads)
+            shared = b.size_bytes - need
+            min_shared = shared if min_shared is None else min(min_shared, shared)
+            if need > b.size_bytes and (worst is None or need > worst[0]):
+                worst = (need, sw, sum(heads) * n_pg, len(heads))
+        if worst is not None:
+            need, sw, head, n = worst
+            out.append(Finding(("buffers", "size"), f"switch {sw!r} needs {format_size(need)} "
+                               f"(headroom {format_size(head)} for {n_pg} lossless PG(s) on {n} "
+                               f"ports + reserved {format_size(b.reserved_per_port_bytes)} x {n}) "
+                               f"but the buffer is {format_size(b.size_bytes)} (rule: headroom x "
+                               "lossless PGs x ports + reserved <= buffer)"))
+    if policy.ecn is None:
+        return out
+    for i, ec in enumerate(policy.ecn.classes):
+        path, key = _threshold_fields(i, ec.mode)
+        if ec.auto:
+            path = ("ecn", "classes", i, "mode")
+        for rate in rates:
+            red = ecn_profile(ec, policy, rate)
+            if b is not None:
+                limit = f.queue_bytes_for_time(rate, b.queue_depth_us)
+                if red.kmax_bytes > limit:
+                    out.append(Finding(path, f"{key} {format_size(red.kmax_bytes)} on "
+                                       f"{format_rate(rate)} links is above the queue limit "
+                                       f"{format_size(limit)} ({b.queue_depth_us:g}us at link "
+                                       "rate) (rule: a threshold is below the queue limit)"))
+                    break
+                if min_shared is not None and min_shared > 0:
+                    dt_max = f.dynamic_threshold_max_queue_bytes(min_shared, b.alpha)
+                    if red.kmax_bytes > dt_max:
+                        out.append(Finding(path, f"{key} {format_size(red.kmax_bytes)} on "
+                                           f"{format_rate(rate)} links is above the longest queue "
+                                           f"the dynamic threshold allows, alpha*B/(1+alpha) = "
+                                           f"{format_size(dt_max)} (Choudhury & Hahne 1998) "
+                                           "(rule: a threshold is below the queue limit)"))
+                        break
+            if ec.mode == "dctcp" and not ec.auto:
+                bound = f.dctcp_k_min_bytes(rate, policy.ecn.base_rtt_us)
+                if red.kmax_bytes < bound:
+                    out.append(Finding(path, f"k {format_size(red.kmax_bytes)} is below "
+                                       f"C*RTT/7 = {format_size(bound)} on {format_rate(rate)} "
+                                       f"links (RTT {policy.ecn.base_rtt_us:g}us): the queue "
+                                       "can run empty and cost throughput (Alizadeh et al., "
+                                       "SIGCOMM 2010, §3.3)", "warning"))
+                    break
+    return out

@@ -1,0 +1,191 @@
+"""Compile the QoS sections of a policy against a fabric: per switch, per port numbers.
+
+:func:`compile_qos` is pure: (Policy, Fabric) → :class:`QosPlan`. It assumes the policy passed
+:func:`controller.qos.checks.qos_findings` without errors (the loader runs them); on an
+inconsistent policy it raises ValueError rather than guessing.
+
+Every number comes from :mod:`controller.qos.formulas`, whose docstrings cite the sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.model.topology import Fabric
+from controller.policy.model import EcnClass, Policy, TrafficClass
+from controller.qos import formulas as f
+
+
+@dataclass(frozen=True)
+class Port:
+    """One switch port: its number, the node at the other end, rate (bits/s), cable (m)."""
+
+    port: int
+    peer: str
+    rate_bps: int
+    cable_m: float
+
+
+@dataclass(frozen=True)
+class EcnSetting:
+    """Marking for one class on one port: RED ``kmin/kmax/pmax``; DCTCP is kmin = kmax, 100 %."""
+
+    class_name: str
+    mode: str
+    red: f.RedProfile
+
+
+@dataclass(frozen=True)
+class PortQos:
+    """Everything QoS on one port. ``headroom`` is None when the port has no lossless priority;
+    ``headroom_bytes`` is the per-PG headroom used (derived or given). ``shaper_bps`` is the port
+    shaper, if any. ``queue_limit_bytes`` is the queue-depth target at this port's rate."""
+
+    port: Port
+    headroom: f.HeadroomTerms | None
+    headroom_bytes: int
+    ecn: tuple[EcnSetting, ...]
+    queue_limit_bytes: int | None
+    shaper_bps: int | None
+    shaper_burst_bytes: int | None
+
+
+@dataclass(frozen=True)
+class BufferPlan:
+    """A switch's buffer carve-up, bytes: size = reserved + headroom + shared."""
+
+    size_bytes: int
+    reserved_bytes: int
+    headroom_bytes: int
+    shared_bytes: int
+    alpha_log2: int
+    dt_max_queue_bytes: int
+
+
+@dataclass(frozen=True)
+class SwitchQos:
+    name: str
+    dpid: int
+    ports: tuple[PortQos, ...]
+    buffer: BufferPlan | None
+
+
+@dataclass(frozen=True)
+class QosPlan:
+    """The compiled QoS of a fabric. ``classes`` in policy order; ``switches`` by name."""
+
+    fabric: str
+    classes: tuple[TrafficClass, ...]
+    lossless_priorities: tuple[int, ...]
+    switches: tuple[SwitchQos, ...]
+    policy: Policy
+
+
+def switch_ports(fabric: Fabric, policy: Policy) -> dict[str, tuple[Port, ...]]:
+    """Every switch's ports, sorted by number, with rate and cable length (pfc.links override
+    pfc.cable; with no pfc section the cable is 0 m)."""
+    overrides: dict[frozenset[str], float] = {}
+    default_m = 0.0
+    if policy.pfc is not None:
+        default_m = policy.pfc.cable_m
+        overrides = {frozenset(o.between): o.cable_m for o in policy.pfc.links}
+    out: dict[str, list[Port]] = {s.name: [] for s in fabric.switches}
+    for ln in fabric.links:
+        cable = overrides.get(frozenset((ln.a, ln.b)), default_m)
+        for node, port, peer in ((ln.a, ln.a_port, ln.b), (ln.b, ln.b_port, ln.a)):
+            if node in out:
+                out[node].append(Port(port, peer, ln.capacity_bps, cable))
+    return {k: tuple(sorted(v, key=lambda p: p.port)) for k, v in out.items()}
+
+
+def ecn_profile(ec: EcnClass, policy: Policy, rate_bps: int) -> f.RedProfile:
+    """The RED profile of ECN class ``ec`` on a link of ``rate_bps`` (derived when ``auto``)."""
+    assert policy.ecn is not None
+    if ec.mode == "dctcp":
+        if ec.k_bytes == "auto":
+            mtu = policy.pfc.mtu_bytes if policy.pfc is not None else 1500
+            k = f.dctcp_k_auto_bytes(rate_bps, policy.ecn.base_rtt_us, mtu)
+        else:
+            assert isinstance(ec.k_bytes, int)
+            k = ec.k_bytes
+        return f.RedProfile(k, k, 100.0)
+    if ec.kmin_bytes == "auto":
+        return f.dcqcn_auto(rate_bps, policy.ecn.dcqcn_defaults)
+    assert isinstance(ec.kmin_bytes, int) and isinstance(ec.kmax_bytes, int)
+    assert isinstance(ec.pmax_percent, float)
+    return f.RedProfile(ec.kmin_bytes, ec.kmax_bytes, ec.pmax_percent)
+
+
+def port_headroom(policy: Policy, port: Port) -> tuple[f.HeadroomTerms | None, int]:
+    """(derivation or None, per-PG headroom bytes) for ``port``; (None, 0) without lossless PGs."""
+    pfc = policy.pfc
+    if pfc is None or not pfc.lossless_priorities:
+        return None, 0
+    terms = f.pfc_headroom(port.rate_bps, port.cable_m, pfc.mtu_bytes, pfc.lossless_mtu_bytes)
+    bufs = policy.buffers
+    if bufs is not None and isinstance(bufs.headroom_bytes, int):
+        return terms, bufs.headroom_bytes
+    return terms, terms.total_bytes
+
+
+def buffer_plan(policy: Policy, ports: tuple[PortQos, ...]) -> BufferPlan | None:
+    """Carve a switch's buffer: reserved per port, headroom per port × lossless PGs, the rest
+    shared. None without a buffers section. The shared part may be negative (checks reject it)."""
+    bufs = policy.buffers
+    if bufs is None:
+        return None
+    n_pg = len(policy.pfc.lossless_priorities) if policy.pfc is not None else 0
+    reserved = bufs.reserved_per_port_bytes * len(ports)
+    headroom = sum(p.headroom_bytes for p in ports) * n_pg
+    shared = bufs.size_bytes - reserved - headroom
+    dt = f.dynamic_threshold_max_queue_bytes(max(shared, 0), bufs.alpha)
+    return BufferPlan(bufs.size_bytes, reserved, headroom, shared, bufs.alpha_log2, dt)
+
+
+def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
+    """Per-switch, per-port QoS of ``policy`` on ``fabric``.
+
+    Raises
+    ------
+    ValueError
+        The policy references something the fabric lacks, or a formula's input is out of range
+        (e.g. a port above 400 Gb/s with ``headroom: auto``).
+    """
+    shapers = {}
+    if policy.shaping is not None:
+        for ps in policy.shaping.ports:
+            if ps.switch not in fabric.switch_by_name:
+                raise ValueError(f"shaping: no switch {ps.switch!r} in fabric {fabric.name!r}")
+            shapers[(ps.switch, ps.port)] = ps
+    ecn_classes = policy.ecn.classes if policy.ecn is not None else ()
+    queue_us = policy.buffers.queue_depth_us if policy.buffers is not None else None
+    switches: list[SwitchQos] = []
+    all_ports = switch_ports(fabric, policy)
+    for sw in sorted(fabric.switches, key=lambda s: s.name):
+        pqs: list[PortQos] = []
+        for port in all_ports[sw.name]:
+            terms, head = port_headroom(policy, port)
+            ecn = tuple(
+                EcnSetting(ec.class_name, ec.mode, ecn_profile(ec, policy, port.rate_bps))
+                for ec in ecn_classes
+            )
+            shaper = shapers.get((sw.name, port.port)) or shapers.get((sw.name, None))
+            pqs.append(
+                PortQos(
+                    port, terms, head, ecn,
+                    f.queue_bytes_for_time(port.rate_bps, queue_us) if queue_us else None,
+                    shaper.rate_bps if shaper else None,
+                    shaper.burst_bytes if shaper else None,
+                )
+            )
+        ports = tuple(pqs)
+        switches.append(SwitchQos(sw.name, sw.dpid, ports, buffer_plan(policy, ports)))
+    lossless = policy.pfc.lossless_priorities if policy.pfc is not None else ()
+    return QosPlan(fabric.name, policy.traffic_classes, tuple(sorted(lossless)),
+                   tuple(switches), policy)
+
+
+def class_rate_limits(policy: Policy) -> dict[str, tuple[int | None, int | None]]:
+    """class name → (policer rate bits/s from ``rate_limit``, shaper rate bits/s from shaping)."""
+    shaped = {c.class_name: c.rate_bps for c in (policy.shaping.classes if policy.shaping else ())}
+    return {tc.name: (tc.rate_limit_bps, shaped.get(tc.name)) for tc in policy.traffic_classes}

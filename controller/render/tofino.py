@@ -1,0 +1,71 @@
+"""Tofino traffic-manager rendering: one JSON document per switch. Pure.
+
+Document (file ``<switch>.json``): ``dscp_to_tc`` (unlisted DSCP → 0), ``tc_to_queue``,
+``buffer`` (bytes: ``size``, ``reserved``, ``headroom``, ``shared``, ``dynamic_threshold_log2``
+= log2 α), and ``ports``: per port ``speed_bps``, ``cable_m``, ``pfc`` (``enabled_priorities``,
+``watchdog_detect_us``/``watchdog_restore_us``), ``ppgs`` (one ingress priority group per
+lossless priority with ``headroom_bytes``; one default lossy PPG), ``queues`` (per class:
+``scheduling`` strict|dwrr, ``dwrr_weight``, ``max_rate_bps``, ``ecn`` with ``kmin_bytes``,
+``kmax_bytes``, ``pmax_percent``) and ``shaper_bps``. A driver maps these onto the TM API
+(``bf_tm_*``) of the SDE in use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.qos.compile import QosPlan
+from controller.render.common import class_shaper_bps, ecn_of
+
+
+def render_tofino(plan: QosPlan) -> dict[str, Any]:
+    """``{"<switch>.json": document}`` for every switch."""
+    shaped = class_shaper_bps(plan)
+    classes = sorted(plan.classes, key=lambda c: c.queue)
+    dscp_to_tc = {str(d): 0 for d in range(64)}
+    for tc in plan.classes:
+        for d in tc.dscp:
+            dscp_to_tc[str(d)] = tc.tc
+    wd = plan.policy.pfc.watchdog if plan.policy.pfc is not None else None
+    out: dict[str, Any] = {}
+    for sw in plan.switches:
+        ports = []
+        for pq in sw.ports:
+            queues = []
+            for tc in classes:
+                e = ecn_of(pq, tc.name)
+                rates = [r for r in (tc.rate_limit_bps, shaped.get(tc.name)) if r]
+                queues.append({
+                    "queue": tc.queue, "class": tc.name, "tc": tc.tc,
+                    "scheduling": tc.scheduling, "dwrr_weight": tc.weight,
+                    "max_rate_bps": min(rates) if rates else None,
+                    "ecn": None if e is None else {
+                        "mode": e.mode, "kmin_bytes": e.red.kmin_bytes,
+                        "kmax_bytes": e.red.kmax_bytes, "pmax_percent": e.red.pmax_percent},
+                })
+            ppgs = [{"ppg": p, "priorities": [p], "lossless": True,
+                     "headroom_bytes": pq.headroom_bytes} for p in plan.lossless_priorities]
+            lossy = [p for p in range(8) if p not in plan.lossless_priorities]
+            ppgs.append({"ppg": "default", "priorities": lossy, "lossless": False,
+                         "headroom_bytes": 0})
+            ports.append({
+                "port": pq.port.port, "peer": pq.port.peer, "speed_bps": pq.port.rate_bps,
+                "cable_m": pq.port.cable_m, "shaper_bps": pq.shaper_bps,
+                "queue_limit_bytes": pq.queue_limit_bytes,
+                "pfc": {"enabled_priorities": list(plan.lossless_priorities),
+                        "watchdog_detect_us": wd.detect_us if wd else None,
+                        "watchdog_restore_us": wd.restore_us if wd else None},
+                "ppgs": ppgs, "queues": queues,
+            })
+        b = sw.buffer
+        out[f"{sw.name}.json"] = {
+            "switch": sw.name, "device_id": sw.dpid,
+            "dscp_to_tc": dscp_to_tc,
+            "tc_to_queue": {str(tc.tc): tc.queue for tc in classes},
+            "buffer": None if b is None else {
+                "size_bytes": b.size_bytes, "reserved_bytes": b.reserved_bytes,
+                "headroom_bytes": b.headroom_bytes, "shared_bytes": b.shared_bytes,
+                "dynamic_threshold_log2": b.alpha_log2},
+            "ports": ports,
+        }
+    return out

@@ -1,0 +1,89 @@
+"""Golden files of every rendering. Regenerate with AIFABRIC_UPDATE_GOLDEN=1 (then review the diff).
+
+Files: tests/golden/<target>/<policy stem>/<switch file>. The fabric is
+tests/golden/topo_ai_100g.yaml (100G hosts, 400G leaf-spine).
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from controller.model import load_topology
+from controller.policy.load import load_policy_checked
+from controller.qos.compile import compile_qos
+from controller.render import render
+from tests.conftest import ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+TOPO = GOLDEN / "topo_ai_100g.yaml"
+ROCE = ROOT / "policies" / "qos_roce.yaml"
+LOSSY = GOLDEN / "qos_lossy.yaml"
+CASES = [("openflow", LOSSY), ("bmv2", LOSSY), ("tofino", LOSSY), ("sonic", LOSSY),
+         ("tofino", ROCE), ("sonic", ROCE)]
+UPDATE = os.environ.get("AIFABRIC_UPDATE_GOLDEN") == "1"
+
+
+def rendered(target: str, policy: Path) -> dict[str, str]:
+    fabric = load_topology(TOPO)
+    pol = load_policy_checked(policy, fabric, target).policy
+    return render(compile_qos(pol, fabric), target)
+
+
+@pytest.mark.parametrize(("target", "policy"), CASES, ids=[f"{t}-{p.stem}" for t, p in CASES])
+def test_rendering_matches_golden(target, policy):
+    files = rendered(target, policy)
+    folder = GOLDEN / target / policy.stem
+    if UPDATE:
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.json"):
+            old.unlink()
+        for name, text in files.items():
+            (folder / name).write_text(text)
+    want = {p.name: p.read_text() for p in sorted(folder.glob("*.json"))}
+    assert sorted(files) == sorted(want), "switch files differ; AIFABRIC_UPDATE_GOLDEN=1 to update"
+    for name, text in files.items():
+        assert text == want[name], f"{target}/{policy.stem}/{name} differs from golden"
+
+
+@pytest.mark.parametrize("target", ["openflow", "bmv2", "tofino", "sonic"])
+def test_rendering_is_deterministic(target):
+    assert rendered(target, LOSSY) == rendered(target, LOSSY)
+
+
+def test_sonic_roce_tables_carry_the_derived_numbers():
+    doc = json.loads(rendered("sonic", ROCE)["leaf1.config_db.json"])
+    # port 3 of leaf1 is its uplink to spine1: 400G over the 100 m cable of the policy
+    assert doc["PORT_QOS_MAP"]["Ethernet8"]["pfc_enable"] == "3"
+    assert doc["DSCP_TO_TC_MAP"]["AIFABRIC"]["26"] == "3"
+    prof = doc["BUFFER_PROFILE"][doc["BUFFER_PG"]["Ethernet8|3"]["profile"]]
+    assert prof["xoff"] == "122720"  # 9216 + 84 + 51300 + 905*64 + 4200, formulas.pfc_headroom
+    wred = doc["WRED_PROFILE"][doc["QUEUE"]["Ethernet8|3"]["wred_profile"]]
+    # DCQCN auto (Zhu et al. 2015: 5KB/200KB/1% at 40G) scaled to 400G
+    assert (wred["green_min_threshold"], wred["green_max_threshold"],
+            wred["green_drop_probability"]) == ("50000", "2000000", "1")
+    assert doc["SCHEDULER"]["scheduler.roce"] == {"type": "DWRR", "weight": "70"}
+    assert doc["PFC_WD"]["Ethernet0"] == {"action": "drop", "detection_time": "200",
+                                          "restoration_time": "400"}
+
+
+def test_openflow_queues_and_meters():
+    doc = json.loads(rendered("openflow", LOSSY)["spine2.json"])
+    port1 = doc["ports"]["1"]
+    assert port1["ovsdb_qos"]["other_config"]["max-rate"] == "200000000000"  # port shaper
+    # DWRR 70/(70+30) of the shaped port; bulk capped by its 80G class shaper
+    assert port1["ovsdb_qos"]["queues"]["3"]["other_config"]["min-rate"] == "140000000000"
+    assert port1["ovsdb_qos"]["queues"]["0"]["other_config"]["max-rate"] == "80000000000"
+    assert {"parent": "1:", "protocol": "ip", "prio": 1, "kind": "u32",
+            "match": "ip dsfield 0x68 0xfc", "flowid": "1:4"} in port1["tc_filters"]
+    assert doc["meters"] == [{"meter_id": 1, "class": "control", "flags": ["kbps"],
+                              "bands": [{"type": "drop", "rate_kbps": 1000000}]}]
+
+
+def test_lossless_policy_is_not_rendered_for_targets_without_pfc():
+    fabric = load_topology(TOPO)
+    pol = load_policy_checked(ROCE, fabric).policy
+    for target in ("openflow", "bmv2"):
+        with pytest.raises(ValueError, match=f"target {target} supports 0"):
+            render(compile_qos(pol, fabric), target)
