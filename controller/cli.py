@@ -314,5 +314,43 @@ def lab_run(experiment: str, out_dir: str | None) -> None:
         sys.exit(1)
 
 
+# -- te ----------------------------------------------------------------------------------------
+@main.group()
+def te() -> None:
+    """Traffic-engineering evaluation (flow-level, no switches)."""
+
+
+@te.command("simulate")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Directory for the PNG plots (default: results/<scenario name>).")
+def te_simulate(scenario: str, out_dir: str | None) -> None:
+    """Compare ECMP, static and aifabric pinning on SCENARIO.yaml; print a table, write PNGs."""
+    from controller.sim.compare import evaluate, summarise
+    from controller.sim.report import write_plots
+    from controller.sim.scenario import load_scenario
+
+    try:
+        sc = load_scenario(scenario)
+    except ConfigError as exc:
+        _report(exc)
+        sys.exit(EXIT_INVALID)
+    try:
+        outcomes = evaluate(sc.fabric, sc.traffics, ecmp_seeds=sc.ecmp_seeds,
+                            down_links=sc.down_links, background=sc.background)
+    except ValueError as exc:
+        err_console.print(f"{scenario}: {exc}", markup=False)
+        sys.exit(EXIT_INVALID)
+    tab = Table("condition", "strategy", "mean slowdown", "max slowdown", "max link util",
+                "moved", title=f"{sc.name}: CCT / ideal (link-rate bound)")
+    for r in summarise(outcomes):
+        tab.add_row(str(r["condition"]), str(r["strategy"]), f"{r['mean_slowdown']:.3f}",
+                    f"{r['max_slowdown']:.3f}", f"{r['max_utilisation']:.2f}", str(r["moved"]))
+    console.print(tab)
+    out = Path(out_dir) if out_dir else Path("results") / Path(scenario).stem
+    for png in write_plots(outcomes, out):
+        console.print(f"wrote {png}", markup=False)
+
+
 if __name__ == "__main__":
     main()

@@ -1,16 +1,25 @@
 """Fabric topologies: a YAML description → an immutable :class:`Fabric` with its address plan.
 
-Two kinds are generated from a few numbers:
+Three kinds are generated from a few numbers:
 
 * ``leaf-spine`` (2-tier Clos): ``spines``, ``leaves``, ``hosts_per_leaf``; every leaf has one
   uplink to every spine.
 * ``fat-tree`` (3-tier, k-ary): ``k`` (even); k pods of k/2 edge and k/2 aggregation switches,
   (k/2)² core switches, k³/4 hosts. Al-Fares, Loukissas, Vahdat, "A Scalable, Commodity Data
-  Center Network Architecture", SIGCOMM 2008, §3.
+  Center Network Architecture", SIGCOMM 2008, §3. Optional ``core_uplinks`` (1..k/2, default
+  k/2) oversubscribes the aggregation layer: each aggregation switch keeps only that many core
+  uplinks (so there are k/2 × core_uplinks cores), a ratio of (k/2) / core_uplinks. The edge layer
+  is oversubscribed by giving hosts a higher rate than fabric links (ratio host rate / fabric rate,
+  since an edge switch has k/2 host ports and k/2 uplinks).
+* ``rail-optimized`` (2-tier, GPU servers): ``servers`` × ``rails`` GPUs, NIC i of every server
+  on a leaf of rail i, ``servers_per_leaf`` servers per rail leaf, every leaf with one uplink to
+  each of ``spines`` spines, which must be non-blocking (see
+  :func:`controller.model.generators.build_rail_optimized`).
 
 The address plan is deterministic (the same file always gives the same plan):
 
-* hosts ``h1..hN`` in leaf-major order; host n has IPv4 ``10.0.0.0 + n`` (/8) and MAC
+* hosts ``h1..hN`` in leaf-major order (rail-optimized: server-major, GPU i of server s is
+  ``h{s·rails + i + 1}``); host n has IPv4 ``10.0.0.0 + n`` (/8) and MAC
   ``02:00:00:xx:xx:xx`` carrying n (locally administered, unicast);
 * switches get datapath ids 1, 2, … in declaration order (spines/cores first, then the lower tiers);
 * port numbers: a leaf/edge switch's host ports are 1..H, its uplinks follow in spine/aggregation
@@ -59,7 +68,11 @@ class Switch:
 
 @dataclass(frozen=True)
 class Host:
-    """A host: ``name``, ``ipv4`` (dotted), ``mac``, the ``leaf`` it hangs off and that leaf's ``port``."""
+    """A host: ``name``, ``ipv4`` (dotted), ``mac``, the ``leaf`` it hangs off and that leaf's ``port``.
+
+    ``server`` is the 0-based GPU server the host (a GPU's NIC) belongs to on rail-optimized
+    fabrics; None where every host is its own server.
+    """
 
     name: str
     index: int
@@ -67,6 +80,7 @@ class Host:
     mac: str
     leaf: str
     port: int
+    server: int | None = None
 
 
 @dataclass(frozen=True)
@@ -200,7 +214,7 @@ def require_edge_attrs(g: nx.Graph, attrs: tuple[str, ...] = ("capacity_bps", "l
 # -- generators --------------------------------------------------------------------------------
 def _host_addr(n: int) -> tuple[str, str]:
     ip = str(HOST_IP_BASE + n)
-    mac = "02:00:00:{:02x}:{:02x}:{:02x}".format((n >> 16) & 0xFF, (n >> 8) & 0xFF, n & 0xFF)
+    mac = f"02:00:00:{(n >> 16) & 0xFF:02x}:{(n >> 8) & 0xFF:02x}:{n & 0xFF:02x}"
     return ip, mac
 
 
@@ -250,18 +264,28 @@ def build_fat_tree(
     host_latency_us: float,
     fabric_latency_us: float,
     source: str = "<built>",
+    core_uplinks: int | None = None,
 ) -> Fabric:
     """A k-ary fat-tree (Al-Fares et al., SIGCOMM 2008, §3): k³/4 hosts, 5k²/4 switches.
 
     Names: core ``c{n}`` (n from 1), aggregation ``p{pod}a{i}``, edge ``p{pod}e{i}`` (pod, i from 0).
-    Core switch ``c{j*(k/2)+m+1}`` connects to aggregation switch j of every pod.
+    Core switch ``c{j*u+m+1}`` (u = ``core_uplinks``, default k/2; m < u) connects to aggregation
+    switch j of every pod, on that switch's port k/2+1+m.
+
+    Raises
+    ------
+    ValueError
+        ``k`` is not even and ≥ 2, or ``core_uplinks`` is outside 1..k/2.
     """
     if k < 2 or k % 2:
         raise ValueError(f"fat-tree k must be an even number >= 2, got {k}")
     half = k // 2
+    ups = half if core_uplinks is None else core_uplinks
+    if not 1 <= ups <= half:
+        raise ValueError(f"fat-tree core_uplinks must be in 1..{half} (k/2), got {core_uplinks}")
     switches: list[Switch] = []
     dpid = 1
-    for c in range(half * half):
+    for c in range(half * ups):
         switches.append(Switch(f"c{c + 1}", "core", TIER_CORE, dpid))
         dpid += 1
     for p in range(k):
@@ -287,8 +311,8 @@ def build_fat_tree(
                     Link(edge, half + 1 + a, f"p{p}a{a}", e + 1, fabric_rate_bps, fabric_latency_us)
                 )
         for a in range(half):
-            for m in range(half):
-                core = f"c{a * half + m + 1}"
+            for m in range(ups):
+                core = f"c{a * ups + m + 1}"
                 links.append(
                     Link(f"p{p}a{a}", half + 1 + m, core, p + 1, fabric_rate_bps, fabric_latency_us)
                 )
@@ -346,6 +370,7 @@ class FatTreeSpec(_Strict):
     name: str = Field(min_length=1)
     kind: Literal["fat-tree"]
     k: Annotated[int, Field(ge=2, le=64)]
+    core_uplinks: Annotated[int, Field(ge=1, le=32)] | None = None
     links: LinksSpec
 
     @field_validator("k")
@@ -353,6 +378,34 @@ class FatTreeSpec(_Strict):
     def _even(cls, v: int) -> int:
         if v % 2:
             raise ValueError("k must be even")
+        return v
+
+    @field_validator("core_uplinks")
+    @classmethod
+    def _ups(cls, v: int | None, info: Any) -> int | None:
+        k = info.data.get("k")
+        if v is not None and k is not None and v > k // 2:
+            raise ValueError(f"core_uplinks must be at most k/2 = {k // 2}")
+        return v
+
+
+class RailOptimizedSpec(_Strict):
+    """``kind: rail-optimized``: servers × rails GPUs, rail leaves, non-blocking spines."""
+
+    name: str = Field(min_length=1)
+    kind: Literal["rail-optimized"]
+    servers: Annotated[int, Field(ge=1, le=4096)]
+    rails: Annotated[int, Field(ge=1, le=16)]
+    servers_per_leaf: Annotated[int, Field(ge=1, le=256)]
+    spines: Annotated[int, Field(ge=1, le=256)]
+    links: LinksSpec
+
+    @field_validator("servers_per_leaf")
+    @classmethod
+    def _divides(cls, v: int, info: Any) -> int:
+        servers = info.data.get("servers")
+        if servers is not None and servers % v:
+            raise ValueError(f"servers_per_leaf must divide servers ({servers})")
         return v
 
 
@@ -370,12 +423,25 @@ def fabric_from_document(doc: Document) -> Fabric:
         ft = validate(FatTreeSpec, doc)
         return build_fat_tree(
             ft.name, ft.k, ft.links.host.rate, ft.links.fabric.rate,
-            ft.links.host.latency, ft.links.fabric.latency, doc.file,
+            ft.links.host.latency, ft.links.fabric.latency, doc.file, core_uplinks=ft.core_uplinks,
         )
+    if kind == "rail-optimized":
+        from controller.model.generators import build_rail_optimized  # it builds on this module
+
+        ro = validate(RailOptimizedSpec, doc)
+        try:
+            return build_rail_optimized(
+                ro.name, ro.servers, ro.rails, ro.servers_per_leaf, ro.spines,
+                ro.links.host.rate, ro.links.fabric.rate,
+                ro.links.host.latency, ro.links.fabric.latency, doc.file,
+            )
+        except ValueError as exc:  # only the non-blocking check is left to fail here
+            raise ConfigError([doc.problem(("spines",), str(exc))]) from None
     if kind is None:
         raise ConfigError([doc.problem(("kind",), "required field is missing")])
     raise ConfigError(
-        [doc.problem(("kind",), f"unknown topology kind {kind!r}; use 'leaf-spine' or 'fat-tree'")]
+        [doc.problem(("kind",), f"unknown topology kind {kind!r}; use 'leaf-spine', 'fat-tree' "
+                     "or 'rail-optimized'")]
     )
 
 

@@ -1,0 +1,177 @@
+"""``aifabric te simulate`` scenario files: YAML → validated :class:`Scenario` → traffics.
+
+    name: frag-k8
+    topology: {file: ../topologies/fattree_k4.yaml}     # or an inline topology mapping (kind: ...)
+    jobs:
+      - {name: a, servers: 32, placement: fragmented, pattern: ring, size: 1GB}
+    seeds: {placement: 1, ecmp: 20}
+    failures: [{link: [p0a0, c1]}, {switch: c2}]
+    background: [{src: h1, dst: h60, rate: 50Gbps}]
+
+Patterns: ``ring`` (over all GPUs of the job's servers), ``rail-ring`` (one ring per rail),
+``hierarchical`` (groups = leaves), ``all-to-all``. Errors are ``FILE:LINE:COL`` (ConfigError).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from controller.errors import ConfigError, ConfigProblem
+from controller.model.generators import server_groups
+from controller.model.topology import Fabric, fabric_from_document, load_topology
+from controller.te.patterns import (
+    Traffic,
+    all_to_all,
+    hierarchical,
+    leaf_groups,
+    place_jobs,
+    rail_rings,
+    ring_allreduce,
+)
+from controller.te.reroute import switch_links
+from controller.units import UnitError, parse_rate_bps, parse_size_bytes
+from controller.yamlsrc import Document, load_document, validate
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _unit(fn: Any, v: Any) -> Any:
+    try:
+        return fn(v)
+    except UnitError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class JobSpec(_Strict):
+    name: str = Field(min_length=1)
+    servers: Annotated[int, Field(ge=2)]
+    placement: Literal["contiguous", "fragmented"]
+    pattern: Literal["ring", "rail-ring", "hierarchical", "all-to-all"]
+    size: float
+
+    _v = field_validator("size", mode="before")(lambda cls, v: _unit(parse_size_bytes, v))
+
+
+class SeedsSpec(_Strict):
+    placement: int = 0
+    ecmp: Annotated[int, Field(ge=1, le=1000)] = 20
+
+
+class FailureSpec(_Strict):
+    link: tuple[str, str] | None = None
+    switch: str | None = None
+
+
+class BackgroundSpec(_Strict):
+    src: str
+    dst: str
+    rate: float
+
+    _v = field_validator("rate", mode="before")(lambda cls, v: _unit(parse_rate_bps, v))
+
+
+class ScenarioSpec(_Strict):
+    name: str = Field(min_length=1)
+    topology: dict[str, Any]
+    jobs: list[JobSpec] = Field(min_length=1)
+    seeds: SeedsSpec = SeedsSpec()
+    failures: list[FailureSpec] = []
+    background: list[BackgroundSpec] = []
+
+
+class Scenario(BaseModel):
+    """A loaded scenario: the fabric, the traffics, ECMP seeds, down links, background flows."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+    name: str
+    fabric: Fabric
+    traffics: list[Traffic]
+    ecmp_seeds: tuple[int, ...]
+    down_links: frozenset[frozenset[str]]
+    background: tuple[tuple[str, str, float], ...]
+
+
+def _sub(doc: Document, key: str) -> Document:
+    n = len((key,))
+    sub = Document(doc.file, doc.data[key])
+    sub.key_pos = {p[n:]: v for p, v in doc.key_pos.items() if p[:n] == (key,) and len(p) > n}
+    sub.value_pos = {p[n:]: v for p, v in doc.value_pos.items() if p[:n] == (key,) and len(p) > n}
+    return sub
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and check a scenario file. Raises ConfigError (``FILE:LINE:COL: field: message``)."""
+    doc = load_document(path)
+    spec = validate(ScenarioSpec, doc)
+    topo = spec.topology
+    try:
+        if "file" in topo:
+            if set(topo) != {"file"}:
+                raise ConfigError([doc.problem(("topology",), "use either 'file' or an inline "
+                                               "topology, not both")])
+            fabric = load_topology(Path(doc.file).parent / str(topo["file"]))
+        else:
+            fabric = fabric_from_document(_sub(doc, "topology"))
+    except ConfigError as exc:
+        if "file" in topo:
+            raise
+        raise ConfigError([ConfigProblem(p.file, p.line, p.column,
+                                         f"topology.{p.field}" if p.field else "topology",
+                                         p.message) for p in exc.problems]) from None
+    servers = server_groups(fabric)
+    try:
+        placed = place_jobs(len(servers), [j.servers for j in spec.jobs],
+                            spec.jobs[0].placement, spec.seeds.placement)
+        if len({j.placement for j in spec.jobs}) > 1:  # place each job by its own mode
+            placed = []
+            used: set[int] = set()
+            for j in spec.jobs:
+                free = [s for s in range(len(servers)) if s not in used]
+                pick = place_jobs(len(free), [j.servers], j.placement, spec.seeds.placement)[0]
+                placed.append([free[i] for i in pick])
+                used.update(placed[-1])
+    except ValueError as exc:
+        raise ConfigError([doc.problem(("jobs",), str(exc))]) from None
+    traffics: list[Traffic] = []
+    problems: list[ConfigProblem] = []
+    for i, (j, srv) in enumerate(zip(spec.jobs, placed, strict=True)):
+        groups = [servers[s] for s in srv]
+        hosts = [h for g in groups for h in g]
+        try:
+            if j.pattern == "ring":
+                traffics.append(ring_allreduce(j.name, hosts, j.size))
+            elif j.pattern == "rail-ring":
+                traffics.append(rail_rings(j.name, groups, j.size))
+            elif j.pattern == "hierarchical":
+                traffics.append(hierarchical(j.name, leaf_groups(fabric, hosts), j.size))
+            else:
+                traffics.append(all_to_all(j.name, hosts, j.size))
+        except ValueError as exc:
+            problems.append(doc.problem(("jobs", i, "pattern"), str(exc)))
+    down: set[frozenset[str]] = set()
+    for i, fl in enumerate(spec.failures):
+        try:
+            if (fl.link is None) == (fl.switch is None):
+                raise ValueError("give exactly one of 'link' or 'switch'")
+            if fl.link is not None:
+                fabric.link_between(*fl.link)
+                down.add(frozenset(fl.link))
+            else:
+                down |= switch_links(fabric, str(fl.switch))
+        except (KeyError, ValueError) as exc:
+            problems.append(doc.problem(("failures", i), str(exc).strip("'\"")))
+    for i, b in enumerate(spec.background):
+        for key in ("src", "dst"):
+            if getattr(b, key) not in fabric.host_by_name:
+                problems.append(doc.problem(("background", i, key),
+                                            f"{getattr(b, key)!r} is not a host"))
+    if problems:
+        raise ConfigError(problems)
+    return Scenario(name=spec.name, fabric=fabric, traffics=traffics,
+                    ecmp_seeds=tuple(range(spec.seeds.ecmp)), down_links=frozenset(down),
+                    background=tuple((b.src, b.dst, b.rate) for b in spec.background))

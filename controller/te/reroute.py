@@ -1,0 +1,245 @@
+"""Re-placing pinned flows when load or the fabric changes (pure: the caller passes ``now``).
+
+* :func:`repair` — links or switches failed: only the flows whose path uses a failed link move;
+  every other flow keeps its path and counts as fixed load.
+* :func:`rebalance` — measured link loads (from port counters) show a link above a utilisation
+  threshold: move the fewest flows that bring the maximum under it, with hysteresis so flows do
+  not flap: a flow moved less than ``min_hold_s`` ago stays, and nothing moves unless the
+  maximum utilisation falls by at least ``margin``.
+
+Loads are bits/s, utilisation is load / capacity (dimensionless), times are seconds on the
+caller's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from controller.model.topology import Fabric
+from controller.te.collectives import FlowDemand
+from controller.te.loadpin import PinState, base_load_array, load_lower_bound
+from controller.te.pathindex import DirectedLink, Path, PathIndex
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class RerouteResult:
+    """Paths after a repair or rebalance.
+
+    Attributes
+    ----------
+    paths : mapping of FlowDemand to tuple of str
+        Every flow's path (moved or not).
+    moved : tuple of FlowDemand
+        The flows whose path changed, in input order.
+    max_utilisation_before, max_utilisation_after : float
+        Maximum directed-link utilisation before and after (with the background load).
+    """
+
+    paths: Mapping[FlowDemand, Path]
+    moved: tuple[FlowDemand, ...]
+    max_utilisation_before: float
+    max_utilisation_after: float
+
+
+@dataclass(frozen=True)
+class Hysteresis:
+    """When :func:`rebalance` acts.
+
+    ``threshold``: act when a link's utilisation exceeds it (0.9 follows the "peaks under 95%"
+    guidance in /work/shared/data/real_workloads.md with a safety margin); ``margin``: the
+    minimum fall of the maximum utilisation worth moving flows for; ``min_hold_s``: seconds a
+    moved flow stays on its new path before it may move again.
+    """
+
+    threshold: float = 0.9
+    margin: float = 0.05
+    min_hold_s: float = 5.0
+
+
+def switch_links(fabric: Fabric, switch: str) -> frozenset[frozenset[str]]:
+    """Every link of ``switch`` as down-link pairs (a switch failure). Raises KeyError."""
+    if switch not in fabric.switch_by_name:
+        raise KeyError(f"{switch!r} is not a switch of fabric {fabric.name!r}")
+    return frozenset(frozenset((ln.a, ln.b)) for ln in fabric.links if switch in (ln.a, ln.b))
+
+
+def _path_load(index: PathIndex, paths: Mapping[FlowDemand, Path],
+               demands: Mapping[FlowDemand, float], skip: set[FlowDemand]) -> np.ndarray:
+    load = np.zeros(len(index.links))
+    for d, p in paths.items():
+        if d not in skip:
+            np.add.at(load, index.link_ids(p), demands[d])
+    return load
+
+
+def _row_of(state: PinState, i: int, path: Path) -> int:
+    ids = state.index.link_ids(path)[1:-1]
+    c = state.cands[i]
+    if c.shape[1] != len(ids):
+        return -1
+    hit = np.flatnonzero((c == ids).all(axis=1))
+    return int(hit[0]) if len(hit) else -1
+
+
+def repair(
+    fabric: Fabric,
+    paths: Mapping[FlowDemand, Path],
+    demands: Mapping[FlowDemand, float],
+    down_links: Iterable[frozenset[str]],
+    *,
+    base_load_bps: Mapping[DirectedLink, float] | None = None,
+) -> RerouteResult:
+    """Re-place only the flows whose path crosses a down link.
+
+    Parameters
+    ----------
+    fabric : Fabric
+    paths : mapping of FlowDemand to tuple of str
+        Current path of every flow.
+    demands : mapping of FlowDemand to float
+        Demand of every flow in ``paths``, bits/s.
+    down_links : iterable of frozenset of str
+        Every link now down (a failed switch: :func:`switch_links`).
+    base_load_bps : mapping, optional
+        Background load per directed link, bits/s.
+
+    Returns
+    -------
+    RerouteResult
+        ``moved`` are exactly the flows that crossed a down link; ``max_utilisation_before`` is
+        that of the old paths on the intact links (failed links excluded).
+
+    Raises
+    ------
+    ValueError
+        A moved flow has no path left, a demand is missing, or a down link is unknown.
+    """
+    idx = PathIndex(fabric, down_links)
+    missing = [d for d in paths if d not in demands]
+    if missing:
+        raise ValueError(f"flow {missing[0].label}: no demand given")
+    dead = ~idx.is_up
+    hit = {d for d, p in paths.items() if dead[idx.link_ids(p)].any()}
+    base = base_load_array(idx, base_load_bps)
+    before = (base + _path_load(idx, paths, demands, set())) / idx.capacity_bps
+    fixed = base + _path_load(idx, paths, demands, hit)
+    state = PinState(idx, fixed)
+    for d in paths:
+        if d in hit:
+            state.add(d, demands[d])
+    state.greedy(range(len(state.flows)))
+    state.local_search(load_lower_bound(state), 20_000)
+    out = dict(paths)
+    for i, d in enumerate(state.flows):
+        out[d] = state.path(i)
+    return RerouteResult(out, tuple(d for d in paths if d in hit),
+                         float(before[idx.is_up].max(initial=0.0)), state.max_utilisation())
+
+
+def rebalance(
+    fabric: Fabric,
+    paths: Mapping[FlowDemand, Path],
+    demands: Mapping[FlowDemand, float],
+    measured_load_bps: Mapping[DirectedLink, float],
+    now_s: float,
+    last_moved_s: Mapping[FlowDemand, float],
+    hysteresis: Hysteresis = Hysteresis(),
+    down_links: Iterable[frozenset[str]] = frozenset(),
+) -> RerouteResult:
+    """Move the fewest flows that bring the maximum utilisation under the threshold.
+
+    Parameters
+    ----------
+    fabric : Fabric
+    paths : mapping of FlowDemand to tuple of str
+        Current path of every pinned flow.
+    demands : mapping of FlowDemand to float
+        Expected rate of every pinned flow, bits/s.
+    measured_load_bps : mapping of (str, str) to float
+        Measured load per directed link, bits/s (port counters); a link left out is taken to
+        carry only the pinned flows. Background = max(measured − pinned, 0) per link.
+    now_s : float
+        The current time, seconds.
+    last_moved_s : mapping of FlowDemand to float
+        When each flow last moved (absent: never).
+    hysteresis : Hysteresis
+    down_links : iterable of frozenset of str, optional
+
+    Returns
+    -------
+    RerouteResult
+        No flow moves when the maximum utilisation is at most ``threshold`` or no set of moves
+        lowers it by at least ``margin``.
+
+    Notes
+    -----
+    Greedy: while a link exceeds the threshold, among the movable flows on the hottest link
+    the largest whose best alternative candidate (lowest bottleneck, background included)
+    relieves it moves; each move strictly lowers that link, so at most one move per flow and
+    link level. Largest-first makes a single move suffice whenever one can.
+    """
+    idx = PathIndex(fabric, down_links)
+    ours = _path_load(idx, paths, demands, set())
+    measured = ours.copy()
+    for uv, v in measured_load_bps.items():
+        lid = idx.link_id.get(tuple(uv))  # type: ignore[arg-type]
+        if lid is None:
+            raise ValueError(f"measured load on {uv[0]}->{uv[1]}: not a link of the fabric")
+        measured[lid] = v
+    background = np.maximum(measured - ours, 0.0)
+    util = (background + ours) / idx.capacity_bps
+    u0 = float(util.max(initial=0.0))
+    unchanged = RerouteResult(dict(paths), (), u0, u0)
+    if u0 <= hysteresis.threshold:
+        return unchanged
+    hot = util > hysteresis.threshold
+    movable = {
+        d for d, p in paths.items()
+        if now_s - last_moved_s.get(d, -np.inf) >= hysteresis.min_hold_s
+        and hot[idx.link_ids(p)].any()
+    }
+    state = PinState(idx, background + _path_load(idx, paths, demands, movable))
+    for d in paths:
+        if d in movable:
+            i = state.add(d, demands[d])
+            row = _row_of(state, i, paths[d])
+            if row < 0:
+                raise ValueError(f"flow {d.label}: its path is not a candidate of this fabric")
+            state.place(i, row)
+    start = list(state.choice)
+    while True:
+        m = state.max_utilisation()
+        if m <= hysteresis.threshold + _EPS:
+            break
+        lid = int(np.argmax(state.util))
+        on = sorted(state.flows_on.get(lid, ()), key=lambda i: (-state.rate_bps[i], i))
+        done = False
+        for f in on:
+            if state.choice[f] != start[f]:
+                continue  # each flow moves at most once per call
+            cur = state.choice[f]
+            state.remove(f)
+            ci, b = state.best_candidate(f, exclude=cur)
+            if ci >= 0 and b < m - _EPS:
+                state.place(f, ci)
+                done = True
+                break
+            state.place(f, cur)
+        if not done:
+            break
+    after = state.max_utilisation()
+    if u0 - after < hysteresis.margin:
+        return unchanged
+    out = dict(paths)
+    moved = []
+    for i, d in enumerate(state.flows):
+        if state.choice[i] != start[i]:
+            out[d] = state.path(i)
+            moved.append(d)
+    order = {d: k for k, d in enumerate(paths)}
+    return RerouteResult(out, tuple(sorted(moved, key=order.__getitem__)), u0, after)
