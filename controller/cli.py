@@ -299,19 +299,35 @@ def lab() -> None:
 @lab.command("run")
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Results directory (default: results/<experiment name>).")
+              help="Results directory (default: results/<experiment file stem>).")
 def lab_run(experiment: str, out_dir: str | None) -> None:
-    """Run EXPERIMENT.yaml in Mininet; write results.json and a PNG plot to --out."""
-    from mininet_labs.lab import run_experiment
+    """Run EXPERIMENT.yaml in Mininet; write results.json and a PNG plot to --out.
 
-    out = Path(out_dir) if out_dir else Path("results") / Path(experiment).stem
-    try:
-        results = run_experiment(experiment, out)
-    except ConfigError as exc:
-        _report(exc)
-        sys.exit(EXIT_INVALID)
-    if not getattr(results, "all_correct", True):
-        sys.exit(1)
+    Exit 0 when every collective's result was correct, 1 when a run failed or a result was
+    wrong, 2 for invalid input (nothing started), 130 when interrupted (torn down first).
+    """
+    from mininet_labs.lab.__main__ import main as lab_main
+
+    out = out_dir or str(Path("results") / Path(experiment).stem)
+    sys.exit(lab_main(["run", experiment, "--out", out]))
+
+
+@lab.command("check")
+@click.argument("experiment", type=click.Path(dir_okay=False))
+def lab_check(experiment: str) -> None:
+    """Validate EXPERIMENT.yaml with its topology and policy, without running anything."""
+    from mininet_labs.lab.__main__ import main as lab_main
+
+    sys.exit(lab_main(["check", experiment]))
+
+
+@lab.command("cleanup")
+@click.argument("experiment", type=click.Path(dir_okay=False))
+def lab_cleanup(experiment: str) -> None:
+    """Remove what a crashed run of EXPERIMENT left (only its own bridges and processes)."""
+    from mininet_labs.lab.__main__ import main as lab_main
+
+    sys.exit(lab_main(["cleanup", experiment]))
 
 
 # -- te ----------------------------------------------------------------------------------------

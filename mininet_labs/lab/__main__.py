@@ -1,0 +1,66 @@
+"""``python -m mininet_labs.lab run EXPERIMENT.yaml --out DIR``.
+
+Exit codes: 0 every collective correct, 1 a run failed or a result was incorrect, 2 invalid
+input (``FILE:LINE:COL: field: message``), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from controller.errors import ConfigError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mininet_labs.lab")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="run an experiment under Mininet (needs root)")
+    run.add_argument("experiment")
+    run.add_argument("--out", required=True, help="output directory")
+    check = sub.add_parser("check", help="validate an experiment file without running it")
+    check.add_argument("experiment")
+    clean = sub.add_parser("cleanup", help="remove what a crashed run of this experiment left "
+                                           "(its bridges, links and recorded processes only)")
+    clean.add_argument("experiment")
+    a = p.parse_args(argv)
+    console = Console()
+    from mininet_labs.lab.experiment import load_experiment
+    from mininet_labs.lab.runner import LabAborted, run_experiment
+
+    try:
+        if a.cmd == "check":
+            exp = load_experiment(a.experiment)
+            console.print(f"{a.experiment}: ok ({exp.fabric.name}, modes {list(exp.spec.modes)}, "
+                          f"seeds {list(exp.spec.seeds)})", markup=False)
+            return 0
+        if a.cmd == "cleanup":
+            from mininet_labs.lab.net import cleanup_leftovers
+
+            exp = load_experiment(a.experiment)
+            removed = cleanup_leftovers([s.name for s in exp.fabric.switches])
+            console.print("removed: " + (", ".join(removed) if removed else "nothing"),
+                          markup=False)
+            return 0
+        res = run_experiment(a.experiment, a.out, console)
+    except ConfigError as exc:
+        for prob in exc.problems:
+            print(str(prob), file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, LabAborted):
+        print("interrupted; the network was torn down", file=sys.stderr)
+        return 130
+    except RuntimeError as exc:
+        print(f"lab failed: {exc}", file=sys.stderr)
+        return 1
+    t = res.data["timings"]["total_s"]
+    console.print(f"wrote {res.results_path} and {res.plot_path} in {t:.0f}s; "
+                  f"{'all results correct' if res.ok else 'SOME RESULTS INCORRECT'}")
+    return 0 if res.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+"""Mininet from a :class:`~controller.model.topology.Fabric`, and a teardown that leaves nothing.
+
+* Switches: ``OVSSwitch(datapath='user', protocols='OpenFlow13', failMode='secure')`` (the
+  userspace datapath; this kernel has no openvswitch module), dpid = the plan's dpid as 16 hex
+  digits, every port number taken from the plan's :class:`Link` objects on both ends.
+* Links: HTB shaping at ``capacity_bps`` on both ends (:class:`ShapedIntf`, Mininet's TCIntf with a
+  ``pfifo`` queue limit instead of netem, which this kernel lacks); no delay (no netem either).
+* Hosts: IP and MAC from the plan, MTU ``mtu_bytes``, ``ethtool -K IF tx off`` (without it TCP
+  through the userspace datapath carries bad checksums).
+
+Teardown never uses ``mn -c``: it deletes only the bridges it created (they carry the
+``external_ids:aifabric-lab`` mark, and have this fabric's switch names) and kills only processes
+whose ids it recorded in the state file :data:`STATE_FILE`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from controller.model.topology import Fabric
+
+LOG = logging.getLogger("aifabric.lab")
+MARK = "aifabric-lab"
+STATE_FILE = Path("/run/aifabric-lab/state.json")
+
+
+def _sh(cmd: Sequence[str], check: bool = False, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, check=False)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+# -- state of a run, so a later run can clean up after a crash ---------------------------------
+def load_state() -> dict[str, Any]:
+    try:
+        return json.loads(STATE_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def save_state(state: dict[str, Any]) -> None:
+    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    tmp = STATE_FILE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
+    tmp.replace(STATE_FILE)
+
+
+def record_pids(kind: str, pids: Iterable[int]) -> None:
+    st = load_state()
+    cur = set(st.get(kind, []))
+    cur.update(int(p) for p in pids)
+    st[kind] = sorted(cur)
+    save_state(st)
+
+
+def forget_pids(kind: str, pids: Iterable[int]) -> None:
+    st = load_state()
+    drop = {int(p) for p in pids}
+    st[kind] = [p for p in st.get(kind, []) if p not in drop]
+    save_state(st)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+OUR_CMDLINES = ("mininet:", "mininet_labs.workloads", "run_controller", "aifabric controller",
+                "ping -c")
+
+
+def kill_pid(pid: int, grace_s: float = 3.0, group: bool = False) -> None:
+    """SIGTERM ``pid`` (its process group when ``group``), then SIGKILL after ``grace_s``."""
+    send = (lambda s: os.killpg(pid, s)) if group else (lambda s: os.kill(pid, s))
+    try:
+        send(signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    try:
+        send(signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def our_bridges(switch_names: Iterable[str]) -> list[str]:
+    """Existing OVS bridges we created: marked with ``external_ids:aifabric-lab``, or named like
+    one of ``switch_names`` (a crash can come before the mark is set)."""
+    r = _sh(["ovs-vsctl", "--format=json", "--columns=name,external_ids", "list", "Bridge"])
+    if r.returncode != 0:
+        return []
+    names = set(switch_names)
+    out = []
+    for name, ext in json.loads(r.stdout).get("data", []):
+        ids = dict(ext[1]) if isinstance(ext, list) and ext and ext[0] == "map" else {}
+        if MARK in ids or name in names:
+            out.append(name)
+    return out
+
+
+def cleanup_leftovers(switch_names: Iterable[str]) -> list[str]:
+    """Remove what an earlier, crashed run of ours left: recorded processes, our bridges and
+    their userspace tap devices, and our veths. Returns what was removed (for the log)."""
+    removed: list[str] = []
+    st = load_state()
+    for pid in st.get("controller_pgids", []):
+        if _alive(pid) and any(k in _cmdline(pid) for k in OUR_CMDLINES):
+            kill_pid(pid, group=True)
+            removed.append(f"controller pgid {pid}")
+    # Mininet's net.stop() hangs up its node shells; give them a moment to go by themselves
+    recorded = [p for k in ("workload_pids", "host_pids", "helper_pids") for p in st.get(k, [])]
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and any(
+            _alive(p) and any(k in _cmdline(p) for k in OUR_CMDLINES) for p in recorded):
+        time.sleep(0.05)
+    for kind in ("workload_pids", "host_pids", "helper_pids"):
+        for pid in st.get(kind, []):
+            if _alive(pid) and any(k in _cmdline(pid) for k in OUR_CMDLINES):
+                kill_pid(pid, grace_s=1.0)
+                removed.append(f"{kind[:-5]} pid {pid}")
+    names = list(switch_names)
+    bridges = our_bridges(names)
+    if bridges:
+        _sh(["ovs-vsctl", *sum((["--", "--if-exists", "del-br", b] for b in bridges), [])])
+        removed += [f"bridge {b}" for b in bridges]
+    for b in set(bridges) | set(names):
+        if Path(f"/sys/class/net/{b}").exists():
+            _sh(["ip", "link", "del", b])
+            removed.append(f"link {b}")
+    # root-namespace ends of our veths are named <switch>-eth<port>
+    for dev in sorted(os.listdir("/sys/class/net")):
+        sw, sep, rest = dev.partition("-eth")
+        if sep and sw in names and rest.isdigit():
+            _sh(["ip", "link", "del", dev])
+            removed.append(f"link {dev}")
+    save_state({})
+    return removed
+
+
+# -- building the network ------------------------------------------------------------------------
+def _shaped_intf_class() -> type:
+    from mininet.link import TCIntf
+
+    class ShapedIntf(TCIntf):  # type: ignore[misc]
+        """TCIntf whose queue limit is a pfifo under the HTB class (no netem on this kernel) and
+        whose HTB quantum fits a jumbo frame (avoids "quantum is big" warnings). Delay, jitter
+        and loss are refused rather than silently ignored."""
+
+        def bwCmds(self, *args: Any, **kwargs: Any) -> tuple[list[str], str]:  # noqa: N802
+            cmds, parent = super().bwCmds(*args, **kwargs)
+            return [c + " quantum 9100" if " class add " in c and " htb " in c else c
+                    for c in cmds], parent
+
+        def delayCmds(self, parent: str, delay: Any = None, jitter: Any = None,  # noqa: N802
+                      loss: Any = None, max_queue_size: Any = None) -> tuple[list[str], str]:
+            if delay or jitter or loss:
+                raise ValueError(f"{self}: delay/jitter/loss need sch_netem, which this lab does "
+                                 "not use")
+            if max_queue_size is None:
+                return [], parent
+            return ([f"%s qdisc add dev %s {parent} handle 10: pfifo limit {int(max_queue_size)}"],
+                    " parent 10: ")
+
+    return ShapedIntf
+
+
+RMEM_DEFAULT = Path("/proc/sys/net/core/rmem_default")
+OVS_RX_BUFFER_BYTES = 4 * 2**20
+
+
+@contextmanager
+def socket_rx_buffer_default(nbytes: int) -> Iterator[None]:
+    """Raise ``net.core.rmem_default`` (root namespace) while OVS opens its ports, then restore it.
+
+    The userspace datapath reads each port through an AF_PACKET socket created with the default
+    receive buffer (208 KiB: about 14 jumbo frames). When its single thread is busy, bursts
+    overflow that buffer and are dropped where no counter shows it (TCP retransmits, busbw falls
+    by 10-30%). Sockets keep the size they were created with, so the change is only needed while
+    the ports are added.
+    """
+    try:
+        old = RMEM_DEFAULT.read_text().strip()
+    except OSError:
+        yield
+        return
+    try:
+        RMEM_DEFAULT.write_text(str(max(nbytes, int(old))))
+        yield
+    finally:
+        RMEM_DEFAULT.write_text(old)
+
+
+def build_network(fabric: Fabric, controller_port: int, mtu_bytes: int, queue_packets: int) -> Any:
+    """Build and start a Mininet network for ``fabric`` (switches point at 127.0.0.1:port).
+
+    Returns the started ``mininet.net.Mininet``. The caller must call :func:`teardown`.
+    """
+    with socket_rx_buffer_default(OVS_RX_BUFFER_BYTES):
+        return _build_network(fabric, controller_port, mtu_bytes, queue_packets)
+
+
+def _build_network(fabric: Fabric, controller_port: int, mtu_bytes: int,
+                   queue_packets: int) -> Any:
+    from mininet.link import Link
+    from mininet.net import Mininet
+    from mininet.node import Host, OVSSwitch, RemoteController
+
+    intf_cls = _shaped_intf_class()
+    net = Mininet(switch=OVSSwitch, host=Host, controller=None, link=Link, build=False,
+                  autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+    net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=controller_port)
+    for s in fabric.switches:
+        net.addSwitch(s.name, dpid=f"{s.dpid:016x}", datapath="user", protocols="OpenFlow13",
+                      failMode="secure")
+    for h in fabric.hosts:
+        net.addHost(h.name, ip=f"{h.ipv4}/8", mac=h.mac)
+    for ln in fabric.links:
+        shape = {"bw": ln.capacity_bps / 1e6, "max_queue_size": queue_packets}
+        p1 = dict(shape, txo=not fabric.is_host(ln.a))
+        p2 = dict(shape, txo=not fabric.is_host(ln.b))
+        net.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port, cls1=intf_cls, cls2=intf_cls,
+                    params1=p1, params2=p2)
+    net.build()
+    record_pids("host_pids", [n.pid for n in (*net.hosts, *net.switches, *net.controllers)])
+    net.start()
+    for s in net.switches:
+        _sh(["ovs-vsctl", "set", "Bridge", s.name, f"external_ids:{MARK}={fabric.name}"])
+        for intf in s.intfList():
+            if intf.name == "lo":
+                continue
+            s.cmd(f"ip link set dev {intf.name} mtu {mtu_bytes}")
+            _sh(["ovs-vsctl", "set", "Interface", intf.name, f"mtu_request={mtu_bytes}"])
+    _sh(["ovs-vsctl", "--timeout=10", "wait-until", "Open_vSwitch", ".", "cur_cfg>=0"])
+    for h in net.hosts:
+        eth = h.defaultIntf().name
+        h.cmd(f"ip link set dev {eth} mtu {mtu_bytes}")
+        h.cmd(f"ethtool -K {eth} tx off")
+        h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+    return net
+
+
+def set_controller(net: Any, port: int) -> None:
+    """Point every switch at ``tcp:127.0.0.1:port`` (one ovs-vsctl transaction)."""
+    args: list[str] = []
+    for s in net.switches:
+        args += ["--", "set-controller", s.name, f"tcp:127.0.0.1:{port}"]
+    _sh(["ovs-vsctl", *args], check=True)
+    for s in net.switches:
+        _sh(["ovs-vsctl", "set", "Controller", s.name, "max_backoff=1000"])
+
+
+def clear_switch_state(net: Any) -> None:
+    """Delete every flow entry and group (so the next controller starts from nothing)."""
+    for s in net.switches:
+        _sh(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", s.name])
+        _sh(["ovs-ofctl", "-O", "OpenFlow13", "del-groups", s.name])
+
+
+def flush_arp(net: Any) -> None:
+    for h in net.hosts:
+        h.cmd("ip neigh flush all")
+
+
+def ping_all(net: Any, fabric: Fabric, timeout_s: float) -> float:
+    """Wait until every host reaches every other host; returns the seconds it took.
+
+    Each round pings all pairs concurrently (one ``ping -c1 -W1`` per pair).
+
+    Raises
+    ------
+    TimeoutError
+        Naming the pairs still unreachable after ``timeout_s``.
+    """
+    t0 = time.monotonic()
+    todo = {(a.name, b.name) for a in fabric.hosts for b in fabric.hosts if a.name != b.name}
+    hosts = {h.name: h for h in net.hosts}
+    while True:
+        procs = []
+        for src in sorted({a for a, _ in todo}):
+            dsts = [b for a, b in todo if a == src]
+            script = " ".join(
+                f"(ping -c1 -W1 -q {fabric.host_by_name[d].ipv4} >/dev/null 2>&1 && echo {d}) &"
+                for d in dsts
+            ) + " wait"
+            procs.append((src, hosts[src].popen(["sh", "-c", script], text=True)))
+        record_pids("helper_pids", [p.pid for _, p in procs])
+        for src, p in procs:
+            out, _ = p.communicate(timeout=30)
+            for d in out.split():
+                todo.discard((src, d))
+        forget_pids("helper_pids", [p.pid for _, p in procs])
+        if not todo:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout_s:
+            pairs = ", ".join(f"{a}->{b}" for a, b in sorted(todo)[:12])
+            more = f" (+{len(todo) - 12} more)" if len(todo) > 12 else ""
+            raise TimeoutError(
+                f"after {timeout_s:.0f}s, {len(todo)} host pair(s) cannot ping: {pairs}{more}; "
+                "see the controller log"
+            )
+        time.sleep(0.5)
+
+
+def teardown(net: Any | None, switch_names: Iterable[str]) -> list[str]:
+    """Stop the network (if any) and remove anything of ours that is left. Never raises."""
+    leftovers: list[str] = []
+    if net is not None:
+        try:
+            net.stop()
+        except Exception as exc:  # noqa: BLE001 - teardown must go on
+            LOG.warning("net.stop() failed: %s", exc)
+    try:
+        leftovers = cleanup_leftovers(switch_names)
+    except Exception as exc:  # noqa: BLE001
+        LOG.warning("cleanup failed: %s", exc)
+    return leftovers

@@ -1,0 +1,185 @@
+"""Pure helpers for lab results: link-rate bounds, per-link load from port counters, the
+results document, the rich table and the busbw plot."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from controller.model.topology import Fabric
+from controller.policy import Collective
+from mininet_labs.workloads.ring_allreduce import CollectiveResult, busbw_factor
+
+TARGET_RATIO = 0.85
+GB = 8e9  # bits per GB (decimal), for GB/s figures
+
+
+def ring_pairs(coll: Collective) -> list[tuple[str, str]]:
+    """(src, dst) host pairs of a ring: rank i → rank i+1 (mod n)."""
+    n = len(coll.ranks)
+    return [(coll.ranks[i], coll.ranks[(i + 1) % n]) for i in range(n)]
+
+
+def ring_bound_bps(fabric: Fabric, coll: Collective) -> int:
+    """The link-rate bound on a ring all-reduce's busbw: the slowest link on any shortest path
+    of any ring hop (a ring moves at its slowest hop; nccl-tests busbw equals that link rate for
+    a ring without contention).
+    """
+    g = fabric.graph()
+    slowest: int | None = None
+    for a, b in ring_pairs(coll):
+        for path in nx.all_shortest_paths(g, a, b):
+            for u, v in zip(path, path[1:], strict=False):
+                c = int(g.edges[u, v]["capacity_bps"])
+                slowest = c if slowest is None else min(slowest, c)
+    if slowest is None:
+        raise ValueError(f"collective {coll.name} has no paths")
+    return slowest
+
+
+_PORT_RX = re.compile(r"port\s+(\w+):\s+rx pkts=\d+, bytes=(\d+)")
+_PORT_TX = re.compile(r"tx pkts=\d+, bytes=(\d+)")
+
+
+def parse_dump_ports(text: str) -> dict[int, int]:
+    """``ovs-ofctl dump-ports`` output → {port number: tx bytes} (LOCAL and '?' skipped)."""
+    out: dict[int, int] = {}
+    port: int | None = None
+    for line in text.splitlines():
+        m = _PORT_RX.search(line)
+        if m:
+            port = int(m.group(1)) if m.group(1).isdigit() else None
+            continue
+        m = _PORT_TX.search(line)
+        if m and port is not None:
+            out[port] = int(m.group(1))
+            port = None
+    return out
+
+
+def link_loads(fabric: Fabric, before: Mapping[str, Mapping[int, int]],
+               after: Mapping[str, Mapping[int, int]]) -> dict[str, int]:
+    """Bytes sent per switch egress direction ``'sw->peer'`` between two counter snapshots."""
+    out: dict[str, int] = {}
+    for sw, ports in after.items():
+        for port, tx in ports.items():
+            peer = fabric.port_map.get((sw, port))
+            if peer is None:
+                continue
+            out[f"{sw}->{peer[0]}"] = tx - before.get(sw, {}).get(port, 0)
+    return out
+
+
+def flows_per_link(loads: Mapping[str, int], flow_bytes: float, fabric: Fabric) -> dict[str, float]:
+    """Fabric-link directions (switch to switch) → carried bytes in units of one ring flow."""
+    return {
+        k: round(v / flow_bytes, 2)
+        for k, v in loads.items()
+        if not fabric.is_host(k.split("->")[1]) and flow_bytes > 0
+    }
+
+
+def collective_entry(name: str, hosts: Sequence[str], res: CollectiveResult, bound_bps: int,
+                     src_ports: Sequence[int], dst_port: int,
+                     errors: Sequence[str] = ()) -> dict[str, Any]:
+    """One collective's record in results.json (bits/s, GB/s and the ratio to the bound)."""
+    return {
+        "collective": name,
+        "hosts": list(hosts),
+        "ranks": res.ranks,
+        "src_ports": list(src_ports),
+        "dst_port": dst_port,
+        "bytes": res.bytes,
+        "cct_s": round(res.cct_s, 6),
+        "algbw_bps": round(res.algbw_bps),
+        "busbw_bps": round(res.busbw_bps),
+        "algbw_GBps": res.algbw_bps / GB,
+        "busbw_GBps": res.busbw_bps / GB,
+        "bound_bps": bound_bps,
+        "busbw_over_bound": round(res.busbw_bps / bound_bps, 4),
+        "busbw_factor": busbw_factor(res.ranks),
+        "correct": res.correct,
+        "digests_equal": res.digests_equal,
+        "max_abs_err": res.max_abs_err,
+        "errors": list(errors),
+    }
+
+
+def failed_entry(name: str, hosts: Sequence[str], nbytes: int, bound_bps: int,
+                 src_ports: Sequence[int], dst_port: int, errors: Sequence[str]) -> dict[str, Any]:
+    return {
+        "collective": name, "hosts": list(hosts), "ranks": len(hosts),
+        "src_ports": list(src_ports), "dst_port": dst_port, "bytes": nbytes, "cct_s": None,
+        "algbw_bps": None, "busbw_bps": None, "algbw_GBps": None, "busbw_GBps": None,
+        "bound_bps": bound_bps, "busbw_over_bound": None, "busbw_factor": busbw_factor(len(hosts)),
+        "correct": False, "digests_equal": False, "max_abs_err": None, "errors": list(errors),
+    }
+
+
+def run_table(mode: str, seed: int, entries: Sequence[Mapping[str, Any]],
+              max_flows: float | None) -> Any:
+    """A rich Table of one (mode, seed) run."""
+    from rich.table import Table
+
+    title = f"mode {mode}, seed {seed}"
+    if max_flows is not None:
+        title += f" (busiest fabric link carried {max_flows:g} ring flows)"
+    t = Table(title=title)
+    for col in ("collective", "src ports", "CCT s", "busbw Mbit/s", "bound Mbit/s", "busbw/bound",
+                "correct"):
+        t.add_column(col, justify="right" if col not in ("collective", "src ports") else "left")
+    for e in entries:
+        ratio = e["busbw_over_bound"]
+        style = "" if ratio is None else ("green" if ratio >= TARGET_RATIO else "yellow")
+        t.add_row(
+            e["collective"],
+            ",".join(str(p) for p in e["src_ports"]),
+            "-" if e["cct_s"] is None else f"{e['cct_s']:.2f}",
+            "-" if e["busbw_bps"] is None else f"{e['busbw_bps'] / 1e6:.1f}",
+            f"{e['bound_bps'] / 1e6:.1f}",
+            "-" if ratio is None else f"[{style}]{ratio:.3f}[/]",
+            "yes" if e["correct"] else "[red]NO[/]",
+        )
+    return t
+
+
+def plot_busbw(runs: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
+    """busbw / link-rate bound per mode and seed, one panel per collective, a line at 0.85."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    collectives = sorted({c["collective"] for r in runs for c in r["collectives"]})
+    modes = list(dict.fromkeys(r["mode"] for r in runs))
+    seeds = list(dict.fromkeys(r["seed"] for r in runs))
+    fig, axes = plt.subplots(1, len(collectives), figsize=(5.5 * len(collectives), 4),
+                             squeeze=False, sharey=True)
+    width = 0.8 / max(1, len(modes))
+    for ax, coll in zip(axes[0], collectives, strict=False):
+        for mi, mode in enumerate(modes):
+            ys = []
+            for seed in seeds:
+                v = next((c["busbw_over_bound"] for r in runs if r["mode"] == mode
+                          and r["seed"] == seed for c in r["collectives"]
+                          if c["collective"] == coll), None)
+                ys.append(0.0 if v is None else v)
+            xs = [i + (mi - (len(modes) - 1) / 2) * width for i in range(len(seeds))]
+            ax.bar(xs, ys, width, label=mode)
+        ax.axhline(TARGET_RATIO, color="red", linestyle="--", linewidth=1,
+                   label=f"{TARGET_RATIO:.2f} x bound")
+        ax.set_xticks(range(len(seeds)), [str(s) for s in seeds])
+        ax.set_xlabel("seed")
+        ax.set_title(coll)
+        ax.set_ylim(0, 1.25)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("busbw / link-rate bound")
+    axes[0][-1].legend(loc="upper right", fontsize=8, ncol=len(modes) + 1)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
