@@ -86,6 +86,8 @@ workload: {{kind: ring-allreduce, bytes: 2MB}}
     assert (tmp_path / "out" / "controller-ecmp.log").exists()
     assert (tmp_path / "out" / "policy-pinned.yaml").exists()
     assert data["timings"]["total_s"] > 0
+    assert data["comparison"]["verdicts"]["all_correct"]
+    assert [r["seed"] for r in data["comparison"]["rows"]] == [7, 7]
 
     # nothing of ours is left: bridges, links, named namespaces, processes
     names = {s.name for s in load_topology(TOPO).switches}

@@ -27,7 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            "(its bridges, links and recorded processes only)")
     clean.add_argument("experiment")
     a = p.parse_args(argv)
-    console = Console()
+    # Tables stay readable when stdout is a file or a pipe (rich would assume 80 columns).
+    console = Console() if sys.stdout.isatty() else Console(width=120)
     from mininet_labs.lab.experiment import load_experiment
     from mininet_labs.lab.runner import LabAborted, run_experiment
 

@@ -129,16 +129,17 @@ def run_table(mode: str, seed: int, entries: Sequence[Mapping[str, Any]],
     if max_flows is not None:
         title += f" (busiest fabric link carried {max_flows:g} ring flows)"
     t = Table(title=title)
-    for col in ("collective", "src ports", "CCT s", "busbw Mbit/s", "bound Mbit/s", "busbw/bound",
-                "correct"):
-        t.add_column(col, justify="right" if col not in ("collective", "src ports") else "left")
+    for col in ("collective", "MB", "CCT s", "algbw Mbit/s", "busbw Mbit/s", "bound Mbit/s",
+                "busbw/bound", "correct"):
+        t.add_column(col, justify="right" if col != "collective" else "left")
     for e in entries:
         ratio = e["busbw_over_bound"]
         style = "" if ratio is None else ("green" if ratio >= TARGET_RATIO else "yellow")
         t.add_row(
             e["collective"],
-            ",".join(str(p) for p in e["src_ports"]),
+            f"{e['bytes'] / 1e6:g}",
             "-" if e["cct_s"] is None else f"{e['cct_s']:.2f}",
+            "-" if e["algbw_bps"] is None else f"{e['algbw_bps'] / 1e6:.1f}",
             "-" if e["busbw_bps"] is None else f"{e['busbw_bps'] / 1e6:.1f}",
             f"{e['bound_bps'] / 1e6:.1f}",
             "-" if ratio is None else f"[{style}]{ratio:.3f}[/]",

@@ -26,6 +26,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from controller.units import format_rate
 from controller.yamlsrc import load_document
 from mininet_labs.lab import net as labnet
+from mininet_labs.lab.compare import compare_modes, comparison_table, verdict_lines
 from mininet_labs.lab.environment import probe_kernel_features, versions
 from mininet_labs.lab.experiment import Experiment, load_experiment
 from mininet_labs.lab.processes import (
@@ -309,6 +310,7 @@ def run_experiment(experiment_path: str | Path, out_dir: str | Path,
                     mt[f"seed{seed}_s"] = rec["wall_s"]
                     console.print(run_table(mode, seed, rec["collectives"],
                                             rec["max_flows_per_fabric_link"]))
+                    console.print()
                     if on_run:
                         on_run(rec)
                 rc = ctl.stop()
@@ -338,6 +340,7 @@ def run_experiment(experiment_path: str | Path, out_dir: str | Path,
         "bounds_bps": bounds,
         "target_ratio": TARGET_RATIO,
         "runs": runs,
+        "comparison": compare_modes(runs, TARGET_RATIO),
         "environment": env,
         "timings": timings,
         "teardown_removed": leftovers,
@@ -348,6 +351,11 @@ def run_experiment(experiment_path: str | Path, out_dir: str | Path,
     plot_busbw(runs, plot_path, f"{exp.spec.name}: {exp.fabric.name}, "
                                 f"{format_rate(data['link_rate_bps'])} links, "
                                 f"{exp.spec.workload.bytes / 1e6:g} MB all-reduce")
+    cmp = data["comparison"]
+    if cmp["rows"]:
+        console.print(comparison_table(cmp))
+    for line in verdict_lines(cmp):
+        console.print(line, markup=False)
     res = Results(data, out, results_path, plot_path)
     res.ok = res.all_correct
     return res
