@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 a run failed (e.g. a lab result was incorrect), 2 inval
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +22,13 @@ err_console = Console(stderr=True, highlight=False)
 console = Console(highlight=False)
 
 
+def _make_console() -> Console:
+    """Rich assumes 80 columns when stdout is not a terminal: keep tables whole in logs and pipes
+    (160 columns) unless COLUMNS says otherwise."""
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(highlight=False, width=160 if wide else None)
+
+
 def _report(exc: ConfigError) -> None:
     for problem in exc.problems:
         click.echo(str(problem), err=True)
@@ -30,12 +38,14 @@ def _report(exc: ConfigError) -> None:
 @click.version_option(package_name="aifabric")
 def main() -> None:
     """aifabric: traffic engineering for AI-training fabrics."""
+    global console
+    console = _make_console()
 
 
 # -- policy ------------------------------------------------------------------------------------
 @main.group()
 def policy() -> None:
-    """Check policy files."""
+    """Check, explain, render and diff policy files."""
 
 
 @policy.command("check")
@@ -208,6 +218,13 @@ def topology_show(file: str) -> None:
         ln = fabric.link_between(h.name, h.leaf)
         ht.add_row(h.name, h.ipv4, h.mac, f"{h.leaf}:{h.port}", format_rate(ln.capacity_bps))
     console.print(ht)
+    lt = Table("a:port", "b:port", "rate", "latency", title="switch-to-switch links")
+    for ln in fabric.links:
+        if fabric.is_host(ln.a) or fabric.is_host(ln.b):
+            continue
+        lt.add_row(f"{ln.a}:{ln.a_port}", f"{ln.b}:{ln.b_port}", format_rate(ln.capacity_bps),
+                   f"{ln.latency_us:g}us")
+    console.print(lt)
 
 
 # -- plan --------------------------------------------------------------------------------------
@@ -236,6 +253,12 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
     except PlanInvariantError as exc:
         err_console.print(f"plan rejected: {exc}", markup=False)
         sys.exit(EXIT_INVALID)
+    unknown = [n for n in switches if n not in result.plan.switches]
+    if unknown:
+        err_console.print(
+            f"no switch {', '.join(map(repr, unknown))} in {fabric.name}; switches: "
+            f"{', '.join(sorted(result.plan.switches))}", markup=False)
+        sys.exit(EXIT_INVALID)
     console.print(f"routing mode: [bold]{pol.routing.mode}[/]")
     if result.pinning is not None:
         pt = Table("collective", "flow", "path", title="pinned paths")
@@ -256,10 +279,7 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
         et.add_row(name, f"{sp.dpid:#x}", str(len(sp.flows)), str(len(sp.groups)))
     console.print(et)
     for name in switches:
-        sp = result.plan.switches.get(name)
-        if sp is None:
-            err_console.print(f"no switch {name!r}")
-            sys.exit(EXIT_INVALID)
+        sp = result.plan.switches[name]
         console.print(f"[bold]{name}[/]")
         for g in sorted(sp.groups):
             console.print(f"  group {g.group_id:#x} select ports={list(g.ports)}", markup=False)

@@ -109,7 +109,7 @@ def load_document(path: str | Path) -> Document:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError([ConfigProblem(name, 0, 0, "", f"cannot read file: {exc.strerror}")]) from exc
+        raise ConfigError([ConfigProblem(name, 1, 1, "", f"cannot read file: {exc.strerror}")]) from exc
     return parse_document(text, name)
 
 
@@ -126,8 +126,13 @@ def parse_document(text: str, name: str = "<string>") -> Document:
         ) from exc
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-        raise ConfigError([ConfigProblem(name, line, col, "", f"invalid YAML: {exc.problem}")]) from exc
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        msg = f"invalid YAML: {exc.problem}"
+        ctx = exc.context_mark
+        if exc.context and ctx is not None and (ctx.line, ctx.column) != (line - 1, col - 1):
+            # e.g. an unclosed '[': the problem shows at the end, the cause where it opened
+            msg += f" ({exc.context} at line {ctx.line + 1}, column {ctx.column + 1})"
+        raise ConfigError([ConfigProblem(name, line, col, "", msg)]) from exc
     doc = Document(name, None)
     if not isinstance(node, CommentedMap):
         raise ConfigError([ConfigProblem(name, 1, 1, "", "the document must be a YAML mapping")])

@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     clean.add_argument("experiment")
     a = p.parse_args(argv)
     # Tables stay readable when stdout is a file or a pipe (rich would assume 80 columns).
-    console = Console() if sys.stdout.isatty() else Console(width=120)
+    console = Console() if sys.stdout.isatty() else Console(width=160)
     from mininet_labs.lab.experiment import load_experiment
     from mininet_labs.lab.runner import LabAborted, run_experiment
 
