@@ -6,6 +6,7 @@ import pytest
 
 from controller.drivers.openflow import encode
 from controller.model.topology import build_leaf_spine
+from controller.plan.build import build_plan
 from controller.plan.model import (
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
@@ -15,8 +16,9 @@ from controller.plan.model import (
     GroupIntent,
     Match,
 )
+from controller.policy import load_policy
 from controller.testing import BlackHole, FakeFabric, FakeOFError, FakeOFTable, ForwardingLoop
-from controller.testing.plans import simple_plan
+from tests.conftest import ECMP_POLICY
 
 IP3 = Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.3")
 PKT3 = {"eth_type": ETH_TYPE_IPV4, "ipv4_src": "10.0.0.1", "ipv4_dst": "10.0.0.3",
@@ -122,6 +124,7 @@ def test_never_back_out_of_in_port_and_controller():
 
 # -- tracing a fabric ----------------------------------------------------------------------------
 FABRIC = build_leaf_spine("t", 2, 4, 2, 40_000_000, 40_000_000, 1.0, 1.0)
+ECMP = load_policy(ECMP_POLICY, FABRIC)
 
 
 def _loaded(plan, **kw) -> FakeFabric:
@@ -132,7 +135,7 @@ def _loaded(plan, **kw) -> FakeFabric:
 
 
 def test_trace_all_ecmp_branches_hand_plan():
-    ff = _loaded(simple_plan(FABRIC).plan)
+    ff = _loaded(build_plan(FABRIC, ECMP).plan)
     paths = ff.trace("h1", PKT3)
     assert paths == [("h1", "leaf1", "spine1", "leaf2", "h3"),
                      ("h1", "leaf1", "spine2", "leaf2", "h3")]
@@ -140,7 +143,7 @@ def test_trace_all_ecmp_branches_hand_plan():
 
 
 def test_trace_reports_black_hole_and_loop():
-    ff = _loaded(simple_plan(FABRIC).plan)
+    ff = _loaded(build_plan(FABRIC, ECMP).plan)
     ff.set_link("spine1", "leaf2", False)
     ff.tables["spine1"].set_port_up(2, True)  # pretend the switch did not notice
     res = ff.trace_all("h1", PKT3)

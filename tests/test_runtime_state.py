@@ -6,7 +6,6 @@ Every test runs with the hand-made reference planner, and again with the product
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 
 import pytest
@@ -17,24 +16,18 @@ from controller.plan.model import ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_LLDP, di
 from controller.policy import load_policy
 from controller.runtime.state import ControllerRuntime, compare_links
 from controller.testing import FakeFabric
-from controller.testing.plans import simple_plan
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
 
-HAVE_BUILD = importlib.util.find_spec("controller.plan.build") is not None
 FABRIC = load_topology(MAIN_TOPOLOGY)
 HASH = ("ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
 
 
 def _runtime(kind: str) -> ControllerRuntime:
-    if kind == "simple":
-        return ControllerRuntime(FABRIC, load_policy(ECMP_POLICY, FABRIC), planner=simple_plan)
-    if not HAVE_BUILD:
-        pytest.skip("controller.plan.build not written yet")
     path = PINNED_POLICY if kind == "pinned" else ECMP_POLICY
     return ControllerRuntime(FABRIC, load_policy(path, FABRIC))
 
 
-PLANNERS = ["simple", "ecmp", "pinned"]
+PLANNERS = ["ecmp", "pinned"]
 
 
 def _load(plan, **kw) -> FakeFabric:
@@ -103,7 +96,7 @@ def test_leaf_uplink_down_then_up(kind):
 
 
 def test_host_port_and_unknown_port_change_nothing():
-    rt = _runtime("simple")
+    rt = _runtime("ecmp")
     rt.initial_plan()
     assert rt.port_status("leaf1", 1, False) == {}
     assert rt.down_host_ports == frozenset({("leaf1", 1)})
@@ -114,8 +107,6 @@ def test_host_port_and_unknown_port_change_nothing():
 
 
 def test_pinned_flows_follow_their_paths_and_hash_picks_one_path():
-    if not HAVE_BUILD:
-        pytest.skip("controller.plan.build not written yet")
     rt = _runtime("pinned")
     rt.initial_plan()
     pinning = rt.result.pinning
