@@ -304,8 +304,9 @@ def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str)
     from controller.runtime.process import run_controller
 
     host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        err_console.print(f"--listen: expected HOST:PORT, got {listen!r}")
+    if not sep or not port.isdigit() or not host or not 1 <= int(port) <= 65535:
+        err_console.print(f"--listen: expected HOST:PORT with PORT in 1..65535, got {listen!r}",
+                          markup=False)
         sys.exit(EXIT_INVALID)
     sys.exit(run_controller(topology, policy_file, host, int(port), log_level))
 

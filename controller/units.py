@@ -9,6 +9,7 @@ prefixes throughout (1 Gbps = 10**9 bit/s, 1 MB = 10**6 bytes); binary sizes use
 
 from __future__ import annotations
 
+import math
 import re
 
 _NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[A-Za-zµ/]+)"
@@ -62,7 +63,10 @@ def _parse(value: object, table: dict[str, float], what: str, example: str) -> f
         raise UnitError(
             f"unknown {what} unit {unit!r} in {value!r}; use one of {', '.join(sorted(set(table)))}"
         )
-    return float(m.group("num")) * table[unit]
+    value_f = float(m.group("num")) * table[unit]
+    if not math.isfinite(value_f):
+        raise UnitError(f"{value!r} is too large")
+    return value_f
 
 
 def parse_rate_bps(value: object) -> int:

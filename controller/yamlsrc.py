@@ -46,6 +46,7 @@ class Document:
     # YAML path -> (line, column), both 1-based; keys point at the key, values at the value.
     key_pos: dict[YamlPath, tuple[int, int]] = field(default_factory=dict)
     value_pos: dict[YamlPath, tuple[int, int]] = field(default_factory=dict)
+    _nodes: int = field(default=0, repr=False, compare=False)
 
     def where(self, path: YamlPath, *, key: bool = False) -> tuple[int, int]:
         """Line and column of the node at ``path`` (or of its nearest ancestor that has one)."""
@@ -70,7 +71,18 @@ class Document:
         return ConfigProblem(self.file, line, col, format_path(path), message, severity)
 
 
+MAX_NODES = 200_000
+"""The most YAML nodes a document may expand to (aliases included): guards against alias bombs."""
+
+
+class _TooLarge(Exception):
+    pass
+
+
 def _plain(node: Any, path: YamlPath, doc: Document) -> Any:
+    doc._nodes += 1
+    if doc._nodes > MAX_NODES:
+        raise _TooLarge
     if isinstance(node, CommentedMap):
         out: dict[Any, Any] = {}
         for k, v in node.items():
@@ -108,8 +120,14 @@ def load_document(path: str | Path) -> Document:
     name = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
+    except IsADirectoryError as exc:
+        raise ConfigError([ConfigProblem(name, 1, 1, "", "is a directory, not a YAML file")]) from exc
     except OSError as exc:
         raise ConfigError([ConfigProblem(name, 1, 1, "", f"cannot read file: {exc.strerror}")]) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            [ConfigProblem(name, 1, 1, "", f"not a UTF-8 text file (byte {exc.start}: {exc.reason})")]
+        ) from exc
     return parse_document(text, name)
 
 
@@ -136,7 +154,15 @@ def parse_document(text: str, name: str = "<string>") -> Document:
     doc = Document(name, None)
     if not isinstance(node, CommentedMap):
         raise ConfigError([ConfigProblem(name, 1, 1, "", "the document must be a YAML mapping")])
-    doc.data = _plain(node, (), doc)
+    try:
+        doc.data = _plain(node, (), doc)
+    except _TooLarge:
+        raise ConfigError([ConfigProblem(
+            name, 1, 1, "", f"the document expands to more than {MAX_NODES} nodes "
+            "(aliases included); refusing it")]) from None
+    except RecursionError:
+        raise ConfigError([ConfigProblem(name, 1, 1, "", "the document nests too deeply "
+                                         "(or an alias refers to itself)")]) from None
     return doc
 
 

@@ -360,16 +360,17 @@ class LinksSpec(_Strict):
 class LeafSpineSpec(_Strict):
     name: str = Field(min_length=1)
     kind: Literal["leaf-spine"]
-    spines: Annotated[int, Field(ge=1, le=64)]
-    leaves: Annotated[int, Field(ge=1, le=512)]
-    hosts_per_leaf: Annotated[int, Field(ge=1, le=64)]
+    spines: Annotated[int, Field(ge=1, le=64, strict=True)]
+    leaves: Annotated[int, Field(ge=1, le=512, strict=True)]
+    hosts_per_leaf: Annotated[int, Field(ge=1, le=64, strict=True)]
     links: LinksSpec
 
 
 class FatTreeSpec(_Strict):
     name: str = Field(min_length=1)
     kind: Literal["fat-tree"]
-    k: Annotated[int, Field(ge=2, le=64)]
+    # k=32 is 8,192 hosts, the largest fabric the TE is specified and benchmarked for.
+    k: Annotated[int, Field(ge=2, le=32, strict=True)]
     core_uplinks: Annotated[int, Field(ge=1, le=32)] | None = None
     links: LinksSpec
 

@@ -72,8 +72,8 @@ class L4Match(_Strict):
     """Optional transport match for a collective's flows (ports 1–65535)."""
 
     proto: Literal["tcp", "udp"]
-    src_port: Annotated[int, Field(ge=1, le=65535)] | None = None
-    dst_port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    src_port: Annotated[int, Field(ge=1, le=65535, strict=True)] | None = None
+    dst_port: Annotated[int, Field(ge=1, le=65535, strict=True)] | None = None
 
     @property
     def ip_proto(self) -> int:
@@ -91,7 +91,7 @@ class Collective(_Strict):
     algorithm: Literal["ring"]
     ranks: tuple[str, ...]
     bidirectional: bool = False
-    dscp: Annotated[int, Field(ge=0, le=63)] | None = None
+    dscp: Annotated[int, Field(ge=0, le=63, strict=True)] | None = None
     l4: L4Match | None = None
 
     @field_validator("ranks")

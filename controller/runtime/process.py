@@ -119,7 +119,7 @@ def run_controller(
     in_main = threading.current_thread() is threading.main_thread()
     old_handlers: dict[int, Any] = {}
     if in_main:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             old_handlers[sig] = signal.signal(sig, lambda signum, frame: stop.set())
     try:
         return _serve(runtime, listen_host, listen_port, lldp_interval_s, stop)

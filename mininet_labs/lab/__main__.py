@@ -42,7 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mininet_labs.lab.net import cleanup_leftovers
 
             exp = load_experiment(a.experiment)
-            removed = cleanup_leftovers([s.name for s in exp.fabric.switches])
+            from mininet_labs.lab.net import lab_lock
+
+            with lab_lock():
+                removed = cleanup_leftovers([s.name for s in exp.fabric.switches])
             console.print("removed: " + (", ".join(removed) if removed else "nothing"),
                           markup=False)
             return 0

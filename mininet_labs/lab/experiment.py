@@ -29,6 +29,9 @@ from controller.units import UnitError, parse_size_bytes
 from controller.yamlsrc import Document, load_document, validate
 
 MAX_WORKLOAD_BYTES = 2 * 10**9
+# One OVS userspace datapath thread forwards for the whole lab: beyond these it cannot keep up.
+MAX_LAB_SWITCHES = 40
+MAX_LAB_HOSTS = 64
 
 
 class _Strict(BaseModel):
@@ -121,6 +124,12 @@ def experiment_from_document(doc: Document) -> Experiment:
     topo_path = _resolve(doc, base, "topology", spec.topology)
     pol_path = _resolve(doc, base, "policy", spec.policy)
     fabric = load_topology(topo_path)
+    if len(fabric.switches) > MAX_LAB_SWITCHES or len(fabric.hosts) > MAX_LAB_HOSTS:
+        raise ConfigError([doc.problem(
+            ("topology",),
+            f"{fabric.name} has {len(fabric.switches)} switches and {len(fabric.hosts)} hosts; "
+            f"a Mininet lab on one machine takes at most {MAX_LAB_SWITCHES} switches and "
+            f"{MAX_LAB_HOSTS} hosts (use 'aifabric te simulate' for larger fabrics)")])
     policy = load_policy(pol_path, fabric)
     if not policy.collectives:
         raise ConfigError([doc.problem(("policy",), f"{pol_path} declares no collectives to run")])

@@ -31,6 +31,42 @@ from controller.model.topology import Fabric
 LOG = logging.getLogger("aifabric.lab")
 MARK = "aifabric-lab"
 STATE_FILE = Path("/run/aifabric-lab/state.json")
+LOCK_FILE = Path("/run/aifabric-lab/lock")
+
+
+@contextmanager
+def lab_lock() -> Iterator[None]:
+    """Hold the machine-wide lab lock: one lab at a time (bridge and interface names would clash,
+    and a second lab's clean-up would tear down the first's network).
+
+    Raises
+    ------
+    RuntimeError
+        Another lab (or ``lab cleanup``) holds the lock; names its pid.
+    """
+    import fcntl
+
+    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    with open(LOCK_FILE, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            raise RuntimeError(
+                f"another aifabric lab is running on this machine (pid {holder}); wait for it "
+                "to finish, or stop it (Ctrl-C / SIGTERM) — running two at once would tear down "
+                "its network") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.seek(0)
+            fh.truncate()
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _sh(cmd: Sequence[str], check: bool = False, timeout: float = 30) -> subprocess.CompletedProcess[str]:

@@ -243,7 +243,19 @@ def run_experiment(experiment_path: str | Path, out_dir: str | Path,
     if missing:
         raise RuntimeError("cannot run a Mininet lab here: " + "; ".join(missing))
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".write-test").touch()
+        (out / ".write-test").unlink()
+    except OSError as exc:
+        raise RuntimeError(f"cannot write results to {out}: {exc.strerror or exc}") from None
+    with labnet.lab_lock():
+        return _run_locked(exp, out, console, t_start, on_run)
+
+
+def _run_locked(exp: Experiment, out: Path, console: Console, t_start: float,
+                on_run: Callable[[dict[str, Any]], None] | None) -> Results:
+    """The body of :func:`run_experiment`, run while holding the lab lock."""
     from mininet.log import setLogLevel
 
     setLogLevel("error")
@@ -306,6 +318,10 @@ def run_experiment(experiment_path: str | Path, out_dir: str | Path,
                             f"all-reduce(s) of {exp.spec.workload.bytes} bytes", total=None)
                         rec = run_seed(exp, mininet, mode, seed, out, console)
                         progress.remove_task(task)
+                    if ctl.popen.poll() is not None:
+                        raise RuntimeError(
+                            f"[{mode}] the controller exited (code {ctl.popen.returncode}) during "
+                            f"seed {seed}; the run is not valid (log {ctl.log_path})")
                     runs.append(rec)
                     mt[f"seed{seed}_s"] = rec["wall_s"]
                     console.print(run_table(mode, seed, rec["collectives"],
