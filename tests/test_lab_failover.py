@@ -95,3 +95,45 @@ def test_link_down_repins_and_link_up_restores(tmp_path):
             assert ctl.stop() == 0
         labnet.teardown(net, names)
     assert _our_processes() == []
+
+
+def test_whole_spine_down_keeps_every_pair_reachable(tmp_path):
+    from mininet.log import setLogLevel
+
+    from controller.model.topology import load_topology
+    from mininet_labs.lab import net as labnet
+    from mininet_labs.lab.processes import free_port, start_controller
+
+    setLogLevel("error")
+    fabric = load_topology(TOPO)
+    names = [s.name for s in fabric.switches]
+    leaves = [s.name for s in fabric.switches if s.role == "leaf"]
+    net = ctl = None
+    log = tmp_path / "controller.log"
+    try:
+        labnet.cleanup_leftovers(names)
+        net = labnet.build_network(fabric, free_port(), 9000, 20)
+        port = free_port()
+        ctl = start_controller(TOPO, POLICY, port, log, 30)
+        labnet.set_controller(net, port)
+        labnet.ping_all(net, fabric, 30)
+        for leaf in leaves:
+            net.configLinkStatus(leaf, "spine1", "down")
+        to_spine2 = {leaf: fabric.port_towards(leaf, "spine2") for leaf in leaves}
+
+        def all_pins_on_spine2() -> bool:
+            for h in fabric.hosts:
+                for line in _flows(h.leaf):
+                    if "priority=500" in line and f"nw_src={h.ipv4}," in line:
+                        if f"actions=output:{to_spine2[h.leaf]}" not in line:
+                            return False
+            return True
+
+        assert _wait_for(all_pins_on_spine2, 15), log.read_text()[-3000:]
+        labnet.flush_arp(net)
+        labnet.ping_all(net, fabric, 20)
+    finally:
+        if ctl is not None:
+            assert ctl.stop() == 0
+        labnet.teardown(net, names)
+    assert _our_processes() == []
