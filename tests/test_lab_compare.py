@@ -47,6 +47,7 @@ def test_pinned_worse_beyond_noise_and_below_target_are_reported():
     assert not v["all_correct"]
     text = "\n".join(verdict_lines(c))
     assert "all results correct sums: NO" in text and ">= 0.85 x bound: NO" in text
+    assert "seed 1 a: pinned 0.600 vs ecmp 0.960 (no collision in that seed" in text
 
 
 def test_single_mode_experiment_has_no_rows():

@@ -9,7 +9,10 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,7 +50,11 @@ def _wait_for(pred, timeout_s: float) -> bool:
     return False
 
 
-def test_link_down_repins_and_link_up_restores(tmp_path):
+@contextmanager
+def _running_lab(tmp_path: Path) -> Iterator[tuple[Any, Any, Path]]:
+    """The main fabric under Mininet with the pinned-policy controller, all pairs reachable.
+
+    Yields (fabric, net, controller log); tears everything down and checks nothing is left."""
     from mininet.log import setLogLevel
 
     from controller.model.topology import load_topology
@@ -57,18 +64,31 @@ def test_link_down_repins_and_link_up_restores(tmp_path):
     setLogLevel("error")
     fabric = load_topology(TOPO)
     names = [s.name for s in fabric.switches]
-    h1, h3 = fabric.host_by_name["h1"].ipv4, fabric.host_by_name["h3"].ipv4
-    up_spine1 = fabric.port_towards("leaf1", "spine1")
-    up_spine2 = fabric.port_towards("leaf1", "spine2")
     net = ctl = None
     log = tmp_path / "controller.log"
     try:
-        labnet.cleanup_leftovers(names)
-        net = labnet.build_network(fabric, free_port(), 9000, 20)
-        port = free_port()
-        ctl = start_controller(TOPO, POLICY, port, log, 30)
-        labnet.set_controller(net, port)
-        labnet.ping_all(net, fabric, 30)
+        with labnet.lab_lock():
+            labnet.cleanup_leftovers(names)
+            net = labnet.build_network(fabric, free_port(), 9000, 20)
+            port = free_port()
+            ctl = start_controller(TOPO, POLICY, port, log, 30)
+            labnet.set_controller(net, port)
+            labnet.ping_all(net, fabric, 30)
+            yield fabric, net, log
+    finally:
+        if ctl is not None:
+            assert ctl.stop() == 0
+        labnet.teardown(net, names)
+    assert _our_processes() == []
+
+
+def test_link_down_repins_and_link_up_restores(tmp_path):
+    from mininet_labs.lab import net as labnet
+
+    with _running_lab(tmp_path) as (fabric, net, log):
+        h1, h3 = fabric.host_by_name["h1"].ipv4, fabric.host_by_name["h3"].ipv4
+        up_spine1 = fabric.port_towards("leaf1", "spine1")
+        up_spine2 = fabric.port_towards("leaf1", "spine2")
         # The planner pins ring-a's h1 -> h3 through spine1 (see `aifabric plan show`).
         assert _pinned_output("leaf1", h1, h3) == up_spine1
 
@@ -90,33 +110,13 @@ def test_link_down_repins_and_link_up_restores(tmp_path):
         assert _wait_for(lambda: _pinned_output("leaf1", h1, h3) == up_spine1, 10), (
             "h1->h3 did not return to spine1 after the link came back:\n" + log.read_text()[-3000:])
         labnet.ping_all(net, fabric, 20)
-    finally:
-        if ctl is not None:
-            assert ctl.stop() == 0
-        labnet.teardown(net, names)
-    assert _our_processes() == []
 
 
 def test_whole_spine_down_keeps_every_pair_reachable(tmp_path):
-    from mininet.log import setLogLevel
-
-    from controller.model.topology import load_topology
     from mininet_labs.lab import net as labnet
-    from mininet_labs.lab.processes import free_port, start_controller
 
-    setLogLevel("error")
-    fabric = load_topology(TOPO)
-    names = [s.name for s in fabric.switches]
-    leaves = [s.name for s in fabric.switches if s.role == "leaf"]
-    net = ctl = None
-    log = tmp_path / "controller.log"
-    try:
-        labnet.cleanup_leftovers(names)
-        net = labnet.build_network(fabric, free_port(), 9000, 20)
-        port = free_port()
-        ctl = start_controller(TOPO, POLICY, port, log, 30)
-        labnet.set_controller(net, port)
-        labnet.ping_all(net, fabric, 30)
+    with _running_lab(tmp_path) as (fabric, net, log):
+        leaves = [s.name for s in fabric.switches if s.role == "leaf"]
         for leaf in leaves:
             net.configLinkStatus(leaf, "spine1", "down")
         to_spine2 = {leaf: fabric.port_towards(leaf, "spine2") for leaf in leaves}
@@ -132,8 +132,3 @@ def test_whole_spine_down_keeps_every_pair_reachable(tmp_path):
         assert _wait_for(all_pins_on_spine2, 15), log.read_text()[-3000:]
         labnet.flush_arp(net)
         labnet.ping_all(net, fabric, 20)
-    finally:
-        if ctl is not None:
-            assert ctl.stop() == 0
-        labnet.teardown(net, names)
-    assert _our_processes() == []

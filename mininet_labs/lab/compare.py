@@ -128,4 +128,12 @@ def verdict_lines(cmp: Mapping[str, Any]) -> list[str]:
             f"{o} never worse than {b} in the same seed (beyond run-to-run noise "
             f"{cmp['noise']:.3f}): {'yes' if v[f'{o}_never_worse'] else 'NO'}"
         )
+        for r in cmp["rows"]:
+            if r[f"{o}_worse_beyond_noise"]:
+                lines.append(
+                    f"  seed {r['seed']} {r['collective']}: {o} {r[f'{o}_busbw_over_bound']:.3f} vs "
+                    f"{b} {r[f'{b}_busbw_over_bound']:.3f}"
+                    + (" (no collision in that seed: both modes put one ring flow on every link)"
+                       if not r[f"{b}_collision"] else "")
+                )
     return lines
