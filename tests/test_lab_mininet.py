@@ -47,7 +47,7 @@ def _our_processes() -> list[str]:
 
 
 @pytest.mark.skipif(REASON is not None, reason=f"Mininet lab unavailable: {REASON}")
-def test_tiny_experiment_end_to_end(tmp_path):
+def test_tiny_experiment_end_to_end(tmp_path, monkeypatch):
     from controller.model.topology import load_topology
     from mininet_labs.lab import run_experiment
 
@@ -62,7 +62,9 @@ workload: {{kind: ring-allreduce, bytes: 2MB}}
 """)
     before = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
                  .stdout.split())
-    res = run_experiment(exp, tmp_path / "out")
+    # a relative --out, from another directory than the repository (the controller runs there)
+    monkeypatch.chdir(tmp_path)
+    res = run_experiment(exp, "out")
     assert res.ok and res.all_correct
 
     data = json.loads((tmp_path / "out" / "results.json").read_text())
