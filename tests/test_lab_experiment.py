@@ -109,7 +109,7 @@ def test_seed_fixes_ports():
 def test_ring_bound_is_slowest_link():
     fab = load_topology(TOPO)
     pol = load_policy(POLICY, fab)
-    assert ring_bound_bps(fab, pol.collectives[0]) == 20_000_000
+    assert ring_bound_bps(fab, pol.collectives[0]) == 15_000_000
 
 
 DUMP = """OFPST_PORT reply (OF1.3) (xid=0x2): 3 ports

@@ -14,7 +14,7 @@ def test_main_leaf_spine():
     assert len(f.hosts) == 8 and len(f.links) == 8 + 4 * 2
     g = f.graph()
     require_edge_attrs(g)
-    assert g.edges["h1", "leaf1"]["capacity_bps"] == 20_000_000
+    assert g.edges["h1", "leaf1"]["capacity_bps"] == 15_000_000
     # leaf ports: hosts 1..2, uplinks 3..4 in spine order; spine port i+1 -> leaf i
     assert f.port_towards("leaf1", "h2") == 2
     assert f.port_towards("leaf3", "spine2") == 4
