@@ -8,11 +8,9 @@ and renders each target that accepts it; prints the median of a few runs (``time
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+
+from timing import timed  # bench/timing.py (sys.path[0] is bench/)
 
 from controller.model import build_leaf_spine
 from controller.policy.load import check_policy_document
@@ -21,19 +19,8 @@ from controller.render import render
 from controller.yamlsrc import parse_document
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = 5
-T = TypeVar("T")
 
 
-def timed(fn: Callable[[], T], runs: int = RUNS) -> tuple[float, T]:
-    """Median wall time in seconds over ``runs`` calls, and the last result."""
-    times = []
-    result: T
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
 
 
 def main() -> None:

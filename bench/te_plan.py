@@ -16,10 +16,7 @@ count, the lower bound, and the k16/k8 ratio of planner time.
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
-from typing import TypeVar
+from timing import RUNS, timed  # bench/timing.py (sys.path[0] is bench/)
 
 from controller.model import Fabric, build_fat_tree
 from controller.plan.build import build_plan
@@ -30,19 +27,8 @@ from controller.te.pinning import pin_flows
 
 RATE_BPS = 100_000_000_000
 LATENCY_US = 1.0
-RUNS = 5
-T = TypeVar("T")
 
 
-def timed(fn: Callable[[], T], runs: int = RUNS) -> tuple[float, T]:
-    """Median wall time in seconds over ``runs`` calls, and the last result."""
-    times = []
-    result: T
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
 
 
 def pod_rings(fabric: Fabric, k: int) -> Policy:
