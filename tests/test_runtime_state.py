@@ -84,8 +84,12 @@ def test_leaf_uplink_down_then_up(kind):
         ff.tables[name].apply(encode.encode_changes(ch))
     assert_full_reachability(ff, avoid=frozenset({dead}))
     # the other end reporting the same link is a no-op
-    assert rt.port_status("spine1", FABRIC.port_towards("spine1", "leaf1"), False) == {}
-    back = rt.port_status("leaf1", port, True)
+    far = FABRIC.port_towards("spine1", "leaf1")
+    assert rt.port_status("spine1", far, False) == {}
+    # one end up while the other is still down: the link stays down
+    assert rt.port_status("leaf1", port, True) == {}
+    assert rt.down_links == frozenset({dead})
+    back = rt.port_status("spine1", far, True)
     assert set(back) == set(changes)
     assert diff_plans(plan0, rt.plan) == {}
     ff.set_link("leaf1", "spine1", True)
@@ -93,6 +97,25 @@ def test_leaf_uplink_down_then_up(kind):
         ff.tables[name].apply(encode.encode_changes(ch))
     assert_full_reachability(ff)
     assert ff.tables["leaf1"].dump() == _load(plan0).tables["leaf1"].dump()
+
+
+def test_stale_up_from_the_far_end_does_not_revive_a_dead_link():
+    """Open vSwitch order seen in the failover lab: spine1 "up" (stale), spine1 down, leaf1 "up"
+    (stale), leaf1 down. The link goes down once and never comes back in between."""
+    rt = _runtime("pinned")
+    rt.initial_plan()
+    near = FABRIC.port_towards("leaf1", "spine1")
+    far = FABRIC.port_towards("spine1", "leaf1")
+    dead = frozenset({"leaf1", "spine1"})
+    assert rt.port_status("spine1", far, True) == {}
+    assert rt.port_status("spine1", far, False) != {}
+    assert rt.port_status("leaf1", near, True) == {}
+    assert rt.down_links == frozenset({dead})
+    assert rt.port_status("leaf1", near, False) == {}
+    assert rt.down_links == frozenset({dead})
+    assert rt.port_status("spine1", far, True) == {}
+    assert rt.port_status("leaf1", near, True) != {}
+    assert rt.down_links == frozenset()
 
 
 def test_host_port_and_unknown_port_change_nothing():

@@ -3,16 +3,20 @@ send when a port changes state. Also the LLDP check of discovered links against 
 
 Port events (decided here, documented for the driver):
 
-* A port that belongs to a **switch–switch link** going down adds that link to ``down_links``;
-  the plan is recomputed with ``build_plan(fabric, policy, down_links)`` and only the per-switch
-  differences are returned. Coming back up removes it and recomputes (so the original plan, and
-  an empty diff against it, come back).
+* Each end of a **switch–switch link** is tracked on its own (``down_ports``); the link is down
+  while *either* end last reported down, and up only when both ends report up. Open vSwitch
+  sends several port-status messages per transition, and the far end's "up" can arrive after
+  the near end's "down" (seen in the failover lab): a per-link flag would bring the link back on
+  that stale "up". When ``down_links`` changes, the plan is recomputed with
+  ``build_plan(fabric, policy, down_links)`` and only the per-switch differences are returned;
+  when the link is up again the original plan (and an empty diff against it) comes back.
 * A port of a **host link** changes nothing in the fabric plan: a host has one link, so no
   re-route can reach it; routes towards it stay installed (the leaf drops its traffic while the
   port is down) and are valid again the moment it comes back. The state is recorded in
   ``down_host_ports`` for logs.
 * A port the fabric does not declare (OVS ``LOCAL``, spare ports) is ignored.
-* A repeated event (both ends of a link report it, or a flap already seen) returns ``{}``.
+* An event that leaves ``down_links`` unchanged (the second end of a link reporting the same
+  thing, one end "up" while the other is still down, a repeat) returns ``{}``.
 * If recomputation fails (:class:`PlanInvariantError`, e.g. the fabric is partitioned), the link
   stays recorded as down, the previous plan stays installed, and the error propagates so the
   caller logs it; the next event recomputes with every recorded failure.
@@ -71,6 +75,7 @@ class ControllerRuntime:
         self._planner = planner or _default_planner
         self._lock = threading.RLock()
         self.down_links: DownLinks = frozenset()
+        self.down_ports: frozenset[tuple[str, int]] = frozenset()
         self.down_host_ports: frozenset[tuple[str, int]] = frozenset()
         self.result: Any = None
         self._plan: FabricPlan | None = None
@@ -88,6 +93,7 @@ class ControllerRuntime:
         """Compute the plan with no failures (raises PlanInvariantError) and make it current."""
         with self._lock:
             self.down_links = frozenset()
+            self.down_ports = frozenset()
             self.down_host_ports = frozenset()
             self.result = self._planner(self.fabric, self.policy, down_links=frozenset())
             self._plan = self.result.plan
@@ -122,12 +128,15 @@ class ControllerRuntime:
                 hp.discard(key) if is_up else hp.add(key)
                 self.down_host_ports = frozenset(hp)
                 return {}
-            link = frozenset((switch_name, node))
-            down = set(self.down_links)
-            if is_up == (link not in down):
+            key = (switch_name, port_no)
+            ports = set(self.down_ports)
+            ports.discard(key) if is_up else ports.add(key)
+            self.down_ports = frozenset(ports)
+            down: DownLinks = frozenset(frozenset((sw, self.fabric.port_map[(sw, p)][0]))
+                                        for sw, p in ports)
+            if down == self.down_links:
                 return {}
-            down.discard(link) if is_up else down.add(link)
-            self.down_links = frozenset(down)
+            self.down_links = down
             result = self._planner(self.fabric, self.policy, down_links=self.down_links)
             self.result = result
             self._plan = result.plan
