@@ -128,3 +128,41 @@ def test_duplicate_collective_names(write):
     )
     with pytest.raises(ConfigError, match="repeated: a"):
         load_policy(write(GOOD_HEAD + body))
+
+
+def test_hash_seeds_per_tier(write):
+    path = write(GOOD_HEAD + "  ecmp:\n    hash_fields: [ipv4_src, l4_src]\n"
+                 "    hash_seeds: {leaf: 1, spine: 7}\n")
+    ecmp = load_policy(path, load_topology(MAIN_TOPOLOGY)).routing.ecmp
+    assert ecmp.hash_fields == ("ipv4_src", "l4_src")
+    assert ecmp.hash_seeds.given() == {"leaf": 1, "spine": 7}
+    assert ecmp.hash_seeds.seed_of("spine") == 7 and ecmp.hash_seeds.seed_of("core") == 0
+    assert load_policy(write(GOOD_HEAD)).routing.ecmp.hash_seeds.given() == {}
+
+
+@pytest.mark.parametrize(
+    ("seeds", "expected"),
+    [
+        ("{leaf: 1, spnie: 7}", "5:27: routing.ecmp.hash_seeds.spnie: unknown key"),
+        ("{leaf: -1}", "5:24: routing.ecmp.hash_seeds.leaf: Input should be greater than or equal to 0"),
+        ("{leaf: 4294967296}", "5:24: routing.ecmp.hash_seeds.leaf: Input should be less than or equal to 4294967295"),
+        ("{leaf: '7'}", "5:24: routing.ecmp.hash_seeds.leaf: Input should be a valid integer"),
+        ("[1, 2]", "5:17: routing.ecmp.hash_seeds:"),
+    ],
+)
+def test_bad_hash_seeds_are_located(write, seeds, expected):
+    path = write(GOOD_HEAD + f"  ecmp:\n    hash_seeds: {seeds}\n")
+    with pytest.raises(ConfigError) as ei:
+        load_policy(path)
+    assert f"{path}:{expected}" in str(ei.value), str(ei.value)
+
+
+def test_hash_seed_for_a_tier_the_topology_lacks(write):
+    path = write(GOOD_HEAD + "  ecmp:\n    hash_seeds: {leaf: 1, core: 3}\n")
+    load_policy(path)  # without a topology the roles cannot be checked
+    with pytest.raises(ConfigError) as ei:
+        load_policy(path, load_topology(MAIN_TOPOLOGY))
+    assert str(ei.value) == (
+        f"{path}:5:27: routing.ecmp.hash_seeds.core: topology 'leafspine-2x4x2' has no core "
+        "switches (its roles: leaf, spine)"
+    )

@@ -63,6 +63,17 @@ def policy_from_document(doc: Document, fabric: Fabric | None = None) -> Policy:
 
 def _fabric_problems(doc: Document, policy: Policy, fabric: Fabric) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
+    roles = sorted({s.role for s in fabric.switches})
+    for role in policy.routing.ecmp.hash_seeds.given():
+        if role not in roles:
+            problems.append(
+                doc.problem(
+                    ("routing", "ecmp", "hash_seeds", role),
+                    f"topology {fabric.name!r} has no {role} switches (its roles: "
+                    f"{', '.join(roles)})",
+                    key=True,
+                )
+            )
     for ci, coll in enumerate(policy.collectives):
         for ri, rank in enumerate(coll.ranks):
             if rank not in fabric.host_by_name:

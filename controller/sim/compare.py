@@ -1,9 +1,16 @@
 """ECMP, static pinning and aifabric pinning side by side on the fluid model.
 
-* ECMP: per-flow hashing modelled as a uniformly random choice among the equal-cost candidates,
-  independent across flows (the balls-into-bins model of hash collisions; Al-Fares et al.,
-  "Hedera", NSDI 2010, §2), one draw per seed (``numpy.random.default_rng(seed)``). After a
-  failure flows re-hash over the surviving candidates.
+* ECMP, ideal hashing (default): per-flow hashing modelled as a uniformly random choice among
+  the equal-cost candidates, independent across flows (the balls-into-bins model of hash
+  collisions; Al-Fares et al., "Hedera", NSDI 2010, §2), one draw per seed
+  (``numpy.random.default_rng(seed)``). After a failure flows re-hash over the surviving
+  candidates.
+* ECMP, header hashing (:class:`HashedEcmp`, a scenario's ``ecmp:`` block): every switch hashes
+  the configured header fields with its tier's seed (:mod:`controller.te.ecmphash`), so the
+  choice of field set and per-tier seeds shows (polarisation when tiers share a seed). What
+  varies per ECMP seed is what varies between runs on a real fabric: the flows' transport source
+  ports, drawn uniformly from the dynamic range 49152–65535 (RFC 6335 §6) with
+  ``numpy.random.default_rng(seed)``.
 * static: a fixed path per (src, dst) chosen without knowledge of other flows — candidate
   (destination host index mod candidates), the destination-based uplink choice of the fat-tree
   two-level tables (Al-Fares et al., SIGCOMM 2008, §3.3); after a failure the same rule over the
@@ -25,6 +32,7 @@ import numpy as np
 from controller.model.topology import Fabric
 from controller.sim.fluid import Background, ideal_cct_s, simulate
 from controller.te.collectives import FlowDemand
+from controller.te.ecmphash import HashConfig, flow_headers, hashed_paths
 from controller.te.loadpin import pin_by_load
 from controller.te.pathindex import PathIndex
 from controller.te.patterns import Traffic, demand_rates_bps
@@ -40,14 +48,37 @@ def _cands(index: PathIndex, f: FlowDemand) -> np.ndarray:
     return c
 
 
-def ecmp_paths(index: PathIndex, flows: Iterable[FlowDemand], seed: int) -> LinkPaths:
-    """Hash placement for one seed (module docstring). Raises ValueError (no path)."""
+DYNAMIC_PORTS = (49152, 65535)
+"""Transport source ports a flow may get (RFC 6335 §6, dynamic ports), inclusive."""
+
+
+@dataclass(frozen=True)
+class HashedEcmp:
+    """Header-hash ECMP (module docstring): ``config`` says what the switches hash; every flow
+    carries ``ip_proto`` and ``l4_dst`` (default UDP 4791: RoCEv2, IBTA Annex A17) and a source
+    port drawn per ECMP seed from :data:`DYNAMIC_PORTS`."""
+
+    config: HashConfig
+    ip_proto: int = 17
+    l4_dst: int = 4791
+
+
+def ecmp_paths(index: PathIndex, flows: Iterable[FlowDemand], seed: int,
+               hashed: HashedEcmp | None = None) -> LinkPaths:
+    """ECMP placement for one seed: ideal (random) hashing, or header hashing with ``hashed``
+    (module docstring). Raises ValueError (no path)."""
     rng = np.random.default_rng(seed)
     out: LinkPaths = {}
-    for f in flows:
-        c = _cands(index, f)
-        out[f] = c[int(rng.integers(c.shape[0]))]
-    return out
+    if hashed is None:
+        for f in flows:
+            c = _cands(index, f)
+            out[f] = c[int(rng.integers(c.shape[0]))]
+        return out
+    fl = list(flows)
+    ports = rng.integers(DYNAMIC_PORTS[0], DYNAMIC_PORTS[1] + 1, size=len(fl)).tolist()
+    headers = {f: flow_headers(index.fabric, f, ip_proto=hashed.ip_proto, l4_src=p,
+                               l4_dst=hashed.l4_dst) for f, p in zip(fl, ports, strict=True)}
+    return hashed_paths(index, fl, hashed.config, headers)
 
 
 def static_paths(index: PathIndex, flows: Iterable[FlowDemand]) -> LinkPaths:
@@ -78,10 +109,12 @@ def evaluate(
     ecmp_seeds: Sequence[int] = tuple(range(20)),
     down_links: Iterable[frozenset[str]] = frozenset(),
     background: Sequence[tuple[str, str, float]] = (),
+    hashed: HashedEcmp | None = None,
 ) -> list[Outcome]:
     """Every strategy intact, after ``down_links`` fail (if any), and under ``background`` (if
     any; background flows (src, dst, rate bits/s) are ECMP-hashed with seed 0 and capped at their
-    rate; aifabric plans knowing their load, as port counters would show it).
+    rate; aifabric plans knowing their load, as port counters would show it). ECMP is ideal
+    hashing, or header hashing with ``hashed`` (module docstring).
 
     Returns
     -------
@@ -113,21 +146,21 @@ def evaluate(
     conds: list[tuple[str, PathIndex]] = [("intact", intact)]
     down = frozenset(down_links)
     if down:
-        conds.append(("failure", PathIndex(fabric, down)))
+        conds.append(("failure", intact.with_down(down)))
     for cond, index in conds:
         for s in ecmp_seeds:
-            run(index, f"ecmp#{s}", cond, ecmp_paths(index, flows, s))
+            run(index, f"ecmp#{s}", cond, ecmp_paths(index, flows, s, hashed))
         run(index, "static", cond, static_paths(index, flows))
         if cond == "intact":
             run(index, "aifabric", cond, ours(index))
         else:
             before = pin_by_load(fabric, {f: rates[f] for f in flows}, index=intact)
-            rep = repair(fabric, before.paths, {f: rates[f] for f in flows}, down)
+            rep = repair(fabric, before.paths, {f: rates[f] for f in flows}, down, index=intact)
             run(index, "aifabric", cond, {f: index.link_ids(p) for f, p in rep.paths.items()},
                 moved=len(rep.moved))
     if background:
         bgf = [FlowDemand("background", i, s, d) for i, (s, d, _) in enumerate(background)]
-        bg_paths = ecmp_paths(intact, bgf, 0)
+        bg_paths = ecmp_paths(intact, bgf, 0, hashed)
         bg = [Background(tuple(int(x) for x in bg_paths[f]), r)
               for f, (_, _, r) in zip(bgf, background, strict=True)]
         base: dict[tuple[str, str], float] = {}
@@ -136,7 +169,7 @@ def evaluate(
                 uv = intact.links[lid]
                 base[uv] = base.get(uv, 0.0) + b.rate_bps
         for s in ecmp_seeds:
-            run(intact, f"ecmp#{s}", "background", ecmp_paths(intact, flows, s), bg)
+            run(intact, f"ecmp#{s}", "background", ecmp_paths(intact, flows, s, hashed), bg)
         run(intact, "static", "background", static_paths(intact, flows), bg)
         run(intact, "aifabric", "background", ours(intact, base), bg)
     return out

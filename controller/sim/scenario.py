@@ -7,6 +7,11 @@
     seeds: {placement: 1, ecmp: 20}
     failures: [{link: [p0a0, c1]}, {switch: c2}]
     background: [{src: h1, dst: h60, rate: 50Gbps}]
+    ecmp:                   # optional: header-hash ECMP instead of ideal (random) hashing
+      hash_fields: [ipv4_src, ipv4_dst, ip_proto, l4_src, l4_dst]   # as routing.ecmp of a policy
+      hash_seeds: {edge: 1, agg: 7, core: 13}                       # per switch role; default 0
+      proto: udp            # flows' transport (default udp, RoCEv2) ...
+      dst_port: 4791        # ... and destination port (default 4791)
 
 Patterns: ``ring`` (over all GPUs of the job's servers), ``rail-ring`` (one ring per rail),
 ``hierarchical`` (groups = leaves), ``all-to-all``. Errors are ``FILE:LINE:COL`` (ConfigError).
@@ -22,6 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from controller.errors import ConfigError, ConfigProblem
 from controller.model.generators import server_groups
 from controller.model.topology import Fabric, fabric_from_document, load_topology
+from controller.policy.model import EcmpSettings
+from controller.sim.compare import HashedEcmp
+from controller.te.ecmphash import HashConfig
 from controller.te.patterns import (
     Traffic,
     all_to_all,
@@ -63,8 +71,15 @@ class SeedsSpec(_Strict):
 
 
 class FailureSpec(_Strict):
-    link: tuple[str, str] | None = None
+    link: tuple[str, ...] | None = None
     switch: str | None = None
+
+    @field_validator("link")
+    @classmethod
+    def _two_ends(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if v is not None and len(v) != 2:
+            raise ValueError(f"a link is named by its two end nodes, got {len(v)}")
+        return v
 
 
 class BackgroundSpec(_Strict):
@@ -75,6 +90,13 @@ class BackgroundSpec(_Strict):
     _v = field_validator("rate", mode="before")(lambda cls, v: _unit(parse_rate_bps, v))
 
 
+class EcmpSpec(EcmpSettings):
+    """The policy's ``routing.ecmp`` block plus the transport the flows use."""
+
+    proto: Literal["udp", "tcp"] = "udp"
+    dst_port: Annotated[int, Field(ge=1, le=65535, strict=True)] = 4791
+
+
 class ScenarioSpec(_Strict):
     name: str = Field(min_length=1)
     topology: dict[str, Any]
@@ -82,10 +104,12 @@ class ScenarioSpec(_Strict):
     seeds: SeedsSpec = SeedsSpec()
     failures: list[FailureSpec] = []
     background: list[BackgroundSpec] = []
+    ecmp: EcmpSpec | None = None
 
 
 class Scenario(BaseModel):
-    """A loaded scenario: the fabric, the traffics, ECMP seeds, down links, background flows."""
+    """A loaded scenario: the fabric, the traffics, ECMP seeds, down links, background flows,
+    and the header-hash ECMP model (None: ideal hashing)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
     name: str
@@ -94,6 +118,7 @@ class Scenario(BaseModel):
     ecmp_seeds: tuple[int, ...]
     down_links: frozenset[frozenset[str]]
     background: tuple[tuple[str, str, float], ...]
+    hashed: HashedEcmp | None = None
 
 
 def _sub(doc: Document, key: str) -> Document:
@@ -101,6 +126,8 @@ def _sub(doc: Document, key: str) -> Document:
     sub = Document(doc.file, doc.data[key])
     sub.key_pos = {p[n:]: v for p, v in doc.key_pos.items() if p[:n] == (key,) and len(p) > n}
     sub.value_pos = {p[n:]: v for p, v in doc.value_pos.items() if p[:n] == (key,) and len(p) > n}
+    if (key,) in doc.value_pos:  # the sub-document's root: where its mapping starts
+        sub.value_pos[()] = doc.value_pos[(key,)]
     return sub
 
 
@@ -159,19 +186,37 @@ def load_scenario(path: str | Path) -> Scenario:
             if (fl.link is None) == (fl.switch is None):
                 raise ValueError("give exactly one of 'link' or 'switch'")
             if fl.link is not None:
-                fabric.link_between(*fl.link)
+                a, b = fl.link
+                try:
+                    fabric.link_between(a, b)
+                except KeyError:
+                    raise ValueError(f"no link {a}-{b} in topology {fabric.name!r}") from None
                 down.add(frozenset(fl.link))
             else:
                 down |= switch_links(fabric, str(fl.switch))
         except (KeyError, ValueError) as exc:
-            problems.append(doc.problem(("failures", i), str(exc).strip("'\"")))
+            # a KeyError's str() is the repr of its message: use the message itself
+            problems.append(doc.problem(("failures", i), str(exc.args[0] if exc.args else exc)))
     for i, b in enumerate(spec.background):
         for key in ("src", "dst"):
             if getattr(b, key) not in fabric.host_by_name:
                 problems.append(doc.problem(("background", i, key),
                                             f"{getattr(b, key)!r} is not a host"))
+    hashed = None
+    if spec.ecmp is not None:
+        roles = sorted({s.role for s in fabric.switches})
+        seeds = spec.ecmp.hash_seeds.given()
+        for role in seeds:
+            if role not in roles:
+                problems.append(doc.problem(("ecmp", "hash_seeds", role),
+                                            f"topology {fabric.name!r} has no {role} switches "
+                                            f"(its roles: {', '.join(roles)})", key=True))
+        hashed = HashedEcmp(HashConfig(tuple(spec.ecmp.hash_fields), seeds),
+                            ip_proto=6 if spec.ecmp.proto == "tcp" else 17,
+                            l4_dst=spec.ecmp.dst_port)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(sorted(problems, key=lambda p: (p.line, p.column)))
     return Scenario(name=spec.name, fabric=fabric, traffics=traffics,
                     ecmp_seeds=tuple(range(spec.seeds.ecmp)), down_links=frozenset(down),
-                    background=tuple((b.src, b.dst, b.rate) for b in spec.background))
+                    background=tuple((b.src, b.dst, b.rate) for b in spec.background),
+                    hashed=hashed)

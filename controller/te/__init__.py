@@ -1,6 +1,7 @@
 """Traffic engineering: pure algorithms over an immutable :class:`~controller.model.Fabric`.
 
 * :mod:`controller.te.ecmp` — per-destination ECMP next-hop port sets (hop-count shortest paths);
+* :mod:`controller.te.ecmphash` — header-hash ECMP: fields, per-tier seeds, polarisation;
 * :mod:`controller.te.collectives` — a policy collective → its point-to-point flow demands;
 * :mod:`controller.te.paths` — candidate shortest valley-free paths between two hosts;
 * :mod:`controller.te.pinning` — one path per demand, minimising the busiest directed link;

@@ -41,98 +41,134 @@ def colour_levels(index: PathIndex, cands: Sequence[np.ndarray]) -> list[int]:
     list of int
         Candidate row per flow; -1 where the flow was not coloured at some level. Among coloured
         flows every directed fabric link is used by at most one flow.
+
+    Notes
+    -----
+    Per level, the flows whose surviving candidates have the same shape are handled as one
+    (flows × rows × hops) array: the port tests and each flow's allowed colours are a few
+    vectorised operations per shape, not per flow; only the Kempe colouring walks flows one by
+    one. Cost per level: O(Σ_f rows_f · hops) array work plus the colouring.
     """
-    links = index.links
-    tail_port = np.zeros(len(links), dtype=np.int64)  # port of link id's tail towards its head
-    for ln in index.fabric.links:
-        for uv, p in (((ln.a, ln.b), ln.a_port), ((ln.b, ln.a), ln.b_port)):
-            tail_port[index.link_id[uv]] = p
-    node_of = {n: i for i, n in enumerate(sorted({u for u, _ in links}))}
-    tail = np.asarray([node_of[u] for u, _ in links], dtype=np.int64)
+    tail, _, tail_port, names = index.link_ends()
+    n_nodes = len(names)
+    n_ports = int(tail_port.max(initial=0)) + 1
     alive: list[np.ndarray | None] = [np.arange(c.shape[0]) if c.shape[0] else None for c in cands]
+    allowed_of: dict[bytes, tuple[tuple[int, ...], frozenset[int]]] = {}
     level = 0
     while True:
-        edges: list[tuple[int, tuple[str, str], tuple[str, str], dict[int, np.ndarray]]] = []
+        groups: dict[tuple[int, int], list[int]] = {}
         for i, c in enumerate(cands):
             rows = alive[i]
             h = c.shape[1]
             if rows is None or h % 2 or level >= h // 2:
                 continue
-            sub = c[rows]
-            up_ids, down_ids = sub[:, level], sub[:, h - 1 - level]
-            u, v = links[int(up_ids[0])][0], links[int(down_ids[0])][1]
-            # ids 2j / 2j+1 are the two directions: the reverse of a down link goes up from v
-            pa, pb = tail_port[up_ids], tail_port[down_ids ^ 1]
-            ok = (pa == pb) & (tail[up_ids] == tail[up_ids[0]]) & (
-                tail[down_ids ^ 1] == tail[down_ids[0] ^ 1])
-            if not ok.any():
-                alive[i] = None
-                continue
-            keep, pk = rows[ok], pa[ok]
-            order = np.argsort(pk, kind="stable")
-            keep, pk = keep[order], pk[order]
-            cols, starts = np.unique(pk, return_index=True)
-            ends = np.append(starts[1:], len(pk))
-            opts = {int(c): keep[a:b] for c, a, b in
-                    zip(cols.tolist(), starts.tolist(), ends.tolist(), strict=True)}
-            edges.append((i, ("s", u), ("d", v), opts))
-        if not edges:
+            groups.setdefault((len(rows), h), []).append(i)
+        if not groups:
             break
-        colours = _kempe([(s, d, set(opts)) for _, s, d, opts in edges])
-        for (i, _, _, opts), col in zip(edges, colours, strict=True):
-            alive[i] = opts[col] if col is not None else None
+        # flow -> (source-side node, destination-side node, allowed colours, its group, its slot)
+        edge_of: dict[int, tuple[int, int, tuple[int, ...], frozenset[int], int, int]] = {}
+        batches: list[tuple[list[int], np.ndarray, np.ndarray]] = []
+        for (n_rows, h), fl in groups.items():
+            # surviving rows ascend, so as many as the flow has means all of them (no gather)
+            sub = np.stack([cands[i] if n_rows == cands[i].shape[0] else cands[i][alive[i]]
+                            for i in fl])
+            up_ids, down_ids = sub[:, :, level], sub[:, :, h - 1 - level]
+            back = down_ids ^ 1  # ids 2j / 2j+1 are the two directions: reverse goes up from v
+            pa, pb = tail_port[up_ids], tail_port[back]
+            tu, tv = tail[up_ids], tail[back]
+            ok = (pa == pb) & (tu == tu[:, :1]) & (tv == tv[:, :1])
+            allowed = np.zeros((len(fl), n_ports), dtype=bool)
+            fi, ri = np.nonzero(ok)
+            allowed[fi, pa[fi, ri]] = True
+            g = len(batches)
+            batches.append((fl, ok, pa))
+            us, vs = tu[:, 0].tolist(), tv[:, 0].tolist()
+            for j, i in enumerate(fl):
+                key = allowed[j].tobytes()
+                got = allowed_of.get(key)
+                if got is None:
+                    cols = tuple(np.flatnonzero(allowed[j]).tolist())
+                    got = allowed_of[key] = (cols, frozenset(cols))
+                if not got[0]:
+                    alive[i] = None
+                    continue
+                edge_of[i] = (us[j], vs[j] + n_nodes, got[0], got[1], g, j)
+        order = sorted(edge_of)
+        colours = _kempe([edge_of[i][:4] for i in order])
+        chosen = [np.full(len(fl), -1, dtype=np.int64) for fl, _, _ in batches]
+        for i, col in zip(order, colours, strict=True):
+            _, _, _, _, g, j = edge_of[i]
+            if col is None:
+                alive[i] = None
+            else:
+                chosen[g][j] = col
+        for (fl, ok, pa), col_arr in zip(batches, chosen, strict=True):
+            sel = ok & (pa == col_arr[:, None])
+            for j, i in enumerate(fl):
+                rows = alive[i]
+                if rows is not None and col_arr[j] >= 0:
+                    alive[i] = rows[sel[j]]
         level += 1
     return [int(r[0]) if r is not None and len(r) == 1 else -1 for r in alive]
 
 
-def _kempe(edges: list[tuple[tuple[str, str], tuple[str, str], set[int]]]) -> list[int | None]:
-    """Edge-colour a bipartite multigraph; edge j may only take colours in its set.
+def _kempe(
+    edges: list[tuple[int, int, tuple[int, ...], frozenset[int]]],
+) -> list[int | None]:
+    """Edge-colour a bipartite multigraph; edge j = (u, v, allowed colours ascending, the same
+    as a set) may only take colours in its set (u and v are node keys, the sides kept apart by
+    the caller).
 
     Colours a new edge (u, v) with α free at u; if α is taken at v by an edge, the α/β
     alternating path from v (β free at v) is flipped first, which frees α at v and never
     reaches u (bipartite; Schrijver 2003, Thm 20.1). A flip is only done when every edge on
     the path allows both colours; otherwise the edge is left uncoloured (None).
     """
-    at: dict[tuple[str, str], dict[int, int]] = {}
+    at: dict[int, dict[int, int]] = {}
     colour: list[int | None] = [None] * len(edges)
-    for j, (u, v, allowed) in enumerate(edges):
+    for j, (u, v, ordered, _) in enumerate(edges):
         au = at.setdefault(u, {})
         av = at.setdefault(v, {})
-        free_u = [c for c in sorted(allowed) if c not in au]
-        if not free_u:
+        first_u = None  # the first allowed colour free at u; stop at one free at both ends
+        for c in ordered:
+            if c not in au:
+                if first_u is None:
+                    first_u = c
+                if c not in av:
+                    break
+        else:
+            c = None
+        if c is not None:
+            colour[j] = c
+            au[c] = j
+            av[c] = j
             continue
-        both = [c for c in free_u if c not in av]
-        if both:
-            colour[j] = both[0]
-            au[both[0]] = j
-            av[both[0]] = j
+        beta = next((c for c in ordered if c not in av), None)
+        if first_u is None or beta is None:
             continue
-        free_v = [c for c in sorted(allowed) if c not in av]
-        if not free_v:
-            continue
-        alpha, beta = free_u[0], free_v[0]
+        alpha = first_u
         path: list[int] = []
         x, c = v, alpha
         ok = True
         while c in at.get(x, {}):
             e = at[x][c]
-            if alpha not in edges[e][2] or beta not in edges[e][2] or e in path:
+            if alpha not in edges[e][3] or beta not in edges[e][3] or e in path:
                 ok = False
                 break
             path.append(e)
-            eu, ev, _ = edges[e]
+            eu, ev = edges[e][0], edges[e][1]
             x = ev if x == eu else eu
             c = beta if c == alpha else alpha
         if not ok or x == u:
             continue
         for e in path:  # un-register, then re-register with swapped colours
-            eu, ev, _ = edges[e]
+            eu, ev = edges[e][0], edges[e][1]
             col = colour[e]
             assert col is not None
             del at[eu][col]
             del at[ev][col]
         for e in path:
-            eu, ev, _ = edges[e]
+            eu, ev = edges[e][0], edges[e][1]
             col = beta if colour[e] == alpha else alpha
             colour[e] = col
             at[eu][col] = e

@@ -35,6 +35,11 @@ Lower bound (:func:`load_lower_bound`): the larger of the mandatory load (links 
 of a flow uses, e.g. access links) and cut bounds: the flows leaving (entering) a leaf with its
 hosts, or a pod, share that set's up links, so the busiest carries at least
 (Σ w + Σ b) / Σ c over them.
+
+Cost at scale (k = 32 fat-tree, 8,192 ring flows, bench/te_scale.py): candidate building (per
+leaf pair, :mod:`controller.te.pathindex`), the colouring (vectorised per level,
+:mod:`controller.te.colouring`), one scatter-add for the coloured placement
+(:meth:`PinState.place_many`), a bincount lower bound and vectorised path assembly.
 """
 
 from __future__ import annotations
@@ -96,6 +101,8 @@ class PinState:
     ----------
     load_bps : numpy.ndarray of float64, shape (n_directed_links,)
         Base load plus the demand of every placed flow, bits/s.
+    base_bps : numpy.ndarray of float64, shape (n_directed_links,)
+        The base load alone, bits/s (read-only by convention).
     """
 
     def __init__(self, index: PathIndex, base_load_bps: np.ndarray | None = None):
@@ -103,6 +110,7 @@ class PinState:
         n = len(index.links)
         self.inv_cap = 1.0 / index.capacity_bps
         self.load_bps = np.zeros(n) if base_load_bps is None else base_load_bps.astype(float)
+        self.base_bps = self.load_bps.copy()
         self.util = self.load_bps * self.inv_cap
         self.flows: list[FlowDemand] = []
         self.pos: dict[FlowDemand, int] = {}
@@ -169,6 +177,48 @@ class PinState:
         self.util[ids] = self.load_bps[ids] * self.inv_cap[ids]
         for lid in self.cands[i][ci].tolist():
             self.flows_on.setdefault(lid, set()).add(i)
+
+    def place_many(self, placements: Iterable[tuple[int, int]]) -> None:
+        """:meth:`place` for many (flow, candidate) pairs at once: one scatter-add of all their
+        links (access links, then fabric links, each in the given flow order)."""
+        pairs = list(placements)
+        if not pairs:
+            return
+        flows = np.asarray([i for i, _ in pairs], dtype=np.int64)
+        for i, ci in pairs:
+            assert self.choice[i] == -1
+            self.choice[i] = ci
+        inner = [self.cands[i][ci] for i, ci in pairs]
+        lengths = np.fromiter(map(len, inner), dtype=np.int64, count=len(inner))
+        fabric_ids = np.concatenate(inner).astype(np.int64)
+        acc = np.asarray([self.access[i] for i, _ in pairs], dtype=np.int64).reshape(-1, 2)
+        rate = np.asarray(self.rate_bps, dtype=np.float64)[flows]
+        ids = np.concatenate((acc[:, 0], fabric_ids, acc[:, 1]))
+        np.add.at(self.load_bps, ids, np.concatenate((rate, np.repeat(rate, lengths), rate)))
+        self.util[ids] = self.load_bps[ids] * self.inv_cap[ids]
+        flows_on = self.flows_on
+        for lid, i in zip(fabric_ids.tolist(), np.repeat(flows, lengths).tolist(), strict=True):
+            got = flows_on.get(lid)
+            if got is None:
+                flows_on[lid] = {i}
+            else:
+                got.add(i)
+
+    def paths(self) -> list[Path]:
+        """Node path of every placed flow, in position order (vectorised per path length)."""
+        by_hops: dict[int, list[int]] = {}
+        for i, c in enumerate(self.cands):
+            by_hops.setdefault(c.shape[1], []).append(i)
+        out: list[Path] = [()] * len(self.flows)
+        for hops, fl in by_hops.items():
+            acc = np.asarray([self.access[i] for i in fl], dtype=np.int64).reshape(-1, 2)
+            parts = [acc[:, :1]]
+            if hops:
+                parts.append(np.stack([self.cands[i][self.choice[i]] for i in fl]))
+            parts.append(acc[:, 1:])
+            for i, p in zip(fl, self.index.paths_of_rows(np.hstack(parts)), strict=True):
+                out[i] = p
+        return out
 
     def remove(self, i: int) -> None:
         """Take flow ``i`` off its path."""
@@ -291,14 +341,24 @@ class PinState:
 
     def result(self, lower: float) -> LoadPinning:
         links = self.index.links
-        nz = np.flatnonzero(self.load_bps > 0)
-        loads = {links[i]: float(self.load_bps[i]) for i in nz.tolist()}
+        by_name = self.index.fabric_memo("links-by-name", lambda: _name_order(links))
+        assert isinstance(by_name, np.ndarray)
+        nz = by_name[self.load_bps[by_name] > 0]
+        loads = dict(zip(map(links.__getitem__, nz.tolist()), self.load_bps[nz].tolist(),
+                         strict=True))
         return LoadPinning(
-            {d: self.path(i) for i, d in enumerate(self.flows)},
-            dict(sorted(loads.items())),
+            dict(zip(self.flows, self.paths(), strict=True)),
+            loads,
             self.max_utilisation(),
             lower,
         )
+
+
+def _name_order(links: list[DirectedLink]) -> np.ndarray:
+    """Directed link ids sorted by (tail name, head name)."""
+    tails = np.asarray([u for u, _ in links])
+    heads = np.asarray([v for _, v in links])
+    return np.lexsort((heads, tails)).astype(np.int64)
 
 
 def base_load_array(index: PathIndex, base_load_bps: Mapping[DirectedLink, float] | None) -> np.ndarray:
@@ -366,14 +426,15 @@ def pin_by_load(
     """
     idx = index if index is not None else PathIndex(fabric, down_links)
     state = PinState(idx, base_load_array(idx, base_load_bps))
+    leaf_of = {h.name: h.leaf for h in fabric.hosts}
+    idx.prefetch((leaf_of[d.src], leaf_of[d.dst]) for d in demands
+                 if d.src in leaf_of and d.dst in leaf_of)
     for d, w in demands.items():
         state.add(d, w)
     rest: list[int] = list(range(len(state.flows)))
     if state.rate_bps and len(set(state.rate_bps)) == 1:
         rows = colour_levels(idx, state.cands)
-        for i, ci in enumerate(rows):
-            if ci >= 0:
-                state.place(i, ci)
+        state.place_many((i, ci) for i, ci in enumerate(rows) if ci >= 0)
         rest = [i for i, ci in enumerate(rows) if ci < 0]
     state.greedy(rest)
     lower = load_lower_bound(state)
@@ -384,54 +445,60 @@ def pin_by_load(
 def load_lower_bound(state: PinState) -> float:
     """Lower bound on the maximum utilisation of any pinning of ``state``'s flows (placed or
     not) over their candidates: max of the mandatory-load and leaf/pod cut bounds (module
-    docstring). O(|links| + Σ_f hops)."""
+    docstring). Vectorised: O(|links| + |flows|) array work (bincount per cut family)."""
     idx = state.index
-    base = state.load_bps.copy()
-    for i in range(len(state.flows)):
-        if state.choice[i] >= 0:
-            base[state.links_of(i)] -= state.rate_bps[i]
+    base = state.base_bps
+    rate = np.asarray(state.rate_bps, dtype=np.float64)
+    acc = np.asarray(state.access, dtype=np.int64).reshape(-1, 2)
     mand = base.copy()
-    for i, w in enumerate(state.rate_bps):
-        up, down = state.access[i]
-        mand[up] += w
-        mand[down] += w
-        c = state.cands[i]
+    np.add.at(mand, acc[:, 0], rate)
+    np.add.at(mand, acc[:, 1], rate)
+    for i, c in enumerate(state.cands):
         if c.shape[0] == 1:
-            mand[c[0]] += w
+            mand[c[0]] += rate[i]
     best = float((mand * state.inv_cap).max()) if len(mand) else 0.0
-    fabric = idx.fabric
-    pod_of: dict[str, object] = {s.name: s.pod for s in fabric.switches if s.pod is not None}
-    leaf_of = {h.name: h.leaf for h in fabric.hosts}
-    by_leaf: dict[str, object] = {lf: lf for lf in leaf_of.values()}
-    by_leaf.update(leaf_of)
-    by_pod: dict[str, object] = dict(pod_of)
-    by_pod.update({h: pod_of[lf] for h, lf in leaf_of.items() if lf in pod_of})
-    for part in (by_leaf, by_pod):
-        group_of = part.get
-        out_cap: dict[object, float] = {}
-        in_cap: dict[object, float] = {}
-        out_load: dict[object, float] = {}
-        in_load: dict[object, float] = {}
-        for lid, (u, v) in enumerate(idx.links):
-            gu, gv = group_of(u), group_of(v)
-            if gu == gv or not idx.is_up[lid]:
-                continue
-            if gu is not None:
-                out_cap[gu] = out_cap.get(gu, 0.0) + idx.capacity_bps[lid]
-                out_load[gu] = out_load.get(gu, 0.0) + base[lid]
-            if gv is not None:
-                in_cap[gv] = in_cap.get(gv, 0.0) + idx.capacity_bps[lid]
-                in_load[gv] = in_load.get(gv, 0.0) + base[lid]
-        for d, w in zip(state.flows, state.rate_bps, strict=True):
-            gs, gd = group_of(d.src), group_of(d.dst)
-            if gs == gd:
-                continue
-            if gs is not None:
-                out_load[gs] = out_load.get(gs, 0.0) + w
-            if gd is not None:
-                in_load[gd] = in_load.get(gd, 0.0) + w
-        for caps, loads in ((out_cap, out_load), (in_cap, in_load)):
-            for g, c in caps.items():
-                if c > 0:
-                    best = max(best, loads.get(g, 0.0) / c)
+    tail, head, _, _ = idx.link_ends()
+    groups = idx.fabric_memo("cut-groups", lambda: _cut_groups(idx))
+    assert isinstance(groups, tuple)
+    src, dst = tail[acc[:, 0]], head[acc[:, 1]]  # host node numbers
+    for g in groups:
+        n_groups = int(g.max(initial=-1)) + 1
+        if n_groups == 0:
+            continue
+        gt, gh = g[tail], g[head]
+        cross = (gt != gh) & idx.is_up
+        gs, gd = g[src], g[dst]
+        leaves = gs != gd
+        for ends, f_ends in ((gt, gs), (gh, gd)):  # out of a group, into a group
+            m = cross & (ends >= 0)
+            cap = np.bincount(ends[m], weights=idx.capacity_bps[m], minlength=n_groups)
+            load = np.bincount(ends[m], weights=base[m], minlength=n_groups)
+            fm = leaves & (f_ends >= 0)
+            load += np.bincount(f_ends[fm], weights=rate[fm], minlength=n_groups)
+            pos = cap > 0
+            if pos.any():
+                best = max(best, float((load[pos] / cap[pos]).max()))
     return best
+
+
+def _cut_groups(idx: PathIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Per node number of :meth:`PathIndex.link_ends`: its leaf group and its pod group (-1:
+    none). A leaf and its hosts form one leaf group; a pod's switches and their hosts one pod
+    group."""
+    fabric = idx.fabric
+    *_, names = idx.link_ends()
+    num = {n: i for i, n in enumerate(names)}
+    leaf_g = np.full(len(names), -1, dtype=np.int64)
+    pod_g = np.full(len(names), -1, dtype=np.int64)
+    leaf_ids: dict[str, int] = {}
+    pod_ids: dict[object, int] = {}
+    pod_of = {s.name: s.pod for s in fabric.switches if s.pod is not None}
+    for s in fabric.switches:
+        if s.pod is not None:
+            pod_g[num[s.name]] = pod_ids.setdefault(s.pod, len(pod_ids))
+    for h in fabric.hosts:
+        g = leaf_ids.setdefault(h.leaf, len(leaf_ids))
+        leaf_g[num[h.name]] = leaf_g[num[h.leaf]] = g
+        if h.leaf in pod_of:
+            pod_g[num[h.name]] = pod_ids[pod_of[h.leaf]]
+    return leaf_g, pod_g

@@ -13,7 +13,14 @@ of two small arrays; other fabrics fall back to a product per peak.
 Cost: one cone per leaf that is used, O(nodes above it + up-paths); one join per distinct
 (source leaf, destination leaf) pair that is used, O(candidates × path length); nothing is
 computed for pairs no flow uses. On a k = 32 fat-tree a cross-pod pair has 256 candidates of
-4 fabric links each.
+4 fabric links each. The peaks of a join depend only on the two leaves' distance vectors, which
+are equal for all leaves of a fat-tree pod, so they are memoised per pair of distinct vectors
+(32² joins' worth of work instead of one per leaf pair at k = 32), leaving two gathers and a
+concatenation per leaf pair.
+
+A failure does not need a new index from the fabric: :meth:`PathIndex.with_down` derives one
+by masking the failed link ids out of the up-adjacency, sharing link numbering, capacities and
+the join memo (what a repair after one link failure needs is the candidates of a few flows).
 
 A *directed link id* ``i`` indexes :attr:`PathIndex.links` (``(u, v)`` pairs) and
 :attr:`PathIndex.capacity_bps`; link ``j`` of the fabric has ids 2j (a→b) and 2j+1 (b→a).
@@ -21,12 +28,13 @@ A *directed link id* ``i`` indexes :attr:`PathIndex.links` (``(u, v)`` pairs) an
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 
 import numpy as np
 
 from controller.model.topology import Fabric
-from controller.te.links import DownLinks, normalise_down_links, up_neighbours
+from controller.te.links import DownLinks, normalise_down_links
 
 DirectedLink = tuple[str, str]
 Path = tuple[str, ...]
@@ -41,18 +49,48 @@ class _LeafCone:
     ``dist[n]``: hop distance from the leaf up to switch n (``_ABSENT`` if not above it, and for
     the leaf itself); ``start[n]``/``count[n]``: rows of n's shortest up-paths in ``up[dist[n]]``
     and ``down[dist[n]]`` — (paths × dist) link-id arrays of the up-path leaf → n and of its
-    reverse n → leaf in travel order. ``unique``: every node has exactly one up-path.
+    reverse n → leaf in travel order. ``unique``: every node has exactly one up-path. ``sig``:
+    a small integer naming ``dist`` (equal for cones with equal distance vectors, e.g. the leaves
+    of one fat-tree pod), the key of the join memo.
     """
 
-    __slots__ = ("count", "dist", "down", "start", "unique", "up")
+    __slots__ = ("count", "dist", "down", "sig", "start", "unique", "up")
 
-    def __init__(self, n_nodes: int) -> None:
-        self.dist = np.full(n_nodes, _ABSENT, dtype=np.int64)
-        self.start = np.zeros(n_nodes, dtype=np.int64)
-        self.count = np.zeros(n_nodes, dtype=np.int64)
-        self.up: dict[int, np.ndarray] = {}
-        self.down: dict[int, np.ndarray] = {}
-        self.unique = True
+    dist: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+    up: dict[int, np.ndarray]
+    down: dict[int, np.ndarray]
+    unique: bool
+    sig: int
+
+
+class _Shared:
+    """What every index of one fabric shares, whatever is down (internal).
+
+    ``memo``: values other modules derive from the fabric alone (:meth:`PathIndex.fabric_memo`);
+    ``sig_of``: (distance-vector bytes, unique) → cone signature; ``peaks``: (sig_s, sig_d) →
+    the join's (best distance, peak switch ids, source-side distance of each peak, that
+    distance if it is the same for every peak else -1, and each peak's row in the source's and
+    the destination's up-path arrays — used only when both cones are unique, where they depend
+    on the distance vectors alone); ``ends``: (tail node, head node, tail port) per directed link id,
+    nodes numbered switches first then hosts (:meth:`PathIndex.link_ends`).
+    """
+
+    __slots__ = ("ends", "memo", "peaks", "sig_of")
+
+    def __init__(self) -> None:
+        self.memo: dict[str, object] = {}
+        self.sig_of: dict[tuple[bytes, bool], int] = {}
+        self.peaks: dict[tuple[int, int],
+                         tuple[int, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]] = {}
+        self.ends: tuple[np.ndarray, np.ndarray, np.ndarray, list[str]] | None = None
+
+
+def _sorted_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys sorted, the link id of each sorted key)."""
+    order = np.argsort(keys, kind="stable").astype(np.int64)
+    return keys[order], order
 
 
 class PathIndex:
@@ -96,7 +134,6 @@ class PathIndex:
         self.link_id = {uv: i for i, uv in enumerate(self.links)}
         self.capacity_bps = np.asarray(caps, dtype=np.float64)
         self.is_up = np.asarray(up, dtype=bool)
-        self._ups = up_neighbours(fabric, self.down)
         self._names = [s.name for s in fabric.switches]
         self._node_id = {n: i for i, n in enumerate(self._names)}
         self._cones: dict[str, _LeafCone] = {}
@@ -104,17 +141,97 @@ class PathIndex:
         self._up_nbr: np.ndarray | None = None
         self._up_lid: np.ndarray | None = None
         self._pairs: dict[tuple[str, str], np.ndarray] = {}
+        self._access: dict[str, tuple[str, int, int] | None] = {}
+        self._shared = _Shared()
+
+    def with_down(self, down_links: Iterable[frozenset[str]]) -> PathIndex:
+        """This fabric state with ``down_links`` down as well (a failure), built incrementally.
+
+        The new index shares the link numbering, capacities and join memo with this one, and
+        derives its up-adjacency by masking the failed link ids out of this index's (no pass
+        over the fabric's links); its cones and leaf pairs are built on demand, so a repair that
+        needs the candidates of a few flows touches only their leaves. Candidates are identical
+        to ``PathIndex(fabric, self.down | down_links)``'s.
+
+        Parameters
+        ----------
+        down_links : iterable of frozenset of str
+            Links now down in addition to :attr:`down`.
+
+        Returns
+        -------
+        PathIndex
+
+        Raises
+        ------
+        ValueError
+            ``down_links`` names a link the fabric does not have.
+        """
+        extra = normalise_down_links(self.fabric, down_links)
+        if self._up_ptr is None:
+            self._build_up_csr()
+        assert self._up_ptr is not None and self._up_nbr is not None and self._up_lid is not None
+        new = object.__new__(PathIndex)
+        new.fabric = self.fabric
+        new.down = self.down | extra
+        new.links, new.link_id, new.capacity_bps = self.links, self.link_id, self.capacity_bps
+        is_up = self.is_up.copy()
+        for pair in extra:
+            a, b = sorted(pair)
+            is_up[[self.link_id[(a, b)], self.link_id[(b, a)]]] = False
+        new.is_up = is_up
+        new._names, new._node_id = self._names, self._node_id
+        new._cones, new._pairs, new._shared = {}, {}, self._shared
+        new._access = {}
+        keep = is_up[self._up_lid]
+        owner = np.repeat(np.arange(len(self._names)), np.diff(self._up_ptr))
+        counts = np.bincount(owner[keep], minlength=len(self._names))
+        new._up_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        new._up_nbr, new._up_lid = self._up_nbr[keep], self._up_lid[keep]
+        return new
+
+    def link_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """Per directed link id: tail node, head node and the tail's port (cached, shared).
+
+        Returns
+        -------
+        tail, head : numpy.ndarray of int64, shape (n_directed_links,)
+            Node numbers: switches in declaration order, then hosts in declaration order.
+        tail_port : numpy.ndarray of int64, shape (n_directed_links,)
+            The tail's port number towards the head.
+        names : list of str
+            Node name of each node number.
+        """
+        sh = self._shared
+        if sh.ends is None:
+            names = self._names + [h.name for h in self.fabric.hosts]
+            num = {n: i for i, n in enumerate(names)}
+            ends = np.asarray([(num[ln.a], num[ln.b], ln.a_port, ln.b_port)
+                               for ln in self.fabric.links], dtype=np.int64).reshape(-1, 4)
+            tail = np.empty(len(self.links), dtype=np.int64)
+            head, port = np.empty_like(tail), np.empty_like(tail)
+            tail[0::2], tail[1::2] = ends[:, 0], ends[:, 1]
+            head[0::2], head[1::2] = ends[:, 1], ends[:, 0]
+            port[0::2], port[1::2] = ends[:, 2], ends[:, 3]
+            sh.ends = (tail, head, port, names)
+        return sh.ends
 
     # -- hosts ----------------------------------------------------------------------------------
     def access(self, host: str) -> tuple[str, int, int] | None:
         """(leaf, id of host→leaf, id of leaf→host), or None if the access link is down.
         Raises ValueError if ``host`` is not a host of the fabric."""
+        got = self._access.get(host, False)
+        if got is not False:
+            return got
         h = self.fabric.host_by_name.get(host)
         if h is None:
             raise ValueError(f"{host!r} is not a host of fabric {self.fabric.name!r}")
         if frozenset((host, h.leaf)) in self.down:
-            return None
-        return h.leaf, self.link_id[(host, h.leaf)], self.link_id[(h.leaf, host)]
+            got = None
+        else:
+            got = (h.leaf, self.link_id[(host, h.leaf)], self.link_id[(h.leaf, host)])
+        self._access[host] = got
+        return got
 
     # -- candidates -----------------------------------------------------------------------------
     def leaf_candidates(self, src_leaf: str, dst_leaf: str) -> np.ndarray:
@@ -138,6 +255,40 @@ class PathIndex:
         out.setflags(write=False)
         self._pairs[key] = out
         return out
+
+    def prefetch(self, leaf_pairs: Iterable[tuple[str, str]]) -> None:
+        """Build the candidates of many (source leaf, destination leaf) pairs at once.
+
+        Afterwards :meth:`leaf_candidates` returns them from the cache; the arrays are equal to
+        what it would have built. In the Clos case the pairs whose leaves have the same pair of
+        distance vectors are joined together: one stacked gather of up-paths and one of
+        down-paths per group, (pairs × peaks × hops), instead of one per pair.
+
+        Parameters
+        ----------
+        leaf_pairs : iterable of (str, str)
+            Leaf (switch) names; repeats and already cached pairs are skipped.
+        """
+        todo = [key for key in dict.fromkeys(leaf_pairs) if key not in self._pairs]
+        self._build_cones([lf for key in todo for lf in key])
+        groups: dict[tuple[int, int], list[tuple[tuple[str, str], _LeafCone, _LeafCone]]] = {}
+        for key in todo:
+            if key in self._pairs:
+                continue
+            cs, cd = self._cone(key[0]), self._cone(key[1])
+            best, _, _, ds0, _, _ = self._peaks(cs, cd)
+            if key[0] == key[1] or best >= _ABSENT or ds0 < 0 or not (cs.unique and cd.unique):
+                self.leaf_candidates(*key)
+                continue
+            groups.setdefault((cs.sig, cd.sig), []).append((key, cs, cd))
+        for sig, items in groups.items():
+            best, _, _, ds0, rows_s, rows_d = self._shared.peaks[sig]
+            up = np.take(np.stack([cs.up[ds0] for _, cs, _ in items]), rows_s, axis=1)
+            down = np.take(np.stack([cd.down[best - ds0] for _, _, cd in items]), rows_d, axis=1)
+            out = np.concatenate((up, down), axis=2)
+            out.setflags(write=False)
+            for g, (key, _, _) in enumerate(items):
+                self._pairs[key] = out[g]
 
     def candidates(self, src: str, dst: str) -> np.ndarray:
         """Every candidate of the flow ``src`` → ``dst`` as link ids, access links included.
@@ -177,20 +328,104 @@ class PathIndex:
         return np.asarray([self.link_id[(u, v)] for u, v in zip(path, path[1:], strict=False)],
                           dtype=np.int64)
 
+    def link_ids_flat(self, paths: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray]:
+        """Directed link ids of many node paths at once, concatenated.
+
+        Node names become numbers by one dictionary pass; each hop (u, v) becomes the key
+        u·N + v, looked up by binary search in the sorted keys of all directed links — no
+        per-path array and no per-hop tuple.
+
+        Returns
+        -------
+        ids : numpy.ndarray of int64, shape (Σ hops,)
+            Path 0's link ids, then path 1's, …
+        starts : numpy.ndarray of int64, shape (n_paths + 1,)
+            Path j's ids are ``ids[starts[j]:starts[j + 1]]``.
+
+        Raises
+        ------
+        KeyError
+            A node is unknown, or a hop is not a link (the message names it).
+        """
+        tail, head, _, names = self.link_ends()
+        num = self.fabric_memo("node-number", lambda: {n: i for i, n in enumerate(names)})
+        keyed = self.fabric_memo("link-keys", lambda: _sorted_keys(tail * len(names) + head))
+        assert isinstance(num, dict) and isinstance(keyed, tuple)
+        keys, order = keyed
+        n_nodes = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+        nodes = np.fromiter(map(num.__getitem__, chain.from_iterable(paths)), dtype=np.int64,
+                            count=int(n_nodes.sum()))
+        first = np.cumsum(n_nodes) - n_nodes
+        is_first = np.zeros(len(nodes) + 1, dtype=bool)
+        is_first[first] = True
+        hop = ~is_first[1:-1]  # nodes[k] -> nodes[k + 1] stays inside one path
+        key = nodes[:-1][hop] * len(names) + nodes[1:][hop]
+        pos = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
+        bad = np.flatnonzero(keys[pos] != key) if len(keys) else np.arange(len(key))
+        if len(bad):
+            u, v = divmod(int(key[bad[0]]), len(names))
+            raise KeyError(f"{names[u]}->{names[v]} is not a link of fabric {self.fabric.name!r}")
+        lengths = np.maximum(n_nodes - 1, 0)
+        return order[pos], np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+
+    def paths_of_rows(self, rows: np.ndarray) -> list[Path]:
+        """Node tuples of many paths of equal length given as link-id rows (vectorised).
+
+        Parameters
+        ----------
+        rows : numpy.ndarray of int64, shape (n, hops), hops ≥ 1
+            Every link id of each path in travel order.
+
+        Returns
+        -------
+        list of tuple of str
+            ``path_of(rows[j])`` for every j.
+        """
+        tail, head, _, names = self.link_ends()
+        nodes = self.fabric_memo("node-names", lambda: np.asarray(names, dtype=object))
+        assert isinstance(nodes, np.ndarray)
+        grid = np.hstack([tail[rows[:, :1]], head[rows]])
+        return list(map(tuple, nodes[grid].tolist()))
+
+    def fabric_memo(self, key: str, build: Callable[[], object]) -> object:
+        """``build()`` computed once per fabric and shared by every index derived from this one
+        (:meth:`with_down`); for values that depend on the fabric, not on what is down."""
+        memo = self._shared.memo
+        if key not in memo:
+            memo[key] = build()
+        return memo[key]
+
     # -- internals ------------------------------------------------------------------------------
     def _cone(self, leaf: str) -> _LeafCone:
         cone = self._cones.get(leaf)
-        if cone is not None:
-            return cone
+        if cone is None:
+            self._build_cones([leaf])
+            cone = self._cones[leaf]
+        return cone
+
+    def _build_cones(self, leaves: Sequence[str]) -> None:
+        """Up-cones of ``leaves`` (not yet built), by one breadth-first search over strictly
+        rising links for all of them at once: rows carry their leaf, and "first reached at this
+        level" is tested per (leaf, node). Row order within a leaf is that of a search from the
+        leaf alone (a stable sort by (leaf, node) keeps each leaf's rows in order)."""
         if self._up_ptr is None:
             self._build_up_csr()
         ptr, nbr, lid = self._up_ptr, self._up_nbr, self._up_lid
         assert ptr is not None and nbr is not None and lid is not None
-        cone = _LeafCone(len(self._names))
-        seen = np.zeros(len(self._names), dtype=bool)
-        ends = np.asarray([self._node_id[leaf]], dtype=np.int64)
-        seen[ends] = True
-        rows = np.empty((1, 0), dtype=np.int64)
+        leaves = [lf for lf in dict.fromkeys(leaves) if lf not in self._cones]
+        n, n_leaves = len(self._names), len(leaves)
+        if not n_leaves:
+            return
+        dist = np.full((n_leaves, n), _ABSENT, dtype=np.int64)
+        start = np.zeros((n_leaves, n), dtype=np.int64)
+        count = np.zeros((n_leaves, n), dtype=np.int64)
+        multi = np.zeros(n_leaves, dtype=bool)  # some node has two up-paths
+        seen = np.zeros(n_leaves * n, dtype=bool)
+        owner = np.arange(n_leaves, dtype=np.int64)
+        ends = np.asarray([self._node_id[lf] for lf in leaves], dtype=np.int64)
+        seen[owner * n + ends] = True
+        rows = np.empty((n_leaves, 0), dtype=np.int64)
+        levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # rows, reversed, bounds
         d = 0
         while len(ends):
             deg = ptr[ends + 1] - ptr[ends]
@@ -200,49 +435,83 @@ class PathIndex:
             which = np.repeat(np.arange(len(ends)), deg)
             first = np.cumsum(deg) - deg
             slot = np.repeat(ptr[ends] - first, deg) + np.arange(total)
-            new_ends = nbr[slot]
+            new_ends, new_owner = nbr[slot], owner[which]
             new_rows = np.hstack([rows[which], lid[slot][:, None]])
-            fresh = ~seen[new_ends]  # reached first at this level: shortest up-paths only
-            new_ends, new_rows = new_ends[fresh], new_rows[fresh]
-            if not len(new_ends):
+            key = new_owner * n + new_ends
+            fresh = ~seen[key]  # reached first at this level: shortest up-paths only
+            if not fresh.any():
                 break
-            order = np.argsort(new_ends, kind="stable")
-            new_ends, new_rows = new_ends[order], new_rows[order]
+            key, new_ends, new_owner, new_rows = (key[fresh], new_ends[fresh], new_owner[fresh],
+                                                  new_rows[fresh])
+            order = np.argsort(key, kind="stable")
+            key, new_ends, new_owner, new_rows = (key[order], new_ends[order], new_owner[order],
+                                                  new_rows[order])
             d += 1
-            nodes, starts, counts = np.unique(new_ends, return_index=True, return_counts=True)
-            seen[nodes] = True
-            cone.dist[nodes] = d
-            cone.start[nodes] = starts
-            cone.count[nodes] = counts
-            cone.unique &= bool((counts == 1).all())
-            cone.up[d] = new_rows
-            cone.down[d] = np.ascontiguousarray(new_rows[:, ::-1] ^ 1)  # ids 2j, 2j+1: reverse
-            ends, rows = new_ends, new_rows
-        self._cones[leaf] = cone
-        return cone
+            ukeys, starts, counts = np.unique(key, return_index=True, return_counts=True)
+            seen[ukeys] = True
+            u_owner, u_node = ukeys // n, ukeys % n
+            bounds = np.searchsorted(new_owner, np.arange(n_leaves + 1))  # each leaf's rows
+            dist[u_owner, u_node] = d
+            start[u_owner, u_node] = starts - bounds[u_owner]
+            count[u_owner, u_node] = counts
+            multi[u_owner[counts > 1]] = True
+            levels.append((new_rows, np.ascontiguousarray(new_rows[:, ::-1] ^ 1), bounds))
+            ends, owner, rows = new_ends, new_owner, new_rows
+        sigs = self._shared.sig_of
+        for j, leaf in enumerate(leaves):
+            cone = _LeafCone()
+            cone.dist, cone.start, cone.count = dist[j], start[j], count[j]
+            cone.unique = not bool(multi[j])
+            cone.up, cone.down = {}, {}
+            for level, (up, down, bounds) in enumerate(levels, start=1):
+                a, b = int(bounds[j]), int(bounds[j + 1])
+                if a == b:
+                    break
+                cone.up[level], cone.down[level] = up[a:b], down[a:b]  # ids 2j, 2j+1: reverse
+            cone.sig = sigs.setdefault((cone.dist.tobytes(), cone.unique), len(sigs))
+            self._cones[leaf] = cone
 
     def _build_up_csr(self) -> None:
-        per: list[list[tuple[int, int]]] = [[] for _ in self._names]
-        for name, ups in self._ups.items():
-            i = self._node_id.get(name)
-            if i is None:
-                continue  # hosts: cones start at their leaf
-            per[i] = [(self._node_id[v], self.link_id[(name, v)]) for v in ups]
-        self._up_ptr = np.cumsum([0] + [len(x) for x in per]).astype(np.int64)
-        self._up_nbr = np.asarray([v for x in per for v, _ in x], dtype=np.int64)
-        self._up_lid = np.asarray([e for x in per for _, e in x], dtype=np.int64)
+        """Up-adjacency of the switches as CSR arrays: for switch n, ``_up_nbr``/``_up_lid``
+        [ptr[n]:ptr[n+1]] are its higher-tier neighbours over links that are up and the link
+        ids, in n's port order (as :func:`controller.te.links.up_neighbours`)."""
+        tail, head, port, names = self.link_ends()
+        n_sw = len(self._names)
+        tier = self.fabric_memo("node-tiers", lambda: np.asarray(
+            [s.tier for s in self.fabric.switches] + [0] * (len(names) - n_sw), dtype=np.int64))
+        assert isinstance(tier, np.ndarray)
+        ids = np.flatnonzero(self.is_up & (tail < n_sw) & (tier[head] > tier[tail]))
+        ids = ids[np.lexsort((port[ids], tail[ids]))]
+        counts = np.bincount(tail[ids], minlength=n_sw)
+        self._up_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        self._up_nbr = head[ids]
+        self._up_lid = ids.astype(np.int64)
+
+    def _peaks(self, cs: _LeafCone, cd: _LeafCone
+               ) -> tuple[int, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:
+        """The memoised peak structure of a join (:class:`_Shared`)."""
+        memo = self._shared.peaks
+        got = memo.get((cs.sig, cd.sig))
+        if got is None:
+            sums = cs.dist + cd.dist
+            best = int(sums.min())
+            peaks = np.flatnonzero(sums == best)  # ascending switch id
+            ds = cs.dist[peaks]
+            split = int(ds[0]) if len(ds) and (ds == ds[0]).all() else -1
+            # with one up-path per node, a node's row in up[d] is its rank among the nodes at
+            # distance d, a function of dist alone: memoisable with the peaks
+            got = memo[(cs.sig, cd.sig)] = (best, peaks, ds, split, cs.start[peaks],
+                                            cd.start[peaks])
+        return got
 
     def _join(self, cs: _LeafCone, cd: _LeafCone) -> np.ndarray:
-        sums = cs.dist + cd.dist
-        best = int(sums.min())
+        best, peaks, ds_all, ds0, rows_s, rows_d = self._peaks(cs, cd)
         if best >= _ABSENT:
             return np.empty((0, 0), dtype=np.int64)
-        peaks = np.flatnonzero(sums == best)  # ascending switch id
-        ds_all = cs.dist[peaks]
-        ds0 = int(ds_all[0])
-        if cs.unique and cd.unique and (ds_all == ds0).all():  # the Clos case: one split
+        if cs.unique and cd.unique and ds0 >= 0:  # the Clos case: one split
             return np.concatenate(
-                (cs.up[ds0][cs.start[peaks]], cd.down[best - ds0][cd.start[peaks]]), axis=1
+                (np.take(cs.up[ds0], rows_s, axis=0), np.take(cd.down[best - ds0], rows_d, axis=0)),
+                axis=1,
             )
         parts: list[np.ndarray] = []
         for ds in np.unique(ds_all).tolist():

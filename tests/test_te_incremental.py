@@ -1,0 +1,182 @@
+"""The incremental and vectorised structures behind planning and repair speed agree with the
+straightforward computations they replace (which serve as oracles here)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller.model import build_fat_tree, build_leaf_spine
+from controller.model.generators import build_rail_optimized
+from controller.te.collectives import FlowDemand
+from controller.te.loadpin import PinState, load_lower_bound, pin_by_load
+from controller.te.pathindex import PathIndex
+from controller.te.reroute import repair, switch_links
+
+
+def _fabrics():
+    yield build_fat_tree("ft4", 4, 10**9, 10**9, 1.0, 1.0)
+    yield build_fat_tree("ft4o", 4, 10**9, 10**9, 1.0, 1.0, core_uplinks=2)
+    yield build_leaf_spine("ls", 3, 4, 2, 10**9, 4 * 10**9, 1.0, 1.0)
+    yield build_rail_optimized("rail", 4, 2, 2, 2, 10**9, 10**9, 1.0, 1.0)
+
+
+def _switch_links(fabric):
+    return sorted(sorted((ln.a, ln.b)) for ln in fabric.links if ln.a not in fabric.host_by_name
+                  and ln.b not in fabric.host_by_name)
+
+
+@st.composite
+def fabric_and_failures(draw):
+    fabric = draw(st.sampled_from(list(_fabrics())))
+    links = _switch_links(fabric)
+    first = frozenset(frozenset(x) for x in draw(st.lists(st.sampled_from(links), max_size=2)))
+    more = frozenset(frozenset(x) for x in draw(st.lists(st.sampled_from(links), max_size=3)))
+    return fabric, first, more
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fabric_and_failures())
+def test_with_down_equals_a_fresh_index(case):
+    fabric, first, more = case
+    base = PathIndex(fabric, first)
+    hosts = [h.name for h in fabric.hosts]
+    for a in hosts[::2]:  # fill the parent's caches (cones, pairs, join memo) first
+        for b in hosts[1::3]:
+            if a != b:
+                base.candidates(a, b)
+    derived = base.with_down(more)
+    fresh = PathIndex(fabric, first | more)
+    assert derived.down == fresh.down
+    assert (derived.is_up == fresh.is_up).all()
+    for a in hosts:
+        for b in hosts:
+            if a != b:
+                assert np.array_equal(derived.candidates(a, b), fresh.candidates(a, b)), (a, b)
+    # the parent is untouched
+    assert base.down == first and base.is_up.sum() == PathIndex(fabric, first).is_up.sum()
+
+
+def test_with_down_rejects_unknown_links():
+    fabric = build_leaf_spine("ls", 2, 2, 1, 10**9, 10**9, 1.0, 1.0)
+    with pytest.raises(ValueError, match="not a link"):
+        PathIndex(fabric).with_down({frozenset(("leaf1", "leaf2"))})
+
+
+def test_link_ids_flat_matches_per_path_ids():
+    fabric = build_fat_tree("ft4", 4, 10**9, 10**9, 1.0, 1.0)
+    index = PathIndex(fabric)
+    paths = [p for a, b in (("h1", "h16"), ("h2", "h3"), ("h5", "h6")) for p in index.paths(a, b)]
+    paths.append(("h1",))  # a one-node path has no hop
+    ids, starts = index.link_ids_flat(paths)
+    assert len(starts) == len(paths) + 1
+    for j, p in enumerate(paths):
+        assert ids[starts[j]:starts[j + 1]].tolist() == index.link_ids(p).tolist()
+    assert index.link_ids_flat([])[0].size == 0
+    with pytest.raises(KeyError, match="h1->p1e0 is not a link"):
+        index.link_ids_flat([("h1", "p1e0")])
+    rows = np.stack([index.link_ids(p) for p in paths[:4]])
+    assert index.paths_of_rows(rows) == paths[:4]
+
+
+def _lower_bound_reference(state: PinState) -> float:
+    """The per-link, per-flow loop this module's vectorised bound replaced."""
+    idx = state.index
+    base = state.base_bps
+    mand = base.copy()
+    for i, w in enumerate(state.rate_bps):
+        up, down = state.access[i]
+        mand[up] += w
+        mand[down] += w
+        if state.cands[i].shape[0] == 1:
+            mand[state.cands[i][0]] += w
+    best = float((mand / idx.capacity_bps).max())
+    fabric = idx.fabric
+    pod_of = {s.name: s.pod for s in fabric.switches if s.pod is not None}
+    leaf_of = {h.name: h.leaf for h in fabric.hosts}
+    by_leaf: dict[str, object] = {lf: lf for lf in leaf_of.values()}
+    by_leaf.update(leaf_of)
+    by_pod: dict[str, object] = dict(pod_of)
+    by_pod.update({h: pod_of[lf] for h, lf in leaf_of.items() if lf in pod_of})
+    for part in (by_leaf, by_pod):
+        cap: dict[tuple[str, object], float] = {}
+        load: dict[tuple[str, object], float] = {}
+        for lid, (u, v) in enumerate(idx.links):
+            gu, gv = part.get(u), part.get(v)
+            if gu == gv or not idx.is_up[lid]:
+                continue
+            for side, g in (("out", gu), ("in", gv)):
+                if g is not None:
+                    cap[(side, g)] = cap.get((side, g), 0.0) + idx.capacity_bps[lid]
+                    load[(side, g)] = load.get((side, g), 0.0) + base[lid]
+        for d, w in zip(state.flows, state.rate_bps, strict=True):
+            gs, gd = part.get(d.src), part.get(d.dst)
+            if gs != gd:
+                for side, g in (("out", gs), ("in", gd)):
+                    if g is not None:
+                        load[(side, g)] = load.get((side, g), 0.0) + w
+        for key, c in cap.items():
+            if c > 0:
+                best = max(best, load.get(key, 0.0) / c)
+    return best
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fabric_and_failures(), st.integers(0, 10**6))
+def test_vectorised_lower_bound_equals_the_loop(case, seed):
+    fabric, first, _ = case
+    rng = random.Random(seed)
+    index = PathIndex(fabric, first)
+    base = np.asarray([rng.choice([0.0, 0.0, 1e8, 5e8]) for _ in index.links]) * index.is_up
+    state = PinState(index, base)
+    hosts = [h.name for h in fabric.hosts]
+    for i in range(rng.randint(1, 12)):
+        a, b = rng.sample(hosts, 2)
+        try:
+            state.add(FlowDemand("x", i, a, b), rng.choice([1e8, 3e8, 1e9]))
+        except ValueError:
+            continue  # no path over the links that are up
+    assert load_lower_bound(state) == pytest.approx(_lower_bound_reference(state), rel=1e-12)
+
+
+def test_repair_with_the_planning_index_equals_repair_from_the_fabric():
+    fabric = build_fat_tree("ft8", 8, 10**9, 10**9, 1.0, 1.0)
+    hosts = [h.name for h in fabric.hosts]
+    random.Random(2).shuffle(hosts)
+    rates = {FlowDemand("r", i, hosts[i], hosts[(i + 1) % len(hosts)]): 1e9 * (1 + i % 3)
+             for i in range(len(hosts))}
+    index = PathIndex(fabric)
+    pin = pin_by_load(fabric, rates, index=index)
+    for down in ({frozenset(("p0a0", "c1"))}, switch_links(fabric, "p1a1")):
+        a = repair(fabric, pin.paths, rates, down)
+        b = repair(fabric, pin.paths, rates, down, index=index)
+        assert a == b
+        assert set(a.moved) == {d for d, p in pin.paths.items()
+                                if any(frozenset(h) in down for h in zip(p, p[1:], strict=False))}
+    with pytest.raises(ValueError, match="index is of fabric"):
+        repair(fabric, pin.paths, rates, set(), index=PathIndex(build_fat_tree(
+            "other", 4, 10**9, 10**9, 1.0, 1.0)))
+    with pytest.raises(ValueError, match="no demand given"):
+        repair(fabric, pin.paths, {}, set(), index=index)
+
+
+@pytest.mark.parametrize("fabric", list(_fabrics()), ids=lambda f: f.name)
+def test_prefetch_builds_the_same_candidates_as_one_pair_at_a_time(fabric):
+    leaves = sorted({h.leaf for h in fabric.hosts})
+    pairs = [(a, b) for a in leaves for b in leaves]
+    batched, single = PathIndex(fabric), PathIndex(fabric)
+    batched.prefetch(pairs + pairs[:3])  # repeats are skipped
+    for a, b in pairs:
+        got = batched.leaf_candidates(a, b)
+        assert np.array_equal(got, single.leaf_candidates(a, b)), (a, b)
+        assert not got.flags.writeable
+    down = {frozenset(_switch_links(fabric)[0])}
+    failed = batched.with_down(down)
+    failed.prefetch(pairs)
+    for a, b in pairs:
+        assert np.array_equal(failed.leaf_candidates(a, b),
+                              PathIndex(fabric, down).leaf_candidates(a, b)), (a, b)
