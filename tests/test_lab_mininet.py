@@ -41,7 +41,8 @@ def _our_processes() -> list[str]:
         except OSError:
             continue
         if ("mininet_labs.workloads" in cmd or "run_controller" in cmd
-                or "aifabric controller" in cmd or "mininet:" in cmd):
+                or "aifabric controller" in cmd or "controller.cli controller" in cmd
+                or "mininet:" in cmd):
             out.append(f"{pid}: {cmd[:120]}")
     return out
 

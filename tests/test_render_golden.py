@@ -72,11 +72,20 @@ def test_openflow_queues_and_meters():
     doc = json.loads(rendered("openflow", LOSSY)["spine2.json"])
     port1 = doc["ports"]["1"]
     assert port1["ovsdb_qos"]["other_config"]["max-rate"] == "200000000000"  # port shaper
-    # DWRR 70/(70+30) of the shaped port; bulk capped by its 80G class shaper
-    assert port1["ovsdb_qos"]["queues"]["3"]["other_config"]["min-rate"] == "140000000000"
+    # The strict control class keeps its 1G cap; DWRR shares the other 199G 70/(70+30);
+    # bulk capped by its 80G class shaper. Guarantees sum to the port rate (HTB would
+    # otherwise exceed it).
+    q = {k: v["other_config"] for k, v in port1["ovsdb_qos"]["queues"].items()}
+    assert q["6"]["min-rate"] == "1000000000" and q["6"]["priority"] == "0"
+    assert q["3"]["min-rate"] == str(199_000_000_000 * 70 // 100)
+    assert q["0"]["min-rate"] == str(199_000_000_000 * 30 // 100)
+    assert sum(int(v["min-rate"]) for v in q.values()) <= 200_000_000_000
+    assert q["3"]["burst"] == str(2 * 9216 * 8)  # two jumbo frames
     assert port1["ovsdb_qos"]["queues"]["0"]["other_config"]["max-rate"] == "80000000000"
     assert {"parent": "1:", "protocol": "ip", "prio": 1, "kind": "u32",
             "match": "ip dsfield 0x68 0xfc", "flowid": "1:4"} in port1["tc_filters"]
+    # 150 us at 200 Gb/s = 3.75 MB per queue
+    assert {"parent": "1:4", "kind": "bfifo", "limit_bytes": 3_750_000} in port1["leaf_qdiscs"]
     assert doc["meters"] == [{"meter_id": 1, "class": "control", "flags": ["kbps"],
                               "bands": [{"type": "drop", "rate_kbps": 1000000}]}]
 

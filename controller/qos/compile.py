@@ -39,7 +39,8 @@ class EcnSetting:
 class PortQos:
     """Everything QoS on one port. ``headroom`` is None when the port has no lossless priority;
     ``headroom_bytes`` is the per-PG headroom used (derived or given). ``shaper_bps`` is the port
-    shaper, if any. ``queue_limit_bytes`` is the queue-depth target at this port's rate."""
+    shaper, if any. ``queue_limit_bytes`` is the queue-depth target at the rate the port drains
+    at (its shaper if it has one, else the link rate)."""
 
     port: Port
     headroom: f.HeadroomTerms | None
@@ -173,7 +174,9 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
             pqs.append(
                 PortQos(
                     port, terms, head, ecn,
-                    f.queue_bytes_for_time(port.rate_bps, queue_us) if queue_us else None,
+                    # the queue drains at the shaper's rate where there is one
+                    f.queue_bytes_for_time(shaper.rate_bps if shaper else port.rate_bps,
+                                           queue_us) if queue_us else None,
                     shaper.rate_bps if shaper else None,
                     shaper.burst_bytes if shaper else None,
                 )

@@ -2,19 +2,42 @@
 
 Per switch (file ``<switch>.json``):
 
-``ports``: ``{port: {"ovsdb_qos": ..., "tc_filters": [...]}}``
+``ports``: ``{port: {"ovsdb_qos": ..., "tc_filters": [...], "leaf_qdiscs": [...]}}``
 
 * ``ovsdb_qos`` is the OVSDB ``QoS`` row (``type: linux-htb``, ``other_config.max-rate`` in
   bit/s: the port rate or its shaper) and its ``Queue`` rows keyed by queue id, each with
-  ``other_config`` ``min-rate``/``max-rate`` (bit/s) and ``priority`` (HTB: lower is served
-  first). Strict-priority classes get priority 0 and ``min-rate`` = their cap; DWRR classes get
-  priority 1 and ``min-rate`` = weight / Σweights × port rate (what HTB guarantees them).
-* ``tc_filters``: Linux ``tc filter`` specs classifying IPv4 DSCP to the HTB class OVS creates
-  for queue q (class ``1:(q+1)``): ``u32 match ip dsfield (dscp << 2) 0xfc``.
+  ``other_config`` ``min-rate``/``max-rate`` (bit/s), ``burst`` (bits) and ``priority`` (HTB:
+  lower is offered spare bandwidth first). OVS builds HTB class ``1:(q+1)`` for queue q under a
+  root class at ``max-rate`` (ovs-vswitchd.conf.db(5), QoS type linux-htb).
+
+  HTB lets a class below its ``min-rate`` send without asking its parent, so the ``min-rate``
+  values of a port must sum to at most the port rate or the port sends faster than its rate
+  (tc-htb(8), "rate" and the link-sharing description in Devera's HTB user guide). Hence:
+
+  - DWRR classes get ``min-rate`` = weight / Σweights × (port rate − what strict classes keep)
+    and ``max-rate`` = their cap; with equal ``priority`` HTB shares spare bandwidth in
+    proportion to the rates (quantum = rate / r2q), i.e. by weight.
+  - HTB has no strict priority. It is approximated: each strict class gets ``min-rate`` =
+    min(its cap, (port rate − floor) / number of strict classes) at ``priority`` 0, where the
+    floor is ``STRICT_FLOOR`` of the port rate kept by the DWRR classes (so they are never
+    starved to zero); the DWRR classes share what the strict classes do not keep. While a
+    strict class is busy it sends at up to its rate and drains the root's tokens, so the DWRR
+    classes cannot borrow beyond their own rates.
+  - ``burst`` is two of the largest frames (the policy's ``pfc.mtu``, at least a 9216-byte
+    jumbo frame: the policy does not know every port's MTU), so a frame never waits on a
+    bucket smaller than itself (HTB's default burst is sized for 1500-byte frames).
+* ``tc_filters``: Linux ``tc filter`` specs classifying IPv4 DSCP to the HTB class of queue q
+  (``1:(q+1)``): ``u32 match ip dsfield (dscp << 2) 0xfc``. Unlisted DSCP values go to OVS's
+  default class ``1:1`` (queue 0). These do the classification on both OVS datapaths: on the
+  userspace (netdev) datapath OpenFlow ``set_queue`` does not reach the kernel qdisc.
+* ``leaf_qdiscs``: one ``bfifo`` per queue whose ``limit`` (bytes) is the policy's queue-depth
+  target at the port rate (``buffers.queue_depth``), but at least two such frames; absent without
+  a ``buffers`` section (the kernel's default pfifo of ``txqueuelen`` packets stays).
 
 ``classifier``: ``[{"ip_dscp", "queue", "meter_id"}]`` for OpenFlow ``set_queue`` (and
-``meter``) actions, and ``meters``: OpenFlow 1.3 meters (``kbps``, one ``drop`` band) for
-classes with a ``rate_limit``. ``unsupported`` lists what OVS cannot do (PFC, ECN marking).
+``meter``) actions on targets where they steer (kernel datapath), and ``meters``: OpenFlow 1.3
+meters (``kbps``, one ``drop`` band) for classes with a ``rate_limit``; the queues' ``max-rate``
+enforces the same limit. ``unsupported`` lists what OVS cannot do (PFC, ECN marking).
 """
 
 from __future__ import annotations
@@ -23,7 +46,10 @@ import math
 from typing import Any
 
 from controller.qos.compile import QosPlan
-from controller.render.common import class_shaper_bps
+from controller.render.common import class_shaper_bps, mtu_bytes
+
+STRICT_FLOOR = 0.01  # share of the port rate the DWRR classes keep under strict traffic
+JUMBO_BYTES = 9216  # the largest frame common switches accept; OVS ports may carry jumbo frames
 
 
 def render_openflow(plan: QosPlan) -> dict[str, Any]:
@@ -42,6 +68,9 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
         for tc in classes for d in sorted(tc.dscp)
     ]
     total_weight = sum(tc.weight or 0 for tc in classes if tc.scheduling == "dwrr")
+    n_strict = sum(1 for tc in classes if tc.scheduling == "strict")
+    frame = max(mtu_bytes(plan), JUMBO_BYTES)
+    burst_bits = str(2 * frame * 8)
     unsupported = []
     if plan.lossless_priorities:
         unsupported.append("pfc: Open vSwitch has no IEEE 802.1Qbb PFC")
@@ -52,28 +81,41 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
         ports: dict[str, Any] = {}
         for pq in sw.ports:
             port_rate = pq.shaper_bps or pq.port.rate_bps
+            caps = {tc.name: min(x for x in (port_rate, tc.rate_limit_bps, shaped.get(tc.name)) if x)
+                    for tc in classes}
+            floor = math.floor(port_rate * STRICT_FLOOR) if total_weight else 0
+            strict_each = (port_rate - floor) // n_strict if n_strict else 0
+            strict_rate = {tc.name: min(strict_each, caps[tc.name])
+                           for tc in classes if tc.scheduling == "strict"}
+            dwrr_rate = port_rate - sum(strict_rate.values())
             queues: dict[str, Any] = {}
             filters = []
+            leaves = []
             for tc in classes:
-                cap = min(x for x in (port_rate, tc.rate_limit_bps, shaped.get(tc.name)) if x)
+                cap = caps[tc.name]
                 if tc.scheduling == "strict":
-                    cfg = {"min-rate": str(cap), "max-rate": str(cap), "priority": "0"}
+                    rate, prio = strict_rate[tc.name], "0"
                 else:
-                    share = math.floor(port_rate * (tc.weight or 0) / total_weight)
-                    cfg = {"min-rate": str(min(share, cap)), "max-rate": str(cap),
-                           "priority": "1"}
+                    rate = math.floor(dwrr_rate * (tc.weight or 0) / total_weight)
+                    prio = "1"
+                cfg = {"min-rate": str(max(1, min(rate, cap))), "max-rate": str(cap),
+                       "burst": burst_bits, "priority": prio}
                 queues[str(tc.queue)] = {"other_config": cfg}
                 for d in sorted(tc.dscp):
                     filters.append({
                         "parent": "1:", "protocol": "ip", "prio": 1, "kind": "u32",
                         "match": f"ip dsfield {d << 2:#04x} 0xfc", "flowid": f"1:{tc.queue + 1}",
                     })
+                if pq.queue_limit_bytes is not None:
+                    leaves.append({"parent": f"1:{tc.queue + 1}", "kind": "bfifo",
+                                   "limit_bytes": max(pq.queue_limit_bytes, 2 * frame)})
             ports[str(pq.port.port)] = {
                 "peer": pq.port.peer,
                 "ovsdb_qos": {"type": "linux-htb",
                               "other_config": {"max-rate": str(port_rate)},
                               "queues": queues},
                 "tc_filters": filters,
+                "leaf_qdiscs": leaves,
             }
         out[f"{sw.name}.json"] = {
             "switch": sw.name, "dpid": sw.dpid, "ports": ports, "classifier": classifier,

@@ -29,19 +29,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     # Tables stay readable when stdout is a file or a pipe (rich would assume 80 columns).
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    from mininet_labs.lab.experiment import load_experiment
-    from mininet_labs.lab.runner import LabAborted, run_experiment
+    from mininet_labs.lab.kinds import module_for
+    from mininet_labs.lab.runner import LabAborted
 
     try:
+        kind = module_for(a.experiment)
         if a.cmd == "check":
-            exp = load_experiment(a.experiment)
-            console.print(f"{a.experiment}: ok ({exp.fabric.name}, modes {list(exp.spec.modes)}, "
-                          f"seeds {list(exp.spec.seeds)})", markup=False)
+            exp = kind.load_experiment(a.experiment)
+            console.print(f"{a.experiment}: {kind.describe(exp)}", markup=False)
             return 0
         if a.cmd == "cleanup":
             from mininet_labs.lab.net import cleanup_leftovers
 
-            exp = load_experiment(a.experiment)
+            exp = kind.load_experiment(a.experiment)
             from mininet_labs.lab.net import lab_lock
 
             with lab_lock():
@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print("removed: " + (", ".join(removed) if removed else "nothing"),
                           markup=False)
             return 0
-        res = run_experiment(a.experiment, a.out, console)
+        res = kind.run_experiment(a.experiment, a.out, console)
     except ConfigError as exc:
         for prob in exc.problems:
             print(str(prob), file=sys.stderr)

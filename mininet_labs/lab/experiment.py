@@ -73,6 +73,7 @@ class LabSpec(_Strict):
 
 
 class ExperimentSpec(_Strict):
+    kind: Literal["ecmp-vs-pinned"] = "ecmp-vs-pinned"
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     description: str = ""
     topology: Annotated[str, Field(min_length=1)]
@@ -150,3 +151,8 @@ def load_experiment(path: str | Path) -> Experiment:
         topology/policy it names).
     """
     return experiment_from_document(load_document(path))
+
+
+def describe(exp: Experiment) -> str:
+    """One line for ``aifabric lab check``."""
+    return f"ok ({exp.fabric.name}, modes {list(exp.spec.modes)}, seeds {list(exp.spec.seeds)})"

@@ -124,6 +124,7 @@ def _cmdline(pid: int) -> str:
 
 
 OUR_CMDLINES = ("mininet:", "mininet_labs.workloads", "run_controller", "aifabric controller",
+                "controller.cli controller",
                 "ping -c")
 
 
@@ -199,7 +200,38 @@ def cleanup_leftovers(switch_names: Iterable[str]) -> list[str]:
         if sep and sw in names and rest.isdigit():
             _sh(["ip", "link", "del", dev])
             removed.append(f"link {dev}")
+    removed += remove_orphan_qos(names)
     save_state({})
+    return removed
+
+
+def remove_orphan_qos(switch_names: Iterable[str]) -> list[str]:
+    """Destroy the OVSDB QoS and Queue rows ``aifabric controller --apply-qos`` made for these
+    switches (``external_ids:aifabric-switch``) that no port uses any more. QoS and Queue are
+    root tables: OVSDB keeps them after their bridge is deleted."""
+    names = set(switch_names)
+    used = set()
+    r = _sh(["ovs-vsctl", "--format=json", "--columns=qos", "list", "Port"])
+    if r.returncode == 0:
+        for (qos,) in json.loads(r.stdout).get("data", []):
+            if isinstance(qos, list) and qos and qos[0] == "uuid":
+                used.add(qos[1])
+    removed = []
+    for table in ("QoS", "Queue"):
+        if table == "Queue":  # queues still referenced by a remaining QoS row are in use
+            r = _sh(["ovs-vsctl", "--format=json", "--columns=queues", "list", "QoS"])
+            if r.returncode == 0:
+                for (queues,) in json.loads(r.stdout).get("data", []):
+                    if isinstance(queues, list) and queues and queues[0] == "map":
+                        used.update(ref[1] for _, ref in queues[1])
+        r = _sh(["ovs-vsctl", "--format=json", "--columns=_uuid,external_ids", "list", table])
+        if r.returncode != 0:
+            continue
+        for (_, uuid), ext in json.loads(r.stdout).get("data", []):
+            ids = dict(ext[1]) if isinstance(ext, list) and ext and ext[0] == "map" else {}
+            if ids.get("aifabric-switch") in names and uuid not in used:
+                if _sh(["ovs-vsctl", "--if-exists", "destroy", table, uuid]).returncode == 0:
+                    removed.append(f"{table} {uuid[:8]} of {ids['aifabric-switch']}")
     return removed
 
 

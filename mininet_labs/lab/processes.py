@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,26 +38,13 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _cli_has_controller() -> bool:
-    exe = Path(sys.executable).parent / "aifabric"
-    if not exe.exists():
-        return False
-    try:
-        from controller import cli
+def controller_command(topology: Path, policy: Path, port: int,
+                       extra_args: Sequence[str] = ()) -> list[str]:
+    """The command line that starts the controller (``aifabric controller ...``).
 
-        return "controller" in getattr(cli.main, "commands", {})
-    except Exception:  # noqa: BLE001 - any import problem means "use the function"
-        return False
-
-
-def controller_command(topology: Path, policy: Path, port: int) -> list[str]:
-    """The command line that starts the controller."""
-    if _cli_has_controller():
-        return [str(Path(sys.executable).parent / "aifabric"), "controller", "--topology",
-                str(topology), "--policy", str(policy), "--listen", f"127.0.0.1:{port}"]
-    code = ("import sys; from controller.runtime.process import run_controller; "
-            f"sys.exit(run_controller({str(topology)!r}, {str(policy)!r}, '127.0.0.1', {port}))")
-    return [sys.executable, "-c", code]
+    ``extra_args`` are appended (e.g. ``["--apply-qos"]``)."""
+    return [sys.executable, "-m", "controller.cli", "controller", "--topology", str(topology),
+            "--policy", str(policy), "--listen", f"127.0.0.1:{port}", *extra_args]
 
 
 @dataclass
@@ -89,8 +77,10 @@ def log_tail(path: Path, lines: int = 15) -> str:
 
 
 def start_controller(topology: Path, policy: Path, port: int, log_path: Path,
-                     timeout_s: float) -> ControllerProcess:
+                     timeout_s: float, extra_args: Sequence[str] = ()) -> ControllerProcess:
     """Start the controller in its own session and wait until it listens on ``port``.
+
+    ``extra_args`` go to ``aifabric controller`` (see ``aifabric controller --help``).
 
     Raises
     ------
@@ -98,7 +88,7 @@ def start_controller(topology: Path, policy: Path, port: int, log_path: Path,
         The controller exited or did not listen within ``timeout_s``; the message carries the
         tail of its log.
     """
-    cmd = controller_command(topology, policy, port)
+    cmd = controller_command(topology, policy, port, extra_args)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")  # noqa: SIM115 - owned by the child from here on
     log.write("# " + " ".join(cmd) + "\n")
@@ -125,12 +115,13 @@ def start_controller(topology: Path, policy: Path, port: int, log_path: Path,
 
 
 def rank_command(rank: int, peers: list[str], nbytes: int, seed: int, stream: int, src_port: int,
-                 dst_port: int, chunk_bytes: int, out: Path) -> list[str]:
+                 dst_port: int, chunk_bytes: int, out: Path, dscp: int | None = None) -> list[str]:
     """The command line of one rank process (run inside its Mininet host)."""
     return [sys.executable, "-m", "mininet_labs.workloads.ring_allreduce", "--rank", str(rank),
             "--peers", ",".join(peers), "--bytes", str(nbytes), "--seed", str(seed),
             "--stream", str(stream), "--src-port", str(src_port), "--dst-port", str(dst_port),
-            "--chunk-bytes", str(chunk_bytes), "--out", str(out)]
+            "--chunk-bytes", str(chunk_bytes), "--out", str(out),
+            *([] if dscp is None else ["--dscp", str(dscp)])]
 
 
 def start_in_host(host: Any, cmd: list[str], log_path: Path) -> subprocess.Popen[Any]:

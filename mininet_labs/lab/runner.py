@@ -28,7 +28,7 @@ from controller.yamlsrc import load_document
 from mininet_labs.lab import net as labnet
 from mininet_labs.lab.compare import compare_modes, comparison_table, verdict_lines
 from mininet_labs.lab.environment import probe_kernel_features, versions
-from mininet_labs.lab.experiment import Experiment, load_experiment
+from mininet_labs.lab.experiment import Experiment, describe, load_experiment
 from mininet_labs.lab.processes import (
     ControllerProcess,
     free_port,
@@ -69,6 +69,9 @@ class Results:
     @property
     def all_correct(self) -> bool:
         return all(c["correct"] for r in self.data["runs"] for c in r["collectives"])
+
+
+__all__ = ["describe", "load_experiment", "run_experiment", "run_seed", "LabAborted"]
 
 
 def requirements_missing() -> list[str]:
@@ -142,7 +145,8 @@ def run_seed(exp: Experiment, mininet: Any, mode: str, seed: int, out_dir: Path,
         for r, hname in enumerate(coll.ranks):
             out = cdir / f"rank{r}.json"
             out.unlink(missing_ok=True)
-            cmd = rank_command(r, peers, w.bytes, seed, ci, src[r], dst, w.chunk_bytes, out)
+            cmd = rank_command(r, peers, w.bytes, seed, ci, src[r], dst, w.chunk_bytes, out,
+                               coll.dscp)
             procs.append((coll.name, r, start_in_host(hosts[hname], cmd, cdir / f"rank{r}.log"),
                           out))
     deadline = time.monotonic() + w.timeout_s

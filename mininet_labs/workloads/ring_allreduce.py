@@ -217,13 +217,17 @@ def _parse_peer(entry: str, default_port: int) -> tuple[str, int]:
     return entry.strip(), default_port
 
 
-def _connect(dst: tuple[str, int], src_port: int, deadline: float) -> socket.socket:
+def _connect(dst: tuple[str, int], src_port: int, deadline: float,
+             dscp: int | None = None) -> socket.socket:
     """Connect to ``dst`` from source port ``src_port``, retrying while the peer is not yet
-    listening or the port is still in use."""
+    listening or the port is still in use. ``dscp`` (0..63) marks every packet sent (IP_TOS =
+    DSCP << 2, RFC 2474 §3)."""
     last: OSError | None = None
     while time.monotonic() < deadline:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if dscp is not None:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
         try:
             s.bind(("0.0.0.0", src_port))
             s.settimeout(5.0)
@@ -349,9 +353,11 @@ class RankReport:
 
 def run_rank(
     rank: int, peers: Sequence[str], nbytes: int, seed: int, src_port: int, dst_port: int,
-    stream: int = 0, chunk_bytes: int = CHUNK_BYTES,
+    stream: int = 0, chunk_bytes: int = CHUNK_BYTES, dscp: int | None = None,
 ) -> RankReport:
-    """Run one rank to completion and verify its result (see the module docstring)."""
+    """Run one rank to completion and verify its result (see the module docstring).
+
+    ``dscp``: DSCP of the data this rank sends (None: the kernel default, 0)."""
     n = len(peers)
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} out of range for {n} peers")
@@ -368,6 +374,10 @@ def run_rank(
 
     lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if dscp is not None:
+        # the accepted connection inherits it: the ACKs this rank returns travel in the
+        # collective's class too, not behind bulk traffic (RoCE marks a QP's both directions)
+        lsock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
     lsock.bind(("0.0.0.0", listen_port))
     lsock.listen(4)
     accepted: list[socket.socket] = []
@@ -381,7 +391,7 @@ def run_rank(
     at = threading.Thread(target=acceptor, daemon=True)
     at.start()
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
-    send = _connect(addrs[(rank + 1) % n], src_port, deadline)
+    send = _connect(addrs[(rank + 1) % n], src_port, deadline, dscp)
     at.join(CONNECT_TIMEOUT_S)
     if not accepted:
         raise TimeoutError(f"rank {rank}: no connection from rank {(rank - 1) % n}")
@@ -445,11 +455,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dst-port", type=int, required=True)
     p.add_argument("--chunk-bytes", type=int, default=CHUNK_BYTES)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--dscp", type=int, choices=range(64), metavar="0..63",
+                   help="DSCP of the data sent")
     a = p.parse_args(argv)
     peers = [x for x in a.peers.split(",") if x.strip()]
     try:
         rep = run_rank(a.rank, peers, a.bytes, a.seed, a.src_port, a.dst_port, a.stream,
-                       a.chunk_bytes)
+                       a.chunk_bytes, a.dscp)
     except Exception as exc:  # report the failure in the JSON as well as on stderr
         a.out.write_text(json.dumps({"rank": a.rank, "error": f"{type(exc).__name__}: {exc}"}))
         print(f"rank {a.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)

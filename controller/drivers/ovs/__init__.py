@@ -1,0 +1,1 @@
+"""Open vSwitch drivers that talk to OVSDB and the kernel (not OpenFlow)."""

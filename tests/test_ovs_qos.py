@@ -1,0 +1,179 @@
+"""The Open vSwitch QoS driver's decisions, against fake OVSDB and tc (no switch needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.drivers.ovs.qos import OvsQosApplier, PortState, TcFilters, digest, qos_rendering
+from controller.errors import ConfigError
+from controller.model.topology import load_topology
+from controller.policy import load_policy
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPO = ROOT / "mininet_labs" / "topologies" / "leafspine_1x2x2.yaml"
+POLICY = ROOT / "policies" / "qos_lab_priority.yaml"
+
+
+class FakeDb:
+    def __init__(self, bridges: dict[int, str], ports: dict[str, dict[int, str]]) -> None:
+        self.bridges = bridges
+        self.iface = ports  # bridge -> {ofport: interface}
+        self.digests: dict[tuple[str, int], str] = {}
+        self.applied: list[tuple[str, list[str]]] = []
+
+    def bridges_by_dpid(self) -> dict[int, str]:
+        return dict(self.bridges)
+
+    def ports(self, bridge: str) -> dict[int, PortState]:
+        return {p: PortState(p, name, self.digests.get((bridge, p)))
+                for p, name in self.iface.get(bridge, {}).items()}
+
+    def apply(self, switch: str, ports: dict[str, tuple[str, dict[str, Any]]]) -> None:
+        self.applied.append((switch, sorted(ports)))
+        for p, (_, doc) in ports.items():
+            self.digests[(switch, int(p))] = digest(doc)
+
+
+class FakeTc:
+    def __init__(self) -> None:
+        self.state: dict[str, str] = {}
+        self.applied: list[str] = []
+
+    def classes_ready(self, iface: str, doc: dict[str, Any]) -> bool:
+        return True
+
+    def in_force(self, iface: str, doc: dict[str, Any]) -> bool:
+        return self.state.get(iface) == digest(doc)
+
+    def apply(self, iface: str, doc: dict[str, Any]) -> None:
+        self.applied.append(iface)
+        self.state[iface] = digest(doc)
+
+
+@pytest.fixture()
+def setup():
+    fabric = load_topology(TOPO)
+    policy = load_policy(POLICY, fabric)
+    rendering = qos_rendering(fabric, policy, str(POLICY))
+    bridges = {s.dpid: s.name for s in fabric.switches}
+    ports = {s.name: {p: f"{s.name}-eth{p}" for p in
+                      sorted({ln.a_port for ln in fabric.links if ln.a == s.name}
+                             | {ln.b_port for ln in fabric.links if ln.b == s.name})}
+             for s in fabric.switches}
+    return fabric, rendering, bridges, ports
+
+
+def test_rendering_covers_every_fabric_port(setup):
+    fabric, rendering, _, ports = setup
+    assert set(rendering) == {s.name for s in fabric.switches}
+    for name, doc in rendering.items():
+        assert {int(p) for p in doc["ports"]} == set(ports[name])
+        for pdoc in doc["ports"].values():
+            q = pdoc["ovsdb_qos"]
+            rates = [int(v["other_config"]["min-rate"]) for v in q["queues"].values()]
+            assert sum(rates) <= int(q["other_config"]["max-rate"])
+
+
+def test_waits_for_bridges_and_ports_then_applies_once(setup):
+    fabric, rendering, bridges, ports = setup
+    db = FakeDb({}, {})
+    tc = FakeTc()
+    app = OvsQosApplier(fabric, rendering, "unix:fake", db=db, tc=tc)
+    done = app.reconcile()
+    assert all(v.startswith("waiting: no bridge") for v in done.values())
+    assert db.applied == [] and tc.applied == []
+    # bridges appear, but leaf1 has only two of its three ports yet: nothing goes to leaf1
+    db.bridges = bridges
+    db.iface = {k: dict(v) for k, v in ports.items()}
+    del db.iface["leaf1"][3]
+    done = app.reconcile()
+    assert done["leaf1"].startswith("waiting: bridge leaf1 has no port(s) 3")
+    assert "leaf1" not in [s for s, _ in db.applied]
+    assert not [i for i in tc.applied if i.startswith("leaf1-")]
+    db.iface["leaf1"][3] = "leaf1-eth3"
+    done = app.reconcile()
+    assert done == {"leaf1": "applied"}
+    assert ("leaf1", ["1", "2", "3"]) in db.applied
+    # in force: the next pass changes nothing
+    n_db, n_tc = len(db.applied), len(tc.applied)
+    assert app.reconcile() == {}
+    assert (len(db.applied), len(tc.applied)) == (n_db, n_tc)
+
+
+def test_filters_lost_are_restored_without_touching_ovsdb(setup):
+    fabric, rendering, bridges, ports = setup
+    db, tc = FakeDb(bridges, ports), FakeTc()
+    app = OvsQosApplier(fabric, rendering, "unix:fake", db=db, tc=tc)
+    app.reconcile()
+    n_db = len(db.applied)
+    del tc.state["spine1-eth2"]  # e.g. someone ran `tc qdisc del`
+    assert app.reconcile() == {"spine1": "filters restored"}
+    assert len(db.applied) == n_db
+    assert tc.applied[-1] == "spine1-eth2"
+
+
+def test_changed_settings_replace_only_the_ports_that_differ(setup):
+    fabric, rendering, bridges, ports = setup
+    db, tc = FakeDb(bridges, ports), FakeTc()
+    app = OvsQosApplier(fabric, rendering, "unix:fake", db=db, tc=tc)
+    app.reconcile()
+    db.digests[("leaf2", 3)] = "something-else"  # a row someone edited by hand
+    assert app.reconcile() == {"leaf2": "applied"}
+    assert db.applied[-1] == ("leaf2", ["3"])
+
+
+def test_tc_commands():
+    calls: list[list[str]] = []
+    tc = TcFilters(run=lambda args: calls.append(list(args)) or "")
+    doc = {"tc_filters": [{"parent": "1:", "protocol": "ip", "prio": 1, "kind": "u32",
+                           "match": "ip dsfield 0x68 0xfc", "flowid": "1:2"}],
+           "leaf_qdiscs": [{"parent": "1:2", "kind": "bfifo", "limit_bytes": 37500}]}
+    tc.apply("leaf1-eth3", doc)
+    assert calls == [
+        ["filter", "del", "dev", "leaf1-eth3", "parent", "1:"],
+        ["filter", "add", "dev", "leaf1-eth3", "parent", "1:", "protocol", "ip", "prio", "1",
+         "u32", "match", "ip", "dsfield", "0x68", "0xfc", "flowid", "1:2"],
+        ["qdisc", "replace", "dev", "leaf1-eth3", "parent", "1:2", "bfifo", "limit", "37500"],
+    ]
+
+
+def test_classes_ready_and_in_force_parse_tc_output():
+    outputs = {
+        ("class",): "class htb 1:1 parent 1:fffe prio 1 rate 3Mbit\nclass htb 1:fffe root rate 15Mbit\n",
+        ("filter",): "filter parent 1: protocol ip pref 1 u32 chain 0 fh 800::800 order 2048 key "
+                     "ht 800 bkt 0 flowid 1:2\n  match 00680000/00fc0000 at 0\n",
+        ("qdisc",): "qdisc htb 1: root refcnt 2\nqdisc bfifo 8001: parent 1:2 limit 37500b\n",
+    }
+    tc = TcFilters(run=lambda args: outputs[(args[0],)])
+    doc = {"ovsdb_qos": {"queues": {"0": {}, "1": {}}},
+           "tc_filters": [{}], "leaf_qdiscs": [{}]}
+    assert not tc.classes_ready("x", doc)  # 1:2 (queue 1) not built yet
+    outputs[("class",)] += "class htb 1:2 parent 1:fffe prio 1 rate 12Mbit\n"
+    assert tc.classes_ready("x", doc)
+    assert tc.in_force("x", doc)
+    doc["leaf_qdiscs"].append({})
+    assert not tc.in_force("x", doc)
+
+
+def test_policy_without_classes_or_with_pfc_is_refused():
+    fabric = load_topology(ROOT / "mininet_labs" / "topologies" / "leafspine_2x4x2.yaml")
+    pol = load_policy(ROOT / "policies" / "pinned_two_rings.yaml", fabric)
+    with pytest.raises(ConfigError, match="traffic_classes: applying QoS needs traffic classes"):
+        qos_rendering(fabric, pol, "p.yaml")
+    big = load_topology(ROOT / "tests" / "golden" / "topo_ai_100g.yaml")
+    roce = load_policy(ROOT / "policies" / "qos_roce.yaml", big)
+    with pytest.raises(ConfigError, match="target openflow supports 0"):
+        qos_rendering(big, roce, "roce.yaml")
+
+
+def test_controller_refuses_apply_qos_without_classes(capsys):
+    from controller.runtime.process import EXIT_INVALID, run_controller
+
+    rc = run_controller(ROOT / "mininet_labs" / "topologies" / "leafspine_2x4x2.yaml",
+                        ROOT / "policies" / "pinned_two_rings.yaml", "127.0.0.1", 1,
+                        apply_qos=True)
+    assert rc == EXIT_INVALID
+    assert "applying QoS needs traffic classes" in capsys.readouterr().err
