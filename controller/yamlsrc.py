@@ -172,7 +172,7 @@ def _loc_to_path(loc: tuple[Any, ...], data: Any) -> YamlPath:
     node = data
     for part in loc:
         if isinstance(node, dict) and part in node:
-            out.append(part)
+            out.append(str(part))  # key positions are recorded under str(key), ints included
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             out.append(part)

@@ -91,3 +91,11 @@ def test_lab_lock_refuses_a_second_holder(tmp_path, monkeypatch):
                 pass
     with net.lab_lock():  # released
         pass
+
+
+def test_integer_key_is_located_at_its_line(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("version: 1\nrouting:\n  mode: ecmp\n  7: x\n")
+    with pytest.raises(ConfigError) as ei:
+        load_policy(p)
+    assert [str(x) for x in ei.value.problems] == [f"{p}:4:6: routing.7: Keys should be strings"]
