@@ -24,12 +24,14 @@ from controller.errors import ConfigError, PlanInvariantError
 from controller.model.topology import Fabric, load_topology
 from controller.policy import load_policy
 from controller.runtime.state import ControllerRuntime
+from controller.te.reroute import Hysteresis
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 
 APP_MODULE = "controller.drivers.openflow.app"
+DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
 LOG = logging.getLogger("aifabric.runtime")
 
 
@@ -59,6 +61,24 @@ def summary_lines(fabric: Fabric, runtime: ControllerRuntime) -> list[str]:
     ]
 
 
+def adaptive_lines(runtime: ControllerRuntime, stats_interval_s: float | None,
+                   rebalance: Hysteresis | None) -> list[str]:
+    """Start-up lines describing statistics, re-balancing and fast failover (empty when off)."""
+    out = []
+    if stats_interval_s:
+        out.append(f"statistics: port and flow counters every {stats_interval_s:g} s")
+    if rebalance is not None:
+        demands = sorted(set(runtime.demands_bps.values()))
+        shown = ", ".join(f"{d / 1e6:g}" for d in demands) or "none"
+        out.append(f"re-balancing: threshold {rebalance.threshold:g}, margin {rebalance.margin:g}, "
+                   f"hold {rebalance.min_hold_s:g} s; pinned flow demands {shown} Mbit/s")
+    if runtime.fast_failover:
+        n = sum(1 for sp in runtime.plan.switches.values() for g in sp.groups
+                if g.kind == "fast-failover")
+        out.append(f"fast failover: {n} fast-failover group(s) protect pinned entries")
+    return out
+
+
 def _print_problems(problems: Iterable[object], err: TextIO) -> None:
     for p in problems:
         print(str(p), file=err)
@@ -73,6 +93,11 @@ def run_controller(
     *,
     lldp_interval_s: float = 5.0,
     stop_event: threading.Event | None = None,
+    apply_qos: bool = False,
+    ovsdb: str = DEFAULT_OVSDB,
+    stats_interval_s: float | None = None,
+    rebalance: Hysteresis | None = None,
+    fast_failover: bool = False,
 ) -> int:
     """Run the OpenFlow controller until SIGTERM/SIGINT (or ``stop_event``) and return an exit code.
 
@@ -89,6 +114,22 @@ def run_controller(
     stop_event
         Optional; setting it stops the controller like a signal (for embedding and tests).
         Signal handlers are installed only when called from the main thread.
+    apply_qos
+        Also apply the policy's ``openflow`` QoS rendering (``aifabric policy render --target
+        openflow``) to the Open vSwitch bridges reachable through ``ovsdb``: linux-htb queues per
+        fabric port and tc u32 DSCP filters (:mod:`controller.drivers.ovs.qos`). The policy must
+        have ``traffic_classes``. Bridges are matched to fabric switches by datapath id and
+        configured as they appear.
+    ovsdb
+        OVSDB endpoint for ``apply_qos`` (``unix:PATH`` or ``tcp:HOST:PORT``).
+    stats_interval_s
+        Seconds between port/flow statistics requests to every switch (None: none are sent).
+    rebalance
+        Move pinned flows off links that measured background load makes hot, with this
+        hysteresis (:mod:`controller.runtime.state`); needs ``stats_interval_s``.
+    fast_failover
+        Protect pinned entries with OpenFlow fast-failover groups where a switch has another
+        next hop towards the destination.
 
     Returns
     -------
@@ -103,15 +144,33 @@ def run_controller(
     except ConfigError as exc:
         _print_problems(exc.problems, sys.stderr)
         return EXIT_INVALID
-    runtime = ControllerRuntime(fabric, policy)
+    if rebalance is not None and not stats_interval_s:
+        print("re-balancing needs a statistics interval (--stats-interval > 0)", file=sys.stderr)
+        return EXIT_INVALID
+    runtime = ControllerRuntime(fabric, policy, fast_failover=fast_failover,
+                                hysteresis=rebalance)
     try:
         runtime.initial_plan()
     except PlanInvariantError as exc:
         print(f"{policy_path}: the plan for {fabric.name} breaks an invariant: {exc}",
               file=sys.stderr)
         return EXIT_INVALID
+    qos = None
+    if apply_qos:
+        from controller.drivers.ovs.qos import OvsQosApplier, qos_rendering
+
+        try:
+            rendering = qos_rendering(fabric, policy)
+        except ConfigError as exc:
+            _print_problems(exc.problems, sys.stderr)
+            return EXIT_INVALID
+        qos = OvsQosApplier(fabric, rendering, ovsdb)
     for line in summary_lines(fabric, runtime):
         print(line, flush=True)
+    for line in adaptive_lines(runtime, stats_interval_s, rebalance):
+        print(line, flush=True)
+    if qos is not None:
+        print(qos.summary(), flush=True)
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -122,15 +181,23 @@ def run_controller(
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             old_handlers[sig] = signal.signal(sig, lambda signum, frame: stop.set())
     try:
-        return _serve(runtime, listen_host, listen_port, lldp_interval_s, stop)
+        if qos is not None:
+            qos.start(stop)
+        return _serve(runtime, listen_host, listen_port, lldp_interval_s, stop,
+                      {"stats_interval_s": stats_interval_s, "rebalance": rebalance is not None})
     finally:
+        if qos is not None:
+            qos.join(2.0)
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
 
 
 def _serve(runtime: ControllerRuntime, host: str, port: int, lldp_interval_s: float,
-           stop: threading.Event) -> int:
-    """Start os-ken with the app, wait for ``stop``, and shut everything down."""
+           stop: threading.Event, app_kwargs: dict[str, Any] | None = None) -> int:
+    """Start os-ken with the app, wait for ``stop``, and shut everything down.
+
+    ``app_kwargs`` go to :class:`controller.drivers.openflow.app.AifabricApp` (statistics
+    interval, re-balancing)."""
     # isort: off
     # app_manager must be imported before os_ken.controller.controller (an import cycle).
     from os_ken.base.app_manager import AppManager
@@ -187,7 +254,8 @@ def _serve(runtime: ControllerRuntime, host: str, port: int, lldp_interval_s: fl
         def boot() -> None:
             try:
                 services = app_mgr.instantiate_apps(runtime=runtime,
-                                                    lldp_interval_s=lldp_interval_s, **contexts)
+                                                    lldp_interval_s=lldp_interval_s,
+                                                    **(app_kwargs or {}), **contexts)
             except BaseException as exc:  # noqa: BLE001 - reported by the main thread
                 errors.append(exc)
                 stop.set()

@@ -17,8 +17,10 @@ Semantics follow OpenFlow 1.3.5 where our encoders rely on them:
   deleting a group also deletes the flows that use it (§6.5).
 * ``lookup``: the highest-priority matching entry of table 0 wins (goto-table is followed); a
   select group yields every bucket whose ``watch_port`` is up, or with ``hash_fields``, exactly one
-  bucket chosen by a deterministic hash of those packet fields and ``seed``. A packet is never
-  sent back out of its ``in_port`` (plain output to the in-port is dropped, as on OVS).
+  bucket chosen by a deterministic hash of those packet fields and ``seed``; a fast-failover
+  group (``OFPGT_FF``) yields the first bucket whose ``watch_port`` is up (§5.6.1). A packet is
+  never sent back out of its ``in_port`` (plain output to the in-port is dropped, as on OVS).
+* Multipart (statistics) requests are recorded in ``stats_requests`` and otherwise ignored.
 
 Packets are dicts with any of: ``eth_type``, ``ipv4_src``, ``ipv4_dst``, ``ip_proto``,
 ``ip_dscp``, ``l4_src``, ``l4_dst`` (and optionally ``in_port``).
@@ -137,6 +139,7 @@ class FakeOFTable:
         self.down_ports: set[int] = set()
         self.barriers = 0
         self.packet_outs: list[Any] = []
+        self.stats_requests: list[Any] = []
 
     # -- applying messages ---------------------------------------------------------------------
     def apply(self, msgs: Iterable[Any]) -> None:
@@ -153,6 +156,8 @@ class FakeOFTable:
             self.barriers += 1
         elif isinstance(msg, parser.OFPPacketOut):
             self.packet_outs.append(msg)
+        elif isinstance(msg, parser.OFPMultipartRequest):
+            self.stats_requests.append(msg)
         else:
             raise FakeOFError(f"[{self.name}] unsupported message {type(msg).__name__}")
 
@@ -291,13 +296,16 @@ class FakeOFTable:
         group = self.groups.get(gid)
         if group is None:
             raise FakeOFError(f"[{self.name}] flow points to missing group {gid}")
-        if group.type_ != ofp.OFPGT_SELECT:
-            raise FakeOFError(f"[{self.name}] group {gid}: only select groups are simulated")
+        if group.type_ not in (ofp.OFPGT_SELECT, ofp.OFPGT_FF):
+            raise FakeOFError(f"[{self.name}] group {gid}: only select and fast-failover groups "
+                              "are simulated")
         live = [b for b in group.buckets
                 if b.watch_port == ofp.OFPP_ANY or b.watch_port not in self.down_ports]
         if not live:
             return set()
-        if self.hash_fields is not None:
+        if group.type_ == ofp.OFPGT_FF:
+            live = live[:1]
+        elif self.hash_fields is not None:
             key = repr((self.seed, gid, [packet.get(f) for f in self.hash_fields])).encode()
             h = int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
             live = [live[h % len(live)]]

@@ -75,7 +75,7 @@ from mininet_labs.lab.processes import (
     start_in_host,
 )
 from mininet_labs.lab.results import parse_dump_ports
-from mininet_labs.lab.runner import LabAborted, _sigterm_raises, requirements_missing
+from mininet_labs.lab.runner import LabAborted, requirements_missing, sigterm_raises
 from mininet_labs.workloads.bulk import rate_in_window_bps
 from mininet_labs.workloads.ring_allreduce import busbw_factor, source_port, summarize
 
@@ -597,7 +597,7 @@ def _run_locked(exp: QosExperiment, out: Path, console: Console, t_start: float)
     timings: dict[str, Any] = {}
     mininet = None
     ctl: ControllerProcess | None = None
-    with _sigterm_raises():
+    with sigterm_raises():
         try:
             removed = labnet.cleanup_leftovers(names)
             if removed:

@@ -71,7 +71,7 @@ class Results:
         return all(c["correct"] for r in self.data["runs"] for c in r["collectives"])
 
 
-__all__ = ["describe", "load_experiment", "run_experiment", "run_seed", "LabAborted"]
+__all__ = ["describe", "load_experiment", "run_experiment", "run_seed", "LabAborted", "sigterm_raises"]
 
 
 def requirements_missing() -> list[str]:
@@ -193,7 +193,7 @@ def run_seed(exp: Experiment, mininet: Any, mode: str, seed: int, out_dir: Path,
 
 
 @contextmanager
-def _sigterm_raises() -> Iterator[None]:
+def sigterm_raises() -> Iterator[None]:
     """Turn SIGTERM into an exception in the main thread so ``finally`` blocks tear down."""
     import threading
 
@@ -209,6 +209,9 @@ def _sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+_sigterm_raises = sigterm_raises  # the old private name, still imported by some labs
 
 
 def run_experiment(experiment_path: str | Path, out_dir: str | Path,
@@ -275,7 +278,7 @@ def _run_locked(exp: Experiment, out: Path, console: Console, t_start: float,
     leftovers: list[str] = []
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=console, transient=True)
-    with _sigterm_raises():
+    with sigterm_raises():
         try:
             with progress:
                 task = progress.add_task("removing leftovers of an earlier run", total=None)

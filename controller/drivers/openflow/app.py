@@ -18,6 +18,13 @@ ControllerRuntime` (duck-typed here: drivers sit below the runtime layer). Messa
   whose declared links are all seen gets one INFO.
 * **port-status**: ``runtime.port_status`` → only the changed messages, to each connected switch
   concerned (plus a barrier), with an INFO per switch saying how many.
+* **statistics** (when ``stats_interval_s`` is set): every interval, first (with ``rebalance``)
+  ``runtime.rebalance(now)`` on the counters of the earlier rounds, sending only the changed
+  entries and logging every moved flow (the switch where its path changes, the hot link with
+  its measured and planned utilisation, the old and new path); then a port-statistics and a
+  flow-statistics request to every connected switch. Replies go to ``runtime.port_counters``
+  (tx bytes per port) and ``runtime.entry_counters`` (bytes per (priority, match) of our
+  entries), stamped with ``time.monotonic()`` on arrival.
 
 Every log line starts with ``[name dpid=0x…]``.
 """
@@ -68,7 +75,8 @@ class AifabricApp(app_manager.OSKenApp):
 
     def __init__(self, *args: Any, runtime: Any = None,
                  lldp_interval_s: float = DEFAULT_LLDP_INTERVAL_S,
-                 lldp_grace_s: float | None = None, **kwargs: Any) -> None:
+                 lldp_grace_s: float | None = None, stats_interval_s: float | None = None,
+                 rebalance: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if runtime is None:
             raise ValueError("AifabricApp needs runtime= (a ControllerRuntime)")
@@ -85,6 +93,12 @@ class AifabricApp(app_manager.OSKenApp):
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._switch_ports = self._inter_switch_ports(self.fabric)
+        if rebalance and not stats_interval_s:
+            raise ValueError("rebalance needs stats_interval_s (port statistics drive it)")
+        self.stats_interval_s = stats_interval_s
+        self.rebalance = rebalance
+        self._partial: dict[tuple[int, str], list[Any]] = {}
+        self._hot_reported: frozenset[tuple[str, str]] = frozenset()
 
     @staticmethod
     def _inter_switch_ports(fabric: Fabric) -> dict[str, tuple[int, ...]]:
@@ -99,6 +113,8 @@ class AifabricApp(app_manager.OSKenApp):
     def start(self) -> Any:
         super().start()
         self.threads.append(hub.spawn(self._lldp_loop))
+        if self.stats_interval_s:
+            self.threads.append(hub.spawn(self._stats_loop))
         return None
 
     def stop(self) -> None:
@@ -236,6 +252,106 @@ class AifabricApp(app_manager.OSKenApp):
             len(changes.add_groups), len(changes.modify_groups), len(changes.delete_groups),
             len(changes.add_flows), len(changes.modify_flows), len(changes.delete_flows))
         return n
+
+    # -- statistics and re-balancing ---------------------------------------------------------------
+    def _stats_loop(self) -> None:
+        while not self._stopping.wait(self.stats_interval_s):
+            try:
+                self.stats_round(time.monotonic())
+            except Exception:  # noqa: BLE001 - keep measuring; the error is logged
+                self.logger.exception("[fabric %s] statistics round failed", self.fabric.name)
+
+    def stats_round(self, now_s: float) -> Any:
+        """Re-balance on what earlier rounds measured (when enabled), then ask every connected
+        switch for its port and flow statistics. Returns the re-balance outcome (or None)."""
+        outcome = self.rebalance_round(now_s) if self.rebalance else None
+        with self._lock:
+            dps = dict(self.datapaths)
+        for _dpid, dp in sorted(dps.items()):
+            self.send(dp, [encode.port_stats_request(), encode.flow_stats_request()])
+        return outcome
+
+    def rebalance_round(self, now_s: float) -> Any:
+        """``runtime.rebalance(now_s)``; send the changes and log why. Returns the outcome."""
+        try:
+            out = self.runtime.rebalance(now_s)
+        except PlanInvariantError as exc:
+            self.logger.error("[fabric %s] re-balancing failed, keeping the installed plan: %s",
+                              self.fabric.name, exc)
+            return None
+        hot = frozenset(ld.link for ld in out.hot)
+        if not out.moves:
+            for ld in out.hot:
+                if ld.link not in self._hot_reported:
+                    self.logger.info("%s %s above threshold %.2f; nothing moved: %s",
+                                     label(self.fabric, self.fabric.switch_by_name[ld.link[0]].dpid),
+                                     ld.describe(), self.runtime.hysteresis.threshold, out.reason)
+            self._hot_reported = hot
+            return out
+        self._hot_reported = frozenset()
+        hot_by_link = {ld.link: ld for ld in out.hot}
+        for mv in out.moves:
+            old_links = set(zip(mv.old_path, mv.old_path[1:], strict=False))
+            why = [hot_by_link[lk].describe() for lk in hot_by_link if lk in old_links]
+            # the switch whose entry changed: the last node the two paths share before they part
+            k = next((i for i, (a, b) in enumerate(zip(mv.old_path, mv.new_path, strict=False))
+                      if a != b), 2)
+            sw = mv.old_path[max(k - 1, 1)]
+            self.logger.info(
+                "%s rebalance: moved %s from %s to %s because %s; max utilisation %.2f -> %.2f",
+                label(self.fabric, self.fabric.switch_by_name[sw].dpid), mv.flow.label,
+                " ".join(mv.old_path), " ".join(mv.new_path),
+                "; ".join(why) or "its links are above the threshold",
+                out.max_utilisation_before, out.max_utilisation_after)
+        for name, ch in out.changes.items():
+            self.apply_changes(name, ch)
+        return out
+
+    def _multipart(self, dpid: int, kind: str, msg: Any) -> list[Any] | None:
+        """Collect the parts of a multipart reply; the whole body once the last part is in."""
+        key = (dpid, kind)
+        body = self._partial.setdefault(key, [])
+        body.extend(msg.body)
+        if msg.flags & ofp.OFPMPF_REPLY_MORE:
+            return None
+        return self._partial.pop(key)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def _on_port_stats(self, ev: Any) -> None:
+        msg = ev.msg
+        body = self._multipart(msg.datapath.id, "port", msg)
+        if body is not None:
+            self.port_stats(msg.datapath.id, [(s.port_no, s.tx_bytes) for s in body],
+                            time.monotonic())
+
+    def port_stats(self, dpid: int, tx_bytes: Iterable[tuple[int, int]], now_s: float) -> None:
+        """Hand a switch's port tx byte counters to the runtime (reserved ports dropped)."""
+        sw = self.fabric.switch_by_dpid.get(dpid)
+        if sw is None:
+            return
+        self.runtime.port_counters(sw.name, {p: b for p, b in tx_bytes if p <= ofp.OFPP_MAX},
+                                   now_s)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _on_flow_stats(self, ev: Any) -> None:
+        msg = ev.msg
+        body = self._multipart(msg.datapath.id, "flow", msg)
+        if body is not None:
+            self.flow_stats(msg.datapath.id, [(s.priority, s.match, s.byte_count) for s in body],
+                            time.monotonic())
+
+    def flow_stats(self, dpid: int, entries: Iterable[tuple[int, Any, int]], now_s: float) -> None:
+        """Hand a switch's entry byte counters ``(priority, OFPMatch, bytes)`` to the runtime,
+        keyed by (priority, plan Match); entries whose match is not ours are skipped."""
+        sw = self.fabric.switch_by_dpid.get(dpid)
+        if sw is None:
+            return
+        counts = {}
+        for prio, match, nbytes in entries:
+            m = encode.decode_match(match)
+            if m is not None:
+                counts[(prio, m)] = nbytes
+        self.runtime.entry_counters(sw.name, counts, now_s)
 
     # -- packet-in: ARP and LLDP ---------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)

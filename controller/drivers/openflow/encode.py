@@ -7,7 +7,12 @@ Pure functions in the Faucet style: nothing here talks to a switch. The os-ken a
 Every entry we install carries :data:`COOKIE`. Flow identity (for modify/delete) is
 ``(table, priority, match)``, sent as ``OFPFC_MODIFY_STRICT`` / ``OFPFC_DELETE_STRICT``
 (OpenFlow 1.3.5 §6.4). ECMP groups are ``OFPGT_SELECT`` with one bucket per port, weight 1 and
-``watch_port`` = that port, so a switch skips buckets whose port is down (§5.6.1).
+``watch_port`` = that port, so a switch skips buckets whose port is down (§5.6.1). Groups of
+kind ``fast-failover`` are ``OFPGT_FF``: buckets in the intent's port order (planned port first),
+each watching its port; the switch forwards by the first live one (§5.6.1).
+
+Statistics (:func:`port_stats_request`, :func:`flow_stats_request`) are multipart requests
+(§7.3.5); :func:`decode_match` turns a reply's match back into a plan :class:`Match`.
 """
 
 from __future__ import annotations
@@ -150,11 +155,27 @@ def delete_all_flows() -> parser.OFPFlowMod:
 
 
 # -- groups ------------------------------------------------------------------------------------
+FF_KIND = "fast-failover"
+
+
+def _group_type(group: GroupIntent) -> int:
+    if group.kind == "select":
+        return int(ofp.OFPGT_SELECT)
+    if group.kind == FF_KIND:
+        return int(ofp.OFPGT_FF)
+    raise EncodeError(f"group {group.group_id}: unsupported kind {group.kind!r}")
+
+
 def _buckets(group: GroupIntent) -> list[parser.OFPBucket]:
-    if group.kind != "select":  # pragma: no cover - GroupIntent.kind is a Literal
-        raise EncodeError(f"group {group.group_id}: unsupported kind {group.kind!r}")
+    gtype = _group_type(group)
     if not group.ports:
-        raise EncodeError(f"group {group.group_id}: a select group needs at least one port")
+        raise EncodeError(f"group {group.group_id}: a {group.kind} group needs at least one port")
+    if gtype == ofp.OFPGT_FF:
+        return [
+            parser.OFPBucket(weight=0, watch_port=p, watch_group=ofp.OFPG_ANY,
+                             actions=[parser.OFPActionOutput(p)])
+            for p in group.ports
+        ]
     return [
         parser.OFPBucket(
             weight=1, watch_port=p, watch_group=ofp.OFPG_ANY,
@@ -165,14 +186,15 @@ def _buckets(group: GroupIntent) -> list[parser.OFPBucket]:
 
 
 def group_add(group: GroupIntent) -> parser.OFPGroupMod:
-    """``OFPGC_ADD`` of a select group, one bucket per port (weight 1, watch_port = port)."""
-    return parser.OFPGroupMod(None, ofp.OFPGC_ADD, ofp.OFPGT_SELECT, group.group_id,
+    """``OFPGC_ADD``: a select group, one bucket per port (weight 1, watch_port = port), or a
+    fast-failover group, one bucket per port in order (watch_port = port)."""
+    return parser.OFPGroupMod(None, ofp.OFPGC_ADD, _group_type(group), group.group_id,
                               _buckets(group))
 
 
 def group_modify(group: GroupIntent) -> parser.OFPGroupMod:
-    """``OFPGC_MODIFY``: replace the group's buckets."""
-    return parser.OFPGroupMod(None, ofp.OFPGC_MODIFY, ofp.OFPGT_SELECT, group.group_id,
+    """``OFPGC_MODIFY``: replace the group's type and buckets."""
+    return parser.OFPGroupMod(None, ofp.OFPGC_MODIFY, _group_type(group), group.group_id,
                               _buckets(group))
 
 
@@ -225,6 +247,36 @@ def packet_out(port: int, data: bytes) -> parser.OFPPacketOut:
         actions=[parser.OFPActionOutput(port)],
         data=data,
     )
+
+
+# -- statistics ----------------------------------------------------------------------------------
+def port_stats_request() -> parser.OFPPortStatsRequest:
+    """Counters of every port (``OFPP_ANY``); the reply's ``tx_bytes`` are bytes."""
+    return parser.OFPPortStatsRequest(None, 0, ofp.OFPP_ANY)
+
+
+def flow_stats_request() -> parser.OFPFlowStatsRequest:
+    """Counters of every entry aifabric installed (cookie :data:`COOKIE`, all tables); the
+    reply's ``byte_count`` are bytes."""
+    return parser.OFPFlowStatsRequest(None, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                      COOKIE, 0xFFFFFFFFFFFFFFFF, parser.OFPMatch())
+
+
+_DECODE = {"eth_type": "eth_type", "ipv4_src": "ipv4_src", "ipv4_dst": "ipv4_dst",
+           "ip_proto": "ip_proto", "ip_dscp": "ip_dscp", "tcp_src": "l4_src",
+           "tcp_dst": "l4_dst", "udp_src": "l4_src", "udp_dst": "l4_dst"}
+
+
+def decode_match(match: parser.OFPMatch) -> Match | None:
+    """The plan :class:`Match` an OFPMatch of ours encodes (inverse of :func:`encode_match`), or
+    None when it has a field :class:`Match` cannot hold (not one of our entries)."""
+    fields: dict[str, Any] = {}
+    for key, value in match.items():
+        name = _DECODE.get(key)
+        if name is None or isinstance(value, tuple):  # unknown field or a masked value
+            return None
+        fields[name] = value
+    return Match(**fields)
 
 
 def describe(msg: OFMsg) -> str:
