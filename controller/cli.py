@@ -429,5 +429,15 @@ def te_simulate(scenario: str, out_dir: str | None) -> None:
         console.print(f"wrote {png}", markup=False)
 
 
+def _register_plugins() -> None:
+    """Command groups that live in their own modules (imported lazily by click on use)."""
+    from controller.cli_p4 import p4
+
+    main.add_command(p4)
+
+
+_register_plugins()
+
+
 if __name__ == "__main__":
     main()

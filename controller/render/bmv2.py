@@ -1,8 +1,13 @@
 """BMv2 ``simple_switch`` rendering: P4 table entries and priority-queue settings. Pure.
 
-The table and action names here (``dscp_to_priority`` / ``set_priority``, ``ecn_threshold`` /
-``mark_ecn``) are a contract with the P4 fabric program: they must be coordinated with the P4
-issue before the p4runtime driver can apply them (rename here, not in the driver).
+The table, key, action and parameter names here (``dscp_to_priority`` / ``dscp`` /
+``set_priority(priority)``, ``ecn_threshold`` / ``egress_port, priority`` /
+``mark_ecn(threshold_pkts)``) are those of ``p4/fabric/fabric.p4``, declared for the driver in
+:mod:`controller.drivers.p4runtime.pipeline`; :func:`controller.drivers.p4runtime.encode.qos_entries`
+turns a document into P4Runtime entries, and ``tests/test_p4_schema.py`` checks every rendered
+entry against the committed P4Info. ``ecn_threshold`` lives in the egress pipeline, where
+``standard_metadata.priority`` is the queue the packet went through and ``enq_qdepth`` its
+depth in packets.
 
 Per switch (file ``<switch>.json``):
 

@@ -1,0 +1,243 @@
+"""Plan → P4 entities for ``p4/fabric/fabric.p4``. Pure: no P4Info, no switch.
+
+Per switch (:func:`encode_switch`), every :class:`~controller.plan.model.FlowIntent` lands in
+one table of the program (names in :mod:`.pipeline`):
+
+* action ``controller`` on an ``eth_type``-only match → ``punt`` (ternary ``eth_type``) →
+  ``send_to_cpu``; the packet reaches the controller as packet-in;
+* a route (match exactly ``eth_type=IPv4, ipv4_dst``) to a port or an ECMP group → ``routes``
+  (LPM /32) pointing at a member or group of the ``ecmp_selector`` action selector. Member ids are
+  port numbers (one ``set_egress(port)`` member per port used); group ids are the plan's
+  (:func:`~controller.plan.model.group_id_for_ports`), members sorted, each weight 1. The
+  selector hashes (ipv4 src, dst, protocol, l4 src, l4 dst) with crc16 (see fabric.p4);
+* any other IPv4 match (pinned flows) → ``pinned`` (ternary on each given field) →
+  ``set_egress(port)`` or ``drop``. P4Runtime orders overlapping ternary entries by priority,
+  higher first (P4Runtime spec v1.3 §9.1); the entry's priority is ``8 × plan priority +
+  number of fields given``, so the plan's order is kept and, within one plan priority, a more
+  specific match wins (a flow with DSCP over one without).
+
+:func:`qos_entries` turns a ``bmv2`` QoS rendering (:mod:`controller.render.bmv2`) into
+``dscp_to_priority`` and ``ecn_threshold`` entries.
+
+Nothing is half-encoded: a plan object the program cannot express raises :class:`EncodeError`
+naming the switch and the intent.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+from controller.drivers.p4runtime.entities import (
+    Exact,
+    FieldMatch,
+    MulticastGroup,
+    ProfileGroup,
+    ProfileMember,
+    SwitchEntities,
+    TableEntry,
+    lpm,
+    ternary,
+)
+from controller.drivers.p4runtime.pipeline import (
+    ACTIONS,
+    CPU_PORT,
+    ECMP_SELECTOR,
+    PINNED,
+    PORTS,
+    PUNT,
+    ROUTES,
+    TABLES,
+)
+from controller.plan.model import ETH_TYPE_IPV4, FabricPlan, FlowIntent, SwitchPlan
+
+#: Multiplier that leaves room for the specificity tie-break in ``pinned`` priorities.
+PRIORITY_SCALE = 8
+
+
+class EncodeError(ValueError):
+    """A plan object that fabric.p4 cannot express; the message names switch and intent."""
+
+
+def _port(switch: str, what: object, port: int) -> int:
+    if not 0 <= port < PORTS or port == CPU_PORT:
+        raise EncodeError(
+            f"{switch}: {what}: port {port} outside 0..{PORTS - 1} or equal to CPU_PORT {CPU_PORT}"
+        )
+    return port
+
+
+def _ipv4(value: str) -> int:
+    return int(ipaddress.IPv4Address(value))
+
+
+def _member(port: int) -> ProfileMember:
+    return ProfileMember(ECMP_SELECTOR, port, "set_egress", (("port", port),))
+
+
+def _pinned_entry(switch: str, flow: FlowIntent) -> TableEntry:
+    m = flow.match
+    given = {
+        "ipv4_src": None if m.ipv4_src is None else _ipv4(m.ipv4_src),
+        "ipv4_dst": None if m.ipv4_dst is None else _ipv4(m.ipv4_dst),
+        "ip_proto": m.ip_proto,
+        "dscp": m.ip_dscp,
+        "l4_src": m.l4_src,
+        "l4_dst": m.l4_dst,
+    }
+    if (m.l4_src is not None or m.l4_dst is not None) and m.ip_proto not in (6, 17):
+        raise EncodeError(f"{switch}: {flow.origin or flow}: l4 ports need ip_proto 6 or 17")
+    match: list[tuple[str, FieldMatch]] = []
+    for name, _kind, width in PINNED.keys:
+        v = given[name]
+        if v is None:
+            continue
+        try:
+            match.append((name, ternary(v, width)))
+        except ValueError as e:
+            raise EncodeError(f"{switch}: {flow.origin or flow}: {name}: {e}") from None
+    if flow.action.kind == "output":
+        action, params = "set_egress", (("port", _port(switch, flow.origin, flow.action.arg)),)
+    elif flow.action.kind == "drop":
+        action, params = "drop", ()
+    else:
+        raise EncodeError(
+            f"{switch}: {flow.origin or flow}: table pinned takes output or drop, not "
+            f"{flow.action} (fabric.p4 has no groups on pinned entries)"
+        )
+    prio = flow.priority * PRIORITY_SCALE + len(match)
+    return TableEntry(PINNED.name, tuple(match), prio, action, params, origin=flow.origin)
+
+
+def encode_flow(switch: str, flow: FlowIntent) -> TableEntry:
+    """The table entry for one flow intent (see the module docstring for the table rules).
+
+    Raises
+    ------
+    EncodeError
+        A match the program has no table for (non-IPv4 forwarding, a punt on more than
+        ``eth_type``), a group on a pinned entry, a port outside bit<9> or equal to CPU_PORT.
+    """
+    m = flow.match
+    fields = m.fields()
+    what = flow.origin or str(flow)
+    if flow.action.kind == "controller":
+        if set(fields) != {"eth_type"}:
+            raise EncodeError(f"{switch}: {what}: punt matches eth_type only, got {sorted(fields)}")
+        return TableEntry(PUNT.name, (("eth_type", ternary(m.eth_type or 0, 16)),),
+                          max(1, flow.priority), "send_to_cpu", (), origin=flow.origin)
+    if m.eth_type != ETH_TYPE_IPV4:
+        raise EncodeError(f"{switch}: {what}: fabric.p4 forwards IPv4 only (eth_type {m.eth_type!r})")
+    if set(fields) == {"eth_type", "ipv4_dst"} and flow.action.kind in ("output", "group"):
+        key = (("ipv4_dst", lpm(_ipv4(m.ipv4_dst or "0.0.0.0"), 32, 32)),)
+        if flow.action.kind == "output":
+            return TableEntry(ROUTES.name, key, 0,
+                              member_id=_port(switch, what, flow.action.arg), origin=flow.origin)
+        return TableEntry(ROUTES.name, key, 0, group_id=flow.action.arg, origin=flow.origin)
+    return _pinned_entry(switch, flow)
+
+
+def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None) -> SwitchEntities:
+    """All entities of one switch: ``plan``'s flows and groups, plus the QoS entries of
+    ``qos`` (one switch's document of :func:`controller.render.bmv2.render_bmv2`) when given.
+
+    ``device_id`` is the switch's dpid (simple_switch_grpc ``--device-id``).
+
+    Raises
+    ------
+    EncodeError
+        An intent the program cannot express (see :func:`encode_flow`); a group that is not
+        ``select`` or that a route uses but the plan lacks; two flows that become the same
+        entry with different actions.
+    """
+    sw = plan.switch
+    groups = {g.group_id: g for g in plan.groups}
+    entries: dict[tuple[Any, ...], TableEntry] = {}
+    ports_used: set[int] = set()
+    groups_used: set[int] = set()
+    for flow in sorted(plan.flows):
+        e = encode_flow(sw, flow)
+        old = entries.get(e.key)
+        if old is not None and old.value != e.value:
+            raise EncodeError(f"{sw}: '{old.origin}' and '{e.origin}' both become {e} "
+                              "with different actions")
+        entries[e.key] = e
+        if e.member_id is not None:
+            ports_used.add(e.member_id)
+        if e.group_id is not None:
+            if e.group_id not in groups:
+                raise EncodeError(f"{sw}: {e.origin}: group {e.group_id:#x} is not in the plan")
+            groups_used.add(e.group_id)
+    pgroups: set[ProfileGroup] = set()
+    for gid in sorted(groups_used):
+        g = groups[gid]
+        if g.kind != "select":
+            raise EncodeError(f"{sw}: group {gid:#x} is {g.kind!r}; fabric.p4 has select only")
+        ports = tuple(sorted(_port(sw, f"group {gid:#x}", p) for p in g.ports))
+        ports_used.update(ports)
+        pgroups.add(ProfileGroup(ECMP_SELECTOR, gid, ports))
+    out_entries = set(entries.values())
+    if qos is not None:
+        out_entries |= set(qos_entries(sw, qos))
+    return SwitchEntities(
+        switch=sw, device_id=plan.dpid, entries=frozenset(out_entries),
+        members=frozenset(_member(p) for p in ports_used), groups=frozenset(pgroups),
+    )
+
+
+def qos_entries(switch: str, doc: Mapping[str, Any]) -> list[TableEntry]:
+    """Entries for the ``tables`` list of a ``bmv2`` QoS rendering document.
+
+    Raises
+    ------
+    EncodeError
+        A table, key, action or parameter name the program lacks, or a value wider than its
+        field (the message names the switch and the rendered entry).
+    """
+    out: list[TableEntry] = []
+    for i, t in enumerate(doc.get("tables", [])):
+        where = f"{switch}: qos tables[{i}] {t.get('table')}"
+        spec = TABLES.get(t.get("table", ""))
+        if spec is None or t.get("action") not in spec.actions:
+            raise EncodeError(f"{where}: unknown table or action {t.get('action')!r}")
+        if set(t.get("match", {})) != {k[0] for k in spec.keys}:
+            raise EncodeError(f"{where}: keys {sorted(t.get('match', {}))} != "
+                              f"{sorted(k[0] for k in spec.keys)}")
+        match: list[tuple[str, FieldMatch]] = []
+        for name, kind, width in spec.keys:
+            v = int(t["match"][name])
+            if kind != "exact" or not 0 <= v < (1 << width):
+                raise EncodeError(f"{where}: {name}={v} does not fit {width} bits ({kind})")
+            match.append((name, Exact(v)))
+        params = []
+        for pname, width in ACTIONS[t["action"]]:
+            if pname not in t.get("params", {}):
+                raise EncodeError(f"{where}: missing parameter {pname}")
+            v = int(t["params"][pname])
+            if not 0 <= v < (1 << width):
+                raise EncodeError(f"{where}: {pname}={v} does not fit {width} bits")
+            params.append((pname, v))
+        out.append(TableEntry(spec.name, tuple(match), 0, t["action"], tuple(params),
+                              origin=f"qos {spec.name}"))
+    return out
+
+
+def multicast_group(group_id: int, ports: tuple[int, ...] | list[int]) -> MulticastGroup:
+    """A multicast group replicating to ``ports`` (sorted; for in-network aggregation results).
+
+    Raises
+    ------
+    EncodeError
+        ``group_id`` 0 (reserved, P4Runtime spec v1.3 §9.5.1) or a bad port.
+    """
+    if group_id <= 0:
+        raise EncodeError(f"multicast group id {group_id}: must be >= 1")
+    return MulticastGroup(group_id, tuple(sorted(_port("multicast", group_id, p) for p in ports)))
+
+
+def encode_fabric(plan: FabricPlan, qos: Mapping[str, Mapping[str, Any]] | None = None
+                  ) -> dict[str, SwitchEntities]:
+    """:func:`encode_switch` for every switch; ``qos`` maps switch name → its bmv2 document."""
+    return {name: encode_switch(sp, (qos or {}).get(name))
+            for name, sp in sorted(plan.switches.items())}

@@ -1,0 +1,370 @@
+/*
+ * aifabric fabric program (P4_16, v1model, BMv2 simple_switch_grpc).
+ *
+ * Control-plane contract (names in p4/fabric/build/fabric.p4info.txtpb; the controller's
+ * encoder, controller/drivers/p4runtime/pipeline.py, and the QoS rendering,
+ * controller/render/bmv2.py, use the short names on the left):
+ *
+ *   ingress  punt              ternary eth_type                       -> send_to_cpu
+ *            dscp_to_priority  exact dscp                             -> set_priority(priority)
+ *            pinned            ternary ipv4_src ipv4_dst ip_proto     -> set_egress(port) | drop
+ *                                      dscp l4_src l4_dst
+ *            routes            lpm ipv4_dst, action selector          -> set_egress(port)
+ *                              ecmp_selector (crc16 over the 5-tuple)
+ *   egress   ecn_threshold     exact egress_port priority             -> mark_ecn(threshold_pkts)
+ *   counters port_rx, port_tx (index: port), queue_tx, ecn_marked (index: port * 8 + priority),
+ *            punted (index: 0 ARP, 1 LLDP, 2 other), dropped (index: 0 no route, 1 not IP)
+ *   register queue_depth_pkts (index: port * 8 + priority): enq_qdepth of the last packet
+ *            queued there, in packets (BMv2 counts queue depth in packets).
+ *
+ * Forwarding leaves Ethernet addresses and TTL alone, as the OpenFlow driver does (hosts learn
+ * each other's real MAC from the controller's ARP replies). The only header rewrite is ECN CE,
+ * after which the IPv4 checksum is recomputed.
+ *
+ * Packet I/O (P4Runtime spec v1.3, section 16.1): packets to the controller leave through
+ * CPU_PORT with a packet_in header carrying the ingress port; packet-out carries the egress
+ * port in a packet_out header and is sent out of that port unchanged.
+ *
+ * The UDP header on port INA_UDP_PORT is parsed into ina_h, reserved for in-network
+ * aggregation (issue 5); nothing in this program acts on it yet.
+ */
+#include <core.p4>
+#include <v1model.p4>
+
+const bit<9>  CPU_PORT       = 255;
+const bit<16> ETH_TYPE_IPV4  = 0x0800;
+const bit<16> ETH_TYPE_ARP   = 0x0806;
+const bit<16> ETH_TYPE_LLDP  = 0x88cc;
+const bit<8>  IP_PROTO_TCP   = 6;
+const bit<8>  IP_PROTO_UDP   = 17;
+const bit<16> INA_UDP_PORT   = 48864;   /* SwitchML's UDP port, reserved for issue 5 */
+const bit<32> PORTS          = 512;     /* bit<9> port numbers */
+const bit<32> PORT_QUEUES    = 4096;    /* PORTS * 8 priorities */
+const bit<2>  ECN_CE         = 3;
+
+typedef bit<9>  port_t;
+typedef bit<32> ipv4_addr_t;
+
+@controller_header("packet_in")
+header packet_in_h {
+    port_t  ingress_port;
+    bit<7>  _pad;
+}
+
+@controller_header("packet_out")
+header packet_out_h {
+    port_t  egress_port;
+    bit<7>  _pad;
+}
+
+header ethernet_h {
+    bit<48> dst_addr;
+    bit<48> src_addr;
+    bit<16> ether_type;
+}
+
+header arp_h {
+    bit<16> htype;
+    bit<16> ptype;
+    bit<8>  hlen;
+    bit<8>  plen;
+    bit<16> oper;
+    bit<48> sha;
+    bit<32> spa;
+    bit<48> tha;
+    bit<32> tpa;
+}
+
+header ipv4_h {
+    bit<4>  version;
+    bit<4>  ihl;
+    bit<6>  dscp;
+    bit<2>  ecn;
+    bit<16> total_len;
+    bit<16> identification;
+    bit<3>  flags;
+    bit<13> frag_offset;
+    bit<8>  ttl;
+    bit<8>  protocol;
+    bit<16> hdr_checksum;
+    ipv4_addr_t src_addr;
+    ipv4_addr_t dst_addr;
+}
+
+header tcp_h {
+    bit<16> src_port;
+    bit<16> dst_port;
+    bit<32> seq_no;
+    bit<32> ack_no;
+    bit<4>  data_offset;
+    bit<4>  res;
+    bit<8>  flags;
+    bit<16> window;
+    bit<16> checksum;
+    bit<16> urgent_ptr;
+}
+
+header udp_h {
+    bit<16> src_port;
+    bit<16> dst_port;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+/* Reserved for in-network aggregation (issue 5): the fixed part of its header. */
+header ina_h {
+    bit<16> job_id;
+    bit<15> slot;
+    bit<1>  shadow;
+    bit<8>  worker_id;
+    bit<8>  flags;
+    bit<32> offset;
+}
+
+struct headers_t {
+    packet_out_h packet_out;
+    packet_in_h  packet_in;
+    ethernet_h   ethernet;
+    arp_h        arp;
+    ipv4_h       ipv4;
+    tcp_h        tcp;
+    udp_h        udp;
+    ina_h        ina;
+}
+
+struct metadata_t {
+    bit<16> l4_src;
+    bit<16> l4_dst;
+    bit<19> ecn_threshold_pkts;
+    bit<1>  ecn_enabled;
+}
+
+parser FabricParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
+                    inout standard_metadata_t standard_metadata) {
+    state start {
+        transition select(standard_metadata.ingress_port) {
+            CPU_PORT: parse_packet_out;
+            default: parse_ethernet;
+        }
+    }
+    state parse_packet_out {
+        packet.extract(hdr.packet_out);
+        transition parse_ethernet;
+    }
+    state parse_ethernet {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETH_TYPE_IPV4: parse_ipv4;
+            ETH_TYPE_ARP: parse_arp;
+            default: accept;
+        }
+    }
+    state parse_arp {
+        packet.extract(hdr.arp);
+        transition accept;
+    }
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (5, 0, IP_PROTO_TCP): parse_tcp;
+            (5, 0, IP_PROTO_UDP): parse_udp;
+            default: accept;
+        }
+    }
+    state parse_tcp {
+        packet.extract(hdr.tcp);
+        meta.l4_src = hdr.tcp.src_port;
+        meta.l4_dst = hdr.tcp.dst_port;
+        transition accept;
+    }
+    state parse_udp {
+        packet.extract(hdr.udp);
+        meta.l4_src = hdr.udp.src_port;
+        meta.l4_dst = hdr.udp.dst_port;
+        transition select(hdr.udp.dst_port) {
+            INA_UDP_PORT: parse_ina;
+            default: accept;
+        }
+    }
+    state parse_ina {
+        packet.extract(hdr.ina);
+        transition accept;
+    }
+}
+
+control FabricVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply { }
+}
+
+control FabricIngress(inout headers_t hdr, inout metadata_t meta,
+                      inout standard_metadata_t standard_metadata) {
+    counter(PORTS, CounterType.packets_and_bytes) port_rx;
+    counter(3, CounterType.packets) punted;
+    counter(2, CounterType.packets) dropped;
+    action_selector(HashAlgorithm.crc16, 32w1024, 32w14) ecmp_selector;
+
+    action drop() {
+        mark_to_drop(standard_metadata);
+    }
+
+    action send_to_cpu() {
+        standard_metadata.egress_spec = CPU_PORT;
+    }
+
+    action set_egress(port_t port) {
+        standard_metadata.egress_spec = port;
+    }
+
+    action set_priority(bit<3> priority) {
+        standard_metadata.priority = priority;
+    }
+
+    table punt {
+        key = {
+            hdr.ethernet.ether_type : ternary @name("eth_type");
+        }
+        actions = { send_to_cpu; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 64;
+    }
+
+    table dscp_to_priority {
+        key = {
+            hdr.ipv4.dscp : exact @name("dscp");
+        }
+        actions = { set_priority; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 64;
+    }
+
+    table pinned {
+        key = {
+            hdr.ipv4.src_addr : ternary @name("ipv4_src");
+            hdr.ipv4.dst_addr : ternary @name("ipv4_dst");
+            hdr.ipv4.protocol : ternary @name("ip_proto");
+            hdr.ipv4.dscp     : ternary @name("dscp");
+            meta.l4_src       : ternary @name("l4_src");
+            meta.l4_dst       : ternary @name("l4_dst");
+        }
+        actions = { set_egress; drop; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 4096;
+    }
+
+    table routes {
+        key = {
+            hdr.ipv4.dst_addr : lpm @name("ipv4_dst");
+            hdr.ipv4.src_addr : selector;
+            hdr.ipv4.dst_addr : selector;
+            hdr.ipv4.protocol : selector;
+            meta.l4_src       : selector;
+            meta.l4_dst       : selector;
+        }
+        actions = { set_egress; }
+        implementation = ecmp_selector;
+        size = 4096;
+    }
+
+    apply {
+        if (hdr.packet_out.isValid()) {
+            standard_metadata.egress_spec = hdr.packet_out.egress_port;
+            hdr.packet_out.setInvalid();
+            exit;
+        }
+        port_rx.count((bit<32>) standard_metadata.ingress_port);
+        if (punt.apply().hit) {
+            if (hdr.ethernet.ether_type == ETH_TYPE_ARP) {
+                punted.count(0);
+            } else if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
+                punted.count(1);
+            } else {
+                punted.count(2);
+            }
+            exit;
+        }
+        if (!hdr.ipv4.isValid()) {
+            dropped.count(1);
+            drop();
+            exit;
+        }
+        dscp_to_priority.apply();
+        if (!pinned.apply().hit) {
+            if (!routes.apply().hit) {
+                dropped.count(0);
+                drop();
+            }
+        }
+    }
+}
+
+control FabricEgress(inout headers_t hdr, inout metadata_t meta,
+                     inout standard_metadata_t standard_metadata) {
+    counter(PORTS, CounterType.packets_and_bytes) port_tx;
+    counter(PORT_QUEUES, CounterType.packets_and_bytes) queue_tx;
+    counter(PORT_QUEUES, CounterType.packets) ecn_marked;
+    register<bit<19>>(PORT_QUEUES) queue_depth_pkts;
+
+    action mark_ecn(bit<19> threshold_pkts) {
+        meta.ecn_threshold_pkts = threshold_pkts;
+        meta.ecn_enabled = 1;
+    }
+
+    table ecn_threshold {
+        key = {
+            standard_metadata.egress_port : exact @name("egress_port");
+            standard_metadata.priority    : exact @name("priority");
+        }
+        actions = { mark_ecn; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 4096;
+    }
+
+    apply {
+        if (standard_metadata.egress_port == CPU_PORT) {
+            hdr.packet_in.setValid();
+            hdr.packet_in.ingress_port = standard_metadata.ingress_port;
+            hdr.packet_in._pad = 0;
+            exit;
+        }
+        bit<32> q = ((bit<32>) standard_metadata.egress_port) * 8
+                    + (bit<32>) standard_metadata.priority;
+        port_tx.count((bit<32>) standard_metadata.egress_port);
+        queue_tx.count(q);
+        queue_depth_pkts.write(q, standard_metadata.enq_qdepth);
+        ecn_threshold.apply();
+        if (meta.ecn_enabled == 1 && hdr.ipv4.isValid() && hdr.ipv4.ecn != 0
+                && hdr.ipv4.ecn != ECN_CE
+                && standard_metadata.enq_qdepth >= meta.ecn_threshold_pkts) {
+            hdr.ipv4.ecn = ECN_CE;
+            ecn_marked.count(q);
+        }
+    }
+}
+
+control FabricComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        update_checksum(
+            hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
+              hdr.ipv4.total_len, hdr.ipv4.identification, hdr.ipv4.flags,
+              hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+              hdr.ipv4.src_addr, hdr.ipv4.dst_addr },
+            hdr.ipv4.hdr_checksum,
+            HashAlgorithm.csum16);
+    }
+}
+
+control FabricDeparser(packet_out packet, in headers_t hdr) {
+    apply {
+        packet.emit(hdr.packet_in);
+        packet.emit(hdr.ethernet);
+        packet.emit(hdr.arp);
+        packet.emit(hdr.ipv4);
+        packet.emit(hdr.tcp);
+        packet.emit(hdr.udp);
+        packet.emit(hdr.ina);
+    }
+}
+
+V1Switch(FabricParser(), FabricVerifyChecksum(), FabricIngress(), FabricEgress(),
+         FabricComputeChecksum(), FabricDeparser()) main;

@@ -1,0 +1,227 @@
+"""Plan → P4 entities (controller.drivers.p4runtime.encode), checked three ways: golden files of
+the entities for the shipped examples (regenerate with AIFABRIC_UPDATE_GOLDEN=1, then review the
+diff), the P4 pipeline model tracing every host pair across the fabric, and refusals."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+
+import pytest
+
+from controller.drivers.p4runtime import encode as enc
+from controller.drivers.p4runtime.entities import Exact, Lpm, Ternary, lpm, ternary
+from controller.drivers.p4runtime.model import CONTROLLER, DROP, Packet, forward
+from controller.model import load_topology
+from controller.plan.build import build_plan
+from controller.plan.model import (
+    ETH_TYPE_ARP,
+    ETH_TYPE_IPV4,
+    ETH_TYPE_LLDP,
+    PRIO_PINNED,
+    Action,
+    FlowIntent,
+    GroupIntent,
+    Match,
+    SwitchPlan,
+)
+from controller.policy import load_policy
+from controller.policy.load import load_policy_checked
+from controller.qos.compile import compile_qos
+from controller.render.bmv2 import render_bmv2
+from controller.te.collectives import expand_policy
+from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY, ROOT
+
+GOLDEN = ROOT / "tests" / "golden" / "bmv2" / "p4rt"
+UPDATE = os.environ.get("AIFABRIC_UPDATE_GOLDEN") == "1"
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    return load_topology(MAIN_TOPOLOGY)
+
+
+def _ip(s: str) -> int:
+    return int(ipaddress.IPv4Address(s))
+
+
+def trace(fabric, ents, src: str, dst: str, pkt: Packet) -> set[tuple[str, ...]]:
+    """Every path the packet can take from host ``src`` (all ECMP choices); asserts no
+    black hole, no loop, no punt."""
+    done: set[tuple[str, ...]] = set()
+    todo = [(src, fabric.host_by_name[src].leaf)]
+    while todo:
+        path = todo.pop()
+        assert len(path) == len(set(path)), f"loop {path}"
+        out = forward(ents[path[-1]], pkt)
+        assert out not in (DROP, CONTROLLER), f"{src}->{dst} {out} at {path[-1]} via {path}"
+        for port in out:
+            peer, _ = fabric.port_map[(path[-1], port)]
+            if fabric.is_host(peer):
+                assert peer == dst, f"{src}->{dst} delivered to {peer} via {path}"
+                done.add((*path, peer))
+            else:
+                todo.append((*path, peer))
+    return done
+
+
+@pytest.mark.parametrize("policy", [ECMP_POLICY, PINNED_POLICY], ids=["ecmp", "pinned"])
+def test_golden_entities(fabric, policy):
+    ents = enc.encode_fabric(build_plan(fabric, load_policy(policy)).plan)
+    folder = GOLDEN / policy.stem
+    if UPDATE:
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.json"):
+            old.unlink()
+        for name, e in ents.items():
+            (folder / f"{name}.json").write_text(json.dumps(e.to_json(), indent=1) + "\n")
+    want = {p.stem: p.read_text() for p in folder.glob("*.json")}
+    assert sorted(want) == sorted(ents), "switch files differ; AIFABRIC_UPDATE_GOLDEN=1 to update"
+    for name, e in ents.items():
+        assert json.dumps(e.to_json(), indent=1) + "\n" == want[name], f"{policy.stem}/{name}"
+
+
+def test_every_host_pair_reaches_its_destination_on_all_ecmp_choices(fabric):
+    ents = enc.encode_fabric(build_plan(fabric, load_policy(ECMP_POLICY)).plan)
+    for a in fabric.hosts:
+        for b in fabric.hosts:
+            if a is b:
+                continue
+            paths = trace(fabric, ents, a.name, b.name,
+                          Packet(ETH_TYPE_IPV4, _ip(a.ipv4), _ip(b.ipv4), 6, 0, 40000, 5001))
+            same_leaf = a.leaf == b.leaf
+            # leaf-spine 2x4: 2 shortest paths between leaves (one per spine), 1 within a leaf
+            assert len(paths) == (1 if same_leaf else 2), (a.name, b.name, paths)
+
+
+def test_pinned_flows_follow_the_planned_paths_and_others_still_use_ecmp(fabric):
+    pol = load_policy(PINNED_POLICY)
+    res = build_plan(fabric, pol)
+    ents = enc.encode_fabric(res.plan)
+    assert res.pinning is not None and res.pinning.paths
+    for demand, path in res.pinning.paths.items():
+        src, dst = fabric.host_by_name[demand.src], fabric.host_by_name[demand.dst]
+        pkt = Packet(ETH_TYPE_IPV4, _ip(src.ipv4), _ip(dst.ipv4), demand.ip_proto or 6,
+                     demand.dscp or 0, demand.l4_src or 40000, demand.l4_dst or 5001)
+        assert trace(fabric, ents, demand.src, demand.dst, pkt) == {tuple(path)}
+    # ARP and LLDP go to the controller on every switch
+    for e in ents.values():
+        assert forward(e, Packet(ETH_TYPE_ARP)) == CONTROLLER
+        assert forward(e, Packet(ETH_TYPE_LLDP)) == CONTROLLER
+        assert forward(e, Packet(0x86DD)) == DROP
+        assert forward(e, Packet(ETH_TYPE_IPV4, _ip("10.0.0.1"), _ip("10.9.9.9"))) == DROP
+
+
+def test_pinned_priority_keeps_plan_order_then_specificity():
+    m1 = Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1", ipv4_dst="10.0.0.3")
+    m2 = Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1", ipv4_dst="10.0.0.3", ip_dscp=26)
+    e1 = enc.encode_flow("s", FlowIntent(0, PRIO_PINNED, m1, Action("output", 3)))
+    e2 = enc.encode_flow("s", FlowIntent(0, PRIO_PINNED, m2, Action("output", 4)))
+    e3 = enc.encode_flow("s", FlowIntent(0, PRIO_PINNED + 1, m1, Action("output", 5)))
+    assert e1.priority < e2.priority < e3.priority
+    assert e2.match == (("ipv4_src", Ternary(_ip("10.0.0.1"), 0xFFFFFFFF)),
+                        ("ipv4_dst", Ternary(_ip("10.0.0.3"), 0xFFFFFFFF)),
+                        ("dscp", Ternary(26, 0x3F)))
+
+
+def test_routes_use_members_named_by_port_and_the_plans_group_ids():
+    route = Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.5")
+    sp = SwitchPlan("leaf1", 3, frozenset({
+        FlowIntent(0, 100, route, Action("group", 0b1100), "route h5"),
+        FlowIntent(0, 100, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.1"),
+                   Action("output", 1), "route h1"),
+    }), frozenset({GroupIntent(0b1100, (4, 3)), GroupIntent(0b11, (1, 2))}))
+    e = enc.encode_switch(sp)
+    routes = {dict(x.match)["ipv4_dst"]: x for x in e.entries}
+    assert routes[Lpm(_ip("10.0.0.5"), 32)].group_id == 0b1100
+    assert routes[Lpm(_ip("10.0.0.1"), 32)].member_id == 1
+    # the unused group (ports 1, 2) is not installed; members exist for ports 1, 3, 4
+    assert [g.group_id for g in e.groups] == [0b1100]
+    assert next(iter(e.groups)).member_ids == (3, 4)
+    assert sorted(m.member_id for m in e.members) == [1, 3, 4]
+    assert e.device_id == 3
+
+
+@pytest.mark.parametrize(("flow", "msg"), [
+    (FlowIntent(0, 1, Match(eth_type=ETH_TYPE_ARP, ipv4_dst="10.0.0.1"), Action("controller")),
+     "punt matches eth_type only"),
+    (FlowIntent(0, 1, Match(eth_type=0x86DD), Action("output", 1)), "IPv4 only"),
+    (FlowIntent(0, 1, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.1"), Action("output", 255)),
+     "CPU_PORT"),
+    (FlowIntent(0, 1, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.1"), Action("output", 600)),
+     "outside 0..511"),
+    (FlowIntent(0, 500, Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1", ipv4_dst="10.0.0.2"),
+                Action("group", 3), "pin x"), "pin x: table pinned takes output or drop"),
+    (FlowIntent(0, 500, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.2", l4_dst=80),
+                Action("output", 1), "pin y"), "pin y: l4 ports need ip_proto"),
+])
+def test_refusals_name_switch_and_intent(flow, msg):
+    with pytest.raises(enc.EncodeError, match=msg) as ei:
+        enc.encode_flow("leaf9", flow)
+    assert str(ei.value).startswith("leaf9: ")
+
+
+def test_fast_failover_group_and_missing_group_are_refused():
+    route = FlowIntent(0, 100, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.5"),
+                       Action("group", 12), "route h5")
+    ff = GroupIntent(12, (3, 4), kind="fast-failover")  # type: ignore[arg-type]
+    with pytest.raises(enc.EncodeError, match="select only"):
+        enc.encode_switch(SwitchPlan("s", 1, frozenset({route}), frozenset({ff})))
+    with pytest.raises(enc.EncodeError, match="not in the plan"):
+        enc.encode_switch(SwitchPlan("s", 1, frozenset({route}), frozenset()))
+
+
+def test_canonical_values():
+    assert ternary(0x3F, 6) == Ternary(0x3F, 0x3F)
+    assert ternary(0x1234, 16, 0xFF00) == Ternary(0x1200, 0xFF00)
+    assert lpm(_ip("10.1.2.3"), 8, 32) == Lpm(_ip("10.0.0.0"), 8)
+    for bad in (lambda: ternary(64, 6), lambda: ternary(1, 6, 0), lambda: lpm(1, 0, 32),
+                lambda: lpm(1 << 32, 8, 32)):
+        with pytest.raises(ValueError):
+            bad()
+
+
+def test_qos_rendering_becomes_priority_and_ecn_entries():
+    topo = ROOT / "tests" / "golden" / "topo_ai_100g.yaml"
+    fab = load_topology(topo)
+    pol = load_policy_checked(ROOT / "tests" / "golden" / "qos_lossy.yaml", fab, "bmv2").policy
+    docs = render_bmv2(compile_qos(pol, fab))
+    doc = docs["leaf1.json"]
+    entries = enc.qos_entries("leaf1", doc)
+    assert len(entries) == len(doc["tables"])
+    for e, t in zip(entries, doc["tables"], strict=True):
+        assert e.table == t["table"] and e.action == t["action"]
+        assert dict(e.match) == {k: Exact(v) for k, v in t["match"].items()}
+        assert dict(e.params) == t["params"]
+    assert {e.table for e in entries} == {"dscp_to_priority", "ecn_threshold"}
+    # the same switch's plan plus its QoS document: one set of entities
+    plan = build_plan(fab, pol).plan
+    full = enc.encode_switch(plan.switches["leaf1"], doc)
+    assert set(entries) <= set(full.entries)
+
+
+@pytest.mark.parametrize(("doc", "msg"), [
+    ({"tables": [{"table": "nope", "match": {}, "action": "x", "params": {}}]}, "unknown table"),
+    ({"tables": [{"table": "dscp_to_priority", "match": {"dscp": 64}, "action": "set_priority",
+                  "params": {"priority": 1}}]}, "dscp=64 does not fit 6 bits"),
+    ({"tables": [{"table": "dscp_to_priority", "match": {"dscp": 1}, "action": "set_priority",
+                  "params": {"priority": 8}}]}, "priority=8 does not fit 3 bits"),
+    ({"tables": [{"table": "ecn_threshold", "match": {"egress_port": 1}, "action": "mark_ecn",
+                  "params": {"threshold_pkts": 8}}]}, "keys"),
+])
+def test_qos_refusals(doc, msg):
+    with pytest.raises(enc.EncodeError, match=msg):
+        enc.qos_entries("leaf1", doc)
+
+
+def test_multicast_group():
+    assert enc.multicast_group(7, [3, 1]).ports == (1, 3)
+    with pytest.raises(enc.EncodeError, match="must be >= 1"):
+        enc.multicast_group(0, [1])
+
+
+def test_expand_policy_is_what_pinning_covers(fabric):
+    # sanity: the pinned golden covers every demand of the policy
+    pol = load_policy(PINNED_POLICY)
+    assert len(build_plan(fabric, pol).pinning.paths) == len(expand_policy(pol))
