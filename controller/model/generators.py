@@ -6,11 +6,14 @@
 * :func:`fat_tree` / :func:`leaf_spine` — keyword-only front ends of the topology module's
   builders (units in the argument names, oversubscription explained once).
 * :func:`server_groups`, :func:`oversubscription` — what placement and reports need to know.
+* :func:`build_multi_site` — leaf-spine sites joined by WAN (data-centre interconnect) links.
 
 Every fabric is the same immutable :class:`~controller.model.topology.Fabric`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from controller.model.topology import (
     TIER_LEAF,
@@ -191,3 +194,150 @@ def oversubscription(fabric: Fabric) -> dict[str, float]:
             ratio = down.get(s.name, 0) / up[s.name]
             out[s.role] = max(out.get(s.role, 0.0), ratio)
     return out
+
+
+# -- multi-site fabrics ----------------------------------------------------------------------
+SiteArgs = tuple[str, int, int, int, int, int, float, float]
+"""(name, spines, leaves, hosts_per_leaf, host_rate_bps, fabric_rate_bps, host_latency_us,
+fabric_latency_us) of one leaf-spine site."""
+
+
+@dataclass(frozen=True)
+class WanEnd:
+    """A DCI link to build: switch names ``a`` and ``b`` (site-prefixed, ``dc1-spine1``),
+    ``rate_bps`` (bit/s), one-way ``delay_us`` (µs), ``loss_percent`` (percent)."""
+
+    a: str
+    b: str
+    rate_bps: int
+    delay_us: float
+    loss_percent: float
+
+
+def _site_switches(site: SiteArgs) -> dict[str, int]:
+    """Site-prefixed switch name → tier, for one site."""
+    name, spines, leaves = site[0], site[1], site[2]
+    out = {f"{name}-spine{i + 1}": TIER_SPINE for i in range(spines)}
+    out.update({f"{name}-leaf{i + 1}": TIER_LEAF for i in range(leaves)})
+    return out
+
+
+def multi_site_problems(sites: list[SiteArgs], wans: list[WanEnd]) -> list[tuple[tuple[str | int, ...], str]]:
+    """Cross-checks of a multi-site description: (YAML path, message) per problem.
+
+    Site names are unique; every WAN end is a top-tier switch (spine) of a site; the two ends
+    are in different sites; no pair of switches has two WAN links; every site has a WAN link.
+    """
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    seen: set[str] = set()
+    for i, st in enumerate(sites):
+        if st[0] in seen:
+            out.append((("sites", i, "name"), f"site {st[0]!r} is declared twice"))
+        seen.add(st[0])
+    site_of: dict[str, str] = {}
+    for st in sites:
+        for sw, tier in _site_switches(st).items():
+            if tier == TIER_SPINE:
+                site_of[sw] = st[0]
+    pairs: set[frozenset[str]] = set()
+    joined: set[str] = set()
+    for i, w in enumerate(wans):
+        bad = False
+        for j, end in enumerate((w.a, w.b)):
+            if end not in site_of:
+                out.append((("wan_links", i, "between", j),
+                            f"{end!r} is not a spine of any site (WAN links join top-tier "
+                            f"switches; spines: {', '.join(sorted(site_of))})"))
+                bad = True
+        if bad:
+            continue
+        if site_of[w.a] == site_of[w.b]:
+            out.append((("wan_links", i, "between"),
+                        f"{w.a} and {w.b} are both in site {site_of[w.a]!r}; a WAN link joins "
+                        "two sites"))
+            continue
+        pair = frozenset((w.a, w.b))
+        if pair in pairs:
+            out.append((("wan_links", i, "between"), f"{w.a}-{w.b} has two WAN links (one link "
+                                                     "per switch pair)"))
+        pairs.add(pair)
+        joined.update((site_of[w.a], site_of[w.b]))
+    if not out:
+        for i, st in enumerate(sites):
+            if st[0] not in joined:
+                out.append((("sites", i, "name"), f"site {st[0]!r} has no WAN link"))
+    return out
+
+
+def build_multi_site(name: str, sites: list[SiteArgs], wans: list[WanEnd],
+                     source: str = "<built>") -> Fabric:
+    """Leaf-spine sites joined by WAN (DCI) links, as one :class:`Fabric` of kind ``multi-site``.
+
+    Parameters
+    ----------
+    name : str
+        Fabric name.
+    sites : list of SiteArgs
+        One leaf-spine description per site (see :data:`SiteArgs`), in order.
+    wans : list of WanEnd
+        The DCI links; their ends must pass :func:`multi_site_problems`.
+    source : str, optional
+        Where the description came from.
+
+    Returns
+    -------
+    Fabric
+        Switches ``{site}-spine{i}``, ``{site}-leaf{i}`` (``Switch.site``), site by site, spines
+        first within a site; dpids 1, 2, … in that order. Hosts ``h1..`` numbered across sites in
+        site order (``Host.site``), with the usual address plan. Ports inside a site are those of
+        :func:`~controller.model.topology.build_leaf_spine`; a WAN link takes the next free port
+        of each end, in ``wans`` order. WAN links carry ``wan=True``, ``latency_us`` = one-way
+        delay, ``loss_percent``.
+
+    Raises
+    ------
+    ValueError
+        A problem :func:`multi_site_problems` reports (the first one).
+
+    Examples
+    --------
+    >>> s = ("dc1", 1, 2, 2, 10**9, 10**9, 1.0, 1.0)
+    >>> f = build_multi_site("two", [s, ("dc2",) + s[1:]],
+    ...                      [WanEnd("dc1-spine1", "dc2-spine1", 10**8, 5000.0, 0.0)])
+    >>> [ln.a_port for ln in f.wan_links], f.host_by_name["h5"].leaf, f.site_of("h5")
+    ([3], 'dc2-leaf1', 'dc2')
+    """
+    problems = multi_site_problems(sites, wans)
+    if problems:
+        raise ValueError(problems[0][1])
+    switches: list[Switch] = []
+    hosts: list[Host] = []
+    links: list[Link] = []
+    dpid = 1
+    n = 1
+    for st in sites:
+        site = st[0]
+        part = build_leaf_spine(site, *st[1:])
+        ren = {s.name: f"{site}-{s.name}" for s in part.switches}
+        for s in part.switches:
+            switches.append(Switch(ren[s.name], s.role, s.tier, dpid, site=site))
+            dpid += 1
+        hren: dict[str, str] = {}
+        for h in part.hosts:
+            ip, mac = _host_addr(n)
+            hren[h.name] = f"h{n}"
+            hosts.append(Host(f"h{n}", n, ip, mac, ren[h.leaf], h.port, site=site))
+            n += 1
+        for ln in part.links:
+            links.append(Link(ren.get(ln.a) or hren[ln.a], ln.a_port, ren.get(ln.b) or hren[ln.b],
+                              ln.b_port, ln.capacity_bps, ln.latency_us))
+    top: dict[str, int] = {}
+    for ln in links:
+        for node, port in ((ln.a, ln.a_port), (ln.b, ln.b_port)):
+            top[node] = max(top.get(node, 0), port)
+    for w in wans:
+        pa, pb = top[w.a] + 1, top[w.b] + 1
+        top[w.a], top[w.b] = pa, pb
+        links.append(Link(w.a, pa, w.b, pb, w.rate_bps, w.delay_us, wan=True,
+                          loss_percent=w.loss_percent))
+    return Fabric(name, "multi-site", tuple(switches), tuple(hosts), tuple(links), source)

@@ -15,6 +15,11 @@ Three kinds are generated from a few numbers:
   on a leaf of rail i, ``servers_per_leaf`` servers per rail leaf, every leaf with one uplink to
   each of ``spines`` spines, which must be non-blocking (see
   :func:`controller.model.generators.build_rail_optimized`).
+* ``multi-site`` (data centres joined by DCI links): ``sites``, each a leaf-spine fabric, and
+  ``wan_links`` between top-tier switches of different sites, each with ``rate``, one-way
+  ``delay`` and ``loss`` (see :func:`controller.model.generators.build_multi_site`). Switch
+  names carry their site (``dc1-spine1``); hosts are numbered across sites in site order; a WAN
+  link is a :class:`Link` with ``wan=True``, ``latency_us`` its one-way delay.
 
 The address plan is deterministic (the same file always gives the same plan):
 
@@ -57,13 +62,14 @@ TIER_CORE = 3
 @dataclass(frozen=True)
 class Switch:
     """A switch: ``name``, ``role`` (leaf|spine|edge|agg|core), ``tier`` (1 lowest), ``dpid``,
-    ``pod`` (fat-tree pods; None elsewhere)."""
+    ``pod`` (fat-tree pods; None elsewhere), ``site`` (multi-site fabrics; None elsewhere)."""
 
     name: str
     role: str
     tier: int
     dpid: int
     pod: int | None = None
+    site: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,8 @@ class Host:
     """A host: ``name``, ``ipv4`` (dotted), ``mac``, the ``leaf`` it hangs off and that leaf's ``port``.
 
     ``server`` is the 0-based GPU server the host (a GPU's NIC) belongs to on rail-optimized
-    fabrics; None where every host is its own server.
+    fabrics; None where every host is its own server. ``site`` is the data centre of the host on
+    multi-site fabrics; None elsewhere.
     """
 
     name: str
@@ -81,6 +88,7 @@ class Host:
     leaf: str
     port: int
     server: int | None = None
+    site: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,8 @@ class Link:
     """A full-duplex link between ``a``:``a_port`` and ``b``:``b_port``.
 
     ``capacity_bps`` is the rate of each direction in bits/s; ``latency_us`` the one-way
-    propagation delay in µs.
+    propagation delay in µs. ``wan`` marks a data-centre interconnect (DCI) link between sites;
+    ``loss_percent`` is its random packet loss in percent (0 inside a site).
     """
 
     a: str
@@ -97,6 +106,8 @@ class Link:
     b_port: int
     capacity_bps: int
     latency_us: float
+    wan: bool = False
+    loss_percent: float = 0.0
 
     def port_of(self, node: str) -> int:
         """The port number this link uses on ``node``. Raises KeyError if not an end."""
@@ -172,6 +183,22 @@ class Fabric:
     def is_host(self, name: str) -> bool:
         return name in self.host_by_name
 
+    @cached_property
+    def wan_links(self) -> tuple[Link, ...]:
+        """The links between sites (``Link.wan``), in declaration order; empty on one site."""
+        return tuple(ln for ln in self.links if ln.wan)
+
+    @cached_property
+    def sites(self) -> tuple[str, ...]:
+        """Site names in declaration order (empty unless the fabric is multi-site)."""
+        return tuple(dict.fromkeys(s.site for s in self.switches if s.site is not None))
+
+    def site_of(self, name: str) -> str | None:
+        """The site of a host or switch (None on single-site fabrics). Raises KeyError."""
+        if name in self.host_by_name:
+            return self.host_by_name[name].site
+        return self.switch_by_name[name].site
+
     def tier(self, name: str) -> int:
         """0 for hosts, 1 for leaf/edge, 2 for spine/aggregation, 3 for core."""
         if name in self.host_by_name:
@@ -192,6 +219,7 @@ class Fabric:
                 capacity_bps=ln.capacity_bps,
                 latency_us=ln.latency_us,
                 ports={ln.a: ln.a_port, ln.b: ln.b_port},
+                wan=ln.wan,
             )
         return g
 
@@ -343,7 +371,7 @@ def _duration(v: Any) -> float:
 
 
 class LinkSpec(_Strict):
-    """``{rate: 40Mbps, latency: 5us}``: both required, with units."""
+    """``{rate: 40Mbps, latency: 5us}``: both required, with units (bit/s and µs in the model)."""
 
     rate: int
     latency: float
@@ -410,6 +438,57 @@ class RailOptimizedSpec(_Strict):
         return v
 
 
+SITE_NAME = r"^[a-z][a-z0-9]{0,5}$"
+
+
+class SiteSpec(_Strict):
+    """One data centre of a ``multi-site`` topology: a leaf-spine fabric.
+
+    ``name`` (1-6 lower-case letters/digits) prefixes its switch names: ``dc1-spine1``.
+    """
+
+    name: Annotated[str, Field(pattern=SITE_NAME)]
+    spines: Annotated[int, Field(ge=1, le=64, strict=True)]
+    leaves: Annotated[int, Field(ge=1, le=512, strict=True)]
+    hosts_per_leaf: Annotated[int, Field(ge=1, le=64, strict=True)]
+    links: LinksSpec
+
+
+def _loss(v: Any) -> float:
+    from controller.units import parse_percent
+
+    try:
+        pct = parse_percent(v)
+    except UnitError as exc:
+        raise ValueError(str(exc)) from None
+    if not 0 <= pct < 100:
+        raise ValueError(f"loss must be in [0%, 100%), got {pct:g}%")
+    return pct
+
+
+class WanLinkSpec(_Strict):
+    """A DCI link: ``between`` two top-tier switches of different sites, ``rate`` (bit/s),
+    one-way ``delay`` (µs in the model) and ``loss`` (percent; ``0%`` for none). All required."""
+
+    between: tuple[str, str]
+    rate: int
+    delay: float
+    loss: float
+
+    _v_rate = field_validator("rate", mode="before")(lambda cls, v: _rate(v))
+    _v_delay = field_validator("delay", mode="before")(lambda cls, v: _duration(v))
+    _v_loss = field_validator("loss", mode="before")(lambda cls, v: _loss(v))
+
+
+class MultiSiteSpec(_Strict):
+    """``kind: multi-site``: leaf-spine ``sites`` joined by ``wan_links``."""
+
+    name: str = Field(min_length=1)
+    kind: Literal["multi-site"]
+    sites: Annotated[tuple[SiteSpec, ...], Field(min_length=2, max_length=16)]
+    wan_links: Annotated[tuple[WanLinkSpec, ...], Field(min_length=1)]
+
+
 def fabric_from_document(doc: Document) -> Fabric:
     """Validate a parsed topology document and build its :class:`Fabric`. Raises ConfigError."""
     kind = doc.data.get("kind") if isinstance(doc.data, dict) else None
@@ -438,11 +517,23 @@ def fabric_from_document(doc: Document) -> Fabric:
             )
         except ValueError as exc:  # only the non-blocking check is left to fail here
             raise ConfigError([doc.problem(("spines",), str(exc))]) from None
+    if kind == "multi-site":
+        from controller.model.generators import WanEnd, build_multi_site, multi_site_problems
+
+        ms = validate(MultiSiteSpec, doc)
+        sites = [(st.name, st.spines, st.leaves, st.hosts_per_leaf, st.links.host.rate,
+                  st.links.fabric.rate, st.links.host.latency, st.links.fabric.latency)
+                 for st in ms.sites]
+        wans = [WanEnd(w.between[0], w.between[1], w.rate, w.delay, w.loss) for w in ms.wan_links]
+        problems = [doc.problem(path, msg) for path, msg in multi_site_problems(sites, wans)]
+        if problems:
+            raise ConfigError(problems)
+        return build_multi_site(ms.name, sites, wans, doc.file)
     if kind is None:
         raise ConfigError([doc.problem(("kind",), "required field is missing")])
     raise ConfigError(
-        [doc.problem(("kind",), f"unknown topology kind {kind!r}; use 'leaf-spine', 'fat-tree' "
-                     "or 'rail-optimized'")]
+        [doc.problem(("kind",), f"unknown topology kind {kind!r}; use 'leaf-spine', 'fat-tree', "
+                     "'rail-optimized' or 'multi-site'")]
     )
 
 

@@ -10,7 +10,10 @@ Every switch gets, in table :data:`TABLE`:
   (:func:`~controller.plan.model.group_id_for_ports`);
 * in ``routing.mode: pinned``, one :data:`~controller.plan.model.PRIO_PINNED` entry per pinned
   flow per switch on its path (``ipv4_src, ipv4_dst`` plus the collective's DSCP and L4 fields)
-  → the port towards the next node (:func:`~controller.te.pinning.pin_flows`).
+  → the port towards the next node (:func:`~controller.te.pinning.pin_flows`). On a multi-site
+  fabric with ``wan.hierarchical_allreduce`` the flows of a collective spanning sites are those
+  of the hierarchical all-reduce; cross-site flows are spread over the DCI links by the same
+  min-max pinning.
 
 Before returning, every pinned path passes :func:`~controller.te.invariants.check_path` and the
 next hops pass :func:`~controller.te.invariants.check_routes`; a plan that fails is never
@@ -163,7 +166,7 @@ def build_plan(
 
     pinning: Pinning | None = None
     if policy.routing.mode == "pinned":
-        pinning = pin_flows(fabric, expand_policy(policy), down)
+        pinning = pin_flows(fabric, expand_policy(policy, fabric), down)
         pinned: dict[str, dict[Match, FlowIntent]] = {}
         for demand, path in pinning.paths.items():
             check_path(fabric, path, down, src=demand.src, dst=demand.dst)

@@ -83,6 +83,20 @@ def _fabric_problems(doc: Document, policy: Policy, fabric: Fabric) -> list[Conf
                         f"no host {rank!r} in topology {fabric.name!r} ({fabric.source})",
                     )
                 )
+    if policy.wan is not None and policy.wan.hierarchical_allreduce:
+        # the same rule as controller.te.collectives.hierarchical_groups
+        for ci, coll in enumerate(policy.collectives):
+            if any(r not in fabric.host_by_name for r in coll.ranks):
+                continue
+            per_site: dict[str | None, int] = {}
+            for r in coll.ranks:
+                per_site[fabric.site_of(r)] = per_site.get(fabric.site_of(r), 0) + 1
+            if len(per_site) > 1 and len(set(per_site.values())) > 1:
+                counts = ", ".join(f"{s}: {n}" for s, n in per_site.items())
+                problems.append(doc.problem(
+                    ("collectives", ci, "ranks"),
+                    f"a hierarchical all-reduce needs the same number of ranks in every site; "
+                    f"got {counts} (wan.hierarchical_allreduce is on)"))
     seen: dict[tuple[object, ...], str] = {}
     for ci, coll in enumerate(policy.collectives):
         n = len(coll.ranks)

@@ -1,7 +1,9 @@
 """The policy schema (pydantic v2, frozen, unknown keys rejected).
 
-Sections: ``routing`` and ``collectives``; and the optional QoS sections ``traffic_classes``,
-``pfc``, ``ecn``, ``buffers`` and ``shaping`` (see :class:`TrafficClass` … :class:`Shaping`; the
+Sections: ``routing`` and ``collectives``; the optional QoS sections ``traffic_classes``,
+``pfc``, ``ecn``, ``buffers`` and ``shaping``; and ``wan`` for multi-site fabrics (DCI shaping,
+the classes allowed across it, hierarchical all-reduce: :class:`Wan`) (see
+:class:`TrafficClass` … :class:`Shaping`; the
 derivations and cross-section checks live in :mod:`controller.qos`). Quantities are explicit unit
 strings parsed by :mod:`controller.units` (``25Gbps``, ``10us``, ``1.5MB``, ``100m``, ``20%``);
 in the models they carry their unit in the field name (``rate_limit_bps``, ``cable_m``...), while
@@ -399,6 +401,73 @@ class Shaping(_Strict):
     ports: tuple[PortShaper, ...] = ()
 
 
+class WanLink(_Strict):
+    """Shaping of one DCI link (``between``: its two end switches, as in the topology's
+    ``wan_links``): ``rate`` (YAML, e.g. ``4Mbps``; ``rate_bps``) is the shaper on both ends'
+    DCI ports; ``queue`` (YAML, e.g. ``32KB``; ``queue_bytes``) the queue limit of every class
+    on those ports."""
+
+    between: tuple[str, str]
+    rate_bps: int = Field(alias="rate")
+    queue_bytes: int = Field(alias="queue")
+
+    _v_rate = field_validator("rate_bps", mode="before")(lambda cls, v: _unit(parse_rate_bps, v))
+    _v_queue = field_validator("queue_bytes", mode="before")(
+        lambda cls, v: _unit(parse_size_bytes, v)
+    )
+
+    @field_validator("rate_bps", "queue_bytes")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError("must be positive")
+        return v
+
+
+class WanClass(_Strict):
+    """A traffic class allowed on the DCI (``class``: a name from ``traffic_classes``) and its
+    guaranteed ``share`` of the DCI shaper's rate (YAML percent, e.g. ``80%``; kept as
+    ``share_percent``). Spare capacity is lent in proportion to the shares."""
+
+    class_name: str = Field(alias="class")
+    share_percent: float = Field(alias="share")
+
+    _v = field_validator("share_percent", mode="before")(lambda cls, v: _unit(parse_percent, v))
+
+    @field_validator("share_percent")
+    @classmethod
+    def _range(cls, v: float) -> float:
+        if not 0 < v <= 100:
+            raise ValueError(f"a share must be in (0%, 100%], got {v:g}%")
+        return v
+
+
+class Wan(_Strict):
+    """What crosses the data-centre interconnect (multi-site topologies).
+
+    ``links``: per-DCI-link shaper rate and queue (:class:`WanLink`). ``classes``: the traffic
+    classes allowed on DCI links and their shares (:class:`WanClass`); classes not listed keep
+    no guaranteed rate there and are capped at 1 % of the shaper rate
+    (:data:`controller.render.openflow.STRICT_FLOOR`). ``hierarchical_allreduce``: collectives
+    whose ranks span sites run hierarchically (reduce-scatter inside each site, exchange of
+    shards across the DCI, all-gather inside each site) instead of one flat ring.
+
+    Example::
+
+        wan:
+          hierarchical_allreduce: true
+          links:
+            - {between: [dc1-spine1, dc2-spine1], rate: 4Mbps, queue: 32KB}
+          classes:
+            - {class: gradients, share: 80%}
+            - {class: bulk, share: 20%}
+    """
+
+    links: tuple[WanLink, ...] = ()
+    classes: tuple[WanClass, ...] = ()
+    hierarchical_allreduce: bool = False
+
+
 class Policy(_Strict):
     """A whole policy file."""
 
@@ -410,11 +479,14 @@ class Policy(_Strict):
     ecn: Ecn | None = None
     buffers: Buffers | None = None
     shaping: Shaping | None = None
+    wan: Wan | None = None
 
     @property
     def has_qos(self) -> bool:
-        """True when the policy has any QoS section."""
-        return bool(self.traffic_classes) or any(
+        """True when the policy has any QoS section (a ``wan`` section with links or classes
+        counts: it shapes and schedules DCI ports)."""
+        wan_qos = self.wan is not None and bool(self.wan.links or self.wan.classes)
+        return wan_qos or bool(self.traffic_classes) or any(
             x is not None for x in (self.pfc, self.ecn, self.buffers, self.shaping)
         )
 

@@ -51,6 +51,7 @@ def qos_findings(policy: Policy, fabric: Fabric | None = None,
     out += _ecn_findings(policy)
     out += _buffer_findings(policy)
     out += _shaping_findings(policy, fabric)
+    out += _wan_findings(policy, fabric)
     if fabric is not None:
         out += _fabric_findings(policy, fabric)
     if target is not None:
@@ -282,4 +283,53 @@ def _fabric_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
                                        "can run empty and cost throughput (Alizadeh et al., "
                                        "SIGCOMM 2010, §3.3)", "warning"))
                     break
+    return out
+
+
+def _wan_findings(policy: Policy, fabric: Fabric | None) -> list[Finding]:
+    """The ``wan`` section: classes exist, appear once, shares sum to at most 100 %; with a
+    fabric, every ``links`` entry names a WAN link once and shapes it at most to its rate."""
+    out: list[Finding] = []
+    wan = policy.wan
+    if wan is None:
+        return out
+    names = {tc.name for tc in policy.traffic_classes}
+    seen: set[str] = set()
+    for i, wc in enumerate(wan.classes):
+        path: YamlPath = ("wan", "classes", i, "class")
+        if wc.class_name not in names:
+            out.append(Finding(path, f"no traffic class {wc.class_name!r} (rule: the WAN "
+                               "classes name classes of traffic_classes)"))
+        if wc.class_name in seen:
+            out.append(Finding(path, f"class {wc.class_name!r} is listed twice (rule: one "
+                               "share per class)"))
+        seen.add(wc.class_name)
+    total = sum(wc.share_percent for wc in wan.classes)
+    if total > 100 + 1e-9:
+        out.append(Finding(("wan", "classes"), f"the shares sum to {total:g}% (rule: the "
+                           "guaranteed shares of a DCI link sum to at most 100%)"))
+    if fabric is None:
+        return out
+    wan_links = {frozenset((ln.a, ln.b)): ln for ln in fabric.wan_links}
+    if (wan.links or wan.classes) and not wan_links:
+        out.append(Finding(("wan",), f"topology {fabric.name!r} has no WAN links (rule: a wan "
+                           "section needs a multi-site topology)"))
+    done: set[frozenset[str]] = set()
+    for i, wl in enumerate(wan.links):
+        pair = frozenset(wl.between)
+        ln = wan_links.get(pair)
+        if ln is None:
+            have = ", ".join(f"{w.a}-{w.b}" for w in wan_links.values()) or "none"
+            out.append(Finding(("wan", "links", i, "between"), f"{wl.between[0]}-"
+                               f"{wl.between[1]} is not a WAN link of topology {fabric.name!r} "
+                               f"(its WAN links: {have})"))
+            continue
+        if pair in done:
+            out.append(Finding(("wan", "links", i, "between"), f"{wl.between[0]}-"
+                               f"{wl.between[1]} is shaped twice (rule: one entry per DCI link)"))
+        done.add(pair)
+        if wl.rate_bps > ln.capacity_bps:
+            out.append(Finding(("wan", "links", i, "rate"), f"shaper {format_rate(wl.rate_bps)} "
+                               f"is above the link rate {format_rate(ln.capacity_bps)} (rule: a "
+                               "DCI shaper is at most its link's rate)"))
     return out

@@ -49,6 +49,9 @@ class PortQos:
     queue_limit_bytes: int | None
     shaper_bps: int | None
     shaper_burst_bytes: int | None
+    wan_shares: tuple[tuple[str, float], ...] | None = None
+    """On a DCI port with ``wan.classes``: (class name, guaranteed fraction of ``shaper_bps``
+    or the link rate), in policy order; None elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,10 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
             if ps.switch not in fabric.switch_by_name:
                 raise ValueError(f"shaping: no switch {ps.switch!r} in fabric {fabric.name!r}")
             shapers[(ps.switch, ps.port)] = ps
+    wan_links = {frozenset(wl.between): wl for wl in (policy.wan.links if policy.wan else ())}
+    wan_shares = tuple((wc.class_name, wc.share_percent / 100.0)
+                       for wc in (policy.wan.classes if policy.wan else ())) or None
+    wan_pairs = {frozenset((ln.a, ln.b)) for ln in fabric.wan_links}
     ecn_classes = policy.ecn.classes if policy.ecn is not None else ()
     queue_us = policy.buffers.queue_depth_us if policy.buffers is not None else None
     switches: list[SwitchQos] = []
@@ -171,6 +178,12 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
                 for ec in ecn_classes
             )
             shaper = shapers.get((sw.name, port.port)) or shapers.get((sw.name, None))
+            pair = frozenset((sw.name, port.peer))
+            wl = wan_links.get(pair)
+            if wl is not None:  # a DCI port: the wan section's shaper and queue
+                pqs.append(PortQos(port, terms, head, ecn, wl.queue_bytes, wl.rate_bps, None,
+                                   wan_shares))
+                continue
             pqs.append(
                 PortQos(
                     port, terms, head, ecn,
@@ -179,6 +192,7 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
                                            queue_us) if queue_us else None,
                     shaper.rate_bps if shaper else None,
                     shaper.burst_bytes if shaper else None,
+                    wan_shares if pair in wan_pairs else None,
                 )
             )
         ports = tuple(pqs)

@@ -26,6 +26,10 @@ Per switch (file ``<switch>.json``):
   - ``burst`` is two of the largest frames (the policy's ``pfc.mtu``, at least a 9216-byte
     jumbo frame: the policy does not know every port's MTU), so a frame never waits on a
     bucket smaller than itself (HTB's default burst is sized for 1500-byte frames).
+  - On a DCI (WAN) port with the policy's ``wan.classes``, the classes listed get
+    ``min-rate`` = share × port rate (the shaper of ``wan.links``) and the others ``min-rate``
+    1 bit/s and ``max-rate`` ``STRICT_FLOOR`` of the port rate (not allowed across the DCI);
+    all at ``priority`` 1, so spare capacity is lent in proportion to the shares.
 * ``tc_filters``: Linux ``tc filter`` specs classifying IPv4 DSCP to the HTB class of queue q
   (``1:(q+1)``): ``u32 match ip dsfield (dscp << 2) 0xfc``. Unlisted DSCP values go to OVS's
   default class ``1:1`` (queue 0). These do the classification on both OVS datapaths: on the
@@ -91,9 +95,16 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
             queues: dict[str, Any] = {}
             filters = []
             leaves = []
+            shares = dict(pq.wan_shares) if pq.wan_shares is not None else None
             for tc in classes:
                 cap = caps[tc.name]
-                if tc.scheduling == "strict":
+                if shares is not None:  # a DCI port: the wan section's shares
+                    if tc.name in shares:
+                        rate = math.floor(port_rate * shares[tc.name])
+                    else:
+                        rate, cap = 1, max(1, math.floor(port_rate * STRICT_FLOOR))
+                    prio = "1"
+                elif tc.scheduling == "strict":
                     rate, prio = strict_rate[tc.name], "0"
                 else:
                     rate = math.floor(dwrr_rate * (tc.weight or 0) / total_weight)
@@ -111,6 +122,7 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
                                    "limit_bytes": max(pq.queue_limit_bytes, 2 * frame)})
             ports[str(pq.port.port)] = {
                 "peer": pq.port.peer,
+                **({"wan": True} if shares is not None else {}),
                 "ovsdb_qos": {"type": "linux-htb",
                               "other_config": {"max-rate": str(port_rate)},
                               "queues": queues},

@@ -4,12 +4,20 @@ A ring all-reduce over n ranks (Patarasuk & Yuan, "Bandwidth optimal all-reduce 
 clusters of workstations", JPDC 69(2), 2009, §3) sends, in every step, from rank i to rank
 (i + 1) mod n; a bidirectional ring (two rings in opposite directions, as NCCL builds them) adds
 rank (i + 1) mod n → rank i. Each such ordered pair is one long-lived flow: a :class:`FlowDemand`.
+
+A hierarchical all-reduce across sites (policy ``wan.hierarchical_allreduce`` on a multi-site
+fabric) reduces inside each site first: a ring over each site's ranks (reduce-scatter, later
+all-gather), and for every shard j a ring over the j-th rank of every site, which exchanges that
+shard across the DCI (:func:`hierarchical_groups`; the "2D" or hierarchical ring of Jia et al.,
+"Highly Scalable Deep Learning Training System with Mixed-Precision", arXiv:1807.11205, §3.3).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from controller.model.topology import Fabric
 from controller.policy.model import Collective, Policy
 
 
@@ -99,12 +107,84 @@ def expand_collective(coll: Collective) -> tuple[FlowDemand, ...]:
     )
 
 
-def expand_policy(policy: Policy) -> tuple[FlowDemand, ...]:
-    """All flows of all of ``policy``'s collectives, in declaration order.
+def hierarchical_groups(
+    ranks: Sequence[str], site_of: Callable[[str], str | None]
+) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]:
+    """The rings of a hierarchical all-reduce over ``ranks``.
+
+    Returns
+    -------
+    (site_rings, shard_rings)
+        ``site_rings``: the ranks of each site in rank order, sites in order of first
+        appearance (shape S × k); ``shard_rings``: for j in 0..k-1, the j-th rank of every site
+        (shape k × S). One site (S = 1) gives ``((ranks,), ())``.
 
     Raises
     ------
     ValueError
-        A collective uses an unknown algorithm (see :func:`expand_collective`).
+        A rank has no site, or the sites hold different numbers of ranks.
+
+    Examples
+    --------
+    >>> site = {"h1": "a", "h2": "a", "h5": "b", "h6": "b"}.get
+    >>> hierarchical_groups(["h1", "h2", "h5", "h6"], site)
+    ((('h1', 'h2'), ('h5', 'h6')), (('h1', 'h5'), ('h2', 'h6')))
     """
-    return tuple(d for c in policy.collectives for d in expand_collective(c))
+    by: dict[str, list[str]] = {}
+    for r in ranks:
+        s = site_of(r)
+        if s is None:
+            raise ValueError(f"rank {r} has no site")
+        by.setdefault(s, []).append(r)
+    site_rings = tuple(tuple(v) for v in by.values())
+    sizes = {len(v) for v in site_rings}
+    if len(sizes) != 1:
+        raise ValueError("a hierarchical all-reduce needs the same number of ranks in every "
+                         "site; got " + ", ".join(f"{s}: {len(v)}" for s, v in by.items()))
+    if len(site_rings) == 1:
+        return site_rings, ()
+    k = sizes.pop()
+    return site_rings, tuple(tuple(g[j] for g in site_rings) for j in range(k))
+
+
+def expand_hierarchical(coll: Collective, site_of: Callable[[str], str | None]
+                        ) -> tuple[FlowDemand, ...]:
+    """The flows of ``coll`` run as a hierarchical all-reduce: each site ring (rank i → i+1
+    within the site), then each shard ring (site s → site s+1), in that order; a ring of two
+    ranks is the two flows between them. Raises ValueError (see :func:`hierarchical_groups`)."""
+    site_rings, shard_rings = hierarchical_groups(coll.ranks, site_of)
+    pairs: list[tuple[str, str]] = []
+    for ring in (*site_rings, *shard_rings):
+        m = len(ring)
+        for i in range(m if m > 1 else 0):  # a ring of one rank sends nothing
+            pair = (ring[i], ring[(i + 1) % m])
+            if pair not in pairs:
+                pairs.append(pair)
+    l4 = coll.l4
+    return tuple(
+        FlowDemand(coll.name, i, src, dst, coll.dscp, l4.ip_proto if l4 else None,
+                   l4.src_port if l4 else None, l4.dst_port if l4 else None)
+        for i, (src, dst) in enumerate(pairs)
+    )
+
+
+def expand_policy(policy: Policy, fabric: Fabric | None = None) -> tuple[FlowDemand, ...]:
+    """All flows of all of ``policy``'s collectives, in declaration order.
+
+    With ``fabric`` multi-site and ``wan.hierarchical_allreduce`` set, a collective whose ranks
+    span sites expands hierarchically (:func:`expand_hierarchical`); otherwise as a flat ring.
+
+    Raises
+    ------
+    ValueError
+        A collective uses an unknown algorithm (see :func:`expand_collective`), or cannot run
+        hierarchically (see :func:`hierarchical_groups`).
+    """
+    hier = fabric is not None and policy.wan is not None and policy.wan.hierarchical_allreduce
+    out: list[FlowDemand] = []
+    for c in policy.collectives:
+        if hier and fabric is not None and len({fabric.site_of(r) for r in c.ranks}) > 1:
+            out.extend(expand_hierarchical(c, fabric.site_of))
+        else:
+            out.extend(expand_collective(c))
+    return tuple(out)

@@ -46,7 +46,10 @@ def check_path(
         through a host, repeats a node (a loop), uses a link that does not exist or is down, or
         is not valley-free: the tiers must strictly rise, then strictly fall (one peak; a
         sideways hop or a rise after a fall is a valley). Valley-free routing is what keeps Clos
-        fabrics deadlock-free under PFC (Hu et al., HotNets 2016, §3).
+        fabrics deadlock-free under PFC (Hu et al., HotNets 2016, §3). On multi-site fabrics a
+        path may cross one WAN (DCI) link, at its peak: it rises inside the source site, crosses,
+        and falls inside the destination site (each site's part is valley-free; a second WAN
+        hop, or a WAN hop that is not at the peak, is refused).
     """
     p = tuple(path)
     shown = " -> ".join(p) if p else "(empty)"
@@ -78,7 +81,18 @@ def check_path(
             raise PlanInvariantError(f"path {shown}: link {u}-{v} is down")
     tiers = [fabric.tier(n) for n in p]
     falling = False
+    crossed = False
     for i in range(1, len(p)):
+        if fabric.link_between(p[i - 1], p[i]).wan:
+            if crossed:
+                raise PlanInvariantError(f"path {shown}: crosses a second WAN link at "
+                                         f"{p[i - 1]} -> {p[i]}")
+            if falling:
+                raise PlanInvariantError(f"path {shown}: not valley-free, crosses the WAN at "
+                                         f"{p[i - 1]} -> {p[i]} after going down")
+            crossed = True
+            falling = True  # what follows the crossing must go down
+            continue
         if tiers[i] == tiers[i - 1]:
             raise PlanInvariantError(
                 f"path {shown}: not valley-free, {p[i - 1]} -> {p[i]} stays on tier {tiers[i]}"

@@ -11,6 +11,13 @@ each end (its "up-cone"), keeps the peaks minimising the sum of the two distance
 shortest up-paths there. On an intact Clos fabric these are exactly the hop-count shortest paths,
 i.e. the paths of the ECMP DAG of :func:`controller.te.ecmp.ecmp_next_hops`; with links down they
 can be fewer (a shortest path through a valley is never offered).
+
+Multi-site fabrics: the two up-cones of hosts in different sites never meet; instead a path
+climbs its source site's cone to a switch with a WAN (DCI) link, crosses exactly one WAN link
+sideways at the peak, and descends the destination site's cone. Such a path is valley-free
+inside each site (:func:`controller.te.invariants.check_path` accepts exactly one WAN hop, at the
+peak). Among WAN crossings the ones with the fewest hops are kept, so a flow's candidates are
+its shortest paths over every DCI link that lies on a shortest path.
 """
 
 from __future__ import annotations
@@ -65,6 +72,11 @@ class PathOracle:
             self._port[(ln.a, ln.b)] = ln.a_port
             self._port[(ln.b, ln.a)] = ln.b_port
         self._cones: dict[str, _Cone] = {}
+        # directed WAN crossings (u, v) over up links: peaks of cross-site paths
+        self._wan: tuple[tuple[str, str], ...] = tuple(
+            pair for ln in fabric.wan_links if frozenset((ln.a, ln.b)) not in self.down
+            for pair in ((ln.a, ln.b), (ln.b, ln.a))
+        )
 
     def _cone(self, host: str) -> _Cone:
         cone = self._cones.get(host)
@@ -115,6 +127,8 @@ class PathOracle:
         cs, cd = self._cone(self._host(src)), self._cone(self._host(dst))
         small, big = (cs, cd) if len(cs.dist) <= len(cd.dist) else (cd, cs)
         sums = [d + big.dist[n] for n, d in small.dist.items() if n in big.dist]
+        sums += [cs.dist[u] + 1 + cd.dist[v] for u, v in self._wan
+                 if u in cs.dist and v in cd.dist]
         return min(sums) if sums else None
 
     def paths(self, src: str, dst: str) -> list[Path]:
@@ -137,18 +151,30 @@ class PathOracle:
         if src == dst:
             raise ValueError(f"no path from host {src} to itself")
         cs, cd = self._cone(src), self._cone(dst)
-        common = [n for n in cs.dist if n in cd.dist]
-        if not common:
+        # peaks: (top of the up-path from src, top of the up-path from dst, cost); equal tops
+        # for a common node, the two ends of a WAN link for a crossing between sites
+        peaks = [(n, n, cs.dist[n] + cd.dist[n]) for n in cs.dist if n in cd.dist]
+        peaks += [(u, v, cs.dist[u] + 1 + cd.dist[v]) for u, v in self._wan
+                  if u in cs.dist and v in cd.dist]
+        if not peaks:
             return []
-        best = min(cs.dist[n] + cd.dist[n] for n in common)
+        best = min(c for _, _, c in peaks)
         keyed: list[tuple[tuple[int, ...], Path]] = []
-        for peak in common:
-            if cs.dist[peak] + cd.dist[peak] != best:
+        for top_s, top_d, cost in peaks:
+            if cost != best:
                 continue
-            downs = self._up_paths(cd, peak)
-            for up, up_ports, _ in self._up_paths(cs, peak):
+            downs = self._up_paths(cd, top_d)
+            if top_s == top_d:
+                for up, up_ports, _ in self._up_paths(cs, top_s):
+                    keyed.extend(
+                        (up_ports + down_ports, up + tuple(reversed(down[:-1])))
+                        for down, _, down_ports in downs
+                    )
+                continue
+            cross = (self._port[(top_s, top_d)],)
+            for up, up_ports, _ in self._up_paths(cs, top_s):
                 keyed.extend(
-                    (up_ports + down_ports, up + tuple(reversed(down[:-1])))
+                    (up_ports + cross + down_ports, up + tuple(reversed(down)))
                     for down, _, down_ports in downs
                 )
         keyed.sort()

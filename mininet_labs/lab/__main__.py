@@ -46,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             with lab_lock():
                 removed = cleanup_leftovers([s.name for s in exp.fabric.switches])
+                from mininet_labs.lab.delay import cleanup_leftovers as cleanup_delay_lines
+
+                removed += cleanup_delay_lines()
             console.print("removed: " + (", ".join(removed) if removed else "nothing"),
                           markup=False)
             return 0

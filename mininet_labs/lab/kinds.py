@@ -27,6 +27,7 @@ KINDS: dict[str, str] = {
     "qos-priority": "mininet_labs.lab.qos_priority",
     "adaptive-reroute": "mininet_labs.lab.adaptive_reroute",
     "link-failure": "mininet_labs.lab.link_failure",
+    "cross-dc": "mininet_labs.lab.cross_dc",
 }
 
 

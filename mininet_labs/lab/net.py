@@ -124,7 +124,7 @@ def _cmdline(pid: int) -> str:
 
 
 OUR_CMDLINES = ("mininet:", "mininet_labs.workloads", "run_controller", "aifabric controller",
-                "controller.cli controller",
+                "controller.cli controller", "mininet_labs.lab.delay",
                 "ping -c")
 
 
