@@ -47,7 +47,6 @@ fabric (``dci_rtt``), next to 2 × the link's one-way delay.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -55,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from rich.console import Console
 from rich.table import Table
 
@@ -69,16 +68,17 @@ from controller.yamlsrc import Document, load_document, validate
 from mininet_labs.lab import delay as dly
 from mininet_labs.lab import net as labnet
 from mininet_labs.lab.environment import probe_kernel_features, versions
-from mininet_labs.lab.experiment import LabSpec, WorkloadSpec
+from mininet_labs.lab.experiment import ExperimentName, LabSpec, StrictModel, WorkloadSpec, resolve_file
 from mininet_labs.lab.processes import (
     ControllerProcess,
     free_port,
     rank_command,
     start_controller,
     start_in_host,
+    stop_process,
 )
-from mininet_labs.lab.qos_priority import BulkSpec
-from mininet_labs.lab.runner import LabAborted, requirements_missing, sigterm_raises
+from mininet_labs.lab.qos_priority import BulkSpec, class_of
+from mininet_labs.lab.runner import LabAborted, Results, requirements_missing, sigterm_raises
 from mininet_labs.workloads.bulk import rate_in_window_bps
 from mininet_labs.workloads.hierarchical_allreduce import wan_bytes_expected
 from mininet_labs.workloads.ring_allreduce import busbw_factor, source_port, summarize
@@ -95,13 +95,9 @@ HEADER_ALLOWANCE = 0.05  # Ethernet/IP/TCP headers (~0.7 % at MTU 9000) and ACKs
 MIN_SHARE_WINDOW_S = 1.0  # shortest all-shards-busy window the hierarchical share is taken over
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CrossDcSpec(_Strict):
+class CrossDcSpec(StrictModel):
     kind: Literal["cross-dc"]
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    name: ExperimentName
     description: str = ""
     topology: Annotated[str, Field(min_length=1)]
     policy: Annotated[str, Field(min_length=1)]
@@ -144,27 +140,14 @@ class CrossDcExperiment:
     configured_share: float
 
 
-def _resolve(doc: Document, base: Path, key: str, value: str) -> Path:
-    p = Path(value)
-    p = p if p.is_absolute() else base / p
-    if not p.is_file():
-        raise ConfigError([doc.problem((key,), f"no such file: {p}")])
-    return p.resolve()
-
-
-def _class_of(policy: Policy, dscp: int) -> TrafficClass | None:
-    for tc in policy.traffic_classes:
-        if dscp in tc.dscp:
-            return tc
-    return next((tc for tc in policy.traffic_classes if tc.queue == 0), None)
 
 
 def experiment_from_document(doc: Document) -> CrossDcExperiment:
     """Validate and cross-check (raises ConfigError, every problem located)."""
     spec = validate(CrossDcSpec, doc)
     base = Path(doc.file).resolve().parent
-    topo_path = _resolve(doc, base, "topology", spec.topology)
-    pol_path = _resolve(doc, base, "policy", spec.policy)
+    topo_path = resolve_file(doc, base, "topology", spec.topology)
+    pol_path = resolve_file(doc, base, "policy", spec.policy)
     fabric = load_topology(topo_path)
     if not fabric.wan_links:
         raise ConfigError([doc.problem(("topology",), f"{fabric.name} has no wan_links (use "
@@ -206,7 +189,7 @@ def experiment_from_document(doc: Document) -> CrossDcExperiment:
                                                   "(src and dst in different sites)")])
     if coll.dscp is None:
         raise ConfigError([doc.problem(("policy",), f"collective {coll.name} has no dscp")])
-    cclass, bclass = _class_of(policy, coll.dscp), _class_of(policy, spec.bulk.dscp)
+    cclass, bclass = class_of(policy, coll.dscp), class_of(policy, spec.bulk.dscp)
     if cclass is None or bclass is None or cclass.name == bclass.name:
         raise ConfigError([doc.problem(("bulk", "dscp"), f"DSCP {spec.bulk.dscp} must fall in a "
                                                          "different traffic class from the "
@@ -309,16 +292,6 @@ def measure_dci_rtt(exp: CrossDcExperiment, mininet: Any, count: int = 20) -> di
             "configured_ms": round(2 * one_way_us / 1e3, 3)}
 
 
-def _stop(p: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        labnet.kill_pid(p.pid, grace_s=1.0)
-        p.wait(timeout=5)
-    labnet.forget_pids("workload_pids", [p.pid])
-
 
 def _commands(exp: CrossDcExperiment, algorithm: str, rdir: Path
               ) -> list[tuple[str, list[str], Path]]:
@@ -393,9 +366,9 @@ def run_once(exp: CrossDcExperiment, mininet: Any, lines: list[dly.DelayLine], v
     finally:
         for _, p, _ in procs:
             if p.poll() is None:
-                _stop(p)
+                stop_process(p)
         for p in bulk_procs:
-            _stop(p)
+            stop_process(p)
     time.sleep(1.5)  # the delay lines write their counters every second
     reports = []
     for h, p, rep in procs:
@@ -542,13 +515,6 @@ def table(exp: CrossDcExperiment, runs: list[dict[str, Any]], s: dict[str, Any])
     return t
 
 
-@dataclass
-class Results:
-    data: dict[str, Any]
-    out_dir: Path
-    results_path: Path
-    plot_path: Path
-    ok: bool = False
 
 
 def plot(runs: list[dict[str, Any]], path: Path) -> None:

@@ -34,8 +34,14 @@ MAX_LAB_SWITCHES = 40
 MAX_LAB_HOSTS = 64
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
+    """Base of every experiment schema: unknown keys are errors, values are immutable."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_Strict = StrictModel
+ExperimentName = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 
 
 class WorkloadSpec(_Strict):
@@ -74,7 +80,7 @@ class LabSpec(_Strict):
 
 class ExperimentSpec(_Strict):
     kind: Literal["ecmp-vs-pinned"] = "ecmp-vs-pinned"
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    name: ExperimentName
     description: str = ""
     topology: Annotated[str, Field(min_length=1)]
     policy: Annotated[str, Field(min_length=1)]
@@ -110,7 +116,9 @@ class Experiment:
     policy: Policy
 
 
-def _resolve(doc: Document, base: Path, key: str, value: str) -> Path:
+def resolve_file(doc: Document, base: Path, key: str, value: str) -> Path:
+    """``value`` (relative to ``base``, the experiment's folder) as an absolute path to an
+    existing file; ConfigError located at ``key`` otherwise."""
     p = Path(value)
     p = p if p.is_absolute() else (base / p)
     if not p.is_file():
@@ -122,8 +130,8 @@ def experiment_from_document(doc: Document) -> Experiment:
     """Validate a parsed experiment and load its topology and policy. Raises ConfigError."""
     spec = validate(ExperimentSpec, doc)
     base = Path(doc.file).resolve().parent
-    topo_path = _resolve(doc, base, "topology", spec.topology)
-    pol_path = _resolve(doc, base, "policy", spec.policy)
+    topo_path = resolve_file(doc, base, "topology", spec.topology)
+    pol_path = resolve_file(doc, base, "policy", spec.policy)
     fabric = load_topology(topo_path)
     if len(fabric.switches) > MAX_LAB_SWITCHES or len(fabric.hosts) > MAX_LAB_HOSTS:
         raise ConfigError([doc.problem(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -132,6 +133,19 @@ def start_in_host(host: Any, cmd: list[str], log_path: Path) -> subprocess.Popen
     log.close()
     record_pids("workload_pids", [p.pid])
     return p
+
+
+def stop_process(p: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
+    """SIGTERM a workload process started by :func:`start_in_host`, wait ``timeout_s`` seconds,
+    then kill it; forget its recorded pid."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_pid(p.pid, grace_s=1.0)
+        p.wait(timeout=5)
+    forget_pids("workload_pids", [p.pid])
 
 
 def python_has(module: str) -> bool:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -55,7 +54,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from rich.console import Console
 from rich.table import Table
 
@@ -66,16 +65,25 @@ from controller.policy.model import TrafficClass
 from controller.yamlsrc import Document, load_document, validate
 from mininet_labs.lab import net as labnet
 from mininet_labs.lab.environment import probe_kernel_features, versions
-from mininet_labs.lab.experiment import MAX_LAB_HOSTS, MAX_LAB_SWITCHES, LabSpec, WorkloadSpec
+from mininet_labs.lab.experiment import (
+    MAX_LAB_HOSTS,
+    MAX_LAB_SWITCHES,
+    ExperimentName,
+    LabSpec,
+    StrictModel,
+    WorkloadSpec,
+    resolve_file,
+)
 from mininet_labs.lab.processes import (
     ControllerProcess,
     free_port,
     rank_command,
     start_controller,
     start_in_host,
+    stop_process,
 )
 from mininet_labs.lab.results import parse_dump_ports
-from mininet_labs.lab.runner import LabAborted, requirements_missing, sigterm_raises
+from mininet_labs.lab.runner import LabAborted, Results, requirements_missing, sigterm_raises
 from mininet_labs.workloads.bulk import rate_in_window_bps
 from mininet_labs.workloads.ring_allreduce import busbw_factor, source_port, summarize
 
@@ -86,11 +94,7 @@ VARIANTS = ("fifo", "qos")
 RING_DST_PORT = 29500
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class BulkSpec(_Strict):
+class BulkSpec(StrictModel):
     """The competing transfer: ``src`` → ``dst`` host, DSCP, parallel TCP connections."""
 
     src: str
@@ -100,9 +104,9 @@ class BulkSpec(_Strict):
     port: Annotated[int, Field(ge=1024, le=65535, strict=True)] = 5201
 
 
-class QosExperimentSpec(_Strict):
+class QosExperimentSpec(StrictModel):
     kind: Literal["qos-priority"]
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    name: ExperimentName
     description: str = ""
     topology: Annotated[str, Field(min_length=1)]
     policy: Annotated[str, Field(min_length=1)]
@@ -135,15 +139,10 @@ class QosExperiment:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _resolve(doc: Document, base: Path, key: str, value: str) -> Path:
-    p = Path(value)
-    p = p if p.is_absolute() else base / p
-    if not p.is_file():
-        raise ConfigError([doc.problem((key,), f"no such file: {p}")])
-    return p.resolve()
 
-
-def _class_of(policy: Policy, dscp: int) -> TrafficClass | None:
+def class_of(policy: Policy, dscp: int) -> TrafficClass | None:
+    """The traffic class DSCP ``dscp`` falls in: the class listing it, else the queue-0 class
+    (where Open vSwitch puts unlisted values), else None."""
     for tc in policy.traffic_classes:
         if dscp in tc.dscp:
             return tc
@@ -170,8 +169,8 @@ def experiment_from_document(doc: Document) -> QosExperiment:
 
     spec = validate(QosExperimentSpec, doc)
     base = Path(doc.file).resolve().parent
-    topo_path = _resolve(doc, base, "topology", spec.topology)
-    pol_path = _resolve(doc, base, "policy", spec.policy)
+    topo_path = resolve_file(doc, base, "topology", spec.topology)
+    pol_path = resolve_file(doc, base, "policy", spec.policy)
     fabric = load_topology(topo_path)
     if len(fabric.switches) > MAX_LAB_SWITCHES or len(fabric.hosts) > MAX_LAB_HOSTS:
         raise ConfigError([doc.problem(("topology",), f"{fabric.name} is too large for a lab "
@@ -201,8 +200,8 @@ def experiment_from_document(doc: Document) -> QosExperiment:
     if coll.dscp is None:
         raise ConfigError([doc.problem(("policy",), f"collective {coll.name} has no dscp; the "
                                                     "lab marks its data with it")])
-    cclass = _class_of(policy, coll.dscp)
-    bclass = _class_of(policy, spec.bulk.dscp)
+    cclass = class_of(policy, coll.dscp)
+    bclass = class_of(policy, spec.bulk.dscp)
     if cclass is None or bclass is None or cclass.name == bclass.name:
         raise ConfigError([doc.problem(("bulk", "dscp"), (
             f"DSCP {spec.bulk.dscp} must fall in a different traffic class from the "
@@ -346,16 +345,6 @@ def interpolate(samples: list[tuple[float, ...]], t: float) -> tuple[float, ...]
     return tuple(float(x) for x in samples[-1][1:])
 
 
-def _stop(p: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        labnet.kill_pid(p.pid, grace_s=1.0)
-        p.wait(timeout=5)
-    labnet.forget_pids("workload_pids", [p.pid])
-
 
 def run_once(exp: QosExperiment, mininet: Any, variant: str, repeat: int,
              out: Path) -> dict[str, Any]:
@@ -408,9 +397,9 @@ def run_once(exp: QosExperiment, mininet: Any, variant: str, repeat: int,
         sampler.__exit__()
         for _, p, _ in procs:
             if p.poll() is None:
-                _stop(p)
-        _stop(send)
-        _stop(recv)
+                stop_process(p)
+        stop_process(send)
+        stop_process(recv)
     classes_after = htb_class_bytes(iface)
     reports = []
     for r, p, rep in procs:
@@ -555,13 +544,6 @@ def plot(exp: QosExperiment, runs: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-@dataclass
-class Results:
-    data: dict[str, Any]
-    out_dir: Path
-    results_path: Path
-    plot_path: Path
-    ok: bool = False
 
 
 def run_experiment(experiment_path: str | Path, out_dir: str | Path,

@@ -58,7 +58,8 @@ class LabAborted(Exception):
 
 @dataclass
 class Results:
-    """What :func:`run_experiment` returns: the results document and where it was written."""
+    """What every kind's ``run_experiment`` returns: the results document, where it and its
+    plot were written, and whether the run met its checks (``ok``)."""
 
     data: dict[str, Any]
     out_dir: Path
