@@ -324,27 +324,185 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
 @click.option("--fast-failover", is_flag=True,
               help="Protect pinned entries with OpenFlow fast-failover groups where a switch "
                    "has another next hop towards the destination.")
+@click.option("--metrics-listen", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (enables telemetry; "
+                   "statistics every --stats-interval, default 1 s).")
+@click.option("--grpc-listen", default=None, metavar="HOST:PORT",
+              help="Serve the northbound gRPC API (aifabric.v1.Northbound) on HOST:PORT "
+                   "(enables telemetry).")
+@click.option("--util-ceiling", type=click.FloatRange(min=0.0, min_open=True), default=0.8,
+              show_default=True,
+              help="Alert when a link's mean utilisation over --util-window exceeds this.")
+@click.option("--util-window", "util_window_s", type=click.FloatRange(min=0.0, min_open=True),
+              default=10.0, show_default=True, help="Seconds the mean utilisation is taken over.")
+@click.option("--util-peak", type=click.FloatRange(min=0.0, min_open=True), default=0.95,
+              show_default=True, help="Alert when one sampling interval exceeds this utilisation.")
+@click.option("--loss-threshold", type=click.FloatRange(min=0.0, min_open=True), default=0.01,
+              show_default=True,
+              help="Alert when a link direction loses more than this fraction of its frames.")
+@click.option("--microburst-threshold", type=click.FloatRange(min=0.0, min_open=True),
+              default=0.95, show_default=True,
+              help="Utilisation of one sampling interval counted as a microburst.")
 def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
                    apply_qos: bool, ovsdb: str, stats_interval_s: float | None, rebalance: bool,
                    rebalance_threshold: float, rebalance_margin: float, rebalance_hold_s: float,
-                   fast_failover: bool) -> None:
+                   fast_failover: bool, metrics_listen: str | None, grpc_listen: str | None,
+                   util_ceiling: float, util_window_s: float, util_peak: float,
+                   loss_threshold: float, microburst_threshold: float) -> None:
     """Run the OpenFlow controller until SIGTERM/SIGINT."""
     from controller.runtime.process import run_controller
     from controller.te.reroute import Hysteresis
+    from controller.telemetry import AlertRules
 
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not host or not 1 <= int(port) <= 65535:
-        err_console.print(f"--listen: expected HOST:PORT with PORT in 1..65535, got {listen!r}",
-                          markup=False)
-        sys.exit(EXIT_INVALID)
+    host, port = _host_port("--listen", listen)
+    metrics = (_host_port("--metrics-listen", metrics_listen, allow_zero=True)
+               if metrics_listen else None)
+    grpc_at = _host_port("--grpc-listen", grpc_listen, allow_zero=True) if grpc_listen else None
     if rebalance and stats_interval_s is None:
         stats_interval_s = 1.0
     hysteresis = (Hysteresis(rebalance_threshold, rebalance_margin, rebalance_hold_s)
                   if rebalance else None)
-    sys.exit(run_controller(topology, policy_file, host, int(port), log_level,
+    rules = AlertRules(utilisation_ceiling=util_ceiling, utilisation_peak=util_peak,
+                       window_s=util_window_s, loss_ratio=loss_threshold)
+    sys.exit(run_controller(topology, policy_file, host, port, log_level,
                             apply_qos=apply_qos, ovsdb=ovsdb,
                             stats_interval_s=stats_interval_s or None, rebalance=hysteresis,
-                            fast_failover=fast_failover))
+                            fast_failover=fast_failover, metrics_listen=metrics,
+                            grpc_listen=grpc_at, alert_rules=rules,
+                            microburst_threshold=microburst_threshold))
+
+
+def _host_port(option: str, value: str, allow_zero: bool = False) -> tuple[str, int]:
+    """``HOST:PORT`` → (host, port); exits 2 naming ``option`` when malformed."""
+    host, sep, port = value.rpartition(":")
+    lo = 0 if allow_zero else 1
+    if not sep or not port.isdigit() or not host or not lo <= int(port) <= 65535:
+        err_console.print(f"{option}: expected HOST:PORT with PORT in {lo}..65535, got "
+                          f"{value!r}", markup=False)
+        sys.exit(EXIT_INVALID)
+    return host, int(port)
+
+
+# -- telemetry and the northbound API (a running controller) ----------------------------------
+_CONTROLLER_OPT = click.option(
+    "--controller", "-c", "target", default="127.0.0.1:50051", show_default=True,
+    envvar="AIFABRIC_CONTROLLER", help="The controller's --grpc-listen address HOST:PORT.")
+
+
+def _rpc(call):  # type: ignore[no-untyped-def]
+    """Run ``call()``; a gRPC error exits 1 (unreachable) or 2 (bad request) with its text."""
+    import grpc
+
+    try:
+        return call()
+    except grpc.RpcError as exc:
+        code = exc.code()
+        err_console.print(f"{code.name}: {exc.details()}", markup=False)
+        sys.exit(EXIT_INVALID if code in (grpc.StatusCode.INVALID_ARGUMENT,
+                                          grpc.StatusCode.NOT_FOUND) else 1)
+
+
+def _rate(bps: float) -> str:
+    return format_rate(int(round(bps))) if bps else "0"
+
+
+def _links_table(st, rows: int | None = None, fabric_only: bool = True) -> Table:  # type: ignore[no-untyped-def]
+    links = [ln for ln in st.links if ln.fabric_link or not fabric_only]
+    links.sort(key=lambda ln: (-ln.utilisation, ln.src, ln.dst))
+    t = Table(title=f"links (latest {st.sample_interval_s:g} s interval, busiest first)")
+    for col in ("link", "state", "rate", "utilisation", "loss", "bytes", "microbursts",
+                "pinned flows"):
+        t.add_column(col, justify="left" if col in ("link", "state") else "right")
+    for ln in links[:rows]:
+        t.add_row(f"{ln.src}->{ln.dst}", "up" if ln.up else "[red]DOWN[/]",
+                  f"{_rate(ln.rate_bps)}/{_rate(ln.capacity_bps)}", f"{ln.utilisation:.2f}",
+                  f"{ln.loss_ratio:.3f}", f"{ln.bytes_total:,}", str(ln.microbursts),
+                  str(ln.pinned_flows))
+    return t
+
+
+@main.command("status")
+@_CONTROLLER_OPT
+@click.option("--all-links", is_flag=True, help="Also show host links.")
+def status_cmd(target: str, all_links: bool) -> None:
+    """Switches, links with utilisation, collectives and alerts of a running controller."""
+    from controller.northbound.client import FabricClient
+
+    with FabricClient(target) as client:
+        st = _rpc(client.status)
+    console.print(f"fabric {st.fabric}: routing {st.routing_mode}, plan generation "
+                  f"{st.plan_generation}, statistics every {st.sample_interval_s:g} s",
+                  markup=False)
+    t = Table(title="switches")
+    for col in ("switch", "dpid", "connected", "last sample"):
+        t.add_column(col)
+    for s in st.switches:
+        t.add_row(s.name, f"{s.dpid:#x}", "yes" if s.connected else "[red]no[/]",
+                  "never" if s.last_sample_age_s < 0 else f"{s.last_sample_age_s:.1f} s ago")
+    console.print(t)
+    console.print(_links_table(st, fabric_only=not all_links))
+    if st.collectives:
+        t = Table(title="collectives")
+        for col in ("collective", "source", "flows", "bytes", "collision links"):
+            t.add_column(col, justify="left" if col in ("collective", "source") else "right")
+        for c in st.collectives:
+            t.add_row(c.name, c.source, str(c.flows), f"{c.bytes_total:,}",
+                      str(c.collision_links) if not c.collision_links
+                      else f"[red]{c.collision_links}[/]")
+        console.print(t)
+    if st.alerts:
+        for a in st.alerts:
+            console.print(f"[red]ALERT[/] {a.alert} {a.subject} ({a.age_s:.1f} s): {a.message}")
+    else:
+        console.print("alerts: none")
+
+
+@main.command("paths")
+@click.argument("collective")
+@_CONTROLLER_OPT
+def paths_cmd(collective: str, target: str) -> None:
+    """The hop list of every pinned flow of COLLECTIVE (exit 2 if there is none)."""
+    from controller.northbound.client import FabricClient
+
+    with FabricClient(target) as client:
+        reply = _rpc(lambda: client.paths(collective))
+    t = Table(title=f"{collective}: pinned paths")
+    for col in ("flow", "hops", "bytes", "match"):
+        t.add_column(col, justify="right" if col == "bytes" else "left")
+    for f in reply.flows:
+        t.add_row(f"{f.src}->{f.dst}", " ".join(f.hops), f"{f.bytes:,}", f.match)
+    console.print(t)
+
+
+@main.command("top")
+@_CONTROLLER_OPT
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=1.0,
+              show_default=True, help="Seconds between refreshes.")
+@click.option("--rows", "-n", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--count", type=click.IntRange(min=1), default=None,
+              help="Stop after this many refreshes (default: until Ctrl-C).")
+def top_cmd(target: str, interval_s: float, rows: int, count: int | None) -> None:
+    """A live table of the busiest links, refreshed every --interval seconds."""
+    import time
+
+    from rich.live import Live
+
+    from controller.northbound.client import FabricClient
+
+    n = 0
+    with FabricClient(target) as client, Live(console=console, auto_refresh=False) as live:
+        try:
+            while count is None or n < count:
+                st = _rpc(client.status)
+                alerts = ", ".join(f"{a.alert} {a.subject}" for a in st.alerts) or "none"
+                t = _links_table(st, rows)
+                t.caption = f"alerts: {alerts}"
+                live.update(t, refresh=True)
+                n += 1
+                if count is None or n < count:
+                    time.sleep(interval_s)
+        except KeyboardInterrupt:
+            pass
 
 
 # -- lab ---------------------------------------------------------------------------------------
@@ -431,9 +589,11 @@ def te_simulate(scenario: str, out_dir: str | None) -> None:
 
 def _register_plugins() -> None:
     """Command groups that live in their own modules (imported lazily by click on use)."""
+    from controller.cli_ina import ina
     from controller.cli_p4 import p4
 
     main.add_command(p4)
+    main.add_command(ina)
 
 
 _register_plugins()

@@ -98,6 +98,10 @@ def run_controller(
     stats_interval_s: float | None = None,
     rebalance: Hysteresis | None = None,
     fast_failover: bool = False,
+    metrics_listen: tuple[str, int] | None = None,
+    grpc_listen: tuple[str, int] | None = None,
+    alert_rules: Any = None,
+    microburst_threshold: float | None = None,
 ) -> int:
     """Run the OpenFlow controller until SIGTERM/SIGINT (or ``stop_event``) and return an exit code.
 
@@ -130,13 +134,23 @@ def run_controller(
     fast_failover
         Protect pinned entries with OpenFlow fast-failover groups where a switch has another
         next hop towards the destination.
+    metrics_listen
+        (host, port) to serve Prometheus metrics at ``/metrics`` (:mod:`.metrics`); enables
+        telemetry (statistics every ``stats_interval_s``, 1 s when not given).
+    grpc_listen
+        (host, port) of the northbound gRPC service (:mod:`controller.northbound`); enables
+        telemetry likewise.
+    alert_rules
+        :class:`controller.telemetry.AlertRules` (default thresholds when None).
+    microburst_threshold
+        Utilisation of one interval that counts as a microburst (default 0.95).
 
     Returns
     -------
     int
         0 after a clean stop; 2 for invalid input (each problem printed to stderr as
         ``FILE:LINE:COL: field: message``, or an invalid plan) before anything listens;
-        1 if the listening socket could not be opened.
+        1 if a listening socket (OpenFlow, metrics, gRPC) could not be opened.
     """
     try:
         fabric = load_topology(topology_path)
@@ -147,8 +161,17 @@ def run_controller(
     if rebalance is not None and not stats_interval_s:
         print("re-balancing needs a statistics interval (--stats-interval > 0)", file=sys.stderr)
         return EXIT_INVALID
+    telemetry = events = None
+    if metrics_listen is not None or grpc_listen is not None:
+        from controller.telemetry import AlertRules, EventBus, Telemetry
+        from controller.telemetry.derive import DEFAULT_MICROBURST_THRESHOLD
+
+        stats_interval_s = stats_interval_s or 1.0
+        telemetry = Telemetry(fabric, alert_rules or AlertRules(),
+                              microburst_threshold or DEFAULT_MICROBURST_THRESHOLD)
+        events = EventBus()
     runtime = ControllerRuntime(fabric, policy, fast_failover=fast_failover,
-                                hysteresis=rebalance)
+                                hysteresis=rebalance, telemetry=telemetry, events=events)
     try:
         runtime.initial_plan()
     except PlanInvariantError as exc:
@@ -171,6 +194,16 @@ def run_controller(
         print(line, flush=True)
     if qos is not None:
         print(qos.summary(), flush=True)
+    edges = None
+    if telemetry is not None:
+        assert stats_interval_s is not None
+        try:
+            edges = _start_edges(runtime, stats_interval_s, metrics_listen, grpc_listen)
+        except (OSError, RuntimeError) as exc:
+            print(f"controller failed: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        for line in edges.lines:
+            print(line, flush=True)
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -184,20 +217,80 @@ def run_controller(
         if qos is not None:
             qos.start(stop)
         return _serve(runtime, listen_host, listen_port, lldp_interval_s, stop,
-                      {"stats_interval_s": stats_interval_s, "rebalance": rebalance is not None})
+                      {"stats_interval_s": stats_interval_s, "rebalance": rebalance is not None},
+                      on_app=edges.attach if edges is not None else None)
     finally:
+        if edges is not None:
+            edges.close()
         if qos is not None:
             qos.join(2.0)
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
 
 
+class _Edges:
+    """The telemetry edges of a running controller: the Prometheus endpoint and the gRPC
+    northbound service (each optional), and how to stop them."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.metrics: Any = None
+        self.grpc: Any = None
+        self.servicer: Any = None
+        self.service: Any = None
+
+    def attach(self, app: Any) -> None:
+        """The OpenFlow app runs: registrations can now be sent and confirmed."""
+        if self.service is not None:
+            self.service.apply = app.apply_and_confirm
+
+    def close(self) -> None:
+        if self.servicer is not None:
+            self.servicer.stop.set()
+        if self.grpc is not None:
+            self.grpc.stop(1.0).wait(2.0)
+        if self.metrics is not None:
+            self.metrics.shutdown()
+            self.metrics.server_close()
+
+
+def _start_edges(runtime: ControllerRuntime, interval_s: float,
+                 metrics_listen: tuple[str, int] | None,
+                 grpc_listen: tuple[str, int] | None) -> _Edges:
+    """Start the metrics endpoint and the gRPC server. Raises OSError/RuntimeError when an
+    address cannot be bound (whatever started is stopped first)."""
+    edges = _Edges()
+    edges.lines.append(f"telemetry: port, queue and flow counters every {interval_s:g} s; "
+                       "alerts on link state, loss and utilisation")
+    try:
+        if metrics_listen is not None:
+            from controller.runtime.metrics import start_metrics_server
+
+            h, p = metrics_listen
+            edges.metrics, _, bound = start_metrics_server(runtime, interval_s, h, p)
+            edges.lines.append(f"metrics: http://{h}:{bound}/metrics")
+        if grpc_listen is not None:
+            from controller.northbound.server import start_server
+            from controller.runtime.service import FabricService
+
+            edges.service = FabricService(runtime, runtime.telemetry, runtime.events,
+                                          sample_interval_s=interval_s)
+            h, p = grpc_listen
+            edges.grpc, bound, edges.servicer = start_server(edges.service, h, p)
+            edges.lines.append(f"northbound: gRPC aifabric.v1.Northbound on {h}:{bound}")
+    except (OSError, RuntimeError):
+        edges.close()
+        raise
+    return edges
+
+
 def _serve(runtime: ControllerRuntime, host: str, port: int, lldp_interval_s: float,
-           stop: threading.Event, app_kwargs: dict[str, Any] | None = None) -> int:
+           stop: threading.Event, app_kwargs: dict[str, Any] | None = None,
+           on_app: Any = None) -> int:
     """Start os-ken with the app, wait for ``stop``, and shut everything down.
 
     ``app_kwargs`` go to :class:`controller.drivers.openflow.app.AifabricApp` (statistics
-    interval, re-balancing)."""
+    interval, re-balancing); ``on_app(app)`` is called once the app exists."""
     # isort: off
     # app_manager must be imported before os_ken.controller.controller (an import cycle).
     from os_ken.base.app_manager import AppManager
@@ -266,7 +359,11 @@ def _serve(runtime: ControllerRuntime, host: str, port: int, lldp_interval_s: fl
         if listening.wait(5.0):
             LOG.info("[controller] listening for OpenFlow 1.3 switches on %s:%d", host, port)
         while not stop.wait(0.2):
-            pass
+            if on_app is not None:
+                app = app_mgr.applications.get("AifabricApp")
+                if app is not None:
+                    on_app(app)
+                    on_app = None
     finally:
         for server in servers:
             server.close()

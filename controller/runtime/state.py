@@ -332,14 +332,25 @@ class ControllerRuntime:
         When :meth:`rebalance` moves flows (:class:`controller.te.reroute.Hysteresis`).
     persist_rounds
         Re-balancing rounds a link's background must persist (the minimum over them is used).
+    telemetry
+        A :class:`controller.telemetry.Telemetry` fed with every statistics reply, told the
+        pinned paths and link failures (None: no telemetry beyond re-balancing).
+    events
+        A :class:`controller.telemetry.EventBus` that gets link-down/up, re-pin, re-plan
+        failure and alert events (None: none are published).
 
     Methods are serialised by an internal lock (os-ken handlers run on several threads).
     """
 
     def __init__(self, fabric: Fabric, policy: Policy, planner: Planner | None = None, *,
                  fast_failover: bool = False, hysteresis: Hysteresis | None = None,
-                 persist_rounds: int = 2) -> None:
+                 persist_rounds: int = 2, telemetry: Any = None, events: Any = None) -> None:
         self.fabric = fabric
+        self.telemetry = telemetry
+        self.events = events
+        self.connected: dict[str, bool] = {}
+        self.plan_generation = 0
+        self.registered: dict[str, dict[str, Any]] = {}
         self.policy = policy
         self._planner = planner or _default_planner
         self._lock = threading.RLock()
@@ -383,6 +394,9 @@ class ControllerRuntime:
         if set(new_paths) != set(self.paths):
             self.demands_bps = pinned_demands_bps(self.fabric, new_paths)
         self.paths = new_paths
+        self.plan_generation += 1
+        if self.telemetry is not None:
+            self.telemetry.set_paths(new_paths)
         return plan
 
     def initial_plan(self) -> FabricPlan:
@@ -398,9 +412,13 @@ class ControllerRuntime:
         """The current plan of ``switch`` (None if the plan has nothing for it)."""
         return self.plan.switches.get(switch)
 
-    def port_status(self, switch_name: str, port_no: int, is_up: bool) -> dict[str, SwitchChanges]:
+    def port_status(self, switch_name: str, port_no: int, is_up: bool,
+                    now_s: float | None = None) -> dict[str, SwitchChanges]:
         """Record a port going down or up and return the per-switch changes to send (only the
         switches whose plan changed; ``{}`` if none). See the module docstring for the rules.
+
+        ``now_s`` (s, the statistics clock) stamps the alerts a failure raises; events and
+        alerts go to ``events``/``telemetry`` when set (also when recomputation fails).
 
         Raises
         ------
@@ -431,12 +449,67 @@ class ControllerRuntime:
                                         for sw, p in ports)
             if down == self.down_links:
                 return {}
+            before_down, before_paths = self.down_links, dict(self.paths)
             self.down_links = down
-            result = self._planner(self.fabric, self.policy, down_links=self.down_links)
-            changes = diff_plans(old, self._adopt(result))
+            try:
+                result = self._planner(self.fabric, self.policy, down_links=self.down_links)
+                changes = diff_plans(old, self._adopt(result))
+            except (PlanInvariantError, ValueError) as exc:
+                self._report_links(before_down, before_paths, now_s, failed=str(exc))
+                raise
             self.changed_at_s = self._last_counter_s()
             self._background_history.clear()
+            self._report_links(before_down, before_paths, now_s)
             return changes
+
+    def _report_links(self, before_down: DownLinks, before_paths: Mapping[FlowDemand, Path],
+                      now_s: float | None, failed: str | None = None) -> None:
+        """Tell telemetry and the event bus what a port event changed: links down/up, the
+        pinned flows that lost a link (alerts), the flows re-pinned, or the failed re-plan."""
+        new_down = self.down_links - before_down
+        new_up = before_down - self.down_links
+        lost = {d: p for d, p in before_paths.items()
+                if any(frozenset(e) in new_down for e in zip(p, p[1:], strict=False))}
+        t = now_s if now_s is not None else max(self._last_counter_s(), 0.0)
+        raised = []
+        if self.telemetry is not None:
+            raised = self.telemetry.links_changed(self.down_links, lost, t)
+        bus = self.events
+        if bus is None:
+            return
+        for kind, links in (("link-down", new_down), ("link-up", new_up)):
+            for ln in sorted(links, key=sorted):
+                a, b = sorted(ln)
+                bus.publish(kind, f"link {a}-{b} {kind[5:]}"
+                            + (f"; {len(lost)} pinned flow(s) lost a link" if kind == "link-down"
+                               else ""), switch=a, link=f"{a}-{b}")
+        for al in raised:
+            bus.publish("alert-raised", al.message, switch=al.switch, alert=al.kind,
+                        link=al.subject if al.kind.startswith("link") else "",
+                        flow=al.subject if al.kind.startswith("pinned") else "")
+        if failed is not None:
+            bus.publish("replan-failed", f"recomputation failed, the installed plan stays: "
+                                         f"{failed}")
+            return
+        self.publish_repins(before_paths, "link state changed")
+
+    def publish_repins(self, before: Mapping[FlowDemand, Path], why: str) -> int:
+        """Publish a ``repin`` event for every flow of ``before`` whose path is now different
+        (not for flows that appeared or disappeared). Returns how many."""
+        if self.events is None:
+            return 0
+        n = 0
+        for d, old in sorted(before.items()):
+            new = self.paths.get(d)
+            if new is None or new == old:
+                continue
+            k = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), 2)
+            self.events.publish("repin", f"{d.label} moved from {' '.join(old)} to "
+                                         f"{' '.join(new)} ({why})", switch=old[max(k - 1, 1)],
+                                collective=d.collective, flow=d.label, old_path=old,
+                                new_path=new)
+            n += 1
+        return n
 
     def _last_counter_s(self) -> float:
         """The newest counter sample time (the runtime has no clock of its own): rates from
@@ -453,10 +526,103 @@ class ControllerRuntime:
     def entry_counters(self, switch: str, byte_counts: Mapping[tuple[int, Match], int],
                        now_s: float) -> None:
         """Record byte counters of ``switch``'s flow entries, keyed by (priority, match), read
-        at ``now_s``; only the pinned entries (:data:`PRIO_PINNED`) are kept."""
+        at ``now_s``; the meter keeps only the pinned entries (:data:`PRIO_PINNED`), telemetry
+        also the route entries (host-pair traffic)."""
         with self._lock:
             self.meter.entries(switch, {m: b for (prio, m), b in byte_counts.items()
                                         if prio == PRIO_PINNED}, now_s)
+            if self.telemetry is not None:
+                from controller.telemetry.samples import EntryCounters
+
+                self.telemetry.record_entries(
+                    switch, [EntryCounters(prio, m, b) for (prio, m), b in byte_counts.items()],
+                    now_s)
+
+    def port_stats(self, switch: str, counters: Iterable[Any], now_s: float) -> None:
+        """Record ``switch``'s full port counters (:class:`controller.telemetry.PortCounters`)
+        read at ``now_s``: tx bytes for re-balancing, everything for telemetry."""
+        cs = list(counters)
+        with self._lock:
+            self.meter.ports(switch, {c.port: c.tx_bytes for c in cs}, now_s)
+            if self.telemetry is not None:
+                self.telemetry.record_ports(switch, cs, now_s)
+
+    def queue_stats(self, switch: str, counters: Iterable[Any], now_s: float) -> None:
+        """Record ``switch``'s queue counters (:class:`controller.telemetry.QueueCounters`)."""
+        if self.telemetry is not None:
+            self.telemetry.record_queues(switch, list(counters), now_s)
+
+    def switch_connection(self, switch: str, connected: bool) -> None:
+        """Record that ``switch`` connected (True) or disconnected (False)."""
+        with self._lock:
+            self.connected[switch] = connected
+
+    def telemetry_round(self, now_s: float) -> tuple[list[Any], list[Any]]:
+        """Evaluate alerts on the counters so far (telemetry clock ``now_s``, s); publish an
+        ``alert-raised``/``alert-cleared`` event for each change. Returns (raised, cleared)."""
+        if self.telemetry is None:
+            return [], []
+        with self._lock:
+            raised, cleared = self.telemetry.evaluate(now_s)
+        if self.events is not None:
+            for kind, alerts in (("alert-raised", raised), ("alert-cleared", cleared)):
+                for al in alerts:
+                    msg = al.message if kind == "alert-raised" else f"cleared: {al.message}"
+                    self.events.publish(kind, msg, switch=al.switch, alert=al.kind,
+                                        link=al.subject if al.kind.startswith("link") else "",
+                                        flow=al.subject if al.kind.startswith("pinned") else "")
+        return raised, cleared
+
+    # -- collectives registered at run time (northbound) -----------------------------------------
+    def register_collective(self, coll: Any, meta: Mapping[str, Any] | None = None
+                            ) -> dict[str, SwitchChanges]:
+        """Add a validated policy :class:`~controller.policy.model.Collective` and pin its
+        flows around the installed ones (:func:`controller.runtime.registration.place_new_flows`);
+        returns the per-switch changes to send. ``meta`` (job, expected bytes, …) is kept in
+        :attr:`registered`.
+
+        Raises
+        ------
+        ValueError
+            Not in ``routing.mode: pinned``, the name is taken, or a flow has no path.
+        PlanInvariantError
+            The new plan breaks an invariant; nothing changes.
+        """
+        from controller.runtime.registration import place_new_flows
+
+        with self._lock:
+            if self.policy.routing.mode != "pinned":
+                raise ValueError(f"routing.mode is {self.policy.routing.mode!r}: collectives are "
+                                 "pinned only in 'pinned' mode")
+            if any(c.name == coll.name for c in self.policy.collectives):
+                raise ValueError(f"collective {coll.name!r} exists")
+            old = self.plan
+            policy = self.policy.model_copy(update={"collectives": (*self.policy.collectives,
+                                                                    coll)})
+            result = self._planner(self.fabric, policy, down_links=self.down_links)
+            new = [d for d in result.pinning.paths if d.collective == coll.name]
+            demands = pinned_demands_bps(self.fabric, [*self.paths, *new])
+            paths = place_new_flows(self.fabric, self.paths, demands, new, self.down_links)
+            plan = self._adopt(result, paths)
+            self.policy = policy
+            self.registered[coll.name] = dict(meta or {})
+            return diff_plans(old, plan)
+
+    def unregister_collective(self, name: str) -> dict[str, SwitchChanges]:
+        """Remove a registered collective and its pinned entries (other flows stay put);
+        returns the changes. Raises KeyError when ``name`` was not registered at run time."""
+        with self._lock:
+            if name not in self.registered:
+                raise KeyError(name)
+            old = self.plan
+            policy = self.policy.model_copy(update={"collectives": tuple(
+                c for c in self.policy.collectives if c.name != name)})
+            result = self._planner(self.fabric, policy, down_links=self.down_links)
+            paths = {d: p for d, p in self.paths.items() if d.collective != name}
+            plan = self._adopt(result, paths)
+            self.policy = policy
+            del self.registered[name]
+            return diff_plans(old, plan)
 
     def link_loads(self, now_s: float, max_age_s: float = 5.0) -> dict[DirectedLink, LinkLoad]:
         """Measured load of every directed switch–switch link whose counters are fresh (newer
@@ -548,6 +714,7 @@ class ControllerRuntime:
             self.changed_at_s = now_s
             self._background_history.clear()
             moves = tuple(FlowMove(d, before[d], new_paths[d]) for d in res.moved)
+            self.publish_repins({d: before[d] for d in res.moved}, "re-balance")
             return RebalanceOutcome(diff_plans(old, self.plan), moves, hot, u0, u1, "")
 
 

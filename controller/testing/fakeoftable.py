@@ -21,6 +21,12 @@ Semantics follow OpenFlow 1.3.5 where our encoders rely on them:
   group (``OFPGT_FF``) yields the first bucket whose ``watch_port`` is up (§5.6.1). A packet is
   never sent back out of its ``in_port`` (plain output to the in-port is dropped, as on OVS).
 * Multipart (statistics) requests are recorded in ``stats_requests`` and otherwise ignored.
+* Counters: :meth:`FakeOFTable.forward` (and :meth:`FakeFabric.send` across the fabric) counts
+  a packet's bytes and frames on the entry it hits and on its in- and out-ports;
+  :meth:`FakeOFTable.port_stats_reply` and :meth:`FakeOFTable.flow_stats_reply` answer with
+  the os-ken reply messages a switch would send (OpenFlow 1.3.5 §7.3.5.2, §7.3.5.6). Counters
+  of an entry start at zero when it is added (``OFPFC_ADD`` of an existing entry keeps them,
+  as Open vSwitch does without ``OFPFF_RESET_COUNTS``).
 
 Packets are dicts with any of: ``eth_type``, ``ipv4_src``, ``ipv4_dst``, ``ip_proto``,
 ``ip_dscp``, ``l4_src``, ``l4_dst`` (and optionally ``in_port``).
@@ -57,6 +63,8 @@ class _Flow:
     match: dict[str, Any]
     instructions: list[Any]
     cookie: int
+    byte_count: int = 0
+    packet_count: int = 0
 
     def outputs(self) -> tuple[list[int], list[int], list[int]]:
         """(ports incl. reserved, group ids, goto tables) named by the apply-actions."""
@@ -140,6 +148,8 @@ class FakeOFTable:
         self.barriers = 0
         self.packet_outs: list[Any] = []
         self.stats_requests: list[Any] = []
+        # port -> [rx_packets, tx_packets, rx_bytes, tx_bytes, rx_dropped, tx_dropped]
+        self.port_counters: dict[int, list[int]] = {}
 
     # -- applying messages ---------------------------------------------------------------------
     def apply(self, msgs: Iterable[Any]) -> None:
@@ -173,6 +183,9 @@ class FakeOFTable:
                         f"[{self.name}] flow prio {msg.priority} {match} points to missing "
                         f"group {g}"
                     )
+            old = [f for f in self.flows if self._same_key(f, flow)]
+            if old:
+                flow.byte_count, flow.packet_count = old[0].byte_count, old[0].packet_count
             self.flows = [f for f in self.flows if not self._same_key(f, flow)]
             self.flows.append(flow)
         elif cmd in (ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT):
@@ -317,6 +330,49 @@ class FakeOFTable:
                 out.add(self._port_name(act.port))
         return out
 
+    # -- counters ------------------------------------------------------------------------------
+    def _port(self, port: int) -> list[int]:
+        return self.port_counters.setdefault(port, [0, 0, 0, 0, 0, 0])
+
+    def forward(self, packet: Mapping[str, Any], nbytes: int, npackets: int = 1) -> set[Output]:
+        """:meth:`lookup` that also counts ``nbytes`` bytes in ``npackets`` frames on the
+        entry hit, the in-port's rx and every output port's tx (a miss counts as an rx drop)."""
+        in_port = packet.get("in_port")
+        if in_port is not None:
+            c = self._port(in_port)
+            c[0] += npackets
+            c[2] += nbytes
+        flow = self.match_flow(packet)
+        if flow is None:
+            if in_port is not None:
+                self._port(in_port)[4] += npackets
+            return set()
+        flow.byte_count += nbytes
+        flow.packet_count += npackets
+        outs = self.lookup(packet)
+        for out in outs:
+            if isinstance(out, int):
+                c = self._port(out)
+                c[1] += npackets
+                c[3] += nbytes
+        return outs
+
+    def port_stats_reply(self, datapath: Any = None) -> parser.OFPPortStatsReply:
+        """The port-statistics reply for every port that counted something."""
+        body = [parser.OFPPortStats(p, c[0], c[1], c[2], c[3], c[4], c[5], 0, 0, 0, 0, 0, 0, 0, 0)
+                for p, c in sorted(self.port_counters.items())]
+        return parser.OFPPortStatsReply(datapath, body=body, flags=0)
+
+    def flow_stats_reply(self, datapath: Any = None) -> parser.OFPFlowStatsReply:
+        """The flow-statistics reply for every entry (matches rebuilt as ``OFPMatch``)."""
+        body = [parser.OFPFlowStats(table_id=f.table_id, duration_sec=0, duration_nsec=0,
+                                    priority=f.priority, idle_timeout=0, hard_timeout=0, flags=0,
+                                    cookie=f.cookie, packet_count=f.packet_count,
+                                    byte_count=f.byte_count, match=parser.OFPMatch(**f.match),
+                                    instructions=f.instructions)
+                for f in self.flows]
+        return parser.OFPFlowStatsReply(datapath, body=body, flags=0)
+
     def dump(self) -> list[str]:
         """Flow entries as sorted text lines (for failure messages and golden files)."""
         lines = []
@@ -386,6 +442,9 @@ class FakeFabric:
         self.fabric = fabric
         self.tables = dict(tables)
         self.down_links: set[frozenset[str]] = set()
+        for node, port in fabric.port_map:  # a switch reports every port, idle ones at zero
+            if node in self.tables:
+                self.tables[node]._port(port)
 
     @classmethod
     def empty(cls, fabric: Fabric, hash_fields: Sequence[str] | None = None,
@@ -405,6 +464,40 @@ class FakeFabric:
         for node in (u, v):
             if node in self.tables:
                 self.tables[node].set_port_up(link.port_of(node), up)
+
+    def send(self, src_host: str, packet: Mapping[str, Any], nbytes: int,
+             npackets: int = 1) -> Path:
+        """Carry ``nbytes`` in ``npackets`` frames of ``packet`` from ``src_host`` along the
+        one path it takes, counting on every switch (:meth:`FakeOFTable.forward`). Returns the
+        path (ending at a host, or where the traffic was dropped).
+
+        Raises
+        ------
+        TraceError
+            The packet would take several paths (a select group without ``hash_fields``) or
+            loops.
+        """
+        host = self.fabric.host_by_name[src_host]
+        path: Path = (src_host, host.leaf)
+        switch, in_port = host.leaf, host.port
+        while True:
+            outs = self.tables[switch].forward({**packet, "in_port": in_port}, nbytes, npackets)
+            if not outs:
+                return path
+            if len(outs) > 1:
+                raise TraceError(f"{switch} sends it out of {sorted(outs, key=str)}: give the "
+                                 "tables hash_fields to pick one", path)
+            (out,) = outs
+            peer = self.fabric.port_map.get((switch, out)) if isinstance(out, int) else None
+            if peer is None or frozenset((switch, peer[0])) in self.down_links:
+                return path
+            node, in_port = peer
+            path = (*path, node)
+            if self.fabric.is_host(node):
+                return path
+            if node in path[:-1]:
+                raise ForwardingLoop(f"loop at {node}", path)
+            switch = node
 
     def trace_all(self, src_host: str, packet: Mapping[str, Any]) -> TraceResult:
         """Follow ``packet`` sent by ``src_host`` along every possible output. Never raises for

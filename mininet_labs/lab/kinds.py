@@ -28,6 +28,7 @@ KINDS: dict[str, str] = {
     "adaptive-reroute": "mininet_labs.lab.adaptive_reroute",
     "link-failure": "mininet_labs.lab.link_failure",
     "cross-dc": "mininet_labs.lab.cross_dc",
+    "telemetry": "mininet_labs.lab.telemetry",
 }
 
 

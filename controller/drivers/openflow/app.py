@@ -22,9 +22,16 @@ ControllerRuntime` (duck-typed here: drivers sit below the runtime layer). Messa
   ``runtime.rebalance(now)`` on the counters of the earlier rounds, sending only the changed
   entries and logging every moved flow (the switch where its path changes, the hot link with
   its measured and planned utilisation, the old and new path); then a port-statistics and a
-  flow-statistics request to every connected switch. Replies go to ``runtime.port_counters``
-  (tx bytes per port) and ``runtime.entry_counters`` (bytes per (priority, match) of our
-  entries), stamped with ``time.monotonic()`` on arrival.
+  flow-statistics request to every connected switch. Replies go to ``runtime.port_stats``
+  (every counter of every port, :class:`controller.telemetry.PortCounters`; runtimes without
+  it get ``runtime.port_counters``, tx bytes per port) and ``runtime.entry_counters`` (bytes
+  per (priority, match) of our entries), stamped with ``time.monotonic()`` on arrival.
+* **telemetry** (when the runtime has ``telemetry``): each statistics round also asks for queue
+  statistics (``runtime.queue_stats``) and first evaluates the alerts on what earlier rounds
+  measured (``runtime.telemetry_round``), logging every alert raised (WARNING) and cleared
+  (INFO); connections are reported with ``runtime.switch_connection``.
+* **confirmed changes** (:meth:`AifabricApp.apply_and_confirm`, for the northbound API): the
+  changes of each switch end with a barrier whose reply marks them in force.
 
 Every log line starts with ``[name dpid=0x…]``.
 """
@@ -51,6 +58,7 @@ from controller.drivers.openflow import encode, packets
 from controller.errors import PlanInvariantError
 from controller.model.topology import Fabric
 from controller.plan.model import SwitchChanges, SwitchPlan
+from controller.telemetry.samples import PortCounters, QueueCounters
 
 Endpoint = tuple[int, int]
 
@@ -99,6 +107,9 @@ class AifabricApp(app_manager.OSKenApp):
         self.rebalance = rebalance
         self._partial: dict[tuple[int, str], list[Any]] = {}
         self._hot_reported: frozenset[tuple[str, str]] = frozenset()
+        self.telemetry_enabled = getattr(runtime, "telemetry", None) is not None
+        self._barriers: dict[tuple[int, int], threading.Event] = {}
+        self._next_xid = 0x7AF0_0000
 
     @staticmethod
     def _inter_switch_ports(fabric: Fabric) -> dict[str, tuple[int, ...]]:
@@ -171,6 +182,8 @@ class AifabricApp(app_manager.OSKenApp):
             self._matched.discard(dp.id)
         if old is not None and old is not dp:
             self.logger.info("%s reconnected; replacing the previous connection", tag)
+        if hasattr(self.runtime, "switch_connection"):
+            self.runtime.switch_connection(sw.name, True)
         n = self.send(dp, msgs)
         self.logger.info("%s connected from %s: pushed %d flows and %d groups (%d messages, "
                          "ending with a barrier)", tag, getattr(dp, "address", "?"),
@@ -186,6 +199,9 @@ class AifabricApp(app_manager.OSKenApp):
             self._matched.discard(dp.id)
             for src in [s for s, (d, _) in self.discovered.items() if dp.id in (s[0], d[0])]:
                 del self.discovered[src]
+        sw = self.fabric.switch_by_dpid.get(dp.id)
+        if sw is not None and hasattr(self.runtime, "switch_connection"):
+            self.runtime.switch_connection(sw.name, False)
         self.logger.warning("%s disconnected", tag)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
@@ -223,7 +239,11 @@ class AifabricApp(app_manager.OSKenApp):
                             if (dpid, port_no) in (s, d)]:
                     del self.discovered[src]
         try:
-            changes = self.runtime.port_status(sw.name, port_no, is_up)
+            if self.telemetry_enabled:
+                changes = self.runtime.port_status(sw.name, port_no, is_up,
+                                                   now_s=time.monotonic())
+            else:
+                changes = self.runtime.port_status(sw.name, port_no, is_up)
         except PlanInvariantError as exc:
             self.logger.error("%s port %d (to %s) %s: recomputation failed, keeping the "
                               "installed plan: %s", tag, port_no, peer[0], state, exc)
@@ -234,8 +254,11 @@ class AifabricApp(app_manager.OSKenApp):
             self.apply_changes(name, ch)
         return changes
 
-    def apply_changes(self, switch: str, changes: SwitchChanges) -> int:
-        """Send ``changes`` (and a barrier) to ``switch`` if connected; returns messages sent."""
+    def apply_changes(self, switch: str, changes: SwitchChanges,
+                      confirm: threading.Event | None = None) -> int:
+        """Send ``changes`` (and a barrier) to ``switch`` if connected; returns messages sent.
+        ``confirm`` is set when the switch answers the barrier (everything before it is then
+        in force, OpenFlow 1.3.5 §6.2)."""
         sw = self.fabric.switch_by_name[switch]
         tag = label(self.fabric, sw.dpid)
         with self._lock:
@@ -245,13 +268,58 @@ class AifabricApp(app_manager.OSKenApp):
                                 "connects", tag, changes.count)
             return 0
         msgs = encode.encode_changes(changes)
-        msgs.append(encode.barrier())
+        bar = encode.barrier()
+        if confirm is not None:
+            with self._lock:
+                self._next_xid += 1
+                bar.set_xid(self._next_xid)
+                self._barriers[(sw.dpid, bar.xid)] = confirm
+        msgs.append(bar)
         n = self.send(dp, msgs)
         self.logger.info(
             "%s sent %d messages (groups +%d ~%d -%d, flows +%d ~%d -%d, barrier)", tag, n,
             len(changes.add_groups), len(changes.modify_groups), len(changes.delete_groups),
             len(changes.add_flows), len(changes.modify_flows), len(changes.delete_flows))
         return n
+
+    def apply_and_confirm(self, changes: dict[str, SwitchChanges], timeout_s: float
+                          ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Send every switch's changes with a barrier and wait up to ``timeout_s`` (s) for the
+        barrier replies. Returns (switches that confirmed, switches pending: not connected or
+        no reply in time). A switch not connected gets the whole plan when it connects."""
+        waits: dict[str, threading.Event] = {}
+        pending = []
+        for name, ch in sorted(changes.items()):
+            ev = threading.Event()
+            if self.apply_changes(name, ch, confirm=ev):
+                waits[name] = ev
+            else:
+                pending.append(name)
+        deadline = time.monotonic() + timeout_s
+        done = []
+        for name, ev in waits.items():
+            if ev.wait(max(0.0, deadline - time.monotonic())):
+                done.append(name)
+            else:
+                pending.append(name)
+                self.logger.warning("%s no barrier reply within %.1f s",
+                                    label(self.fabric, self.fabric.switch_by_name[name].dpid),
+                                    timeout_s)
+        with self._lock:
+            for key in [k for k, ev in self._barriers.items() if ev in waits.values()]:
+                del self._barriers[key]
+        return tuple(done), tuple(sorted(pending))
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def _on_barrier_reply(self, ev: Any) -> None:
+        self.barrier_reply(ev.msg.datapath.id, ev.msg.xid)
+
+    def barrier_reply(self, dpid: int, xid: int) -> None:
+        """A switch answered a barrier: wake whoever waits for it."""
+        with self._lock:
+            waiter = self._barriers.pop((dpid, xid), None)
+        if waiter is not None:
+            waiter.set()
 
     # -- statistics and re-balancing ---------------------------------------------------------------
     def _stats_loop(self) -> None:
@@ -265,11 +333,31 @@ class AifabricApp(app_manager.OSKenApp):
         """Re-balance on what earlier rounds measured (when enabled), then ask every connected
         switch for its port and flow statistics. Returns the re-balance outcome (or None)."""
         outcome = self.rebalance_round(now_s) if self.rebalance else None
+        if self.telemetry_enabled:
+            self.alert_round(now_s)
         with self._lock:
             dps = dict(self.datapaths)
         for _dpid, dp in sorted(dps.items()):
-            self.send(dp, [encode.port_stats_request(), encode.flow_stats_request()])
+            msgs = [encode.port_stats_request(), encode.flow_stats_request()]
+            if self.telemetry_enabled:
+                msgs.append(encode.queue_stats_request())
+            self.send(dp, msgs)
         return outcome
+
+    def alert_round(self, now_s: float) -> tuple[list[Any], list[Any]]:
+        """``runtime.telemetry_round(now_s)``, with a log line per alert raised or cleared."""
+        raised, cleared = self.runtime.telemetry_round(now_s)
+        for al in raised:
+            self.logger.warning("%s alert %s: %s", self._switch_tag(al.switch), al.kind,
+                                al.message)
+        for al in cleared:
+            self.logger.info("%s alert %s cleared: %s", self._switch_tag(al.switch), al.kind,
+                             al.message)
+        return raised, cleared
+
+    def _switch_tag(self, name: str) -> str:
+        sw = self.fabric.switch_by_name.get(name)
+        return label(self.fabric, sw.dpid) if sw else f"[{name}]"
 
     def rebalance_round(self, now_s: float) -> Any:
         """``runtime.rebalance(now_s)``; send the changes and log why. Returns the outcome."""
@@ -321,16 +409,41 @@ class AifabricApp(app_manager.OSKenApp):
         msg = ev.msg
         body = self._multipart(msg.datapath.id, "port", msg)
         if body is not None:
-            self.port_stats(msg.datapath.id, [(s.port_no, s.tx_bytes) for s in body],
-                            time.monotonic())
+            self.port_stats(msg.datapath.id, [
+                PortCounters(s.port_no, s.rx_bytes, s.tx_bytes, s.rx_packets, s.tx_packets,
+                             s.rx_dropped, s.tx_dropped, s.rx_errors, s.tx_errors) for s in body],
+                time.monotonic())
 
-    def port_stats(self, dpid: int, tx_bytes: Iterable[tuple[int, int]], now_s: float) -> None:
-        """Hand a switch's port tx byte counters to the runtime (reserved ports dropped)."""
+    def port_stats(self, dpid: int, counters: Iterable[PortCounters | tuple[int, int]],
+                   now_s: float) -> None:
+        """Hand a switch's port counters to the runtime (reserved ports dropped). Items are
+        :class:`PortCounters`, or (port, tx bytes) pairs (only tx bytes known)."""
         sw = self.fabric.switch_by_dpid.get(dpid)
         if sw is None:
             return
-        self.runtime.port_counters(sw.name, {p: b for p, b in tx_bytes if p <= ofp.OFPP_MAX},
-                                   now_s)
+        cs = [c if isinstance(c, PortCounters) else PortCounters(c[0], 0, c[1])
+              for c in counters]
+        cs = [c for c in cs if c.port <= ofp.OFPP_MAX]
+        if hasattr(self.runtime, "port_stats"):
+            self.runtime.port_stats(sw.name, cs, now_s)
+        else:
+            self.runtime.port_counters(sw.name, {c.port: c.tx_bytes for c in cs}, now_s)
+
+    @set_ev_cls(ofp_event.EventOFPQueueStatsReply, MAIN_DISPATCHER)
+    def _on_queue_stats(self, ev: Any) -> None:
+        msg = ev.msg
+        body = self._multipart(msg.datapath.id, "queue", msg)
+        if body is not None:
+            self.queue_stats(msg.datapath.id, [
+                QueueCounters(s.port_no, s.queue_id, s.tx_bytes, s.tx_packets, s.tx_errors)
+                for s in body], time.monotonic())
+
+    def queue_stats(self, dpid: int, counters: Iterable[QueueCounters], now_s: float) -> None:
+        """Hand a switch's queue counters to the runtime (when it takes them)."""
+        sw = self.fabric.switch_by_dpid.get(dpid)
+        if sw is None or not hasattr(self.runtime, "queue_stats"):
+            return
+        self.runtime.queue_stats(sw.name, [c for c in counters if c.port <= ofp.OFPP_MAX], now_s)
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _on_flow_stats(self, ev: Any) -> None:

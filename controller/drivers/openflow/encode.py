@@ -255,6 +255,13 @@ def port_stats_request() -> parser.OFPPortStatsRequest:
     return parser.OFPPortStatsRequest(None, 0, ofp.OFPP_ANY)
 
 
+def queue_stats_request() -> parser.OFPQueueStatsRequest:
+    """Counters of every queue of every port (``OFPP_ANY``, ``OFPQ_ALL``); the reply's
+    ``tx_bytes`` are bytes, ``tx_errors`` frames dropped by the queue (OpenFlow 1.3.5
+    §7.3.5.8). A switch with no queues configured answers with an empty body."""
+    return parser.OFPQueueStatsRequest(None, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL)
+
+
 def flow_stats_request() -> parser.OFPFlowStatsRequest:
     """Counters of every entry aifabric installed (cookie :data:`COOKIE`, all tables); the
     reply's ``byte_count`` are bytes."""

@@ -1,0 +1,1 @@
+"""Generated from ``controller/northbound/aifabric.proto`` (do not edit; see ``generate.py``)."""

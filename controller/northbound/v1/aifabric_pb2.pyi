@@ -1,0 +1,243 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class L4Match(_message.Message):
+    __slots__ = ("proto", "src_port", "dst_port")
+    PROTO_FIELD_NUMBER: _ClassVar[int]
+    SRC_PORT_FIELD_NUMBER: _ClassVar[int]
+    DST_PORT_FIELD_NUMBER: _ClassVar[int]
+    proto: str
+    src_port: int
+    dst_port: int
+    def __init__(self, proto: _Optional[str] = ..., src_port: _Optional[int] = ..., dst_port: _Optional[int] = ...) -> None: ...
+
+class RegisterCollectiveRequest(_message.Message):
+    __slots__ = ("job", "name", "algorithm", "ranks", "bidirectional", "dscp", "l4", "expected_bytes")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    BIDIRECTIONAL_FIELD_NUMBER: _ClassVar[int]
+    DSCP_FIELD_NUMBER: _ClassVar[int]
+    L4_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    name: str
+    algorithm: str
+    ranks: _containers.RepeatedScalarFieldContainer[str]
+    bidirectional: bool
+    dscp: int
+    l4: L4Match
+    expected_bytes: int
+    def __init__(self, job: _Optional[str] = ..., name: _Optional[str] = ..., algorithm: _Optional[str] = ..., ranks: _Optional[_Iterable[str]] = ..., bidirectional: bool = ..., dscp: _Optional[int] = ..., l4: _Optional[_Union[L4Match, _Mapping]] = ..., expected_bytes: _Optional[int] = ...) -> None: ...
+
+class FlowPath(_message.Message):
+    __slots__ = ("collective", "index", "src", "dst", "hops", "bytes", "match")
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    HOPS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    MATCH_FIELD_NUMBER: _ClassVar[int]
+    collective: str
+    index: int
+    src: str
+    dst: str
+    hops: _containers.RepeatedScalarFieldContainer[str]
+    bytes: int
+    match: str
+    def __init__(self, collective: _Optional[str] = ..., index: _Optional[int] = ..., src: _Optional[str] = ..., dst: _Optional[str] = ..., hops: _Optional[_Iterable[str]] = ..., bytes: _Optional[int] = ..., match: _Optional[str] = ...) -> None: ...
+
+class Confirmation(_message.Message):
+    __slots__ = ("in_force", "in_force_unix_s", "apply_ms", "switches_updated", "switches_pending")
+    IN_FORCE_FIELD_NUMBER: _ClassVar[int]
+    IN_FORCE_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    APPLY_MS_FIELD_NUMBER: _ClassVar[int]
+    SWITCHES_UPDATED_FIELD_NUMBER: _ClassVar[int]
+    SWITCHES_PENDING_FIELD_NUMBER: _ClassVar[int]
+    in_force: bool
+    in_force_unix_s: float
+    apply_ms: float
+    switches_updated: _containers.RepeatedScalarFieldContainer[str]
+    switches_pending: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, in_force: bool = ..., in_force_unix_s: _Optional[float] = ..., apply_ms: _Optional[float] = ..., switches_updated: _Optional[_Iterable[str]] = ..., switches_pending: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RegisterCollectiveResponse(_message.Message):
+    __slots__ = ("collective", "flows", "confirmation", "plan_generation")
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    FLOWS_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
+    PLAN_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    collective: str
+    flows: _containers.RepeatedCompositeFieldContainer[FlowPath]
+    confirmation: Confirmation
+    plan_generation: int
+    def __init__(self, collective: _Optional[str] = ..., flows: _Optional[_Iterable[_Union[FlowPath, _Mapping]]] = ..., confirmation: _Optional[_Union[Confirmation, _Mapping]] = ..., plan_generation: _Optional[int] = ...) -> None: ...
+
+class UnregisterCollectiveRequest(_message.Message):
+    __slots__ = ("collective",)
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    collective: str
+    def __init__(self, collective: _Optional[str] = ...) -> None: ...
+
+class UnregisterCollectiveResponse(_message.Message):
+    __slots__ = ("confirmation", "plan_generation")
+    CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
+    PLAN_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    confirmation: Confirmation
+    plan_generation: int
+    def __init__(self, confirmation: _Optional[_Union[Confirmation, _Mapping]] = ..., plan_generation: _Optional[int] = ...) -> None: ...
+
+class GetPathsRequest(_message.Message):
+    __slots__ = ("collective",)
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    collective: str
+    def __init__(self, collective: _Optional[str] = ...) -> None: ...
+
+class GetPathsResponse(_message.Message):
+    __slots__ = ("flows",)
+    FLOWS_FIELD_NUMBER: _ClassVar[int]
+    flows: _containers.RepeatedCompositeFieldContainer[FlowPath]
+    def __init__(self, flows: _Optional[_Iterable[_Union[FlowPath, _Mapping]]] = ...) -> None: ...
+
+class WatchEventsRequest(_message.Message):
+    __slots__ = ("kinds",)
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    kinds: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kinds: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("kind", "time_unix_s", "message", "switch", "link", "collective", "flow", "old_path", "new_path", "alert")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TIME_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    LINK_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    FLOW_FIELD_NUMBER: _ClassVar[int]
+    OLD_PATH_FIELD_NUMBER: _ClassVar[int]
+    NEW_PATH_FIELD_NUMBER: _ClassVar[int]
+    ALERT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    time_unix_s: float
+    message: str
+    switch: str
+    link: str
+    collective: str
+    flow: str
+    old_path: _containers.RepeatedScalarFieldContainer[str]
+    new_path: _containers.RepeatedScalarFieldContainer[str]
+    alert: str
+    def __init__(self, kind: _Optional[str] = ..., time_unix_s: _Optional[float] = ..., message: _Optional[str] = ..., switch: _Optional[str] = ..., link: _Optional[str] = ..., collective: _Optional[str] = ..., flow: _Optional[str] = ..., old_path: _Optional[_Iterable[str]] = ..., new_path: _Optional[_Iterable[str]] = ..., alert: _Optional[str] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SwitchStatus(_message.Message):
+    __slots__ = ("name", "dpid", "connected", "last_sample_age_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DPID_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    LAST_SAMPLE_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dpid: int
+    connected: bool
+    last_sample_age_s: float
+    def __init__(self, name: _Optional[str] = ..., dpid: _Optional[int] = ..., connected: bool = ..., last_sample_age_s: _Optional[float] = ...) -> None: ...
+
+class LinkStatus(_message.Message):
+    __slots__ = ("src", "dst", "up", "fabric_link", "capacity_bps", "rate_bps", "utilisation", "loss_ratio", "bytes_total", "dropped_total", "microbursts", "pinned_flows")
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    UP_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_LINK_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BPS_FIELD_NUMBER: _ClassVar[int]
+    RATE_BPS_FIELD_NUMBER: _ClassVar[int]
+    UTILISATION_FIELD_NUMBER: _ClassVar[int]
+    LOSS_RATIO_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MICROBURSTS_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FLOWS_FIELD_NUMBER: _ClassVar[int]
+    src: str
+    dst: str
+    up: bool
+    fabric_link: bool
+    capacity_bps: float
+    rate_bps: float
+    utilisation: float
+    loss_ratio: float
+    bytes_total: int
+    dropped_total: int
+    microbursts: int
+    pinned_flows: int
+    def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., up: bool = ..., fabric_link: bool = ..., capacity_bps: _Optional[float] = ..., rate_bps: _Optional[float] = ..., utilisation: _Optional[float] = ..., loss_ratio: _Optional[float] = ..., bytes_total: _Optional[int] = ..., dropped_total: _Optional[int] = ..., microbursts: _Optional[int] = ..., pinned_flows: _Optional[int] = ...) -> None: ...
+
+class CollectiveStatus(_message.Message):
+    __slots__ = ("name", "source", "flows", "bytes_total", "collision_links", "expected_bytes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    FLOWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COLLISION_LINKS_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    source: str
+    flows: int
+    bytes_total: int
+    collision_links: int
+    expected_bytes: int
+    def __init__(self, name: _Optional[str] = ..., source: _Optional[str] = ..., flows: _Optional[int] = ..., bytes_total: _Optional[int] = ..., collision_links: _Optional[int] = ..., expected_bytes: _Optional[int] = ...) -> None: ...
+
+class AlertStatus(_message.Message):
+    __slots__ = ("alert", "subject", "switch", "age_s", "message")
+    ALERT_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    AGE_S_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    alert: str
+    subject: str
+    switch: str
+    age_s: float
+    message: str
+    def __init__(self, alert: _Optional[str] = ..., subject: _Optional[str] = ..., switch: _Optional[str] = ..., age_s: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
+
+class HostPairBytes(_message.Message):
+    __slots__ = ("src", "dst", "bytes")
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    src: str
+    dst: str
+    bytes: int
+    def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("fabric", "routing_mode", "sample_interval_s", "plan_generation", "switches", "links", "collectives", "alerts", "traffic")
+    FABRIC_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_MODE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    PLAN_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    LINKS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVES_FIELD_NUMBER: _ClassVar[int]
+    ALERTS_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    fabric: str
+    routing_mode: str
+    sample_interval_s: float
+    plan_generation: int
+    switches: _containers.RepeatedCompositeFieldContainer[SwitchStatus]
+    links: _containers.RepeatedCompositeFieldContainer[LinkStatus]
+    collectives: _containers.RepeatedCompositeFieldContainer[CollectiveStatus]
+    alerts: _containers.RepeatedCompositeFieldContainer[AlertStatus]
+    traffic: _containers.RepeatedCompositeFieldContainer[HostPairBytes]
+    def __init__(self, fabric: _Optional[str] = ..., routing_mode: _Optional[str] = ..., sample_interval_s: _Optional[float] = ..., plan_generation: _Optional[int] = ..., switches: _Optional[_Iterable[_Union[SwitchStatus, _Mapping]]] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., collectives: _Optional[_Iterable[_Union[CollectiveStatus, _Mapping]]] = ..., alerts: _Optional[_Iterable[_Union[AlertStatus, _Mapping]]] = ..., traffic: _Optional[_Iterable[_Union[HostPairBytes, _Mapping]]] = ...) -> None: ...

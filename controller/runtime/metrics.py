@@ -1,0 +1,211 @@
+"""Every Prometheus metric the controller exports, defined here and nowhere else.
+
+Served by ``aifabric controller --metrics-listen HOST:PORT`` at ``/metrics``. Values are read
+from :class:`controller.telemetry.Telemetry` and the runtime at scrape time (a custom collector),
+so a scrape always shows the latest sample and the alerts in force at that moment.
+
+Units are in the names (Prometheus conventions: ``_bytes``, ``_bits_per_second``, ``_seconds``,
+``_ratio`` for 0–1 fractions, ``_total`` for counters). Labels: ``switch``, ``port``, ``peer``
+(the node at the other end), ``link`` (``u->v`` for a direction, ``a-b`` for a link), ``src``,
+``dst``, ``collective``, ``flow``, ``alert``, ``subject``, ``queue``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from controller.telemetry.alerts import KINDS
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    name: str
+    kind: str  # "counter" or "gauge"
+    labels: tuple[str, ...]
+    help: str
+
+
+_PORT = ("switch", "port", "peer")
+_LINK = ("link", "src", "dst")
+METRICS: tuple[MetricDef, ...] = (
+    MetricDef("aifabric_port_rx_bytes", "counter", _PORT, "Bytes received on a switch port "
+              "(OpenFlow port statistics; Ethernet frames without FCS)."),
+    MetricDef("aifabric_port_tx_bytes", "counter", _PORT, "Bytes sent on a switch port."),
+    MetricDef("aifabric_port_rx_packets", "counter", _PORT, "Frames received on a switch port."),
+    MetricDef("aifabric_port_tx_packets", "counter", _PORT, "Frames sent on a switch port."),
+    MetricDef("aifabric_port_rx_dropped_packets", "counter", _PORT,
+              "Frames dropped on receipt by a switch port."),
+    MetricDef("aifabric_port_tx_dropped_packets", "counter", _PORT,
+              "Frames dropped on transmission by a switch port."),
+    MetricDef("aifabric_port_rx_errors", "counter", _PORT, "Receive errors of a switch port."),
+    MetricDef("aifabric_port_tx_errors", "counter", _PORT, "Transmit errors of a switch port."),
+    MetricDef("aifabric_queue_tx_bytes", "counter", ("switch", "port", "queue"),
+              "Bytes sent from an egress queue (OpenFlow queue statistics)."),
+    MetricDef("aifabric_queue_dropped_packets", "counter", ("switch", "port", "queue"),
+              "Frames an egress queue dropped (overrun)."),
+    MetricDef("aifabric_link_capacity_bits_per_second", "gauge", _LINK,
+              "Rate of a link direction from the topology."),
+    MetricDef("aifabric_link_rate_bits_per_second", "gauge", _LINK,
+              "Rate of a link direction over the latest sampling interval."),
+    MetricDef("aifabric_link_utilisation_ratio", "gauge", _LINK,
+              "Rate / capacity of a link direction over the latest sampling interval."),
+    MetricDef("aifabric_link_loss_ratio", "gauge", _LINK,
+              "Dropped / (sent + dropped) frames of a link direction, latest interval."),
+    MetricDef("aifabric_link_bytes", "counter", _LINK,
+              "Bytes a link direction carried since the controller started sampling."),
+    MetricDef("aifabric_link_dropped_packets", "counter", _LINK,
+              "Frames a link direction dropped since the controller started sampling."),
+    MetricDef("aifabric_link_microbursts", "counter", _LINK,
+              "Sampling intervals whose utilisation exceeded the microburst threshold."),
+    MetricDef("aifabric_link_pinned_flows", "gauge", _LINK,
+              "Pinned flows whose path uses a link direction."),
+    MetricDef("aifabric_link_up", "gauge", ("link",),
+              "1 while both ends of a switch-switch link are up, else 0."),
+    MetricDef("aifabric_collective_flows", "gauge", ("collective",),
+              "Pinned flows of a collective."),
+    MetricDef("aifabric_collective_bytes", "counter", ("collective",),
+              "Bytes counted by a collective's pinned entries at each flow's first switch."),
+    MetricDef("aifabric_collective_collision_links", "gauge", ("collective",),
+              "Link directions where a flow of the collective shares with another heavy flow."),
+    MetricDef("aifabric_flow_bytes", "counter", ("collective", "flow"),
+              "Bytes of one pinned flow (its entry at the first switch)."),
+    MetricDef("aifabric_flow_path_info", "gauge", ("collective", "flow", "path"),
+              "1 for the path (hop list) each pinned flow is installed on."),
+    MetricDef("aifabric_host_pair_bytes", "counter", ("src", "dst"),
+              "Bytes from src to dst (traffic matrix; src '<leaf>/*' where several hosts "
+              "share a leaf and only per-destination entries count the traffic)."),
+    MetricDef("aifabric_alert_active", "gauge", ("alert", "subject"),
+              "1 for every alert in force (link_down, pinned_path_lost_link, "
+              "link_utilisation_high, link_utilisation_peak, link_loss_high)."),
+    MetricDef("aifabric_alerts_raised", "counter", ("alert",), "Alerts raised, per kind."),
+    MetricDef("aifabric_switch_connected", "gauge", ("switch",),
+              "1 while the switch's OpenFlow connection is up."),
+    MetricDef("aifabric_switch_samples", "counter", ("switch",),
+              "Port-statistics samples received from a switch."),
+    MetricDef("aifabric_switch_sample_age_seconds", "gauge", ("switch",),
+              "Seconds since the switch's latest port-statistics sample."),
+    MetricDef("aifabric_plan_generation", "gauge", (),
+              "Plans made current since start (re-plans, re-pins, registrations)."),
+    MetricDef("aifabric_pinned_flows", "gauge", (), "Pinned flows installed."),
+    MetricDef("aifabric_sample_interval_seconds", "gauge", (),
+              "Configured statistics interval."),
+)
+BY_NAME = {m.name: m for m in METRICS}
+
+
+QUEUE_METRICS = frozenset({"aifabric_queue_tx_bytes", "aifabric_queue_dropped_packets"})
+"""Present only when a switch has queues (``--apply-qos`` on Open vSwitch; P4 targets)."""
+
+
+def metric_names(with_queues: bool = True) -> list[str]:
+    """The exposed sample names (counters get ``_total``), for docs and tests; without the
+    queue metrics when ``with_queues`` is false."""
+    return [m.name + ("_total" if m.kind == "counter" else "") for m in METRICS
+            if with_queues or m.name not in QUEUE_METRICS]
+
+
+class TelemetryCollector(Collector):
+    """Reads ``runtime`` (:class:`~controller.runtime.state.ControllerRuntime`, with its
+    ``telemetry``) at every scrape. ``mono``: the statistics clock (sample ages)."""
+
+    def __init__(self, runtime: Any, sample_interval_s: float,
+                 mono: Callable[[], float] = time.monotonic) -> None:
+        self.runtime = runtime
+        self.telemetry = runtime.telemetry
+        self.sample_interval_s = sample_interval_s
+        self.mono = mono
+
+    def _families(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for m in METRICS:
+            cls = CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily
+            out[m.name] = cls(m.name, m.help, labels=list(m.labels))
+        return out
+
+    def collect(self) -> Iterator[Metric]:
+        rt, tel = self.runtime, self.telemetry
+        f = self._families()
+        fab = rt.fabric
+        for (sw, port), (_, c) in sorted(tel.port_snapshot().items()):
+            peer = fab.port_map.get((sw, port), ("", 0))[0]
+            lab = [sw, str(port), peer]
+            for field in ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors",
+                          "tx_errors"):
+                f[f"aifabric_port_{field}"].add_metric(lab, getattr(c, field))
+            f["aifabric_port_rx_dropped_packets"].add_metric(lab, c.rx_dropped)
+            f["aifabric_port_tx_dropped_packets"].add_metric(lab, c.tx_dropped)
+        for (sw, port, qid), (_, q) in sorted(tel.queue_snapshot().items()):
+            lab = [sw, str(port), str(qid)]
+            f["aifabric_queue_tx_bytes"].add_metric(lab, q.tx_bytes)
+            f["aifabric_queue_dropped_packets"].add_metric(lab, q.dropped_packets)
+        for ln in tel.link_status():
+            lab = [ln.name, ln.link[0], ln.link[1]]
+            f["aifabric_link_capacity_bits_per_second"].add_metric(lab, ln.capacity_bps)
+            f["aifabric_link_rate_bits_per_second"].add_metric(lab, ln.rate_bps)
+            f["aifabric_link_utilisation_ratio"].add_metric(lab, ln.utilisation)
+            f["aifabric_link_loss_ratio"].add_metric(lab, ln.loss_ratio)
+            f["aifabric_link_bytes"].add_metric(lab, ln.bytes_total)
+            f["aifabric_link_dropped_packets"].add_metric(lab, ln.dropped_total)
+            f["aifabric_link_microbursts"].add_metric(lab, ln.microbursts)
+            f["aifabric_link_pinned_flows"].add_metric(lab, ln.pinned_flows)
+        down = rt.down_links
+        for link in fab.links:
+            if link.a in fab.switch_by_name and link.b in fab.switch_by_name:
+                a, b = sorted((link.a, link.b))
+                f["aifabric_link_up"].add_metric([f"{a}-{b}"],
+                                                 0 if frozenset((a, b)) in down else 1)
+        for c in tel.collective_status():
+            f["aifabric_collective_flows"].add_metric([c.name], len(c.flows))
+            f["aifabric_collective_bytes"].add_metric([c.name], c.bytes_total)
+            f["aifabric_collective_collision_links"].add_metric([c.name], len(c.collision_links))
+            for d, p, nbytes in c.flows:
+                label = f"{d.src}->{d.dst}"
+                f["aifabric_flow_bytes"].add_metric([c.name, label], nbytes)
+                f["aifabric_flow_path_info"].add_metric([c.name, label, " ".join(p)], 1)
+        for (src, dst), nbytes in tel.traffic_matrix().items():
+            f["aifabric_host_pair_bytes"].add_metric([src, dst], nbytes)
+        for a in tel.active_alerts():
+            f["aifabric_alert_active"].add_metric([a.kind, a.subject], 1)
+        for kind in KINDS:
+            f["aifabric_alerts_raised"].add_metric([kind], tel.alerts.raised_total.get(kind, 0))
+        now = self.mono()
+        for s in fab.switches:
+            f["aifabric_switch_connected"].add_metric([s.name],
+                                                      1 if rt.connected.get(s.name) else 0)
+            f["aifabric_switch_samples"].add_metric([s.name], tel.samples_total.get(s.name, 0))
+            if s.name in tel.last_sample_s:
+                f["aifabric_switch_sample_age_seconds"].add_metric(
+                    [s.name], now - tel.last_sample_s[s.name])
+        f["aifabric_plan_generation"].add_metric([], rt.plan_generation)
+        f["aifabric_pinned_flows"].add_metric([], len(rt.paths))
+        f["aifabric_sample_interval_seconds"].add_metric([], self.sample_interval_s)
+        yield from f.values()
+
+
+def registry_for(runtime: Any, sample_interval_s: float) -> CollectorRegistry:
+    """A registry holding only the controller's metrics."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(TelemetryCollector(runtime, sample_interval_s))
+    return reg
+
+
+def start_metrics_server(runtime: Any, sample_interval_s: float, host: str, port: int
+                         ) -> tuple[Any, Any, int]:
+    """Serve ``/metrics`` on ``host:port`` (0: a free port). Returns (server, thread, port).
+
+    Raises
+    ------
+    OSError
+        The address cannot be bound.
+    """
+    from prometheus_client import start_http_server
+
+    server, thread = start_http_server(port, addr=host,
+                                       registry=registry_for(runtime, sample_interval_s))
+    return server, thread, int(server.server_address[1])

@@ -1,0 +1,333 @@
+"""Telemetry: counters from the flow-table simulator (through the OpenFlow app's statistics
+handlers) and from a fake P4 target → per-link bytes, utilisation, loss, microbursts,
+per-collective bytes and collisions, the traffic matrix, alerts, events and Prometheus."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller.drivers.openflow.app import AifabricApp
+from controller.model.topology import load_topology
+from controller.plan.model import ETH_TYPE_IPV4
+from controller.policy import load_policy
+from controller.runtime.metrics import METRICS, metric_names, registry_for
+from controller.runtime.state import ControllerRuntime
+from controller.te.collectives import FlowDemand
+from controller.telemetry import (
+    AlertRules,
+    EventBus,
+    PortCounters,
+    QueueCounters,
+    Telemetry,
+    poll,
+)
+from controller.telemetry.derive import (
+    LinkTap,
+    collisions,
+    counter_delta,
+    host_pair_of_entry,
+    link_interval,
+    link_taps,
+)
+from controller.testing import FakeFabric
+from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
+from tests.test_openflow_app import FakeDatapath
+
+FABRIC = load_topology(MAIN_TOPOLOGY)
+MB = 1_000_000
+
+
+def _ip(h: str) -> str:
+    return FABRIC.host_by_name[h].ipv4
+
+
+def _pkt(src: str, dst: str, sport: int = 40000) -> dict:
+    return {"eth_type": ETH_TYPE_IPV4, "ipv4_src": _ip(src), "ipv4_dst": _ip(dst),
+            "ip_proto": 6, "l4_src": sport, "l4_dst": 5201}
+
+
+@pytest.fixture
+def lab():
+    """A pinned controller (runtime + telemetry + events + app) on the simulator."""
+    tel = Telemetry(FABRIC, AlertRules(window_s=2.0, hold_s=1.0))
+    bus = EventBus(clock=lambda: 1000.0)
+    rt = ControllerRuntime(FABRIC, load_policy(PINNED_POLICY, FABRIC), telemetry=tel, events=bus)
+    rt.initial_plan()
+    app = AifabricApp(runtime=rt, stats_interval_s=1.0)
+    ff = FakeFabric.empty(FABRIC, hash_fields=("ipv4_src", "ipv4_dst", "l4_src"))
+    dps = {s.name: FakeDatapath(s.dpid, ff.tables[s.name]) for s in FABRIC.switches}
+    for dp in dps.values():
+        app.switch_connected(dp, now_s=0.0)
+    return SimpleNamespace(rt=rt, tel=tel, bus=bus, app=app, ff=ff, dps=dps)
+
+
+def _stats(lab, now_s: float) -> None:
+    """Every switch answers port and flow statistics (real os-ken reply objects) at now_s."""
+    for name, dp in lab.dps.items():
+        t = lab.ff.tables[name]
+        for reply, handler in ((t.port_stats_reply(dp), lab.app._on_port_stats),
+                               (t.flow_stats_reply(dp), lab.app._on_flow_stats)):
+            handler(SimpleNamespace(msg=reply))
+    # the handlers stamp time.monotonic(); re-stamp deterministically for the rates
+    for key, (_, c) in list(lab.tel.ports.items()):
+        lab.tel.ports[key] = (now_s, c)
+
+
+def _sample(lab, now_s: float) -> None:
+    for name, dp in lab.dps.items():
+        t = lab.ff.tables[name]
+        body = t.port_stats_reply(dp).body
+        lab.app.port_stats(dp.id, [PortCounters(s.port_no, s.rx_bytes, s.tx_bytes, s.rx_packets,
+                                                s.tx_packets, s.rx_dropped, s.tx_dropped,
+                                                s.rx_errors, s.tx_errors) for s in body], now_s)
+        lab.app.flow_stats(dp.id, [(s.priority, s.match, s.byte_count)
+                                   for s in t.flow_stats_reply(dp).body], now_s)
+
+
+def test_link_taps_cover_every_direction():
+    taps = link_taps(FABRIC)
+    assert len(taps) == 2 * len(FABRIC.links)
+    up = taps[("leaf1", "spine1")]
+    assert (up.switch, up.side, up.far) == ("leaf1", "tx", ("spine1", FABRIC.port_towards(
+        "spine1", "leaf1")))
+    h = FABRIC.host_by_name["h1"]
+    assert taps[("h1", "leaf1")] == LinkTap(("h1", "leaf1"), "leaf1", h.port, "rx", None, 15e6)
+    assert taps[("leaf1", "h1")].side == "tx"
+
+
+def test_link_interval_rate_loss_and_reset():
+    tap = LinkTap(("a", "b"), "a", 1, "tx", ("b", 2), 10e6)
+    prev = {("a", 1): (0.0, PortCounters(1, 0, 0, tx_packets=0)),
+            ("b", 2): (0.0, PortCounters(2, 0, 0))}
+    cur = {("a", 1): (0.5, PortCounters(1, 0, 625_000, tx_packets=990, tx_dropped=5)),
+           ("b", 2): (0.5, PortCounters(2, 0, 0, rx_dropped=5))}
+    iv = link_interval(tap, prev, cur)
+    assert iv.rate_bps == pytest.approx(10e6) and iv.utilisation == pytest.approx(1.0)
+    assert iv.dropped == 10 and iv.loss_ratio == pytest.approx(0.01)
+    back = {("a", 1): (1.0, PortCounters(1, 0, 10))}
+    assert link_interval(tap, cur, back) is None  # counter went backwards
+    assert counter_delta(5, 3) is None and counter_delta(3, 5) == 2
+
+
+def test_collisions_and_host_pairs():
+    a, b = FlowDemand("r", 0, "h1", "h3"), FlowDemand("s", 0, "h2", "h4")
+    p = {a: ("h1", "leaf1", "spine1", "leaf2", "h3"), b: ("h2", "leaf1", "spine1", "leaf2", "h4")}
+    assert set(collisions(p)) == {("leaf1", "spine1"), ("spine1", "leaf2")}
+    assert collisions(p, heavy={"r"}) == {}
+    p[b] = ("h2", "leaf1", "spine2", "leaf2", "h4")
+    assert collisions(p) == {}
+    from controller.plan.model import Match
+
+    pinned = Match(eth_type=ETH_TYPE_IPV4, ipv4_src=_ip("h1"), ipv4_dst=_ip("h3"))
+    assert host_pair_of_entry(FABRIC, "leaf1", pinned) == ("h1", "h3")
+    assert host_pair_of_entry(FABRIC, "spine1", pinned) is None  # counted once, at the source leaf
+    route = Match(eth_type=ETH_TYPE_IPV4, ipv4_dst=_ip("h3"))
+    assert host_pair_of_entry(FABRIC, "leaf1", route) == ("leaf1/*", "h3")
+    assert host_pair_of_entry(FABRIC, "leaf2", route) is None  # local destination: mixed sources
+
+
+def test_simulator_counters_give_link_bytes_of_the_pinned_paths(lab):
+    """Traffic of every pinned flow crosses the simulator; the statistics replies, through the
+    app, must give exactly the bytes of the pinned paths on every fabric link."""
+    _sample(lab, 0.0)
+    sent = {}
+    for i, (d, path) in enumerate(sorted(lab.rt.paths.items())):
+        nbytes = (i + 1) * 100_000
+        got = lab.ff.send(d.src, _pkt(d.src, d.dst), nbytes, npackets=nbytes // 1000)
+        assert got == path  # the pinned entries carry it
+        sent[d] = nbytes
+    # plus ECMP traffic between hosts whose flow is not pinned
+    ecmp_path = lab.ff.send("h1", _pkt("h1", "h4"), 50_000, 50)
+    _sample(lab, 1.0)
+    expect = {}
+    for d, nbytes in sent.items():
+        p = lab.rt.paths[d]
+        for link in zip(p, p[1:], strict=False):
+            expect[link] = expect.get(link, 0) + nbytes
+    for link in zip(ecmp_path, ecmp_path[1:], strict=False):
+        expect[link] = expect.get(link, 0) + 50_000
+    by = {s.link: s for s in lab.tel.link_status()}
+    for link, st in by.items():
+        assert st.bytes_total == expect.get(link, 0), link
+        assert st.rate_bps == pytest.approx(8 * expect.get(link, 0) / 1.0)
+        assert st.utilisation == pytest.approx(8 * expect.get(link, 0) / 15e6)
+    colls = {c.name: c for c in lab.tel.collective_status()}
+    assert colls["ring-a"].bytes_total == sum(n for d, n in sent.items() if d.collective == "ring-a")
+    assert colls["ring-a"].collision_links == () and colls["ring-b"].collision_links == ()
+    for d, path, nbytes in colls["ring-b"].flows:
+        assert nbytes == sent[d] and path == lab.rt.paths[d]
+    tm = lab.tel.traffic_matrix()
+    assert tm[("h1", "h3")] == sent[next(d for d in sent if d.label == "ring-a h1->h3")]
+    assert tm[("leaf1/*", "h4")] == 50_000  # ECMP: per-destination entry on a 2-host leaf
+
+
+def test_real_reply_handlers_and_queue_stats(lab):
+    lab.ff.send("h1", _pkt("h1", "h3"), 9000, 1)
+    _stats(lab, 5.0)
+    leaf1 = lab.dps["leaf1"]
+    port = FABRIC.host_by_name["h1"].port
+    assert lab.tel.ports[("leaf1", port)][1].rx_bytes == 9000
+    from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+    reply = parser.OFPQueueStatsReply(leaf1, body=[parser.OFPQueueStats(port, 1, 777, 3, 2, 0, 0)],
+                                      flags=0)
+    lab.app._on_queue_stats(SimpleNamespace(msg=reply))
+    ((_, q),) = [v for k, v in lab.tel.queues.items() if k[0] == "leaf1"]
+    assert q == QueueCounters(port, 1, 777, 3, 2)
+    # the statistics round asks for queues too when telemetry is on
+    leaf1.sent.clear()
+    lab.app.stats_round(6.0)
+    assert [type(m).__name__ for m in leaf1.sent] == [
+        "OFPPortStatsRequest", "OFPFlowStatsRequest", "OFPQueueStatsRequest"]
+
+
+class FakeP4Target:
+    """A polled target (the CounterSource protocol): per-port counters like P4 indirect
+    counters, derived from the simulator table of the same switch; ``fail`` makes it time out."""
+
+    def __init__(self, switch: str, ff: FakeFabric):
+        self.switch = switch
+        self.table = ff.tables[switch]
+        self.fail = False
+        self.depth = 4096
+
+    def read_port_counters(self):
+        if self.fail:
+            raise TimeoutError("no answer within 1 s")
+        return [PortCounters(p, c[2], c[3], c[0], c[1], c[4], c[5])
+                for p, c in self.table.port_counters.items()]
+
+    def read_queue_counters(self):
+        return [QueueCounters(p, 0, c[3], c[1], 0, depth_bytes=self.depth, ecn_marked_packets=0)
+                for p, c in self.table.port_counters.items()]
+
+
+def test_fake_p4_target_polled_into_telemetry():
+    ff = FakeFabric.empty(FABRIC, hash_fields=("ipv4_src", "ipv4_dst"))
+    rt = ControllerRuntime(FABRIC, load_policy(PINNED_POLICY, FABRIC))
+    from controller.drivers.openflow import encode
+
+    for name, sp in rt.plan.switches.items():
+        ff.tables[name].apply(encode.encode_full(sp))
+    tel = Telemetry(FABRIC)
+    tel.set_paths(rt.paths)
+    targets = [FakeP4Target(s.name, ff) for s in FABRIC.switches]
+    assert poll(targets, tel, 0.0) == []
+    d = next(d for d in rt.paths if d.label == "ring-b h2->h4")
+    path = ff.send("h2", _pkt("h2", "h4"), 1_875_000, 1250)  # 15 Mbit in 1 s
+    targets[-1].fail = True
+    failed = poll(targets, tel, 1.0)
+    assert failed == [f"{targets[-1].switch}: TimeoutError: no answer within 1 s"]
+    assert path == rt.paths[d]
+    by = {s.link: s for s in tel.link_status()}
+    for link in zip(path, path[1:], strict=False):
+        if link[0] == targets[-1].switch or (link[1] == "leaf1" and link[0] == "h2"):
+            continue
+        if by[link].measured_at_s is None:  # measured at the silent switch
+            continue
+        assert by[link].utilisation == pytest.approx(1.0), link
+        assert by[link].bytes_total == 1_875_000
+    assert tel.microbursts[(path[1], path[2])] == 1  # one interval above 0.95
+    assert any(v[1].depth_bytes == 4096 for v in tel.queues.values())
+
+
+def test_link_failure_alerts_events_and_metric(lab):
+    sub = lab.bus.subscribe()
+    d = next(d for d in lab.rt.paths if d.label == "ring-a h1->h3")
+    old = lab.rt.paths[d]
+    _before = dict(lab.rt.paths)
+    a, b = old[1], old[2]
+    lab.app.port_changed(FABRIC.switch_by_name[a].dpid, FABRIC.port_towards(a, b), False)
+    kinds = []
+    while (ev := sub.get(0)) is not None:
+        kinds.append((ev.kind, ev.link or ev.flow))
+    link = "-".join(sorted((a, b)))
+    assert ("link-down", link) in kinds
+    assert ("alert-raised", link) in kinds and ("alert-raised", "ring-a h1->h3") in kinds
+    assert ("repin", "ring-a h1->h3") in kinds
+    active = {(x.kind, x.subject) for x in lab.tel.active_alerts()}
+    assert ("link_down", link) in active and ("pinned_path_lost_link", "ring-a h1->h3") in active
+    text = generate_latest(registry_for(lab.rt, 1.0)).decode()
+    assert f'aifabric_alert_active{{alert="link_down",subject="{link}"}} 1.0' in text
+    assert f'aifabric_link_up{{link="{link}"}} 0.0' in text
+    # the flow is re-pinned, so once the hold time passed its alert clears; the link's stays
+    t = max(x.since_s for x in lab.tel.active_alerts()) + 1.5
+    raised, cleared = lab.rt.telemetry_round(t)
+    lost = {dd.label for dd, pp in _before.items() if frozenset((a, b)) in {
+            frozenset(e) for e in zip(pp, pp[1:], strict=False)}}
+    assert {c.kind for c in cleared} == {"pinned_path_lost_link"}
+    assert {c.subject for c in cleared} == lost and "ring-a h1->h3" in lost
+    assert ("link_down", link) in {(x.kind, x.subject) for x in lab.tel.active_alerts()}
+    lab.app.port_changed(FABRIC.switch_by_name[a].dpid, FABRIC.port_towards(a, b), True)
+    _, cleared = lab.rt.telemetry_round(t + 1)
+    assert [c.kind for c in cleared] == ["link_down"]
+    assert lab.tel.alerts.raised_total["link_down"] == 1
+
+
+def test_utilisation_and_loss_alerts():
+    tel = Telemetry(FABRIC, AlertRules(utilisation_ceiling=0.8, utilisation_peak=0.95,
+                                       window_s=3.0, loss_ratio=0.01, min_packets=10))
+    port = FABRIC.port_towards("leaf1", "spine1")
+    far = FABRIC.port_towards("spine1", "leaf1")
+    tx = rx_drop = pk = 0
+    for t in range(4):
+        rx_drop += 30 if t >= 3 else 0  # the receiver drops 30 frames in the last second
+        # the receiver's drops count at the sender's sample (a round later if it came first)
+        tel.record_ports("spine1", [PortCounters(far, 0, 0, rx_dropped=rx_drop)], float(t))
+        tel.record_ports("leaf1", [PortCounters(port, 0, tx, tx_packets=pk)], float(t))
+        tx += int(0.9 * 15e6 / 8)  # 90 % every second
+        pk += 1500
+    raised, _ = tel.evaluate(3.0)
+    got = {(a.kind, a.subject) for a in raised}
+    assert ("link_utilisation_high", "leaf1->spine1") in got
+    assert ("link_utilisation_peak", "leaf1->spine1") not in got  # 0.90 < 0.95
+    assert ("link_loss_high", "leaf1->spine1") in got  # 30 of 1530 = 0.0196
+    # traffic stops: after the window nothing is judged high any more
+    tel.record_ports("leaf1", [PortCounters(port, 0, tx, tx_packets=pk)], 8.0)
+    tel.record_ports("spine1", [PortCounters(far, 0, 0, rx_dropped=rx_drop)], 8.0)
+    _, cleared = tel.evaluate(8.0)
+    assert {a.kind for a in cleared} == {"link_utilisation_high", "link_loss_high"}
+
+
+def test_alert_rules_reject_bad_thresholds():
+    with pytest.raises(ValueError, match="utilisation_ceiling"):
+        AlertRules(utilisation_ceiling=0)
+    with pytest.raises(ValueError, match="window_s"):
+        AlertRules(window_s=0)
+
+
+def test_prometheus_scrape_has_every_documented_metric(lab):
+    _sample(lab, 0.0)
+    for d in lab.rt.paths:
+        lab.ff.send(d.src, _pkt(d.src, d.dst), 10_000, 10)
+    _sample(lab, 1.0)
+    port = FABRIC.host_by_name["h1"].port
+    from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+    lab.app._on_queue_stats(SimpleNamespace(msg=parser.OFPQueueStatsReply(
+        lab.dps["leaf1"], body=[parser.OFPQueueStats(port, 0, 1, 1, 0, 0, 0)], flags=0)))
+    lab.app.port_changed(FABRIC.switch_by_name["leaf1"].dpid,
+                         FABRIC.port_towards("leaf1", "spine2"), False)
+    text = generate_latest(registry_for(lab.rt, 1.0)).decode()
+    samples = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
+    missing = set(metric_names()) - samples
+    assert not missing, missing
+    assert all(m.name.startswith("aifabric_") for m in METRICS)
+    fam = {f.name: f for f in text_string_to_metric_families(text)}
+    coll = {s.labels["collective"]: s.value for s in fam["aifabric_collective_bytes"].samples}
+    assert coll == {"ring-a": 40_000, "ring-b": 40_000}
+    paths = {s.labels["flow"]: s.labels["path"] for s in fam["aifabric_flow_path_info"].samples
+             if s.labels["collective"] == "ring-b"}
+    assert paths == {f"{d.src}->{d.dst}": " ".join(p) for d, p in lab.rt.paths.items()
+                     if d.collective == "ring-b"}
+
+
+def test_ecmp_runtime_has_no_pinned_traffic():
+    tel = Telemetry(FABRIC)
+    rt = ControllerRuntime(FABRIC, load_policy(ECMP_POLICY, FABRIC), telemetry=tel)
+    rt.initial_plan()
+    assert tel.collective_status() == [] and rt.paths == {}
