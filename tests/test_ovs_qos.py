@@ -176,4 +176,5 @@ def test_controller_refuses_apply_qos_without_classes(capsys):
                         ROOT / "policies" / "pinned_two_rings.yaml", "127.0.0.1", 1,
                         apply_qos=True)
     assert rc == EXIT_INVALID
-    assert "applying QoS needs traffic classes" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "pinned_two_rings.yaml:0:0: traffic_classes: applying QoS needs traffic classes" in err

@@ -183,7 +183,7 @@ def run_controller(
         from controller.drivers.ovs.qos import OvsQosApplier, qos_rendering
 
         try:
-            rendering = qos_rendering(fabric, policy)
+            rendering = qos_rendering(fabric, policy, str(policy_path))
         except ConfigError as exc:
             _print_problems(exc.problems, sys.stderr)
             return EXIT_INVALID
