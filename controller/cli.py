@@ -17,6 +17,7 @@ from rich.table import Table
 from controller.errors import ConfigError, PlanInvariantError
 from controller.units import format_rate
 
+EXIT_FAILED = 1
 EXIT_INVALID = 2
 err_console = Console(stderr=True, highlight=False)
 console = Console(highlight=False)
@@ -160,7 +161,9 @@ def policy_render(file: str, topology: str, target: str, out_dir: str | None) ->
 @click.option("--target", default="sonic", show_default=True,
               type=click.Choice(["openflow", "bmv2", "tofino", "sonic"]))
 def policy_diff(old: str, new: str, topology: str, target: str) -> None:
-    """Show what would change, per switch, between the QoS renderings of OLD and NEW."""
+    """Show what would change, per switch, between the QoS renderings of OLD and NEW.
+
+    Exit 0 when nothing would change, 1 when something would, 2 for invalid input."""
     import json
 
     from controller.qos.compile import compile_qos
@@ -186,6 +189,7 @@ def policy_diff(old: str, new: str, topology: str, target: str) -> None:
     console.print(table)
     console.print(f"{len(changes)} change(s) on "
                   f"{len({c.file for c in changes})} switch(es)", markup=False)
+    sys.exit(EXIT_FAILED)  # like diff(1): 1 when the renderings differ
 
 
 # -- topology ----------------------------------------------------------------------------------
@@ -218,12 +222,17 @@ def topology_show(file: str) -> None:
         ln = fabric.link_between(h.name, h.leaf)
         ht.add_row(h.name, h.ipv4, h.mac, f"{h.leaf}:{h.port}", format_rate(ln.capacity_bps))
     console.print(ht)
-    lt = Table("a:port", "b:port", "rate", "latency", title="switch-to-switch links")
+    wan = any(ln.wan for ln in fabric.links)
+    cols = ("a:port", "b:port", "rate", "latency (one way)") + (("WAN", "loss") if wan else ())
+    lt = Table(*cols, title="switch-to-switch links")
     for ln in fabric.links:
         if fabric.is_host(ln.a) or fabric.is_host(ln.b):
             continue
-        lt.add_row(f"{ln.a}:{ln.a_port}", f"{ln.b}:{ln.b_port}", format_rate(ln.capacity_bps),
-                   f"{ln.latency_us:g}us")
+        lat = (f"{ln.latency_us / 1000:g}ms" if ln.latency_us >= 1000 else f"{ln.latency_us:g}us")
+        row = [f"{ln.a}:{ln.a_port}", f"{ln.b}:{ln.b_port}", format_rate(ln.capacity_bps), lat]
+        if wan:
+            row += ["WAN" if ln.wan else "", f"{ln.loss_percent:g}%" if ln.wan else ""]
+        lt.add_row(*row)
     console.print(lt)
 
 
@@ -283,7 +292,8 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
         console.print(f"[bold]{name}[/]")
         for g in sorted(sp.groups):
             console.print(f"  group {g.group_id:#x} select ports={list(g.ports)}", markup=False)
-        for fl in sorted(sp.flows, key=lambda f: (-f.priority, f.match)):
+        for fl in sorted(sp.flows, key=lambda f: (-f.priority, sorted(
+                (k, str(v)) for k, v in f.match.fields().items()))):
             fields = " ".join(
                 f"{k}={v:#06x}" if k == "eth_type" else f"{k}={v}"
                 for k, v in fl.match.fields().items()
@@ -397,9 +407,14 @@ def _rpc(call):  # type: ignore[no-untyped-def]
         return call()
     except grpc.RpcError as exc:
         code = exc.code()
+        if code == grpc.StatusCode.UNAVAILABLE:
+            err_console.print(
+                "no aifabric controller answers there (is it running with --grpc-listen at that "
+                f"address? set it with --controller HOST:PORT): {exc.details()}", markup=False)
+            sys.exit(EXIT_FAILED)
         err_console.print(f"{code.name}: {exc.details()}", markup=False)
         sys.exit(EXIT_INVALID if code in (grpc.StatusCode.INVALID_ARGUMENT,
-                                          grpc.StatusCode.NOT_FOUND) else 1)
+                                          grpc.StatusCode.NOT_FOUND) else EXIT_FAILED)
 
 
 def _rate(bps: float) -> str:

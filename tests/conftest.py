@@ -1,8 +1,15 @@
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 
 import pytest
+
+# Every process this test session starts (controllers, workloads, Mininet shells) inherits this,
+# so leak checks count only our own processes, not those of another user of the machine.
+SESSION_TOKEN = f"AIFABRIC_TEST_SESSION={uuid.uuid4().hex}"
+os.environ["AIFABRIC_TEST_SESSION"] = SESSION_TOKEN.split("=", 1)[1]
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN_TOPOLOGY = ROOT / "mininet_labs" / "topologies" / "leafspine_2x4x2.yaml"

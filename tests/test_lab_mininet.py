@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SESSION_TOKEN
+
 ROOT = Path(__file__).resolve().parent.parent
 TOPO = ROOT / "mininet_labs" / "topologies" / "leafspine_2x4x2.yaml"
 POLICY = ROOT / "policies" / "pinned_two_rings.yaml"
@@ -38,8 +40,11 @@ def _our_processes() -> list[str]:
             continue
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
+        if SESSION_TOKEN.encode() not in environ:
+            continue  # not started by this test session (e.g. another user's lab)
         if ("mininet_labs.workloads" in cmd or "run_controller" in cmd
                 or "aifabric controller" in cmd or "controller.cli controller" in cmd
                 or "mininet:" in cmd):

@@ -49,7 +49,7 @@ def test_diff_names_switch_and_field(tmp_path):
     new.write_text(ROCE.read_text().replace("weight: 70", "weight: 60"))
     res = CliRunner().invoke(main, ["policy", "diff", str(ROCE), str(new), "-t", str(TOPO)],
                              env={"COLUMNS": "250"})
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # like diff(1): 1 when something differs
     assert "SCHEDULER.scheduler.roce.weight" in res.stdout
     assert "4 change(s) on 4 switch(es)" in res.stdout
     same = CliRunner().invoke(main, ["policy", "diff", str(ROCE), str(ROCE), "-t", str(TOPO)])
