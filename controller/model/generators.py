@@ -2,7 +2,7 @@
 
 * :func:`build_rail_optimized` — a rail-optimised GPU fabric in the style of published GPU
   reference designs (NVIDIA DGX SuperPOD: a scalable unit of 32 servers × 8 GPUs, NIC i of every
-  server on rail i's leaf, leaves to spines non-blocking; /work/shared/data/real_workloads.md).
+  server on rail i's leaf, leaves to spines non-blocking; the DGX SuperPOD reference architecture).
 * :func:`fat_tree` / :func:`leaf_spine` — keyword-only front ends of the topology module's
   builders (units in the argument names, oversubscription explained once).
 * :func:`server_groups`, :func:`oversubscription` — what placement and reports need to know.

@@ -17,7 +17,7 @@ from controller.qos.targets import TARGETS
 from controller.units import format_rate, format_size
 
 YamlPath = tuple[str | int, ...]
-QUEUE_DEPTH_GUIDANCE_US = (100.0, 200.0)  # /work/shared/data/real_workloads.md: 100–200 µs
+QUEUE_DEPTH_GUIDANCE_US = (100.0, 200.0)  # operator guidance for AI fabrics: 100–200 µs
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ class Hysteresis:
     """When :func:`rebalance` acts.
 
     ``threshold``: act when a link's utilisation exceeds it (0.9 follows the "peaks under 95%"
-    guidance in /work/shared/data/real_workloads.md with a safety margin); ``margin``: the
+    guidance for AI fabrics, with a safety margin); ``margin``: the
     minimum fall of the maximum utilisation worth moving flows for; ``min_hold_s``: seconds a
     moved flow stays on its new path before it may move again.
     """

@@ -615,9 +615,12 @@ def _run_locked(exp: QosExperiment, out: Path, console: Console, t_start: float)
                                            f"{ctl.popen.returncode}); log {ctl.log_path}")
                     runs.append(rec)
                     if rec.get("correct"):
+                        port = rec["switch_side"].get("collective_share")
                         console.print(
-                            f"[{variant}] repeat {repeat}: {exp.collective.name} share "
-                            f"{rec['collective_share']:.3f}, busbw {rec['busbw_bps'] / 1e6:.2f} "
+                            f"[{variant}] repeat {repeat}: {exp.collective.name} share of the "
+                            f"port's bytes {'n/a' if port is None else f'{port:.3f}'} "
+                            f"(endpoints {rec['collective_share']:.3f}), "
+                            f"busbw {rec['busbw_bps'] / 1e6:.2f} "
                             f"Mbit/s, CCT {rec['cct_s']:.2f} s; bulk {rec['bulk_bps'] / 1e6:.2f} "
                             f"Mbit/s", markup=False)
                     else:
