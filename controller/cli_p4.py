@@ -1,7 +1,8 @@
 """``aifabric p4 …``: the P4Runtime side of the controller (registered by controller/cli.py).
 
 * ``aifabric p4 entities -t TOPO -p POLICY [-s SWITCH] [--qos]``: the P4 entities (members,
-  groups, table entries) each switch would hold, as JSON: what ``p4 controller`` writes.
+  groups, table entries, the ``ecmp_hash`` entry of the policy's hash fields and the switch
+  role's seed) each switch would hold, as JSON: what ``p4 controller`` writes.
 * ``aifabric p4 controller -t TOPO -p POLICY --targets FILE [--election-id N]``: program the
   BMv2/Tofino switches named in FILE (``{switch: "host:port"}``) and answer ARP until SIGTERM.
 """
@@ -32,7 +33,11 @@ def p4() -> None:
 @click.option("--qos", is_flag=True, help="add the policy's bmv2 QoS entries (dscp, ECN)")
 def entities(topology: str, policy_file: str, switches: tuple[str, ...], qos: bool) -> None:
     """Print the P4 entities of every (or each named) switch as JSON."""
-    from controller.drivers.p4runtime.encode import EncodeError, encode_fabric
+    from controller.drivers.p4runtime.encode import (
+        EncodeError,
+        ecmp_hash_settings,
+        encode_fabric,
+    )
     from controller.model.topology import load_topology
     from controller.plan.build import build_plan
     from controller.policy.load import load_policy_checked
@@ -47,7 +52,8 @@ def entities(topology: str, policy_file: str, switches: tuple[str, ...], qos: bo
 
             docs = {k.removesuffix(".json"): v
                     for k, v in render_bmv2(compile_qos(pol, fabric)).items()}
-        ents = encode_fabric(build_plan(fabric, pol).plan, docs)
+        ents = encode_fabric(build_plan(fabric, pol).plan, docs,
+                             ecmp_hash_settings(fabric, pol.routing.ecmp))
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(str(problem), err=True)

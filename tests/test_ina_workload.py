@@ -49,7 +49,7 @@ def test_workers_train_in_step_through_the_reference_switch(tmp_path):
         srv.stop.set()
     docs = [json.loads((tmp_path / f"w{w}.json").read_text()) for w in range(n)]
     assert rcs == [0] * n, [d["steps"][-1] for d in docs]
-    assert all(s["within_bound"] == 1.0 for d in docs for s in d["steps"])
+    assert all(s["within_bound"] == 1.0 and s["exact"] == 1.0 for d in docs for s in d["steps"])
     assert len({d["param_digest"] for d in docs}) == 1
     assert sum(d["stats"]["retransmitted"] for d in docs) > 0
     assert docs[0]["steps"][-1]["loss"] < docs[0]["steps"][0]["loss"] * 1.5

@@ -15,17 +15,22 @@ import time
 
 import pytest
 
-from controller.drivers.p4runtime.client import NotPrimaryError, P4Switch, WriteError
-from controller.drivers.p4runtime.encode import encode_switch, qos_entries
+from controller.drivers.p4runtime.client import (
+    NotPrimaryError,
+    P4Switch,
+    P4SwitchError,
+    WriteError,
+)
+from controller.drivers.p4runtime.encode import EcmpHash, encode_switch, qos_entries
 from controller.drivers.p4runtime.entities import SwitchEntities
-from controller.drivers.p4runtime.model import CONTROLLER, DROP, Packet, forward
+from controller.drivers.p4runtime.model import CONTROLLER, DROP, Packet, forward, forward_hashed
 from controller.drivers.p4runtime.pipeline import P4INFO_TXT, queue_index
 from controller.drivers.p4runtime.reconcile import Update, reconcile
 from controller.model import load_topology
 from controller.plan.build import build_plan
 from controller.policy import load_policy
-from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason
-from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
+from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason, thrift_cli_command
+from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
 
 _why = bmv2_missing_reason() or (None if P4INFO_TXT.exists() else "p4/fabric/build not compiled")
 pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
@@ -167,9 +172,14 @@ def _ip(s: str) -> int:
     return int(ipaddress.IPv4Address(s))
 
 
+def _mac(m: str) -> int:
+    return int(m.replace(":", ""), 16)
+
+
 def test_packets_go_where_the_model_says(bmv2, leaf1, fabric):
     """h1 (port 1) sends to every other host: each frame leaves exactly where the pipeline
-    model says (one of the group's ports for ECMP routes), unchanged."""
+    model says (for ECMP routes: the group member the model's copy of fabric.p4's hash picks),
+    unchanged."""
     h = fabric.host_by_name
     qos = {"tables": [{"table": "ecn_threshold", "match": {"egress_port": 3, "priority": 0},
                        "action": "mark_ecn", "params": {"threshold_pkts": 0}}]}
@@ -188,13 +198,16 @@ def test_packets_go_where_the_model_says(bmv2, leaf1, fabric):
                     if dst == src:
                         continue
                     frame = ipv4_udp(h[src].ipv4, h[dst].ipv4, 40000 + checked, 5001)
-                    expect = forward(want, Packet(0x0800, _ip(h[src].ipv4), _ip(h[dst].ipv4), 17,
-                                                  0, 40000 + checked, 5001))
+                    pkt = Packet(0x0800, _ip(h[src].ipv4), _ip(h[dst].ipv4), 17, 0,
+                                 40000 + checked, 5001, _mac("02:00:00:00:00:01"),
+                                 _mac("02:00:00:00:00:03"))
+                    expect = forward(want, pkt)
                     ports.send(in_port, frame)
                     got = await asyncio.to_thread(ports.recv_all, 0.6)
                     out = {p for p, fs in got.items() if fs}
                     assert isinstance(expect, frozenset)
                     assert len(out) == 1 and out <= expect, (src, dst, out, expect)
+                    assert out == {forward_hashed(want, pkt)}, (src, dst, out)
                     assert got[out.pop()] == [frame]
                     checked += 1
             # ECN: threshold 0 on port 3 priority 0 marks ECT(0) packets CE, checksum fixed
@@ -204,13 +217,17 @@ def test_packets_go_where_the_model_says(bmv2, leaf1, fabric):
             assert len(got[3]) == 1
             ip = got[3][0][14:34]
             assert ip[1] & 3 == 3 and _csum(ip) == 0
-            # counters and the queue-depth register are readable per port/queue
+            # counters are readable per port/queue; queue depth through the histogram counter,
+            # since BMv2's P4Runtime server refuses register reads (p4lang/PI#376)
             tx = await sw.read_counters("port_tx")
             assert tx[3][0] >= 1
             marked = await sw.read_counters("ecn_marked")
             assert marked[queue_index(3, 0)][0] == 1
-            depth = await sw.read_register("queue_depth_pkts", queue_index(3, 0))
-            assert depth >= 0
+            hist = await sw.read_queue_depth_histogram(3, 0)
+            assert sorted(hist) == [0, 1, 2, 4, 8, 16, 32, 64]
+            assert sum(hist.values()) == tx[3][0]  # every packet out of port 3 was priority 0
+            with pytest.raises(P4SwitchError, match="UNIMPLEMENTED"):
+                await sw.read_register("queue_depth_pkts", queue_index(3, 0))
             # unknown destination: dropped and counted
             ports.send(1, ipv4_udp(h["h1"].ipv4, "10.9.9.9", 1, 2))
             got = await asyncio.to_thread(ports.recv_all, 0.4)
@@ -257,3 +274,91 @@ def test_reconcile_across_a_replan(bmv2, fabric, leaf1):
             assert reconcile(ecmp, await sw.read_state()).empty
 
     asyncio.run(go())
+
+
+# -- ECMP hash entropy (policy routing.ecmp.hash_fields / hash_seeds) ---------------------------
+def _uplinks_taken(ports: Ports, frames: list[tuple[int, bytes]]) -> dict[int, int]:
+    """Send ``(udp source port, frame)`` pairs from port 1; udp source port → egress port."""
+    ports.drain()
+    for _, f in frames:
+        ports.send(1, f)
+    got = ports.recv_all(1.5)
+    out: dict[int, int] = {}
+    for p, fs in got.items():
+        for f in fs:
+            out[struct.unpack("!H", f[34:36])[0]] = p
+    return out
+
+
+def test_hash_seed_and_fields_change_the_chosen_member(bmv2, fabric):
+    """leaf1 under 5-tuple ECMP: 32 UDP flows h1 → h5 (source ports differ) spread over both
+    uplinks; another seed moves a part of them (not none, not all: fabric.p4's fmix32 makes the
+    seeds' choices independent); hashing only ipv4_dst sends all of them one way. Every choice
+    is the one the pipeline model predicts."""
+    h = fabric.host_by_name
+    plan = build_plan(fabric, load_policy(ECMP_POLICY)).plan.switches["leaf1"]
+    five = ("ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
+    sports = [41000 + 7 * i for i in range(32)]
+    frames = [(sp, ipv4_udp(h["h1"].ipv4, h["h5"].ipv4, sp, 5001)) for sp in sports]
+
+    def predicted(state: SwitchEntities) -> dict[int, int]:
+        out = {}
+        for sp in sports:
+            pkt = Packet(0x0800, _ip(h["h1"].ipv4), _ip(h["h5"].ipv4), 17, 0, sp, 5001,
+                         _mac("02:00:00:00:00:01"), _mac("02:00:00:00:00:03"))
+            port = forward_hashed(state, pkt)
+            assert isinstance(port, int)
+            out[sp] = port
+        return out
+
+    async def go():
+        taken = {}
+        async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=20) as sw:
+            ports = Ports(bmv2)
+            for label, setting in (("seed 1", EcmpHash(five, 1)), ("seed 2", EcmpHash(five, 2)),
+                                   ("dst only", EcmpHash(("ipv4_dst",), 1))):
+                state = encode_switch(plan, None, setting)
+                rep = await sw.reconcile(state)
+                assert rep.written["modify"] <= 1  # only the ecmp_hash entry changes
+                await asyncio.sleep(0.2)
+                got = await asyncio.to_thread(_uplinks_taken, ports, frames)
+                assert got == predicted(state), label
+                taken[label] = got
+        a, b, d = taken["seed 1"], taken["seed 2"], taken["dst only"]
+        assert set(a.values()) == set(b.values()) == {3, 4}
+        moved = sum(a[sp] != b[sp] for sp in sports)
+        assert 4 <= moved <= 28, moved
+        assert len(set(d.values())) == 1
+        print(f"hash entropy on BMv2: seed 1 uplinks {sorted(a.values()).count(3)}x3 "
+              f"{sorted(a.values()).count(4)}x4; seed 2 moved {moved}/32 flows; "
+              f"dst-only: all on port {next(iter(d.values()))}")
+
+    asyncio.run(go())
+
+
+@pytest.mark.skipif(thrift_cli_command() is None,
+                    reason="simple_switch_CLI or a Python with the thrift module not found")
+def test_queue_depth_register_over_thrift(bmv2, leaf1, fabric):
+    """The other route to the queue-depth register: simple_switch_CLI register_read in the
+    switch's namespace. A burst into port 3 leaves a depth the register recorded."""
+    h = fabric.host_by_name
+
+    async def go():
+        async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=20) as sw:
+            await sw.reconcile(leaf1)
+            ports = Ports(bmv2)
+            await asyncio.sleep(0.2)
+            for i in range(200):  # pinned h1 -> h3 (port 3), as fast as the socket takes them
+                ports.send(1, ipv4_udp(h["h1"].ipv4, h["h3"].ipv4, 1000 + i, 2))
+            await asyncio.to_thread(ports.recv_all, 1.0)
+            hist = await sw.read_queue_depth_histogram(3, 0)
+            sent = (await sw.read_counter("queue_tx", queue_index(3, 0)))[0]
+            return hist, sent
+
+    hist, sent = asyncio.run(go())
+    depth = bmv2.register_read("FabricEgress.queue_depth_pkts", queue_index(3, 0))
+    assert 0 <= depth < 2**19
+    # every packet queued on (3, 0) is in exactly one bucket (not all 200 reach BMv2's
+    # ingress: the burst overruns its receive buffer)
+    assert sum(hist.values()) == sent > 0
+    assert bmv2.register_read("FabricEgress.queue_depth_pkts", queue_index(2, 0)) == 0

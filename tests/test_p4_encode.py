@@ -68,7 +68,9 @@ def trace(fabric, ents, src: str, dst: str, pkt: Packet) -> set[tuple[str, ...]]
 
 @pytest.mark.parametrize("policy", [ECMP_POLICY, PINNED_POLICY], ids=["ecmp", "pinned"])
 def test_golden_entities(fabric, policy):
-    ents = enc.encode_fabric(build_plan(fabric, load_policy(policy)).plan)
+    pol = load_policy(policy)
+    ents = enc.encode_fabric(build_plan(fabric, pol).plan, None,
+                             enc.ecmp_hash_settings(fabric, pol.routing.ecmp))
     folder = GOLDEN / policy.stem
     if UPDATE:
         folder.mkdir(parents=True, exist_ok=True)

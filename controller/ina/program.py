@@ -2,7 +2,8 @@
 
 Every value here is also a ``#define``/``const`` in ``p4/aggregation/aggregation.p4`` or a name in
 its committed P4Info (``p4/aggregation/build/aggregation.p4info.txtpb``);
-``tests/test_ina_program.py`` checks both, so a change on one side only fails the tests.
+``tests/test_ina_program.py`` checks both (and ``tests/test_ina_p4_build.py`` that the committed
+outputs are what p4c makes of the source), so a change on one side only fails the tests.
 """
 
 from __future__ import annotations

@@ -134,10 +134,17 @@ class NorthboundServicer(pb_grpc.NorthboundServicer):
             self.service.unsubscribe(sub)
 
 
-def start_server(service: Any, host: str, port: int, max_workers: int = 8
+UNARY_RESERVE = 16  # worker threads no number of open WatchEvents streams can take
+
+
+def start_server(service: Any, host: str, port: int, max_workers: int = 64
                  ) -> tuple[grpc.Server, int, NorthboundServicer]:
     """Serve ``service`` on ``host:port`` (0: any free port). Returns the server, the bound port
     and the servicer (``servicer.stop.set()`` ends event streams before ``server.stop``).
+
+    Every open WatchEvents stream holds a worker thread, so at most ``max_workers`` −
+    ``UNARY_RESERVE`` RPCs run at once; beyond that gRPC answers RESOURCE_EXHAUSTED, and
+    registrations are never starved by idle event streams.
 
     Raises
     ------
@@ -145,7 +152,8 @@ def start_server(service: Any, host: str, port: int, max_workers: int = 8
         The address cannot be bound.
     """
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                    thread_name_prefix="northbound"))
+                                                    thread_name_prefix="northbound"),
+                         maximum_concurrent_rpcs=max(1, max_workers - UNARY_RESERVE))
     servicer = NorthboundServicer(service)
     pb_grpc.add_NorthboundServicer_to_server(servicer, server)
     try:

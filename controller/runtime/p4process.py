@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.drivers.p4runtime.client import P4Switch, P4SwitchError
-from controller.drivers.p4runtime.encode import EncodeError, encode_fabric
+from controller.drivers.p4runtime.encode import EncodeError, ecmp_hash_settings, encode_fabric
 from controller.drivers.p4runtime.entities import SwitchEntities
 from controller.drivers.p4runtime.packets import ARP_REQUEST, arp_reply, parse_arp
 from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
@@ -57,8 +57,10 @@ def load_targets(path: str | Path, fabric: Fabric) -> dict[str, str]:
 
 def intended_state(fabric: Fabric, policy: Any, qos: Mapping[str, Mapping[str, Any]] | None = None
                    ) -> dict[str, SwitchEntities]:
-    """Every switch's entities for ``policy`` on ``fabric`` (plus bmv2 QoS documents by switch)."""
-    return encode_fabric(build_plan(fabric, policy).plan, qos)
+    """Every switch's entities for ``policy`` on ``fabric`` (plus bmv2 QoS documents by switch),
+    with each switch's ECMP hash fields and seed from ``policy.routing.ecmp``."""
+    return encode_fabric(build_plan(fabric, policy).plan, qos,
+                         ecmp_hash_settings(fabric, policy.routing.ecmp))
 
 
 def arp_answer(fabric: Fabric, frame: bytes) -> bytes | None:

@@ -16,11 +16,14 @@ interfaces are deleted by the unique names we gave them.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -48,6 +51,51 @@ def bmv2_missing_reason() -> str | None:
     if shutil.which("ip") is None:
         return "iproute2 'ip' not found"
     return None
+
+
+@functools.cache
+def thrift_cli_command(thrift_port: int = 9090) -> tuple[tuple[str, ...], dict[str, str]] | None:
+    """``(argv, extra environment)`` that runs ``simple_switch_CLI`` against the Thrift server
+    on ``thrift_port`` of the current namespace, or None when no CLI or no Python with the
+    ``thrift`` module is found.
+
+    The CLI (PATH, then /opt/p4/bin) is a Python script whose ``bm_runtime`` modules live in the
+    BMv2 prefix's ``lib/python3.X/site-packages``; it needs the ``thrift`` module, which the
+    project's venv lacks and Debian's ``python3-thrift`` gives /usr/bin/python3. Run the command
+    inside the switch's namespace (the Thrift server binds 0.0.0.0:9090 there)."""
+    cli = shutil.which("simple_switch_CLI") or (
+        "/opt/p4/bin/simple_switch_CLI" if os.access("/opt/p4/bin/simple_switch_CLI", os.X_OK)
+        else None)
+    if cli is None:
+        return None
+    site = sorted(Path(cli).resolve().parents[1].glob("lib/python3*/site-packages"))
+    env = {"PYTHONPATH": os.pathsep.join(str(p) for p in site)} if site else {}
+    for py in dict.fromkeys((sys.executable, "/usr/bin/python3")):
+        ok = subprocess.run([py, "-c", "import thrift"], capture_output=True, check=False)
+        if ok.returncode == 0:
+            return (py, cli, "--thrift-port", str(thrift_port)), env
+    return None
+
+
+_REGISTER_VALUE = re.compile(r"\[(\d+)\]\s*=\s*(\d+)")
+
+
+def parse_register_read(text: str) -> int:
+    """The value in ``simple_switch_CLI``'s ``register_read R I`` output
+    (``RuntimeCmd: R[I]= V``).
+
+    >>> parse_register_read("RuntimeCmd: FabricEgress.queue_depth_pkts[26]= 7")
+    7
+
+    Raises
+    ------
+    ValueError
+        No value in ``text`` (the CLI's error is in the message).
+    """
+    m = _REGISTER_VALUE.search(text)
+    if m is None:
+        raise ValueError(f"no register value in simple_switch_CLI output: {text.strip()[-300:]}")
+    return int(m.group(2))
 
 
 def switch_command(binary: str, ports: Sequence[tuple[int, str]], *, device_id: int,
@@ -112,6 +160,12 @@ class NetnsSwitch:
         binary = bmv2_binary()
         if binary is None:
             raise RuntimeError("simple_switch_grpc not found")
+        # another switch (another test run) may hold this tag's management subnet: pick anew
+        used = _ip("-4", "-o", "addr", "show", check=False).stdout
+        for _ in range(50):
+            if f" 169.254.{self.subnet}.1/" not in used:
+                break
+            self.tag = uuid.uuid4().hex[:6]
         _ip("netns", "add", self.netns)
         try:
             _ip("-n", self.netns, "link", "set", "lo", "up")
@@ -159,6 +213,31 @@ class NetnsSwitch:
             except OSError:
                 time.sleep(0.2)
         raise RuntimeError(f"simple_switch_grpc gRPC {self.grpc_address} not up in {timeout_s} s")
+
+    def thrift(self, commands: str, timeout_s: float = 30.0) -> str:
+        """Run ``simple_switch_CLI`` commands (one a line) against this switch's Thrift server
+        (inside its namespace); returns the CLI's output.
+
+        Raises
+        ------
+        RuntimeError
+            No usable CLI (see :func:`thrift_cli_command`) or the CLI failed.
+        """
+        found = thrift_cli_command()
+        if found is None:
+            raise RuntimeError("simple_switch_CLI or a Python with the thrift module not found")
+        argv, env = found
+        r = subprocess.run(["ip", "netns", "exec", self.netns, *argv], input=commands,
+                           capture_output=True, text=True, timeout=timeout_s, check=False,
+                           env={**os.environ, **env})
+        if r.returncode != 0:
+            raise RuntimeError(f"simple_switch_CLI failed ({r.returncode}): {r.stderr[-1000:]}")
+        return r.stdout
+
+    def register_read(self, register: str, index: int) -> int:
+        """Cell ``index`` of ``register`` (its full name, e.g. ``FabricEgress.queue_depth_pkts``)
+        over Thrift: BMv2's P4Runtime server cannot read registers (p4lang/PI#376)."""
+        return parse_register_read(self.thrift(f"register_read {register} {index}\n"))
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -29,6 +29,9 @@ KINDS: dict[str, str] = {
     "link-failure": "mininet_labs.lab.link_failure",
     "cross-dc": "mininet_labs.lab.cross_dc",
     "telemetry": "mininet_labs.lab.telemetry",
+    "ecmp-vs-pinned-p4": "mininet_labs.lab.p4_runner",
+    "ecn-marking-p4": "mininet_labs.lab.p4_ecn",
+    "ina-allreduce": "mininet_labs.lab.ina",
 }
 
 
@@ -36,7 +39,7 @@ def kind_of(path: str | Path) -> str:
     """The experiment kind named by ``path`` (raises ConfigError for an unknown kind)."""
     doc = load_document(path)
     kind = doc.data.get("kind", DEFAULT_KIND) if isinstance(doc.data, dict) else DEFAULT_KIND
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise ConfigError([doc.problem(("kind",), f"unknown experiment kind {kind!r}; expected "
                                                   f"one of {', '.join(sorted(KINDS))}")])
     return str(kind)

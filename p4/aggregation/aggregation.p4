@@ -246,33 +246,36 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     }
 
     apply {
-        if (hdr.packet_out.isValid()) {
-            if (hdr.ina.isValid() && (hdr.ina.flags & FLAG_RESET) != 0) {
-                if (ina_jobs.apply().hit) {
-                    if ((bit<16>)hdr.ina.slot < meta.pool_size) {
-                        meta.cell = ((bit<32>)(meta.base + (bit<16>)hdr.ina.slot)) << 1;
-                        ina_bitmap.write(meta.cell, 0);
-                        ina_bitmap.write(meta.cell + 1, 0);
-                        ina_count.write(meta.cell, 0);
-                        ina_count.write(meta.cell + 1, 0);
-                        ina_resets.count((bit<32>)hdr.ina.job_id);
-                    }
-                }
-                mark_to_drop(standard_metadata);
-            } else {
-                standard_metadata.egress_spec = hdr.packet_out.egress_port;
-                hdr.packet_out.setInvalid();
-            }
+        /* A packet-out carrying RESET clears a slot; any other packet-out goes to its port. Each
+         * table is applied once (one place in the control flow), so RESET shares the job and
+         * range checks of worker packets (failures of a RESET are not counted as drops). */
+        bool is_reset = hdr.packet_out.isValid() && hdr.ina.isValid()
+                        && (hdr.ina.flags & FLAG_RESET) != 0;
+        if (hdr.packet_out.isValid() && !is_reset) {
+            standard_metadata.egress_spec = hdr.packet_out.egress_port;
+            hdr.packet_out.setInvalid();
         } else if (!hdr.ina.isValid()) {
             if (!hdr.ipv4.isValid() || !l3_forward.apply().hit) {
                 ina_dropped.count(DROP_NO_ROUTE);
                 drop();
             }
         } else if (!ina_jobs.apply().hit) {
-            ina_dropped.count(DROP_UNKNOWN_JOB);
+            if (!is_reset) {
+                ina_dropped.count(DROP_UNKNOWN_JOB);
+            }
             drop();
         } else if ((bit<16>)hdr.ina.slot >= meta.pool_size) {
-            ina_dropped.count(DROP_SLOT_RANGE);
+            if (!is_reset) {
+                ina_dropped.count(DROP_SLOT_RANGE);
+            }
+            drop();
+        } else if (is_reset) {
+            meta.cell = ((bit<32>)(meta.base + (bit<16>)hdr.ina.slot)) << 1;
+            ina_bitmap.write(meta.cell, 0);
+            ina_bitmap.write(meta.cell + 1, 0);
+            ina_count.write(meta.cell, 0);
+            ina_count.write(meta.cell + 1, 0);
+            ina_resets.count((bit<32>)hdr.ina.job_id);
             drop();
         } else if (!ina_workers.apply().hit) {
             ina_dropped.count(DROP_UNKNOWN_WORKER);

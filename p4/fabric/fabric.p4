@@ -9,13 +9,30 @@
  *            dscp_to_priority  exact dscp                             -> set_priority(priority)
  *            pinned            ternary ipv4_src ipv4_dst ip_proto     -> set_egress(port) | drop
  *                                      dscp l4_src l4_dst
+ *            ecmp_hash         ternary eth_type                       -> set_hash(seed, masks)
  *            routes            lpm ipv4_dst, action selector          -> set_egress(port)
- *                              ecmp_selector (crc16 over the 5-tuple)
+ *                              ecmp_selector (over meta.hash_value, see below)
  *   egress   ecn_threshold     exact egress_port priority             -> mark_ecn(threshold_pkts)
  *   counters port_rx, port_tx (index: port), queue_tx, ecn_marked (index: port * 8 + priority),
  *            punted (index: 0 ARP, 1 LLDP, 2 other), dropped (index: 0 no route, 1 not IP)
+ *            queue_depth_hist (index: (port * 8 + priority) * 8 + bucket): packets by the queue
+ *            depth they saw, bucket b covering depths [QDEPTH_LO[b], QDEPTH_LO[b+1]) with
+ *            QDEPTH_LO = 0, 1, 2, 4, 8, 16, 32, 64 (the last bucket open-ended)
  *   register queue_depth_pkts (index: port * 8 + priority): enq_qdepth of the last packet
- *            queued there, in packets (BMv2 counts queue depth in packets).
+ *            queued there, in packets (BMv2 counts queue depth in packets). BMv2's P4Runtime
+ *            server does not read registers (UNIMPLEMENTED, p4lang/PI#376): on BMv2 the
+ *            controller reads queue depth from queue_depth_hist (a P4Runtime counter); the
+ *            register stays for targets that read registers (Thrift register_read, Tofino).
+ *
+ * ECMP hash entropy (policy routing.ecmp.hash_fields / hash_seeds): the controller writes one
+ * ecmp_hash entry per switch whose action sets a 32-bit seed and a mask per header field (all
+ * ones: hashed; 0: not hashed). Ingress computes crc32 over (seed, each field & its mask) and
+ * runs it through MurmurHash3's fmix32 finaliser; the action selector picks a member with that
+ * value (identity hash, member = value mod group size). The finaliser matters: a CRC is linear,
+ * so a different seed only XORs every flow's CRC with one constant and, with two members,
+ * flips either every flow's choice or none — tiers would stay polarised whatever their seeds.
+ * After fmix32 (multiplications, non-linear over XOR) different seeds give independent choices.
+ * Without an entry the default action hashes the 5-tuple with seed 0.
  *
  * Forwarding leaves Ethernet addresses and TTL alone, as the OpenFlow driver does (hosts learn
  * each other's real MAC from the controller's ARP replies). The only header rewrite is ECN CE,
@@ -135,6 +152,16 @@ struct headers_t {
 struct metadata_t {
     bit<16> l4_src;
     bit<16> l4_dst;
+    /* ECMP: set by ecmp_hash, then the fmix32 of crc32(seed, masked fields) */
+    bit<32> hash_seed;
+    bit<48> eth_src_mask;
+    bit<48> eth_dst_mask;
+    bit<32> ipv4_src_mask;
+    bit<32> ipv4_dst_mask;
+    bit<8>  ip_proto_mask;
+    bit<16> l4_src_mask;
+    bit<16> l4_dst_mask;
+    bit<32> hash_value;
     bit<19> ecn_threshold_pkts;
     bit<1>  ecn_enabled;
 }
@@ -201,7 +228,7 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
     counter(PORTS, CounterType.packets_and_bytes) port_rx;
     counter(3, CounterType.packets) punted;
     counter(2, CounterType.packets) dropped;
-    action_selector(HashAlgorithm.crc16, 32w1024, 32w14) ecmp_selector;
+    action_selector(HashAlgorithm.identity, 32w1024, 32w32) ecmp_selector;
 
     action drop() {
         mark_to_drop(standard_metadata);
@@ -226,6 +253,29 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
         actions = { send_to_cpu; @defaultonly NoAction; }
         const default_action = NoAction();
         size = 64;
+    }
+
+    action set_hash(bit<32> seed, bit<48> eth_src_mask, bit<48> eth_dst_mask,
+                    bit<32> ipv4_src_mask, bit<32> ipv4_dst_mask, bit<8> ip_proto_mask,
+                    bit<16> l4_src_mask, bit<16> l4_dst_mask) {
+        meta.hash_seed = seed;
+        meta.eth_src_mask = eth_src_mask;
+        meta.eth_dst_mask = eth_dst_mask;
+        meta.ipv4_src_mask = ipv4_src_mask;
+        meta.ipv4_dst_mask = ipv4_dst_mask;
+        meta.ip_proto_mask = ip_proto_mask;
+        meta.l4_src_mask = l4_src_mask;
+        meta.l4_dst_mask = l4_dst_mask;
+    }
+
+    table ecmp_hash {
+        key = {
+            hdr.ethernet.ether_type : ternary @name("eth_type");
+        }
+        actions = { set_hash; }
+        /* no entry: the 5-tuple, seed 0 */
+        default_action = set_hash(0, 0, 0, 0xffffffff, 0xffffffff, 0xff, 0xffff, 0xffff);
+        size = 16;
     }
 
     table dscp_to_priority {
@@ -254,11 +304,7 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
     table routes {
         key = {
             hdr.ipv4.dst_addr : lpm @name("ipv4_dst");
-            hdr.ipv4.src_addr : selector;
-            hdr.ipv4.dst_addr : selector;
-            hdr.ipv4.protocol : selector;
-            meta.l4_src       : selector;
-            meta.l4_dst       : selector;
+            meta.hash_value    : selector;
         }
         actions = { set_egress; }
         implementation = ecmp_selector;
@@ -289,6 +335,25 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
         }
         dscp_to_priority.apply();
         if (!pinned.apply().hit) {
+            ecmp_hash.apply();
+            hash(meta.hash_value, HashAlgorithm.crc32, 32w0,
+                 { meta.hash_seed,
+                   hdr.ethernet.src_addr & meta.eth_src_mask,
+                   hdr.ethernet.dst_addr & meta.eth_dst_mask,
+                   hdr.ipv4.src_addr & meta.ipv4_src_mask,
+                   hdr.ipv4.dst_addr & meta.ipv4_dst_mask,
+                   hdr.ipv4.protocol & meta.ip_proto_mask,
+                   meta.l4_src & meta.l4_src_mask,
+                   meta.l4_dst & meta.l4_dst_mask },
+                 64w0x100000000);
+            /* MurmurHash3 fmix32 (see the header comment) */
+            bit<32> x = meta.hash_value;
+            x = x ^ (x >> 16);
+            x = x * 0x85ebca6b;
+            x = x ^ (x >> 13);
+            x = x * 0xc2b2ae35;
+            x = x ^ (x >> 16);
+            meta.hash_value = x;
             if (!routes.apply().hit) {
                 dropped.count(0);
                 drop();
@@ -302,6 +367,7 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
     counter(PORTS, CounterType.packets_and_bytes) port_tx;
     counter(PORT_QUEUES, CounterType.packets_and_bytes) queue_tx;
     counter(PORT_QUEUES, CounterType.packets) ecn_marked;
+    counter(PORT_QUEUES * 8, CounterType.packets) queue_depth_hist;
     register<bit<19>>(PORT_QUEUES) queue_depth_pkts;
 
     action mark_ecn(bit<19> threshold_pkts) {
@@ -331,6 +397,17 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
         port_tx.count((bit<32>) standard_metadata.egress_port);
         queue_tx.count(q);
         queue_depth_pkts.write(q, standard_metadata.enq_qdepth);
+        bit<19> d = standard_metadata.enq_qdepth;
+        bit<32> b;
+        if (d == 0) { b = 0; }
+        else if (d < 2) { b = 1; }
+        else if (d < 4) { b = 2; }
+        else if (d < 8) { b = 3; }
+        else if (d < 16) { b = 4; }
+        else if (d < 32) { b = 5; }
+        else if (d < 64) { b = 6; }
+        else { b = 7; }
+        queue_depth_hist.count(q * 8 + b);
         ecn_threshold.apply();
         if (meta.ecn_enabled == 1 && hdr.ipv4.isValid() && hdr.ipv4.ecn != 0
                 && hdr.ipv4.ecn != ECN_CE

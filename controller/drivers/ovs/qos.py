@@ -289,7 +289,15 @@ class OvsQosApplier:
             self.tc.apply(iface, doc)
 
     def start(self, stop: threading.Event) -> None:
-        """Reconcile now and then every ``poll_s`` until ``stop`` is set (in a daemon thread)."""
+        """Reconcile now and then every ``poll_s`` until ``stop`` is set (in a daemon thread).
+
+        ovsdbapp (and the eventlet it pulls in) is imported here, in the calling thread: a first
+        import of it in the QoS thread racing the main thread's first import of os-ken
+        deadlocked on the import locks in 2 of 12 starts."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import ovsdbapp.backend.ovs_idl.connection  # noqa: F401
+            import ovsdbapp.schema.open_vswitch.impl_idl  # noqa: F401
 
         def loop() -> None:
             while True:

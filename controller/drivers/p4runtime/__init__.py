@@ -3,6 +3,7 @@
 Layers, as in the OpenFlow driver: :mod:`.pipeline` (the control-plane names of the P4 program,
 declared as data), :mod:`.entities` (backend-neutral P4 entity values), :mod:`.encode` (plan →
 entities, pure), :mod:`.reconcile` (intended vs. read-back → ordered write phases, pure),
-:mod:`.schema` (checks entities against the committed P4Info), :mod:`.codec` (entities ↔ finsy
-objects) and :mod:`.client` (the only module that talks to a switch, over finsy/gRPC).
+:mod:`.model` (a Python model of the program's forwarding and ECMP hash, for tests),
+:mod:`.codec` (entities ↔ finsy objects, names checked against the committed P4Info by finsy)
+and :mod:`.client` (the only module that talks to a switch, over finsy/gRPC).
 """

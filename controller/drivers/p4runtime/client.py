@@ -27,7 +27,13 @@ import finsy as fy
 
 from controller.drivers.p4runtime import codec
 from controller.drivers.p4runtime.entities import Entity, SwitchEntities
-from controller.drivers.p4runtime.pipeline import BMV2_JSON, ECMP_SELECTOR, P4INFO_TXT
+from controller.drivers.p4runtime.pipeline import (
+    BMV2_JSON,
+    ECMP_SELECTOR,
+    P4INFO_TXT,
+    QDEPTH_BUCKETS_PKTS,
+    depth_hist_index,
+)
 from controller.drivers.p4runtime.reconcile import Reconciliation, Update, reconcile
 
 LOG = logging.getLogger("aifabric.p4runtime")
@@ -61,7 +67,9 @@ class FailedUpdate:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.update}: {self.code}: {self.message}"
+        origin = getattr(self.update.entity, "origin", "")
+        why = f" ('{origin}')" if origin else ""
+        return f"{self.update}{why}: {self.code}: {self.message}"
 
 
 class WriteError(P4SwitchError):
@@ -163,10 +171,45 @@ class P4Switch:
                 out[c.index] = (c.data.packet_count, c.data.byte_count)
         return out
 
+    async def read_counter(self, counter: str, index: int) -> tuple[int, int]:
+        """``(packets, bytes)`` of one cell of indirect ``counter``."""
+        async for c in self._sw.read(fy.P4CounterEntry(counter, index=index)):
+            if c.data is not None:
+                return (c.data.packet_count, c.data.byte_count)
+        raise P4SwitchError(f"{self.name}: counter {counter}[{index}] not returned")
+
+    async def read_queue_depth_histogram(self, port: int, priority: int) -> dict[int, int]:
+        """``{bucket lower bound (packets): packets counted}`` of queue (``port``, ``priority``)
+        from fabric.p4's ``queue_depth_hist`` counter: how many packets saw each depth range
+        when they were enqueued. Differences of two reads give an interval's distribution.
+
+        This is how the controller reads queue depth on BMv2, whose P4Runtime server does not
+        read registers (see :meth:`read_register`)."""
+        out: dict[int, int] = {}
+        for b, lo in enumerate(QDEPTH_BUCKETS_PKTS):
+            out[lo] = (await self.read_counter("queue_depth_hist",
+                                               depth_hist_index(port, priority, b)))[0]
+        return out
+
     async def read_register(self, register: str, index: int) -> int:
-        """Cell ``index`` of ``register`` (§9.9; BMv2 reads one cell per request)."""
-        async for r in self._sw.read(fy.P4RegisterEntry(register, index=index)):
-            return codec.as_int(r.data)
+        """Cell ``index`` of ``register`` (§9.9).
+
+        Raises
+        ------
+        P4SwitchError
+            The switch cannot read registers: BMv2's P4Runtime server answers UNIMPLEMENTED
+            (p4lang/PI#376); read queue depth with :meth:`read_queue_depth_histogram` there.
+        """
+        try:
+            async for r in self._sw.read(fy.P4RegisterEntry(register, index=index)):
+                return codec.as_int(r.data)
+        except fy.P4ClientError as e:
+            if e.code.name == "UNIMPLEMENTED" or "UNIMPLEMENTED" in str(e):
+                raise P4SwitchError(
+                    f"{self.name}: register {register}[{index}]: the switch does not read "
+                    "registers over P4Runtime (UNIMPLEMENTED; BMv2: p4lang/PI#376); read "
+                    "queue_depth_hist (read_queue_depth_histogram) instead") from None
+            raise P4SwitchError(f"{self.name}: register {register}[{index}]: {e}") from None
         raise P4SwitchError(f"{self.name}: register {register}[{index}] not returned")
 
     async def packets_in(self) -> AsyncIterator[tuple[int, bytes]]:

@@ -130,7 +130,13 @@ def from_finsy_group(g: fy.P4ActionProfileGroup) -> ProfileGroup:
 
 
 def from_finsy_multicast(g: fy.P4MulticastGroupEntry) -> MulticastGroup:
+    """finsy gives each replica as its port (instance 0) or as ``(port, instance)``."""
     ports = []
     for r in g.replicas:
-        ports.append(as_int(r[0]) if isinstance(r, tuple) else as_int(r.port))  # type: ignore[union-attr]
+        if isinstance(r, tuple):
+            ports.append(as_int(r[0]))
+        elif isinstance(r, int):
+            ports.append(r)
+        else:
+            ports.append(as_int(r.port))
     return MulticastGroup(g.multicast_group_id, tuple(sorted(ports)))

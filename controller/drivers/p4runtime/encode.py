@@ -16,6 +16,12 @@ one table of the program (names in :mod:`.pipeline`):
   number of fields given``, so the plan's order is kept and, within one plan priority, a more
   specific match wins (a flow with DSCP over one without).
 
+* the policy's ECMP hash settings (``routing.ecmp.hash_fields`` and the seed of the switch's
+  role from ``routing.ecmp.hash_seeds``, :class:`EcmpHash`) → one ``ecmp_hash`` entry
+  (ternary ``eth_type`` = IPv4) → ``set_hash(seed, <field>_mask...)``: all ones for a hashed
+  field, 0 for the others. fabric.p4 hashes crc32(seed, masked fields) through fmix32 and the
+  action selector takes that value mod the group size.
+
 :func:`qos_entries` turns a ``bmv2`` QoS rendering (:mod:`controller.render.bmv2`) into
 ``dscp_to_priority`` and ``ecn_threshold`` entries.
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from controller.drivers.p4runtime.entities import (
@@ -43,14 +50,19 @@ from controller.drivers.p4runtime.entities import (
 from controller.drivers.p4runtime.pipeline import (
     ACTIONS,
     CPU_PORT,
+    ECMP_HASH,
+    ECMP_HASH_PRIORITY,
     ECMP_SELECTOR,
+    HASH_FIELD_BITS,
     PINNED,
     PORTS,
     PUNT,
     ROUTES,
     TABLES,
 )
+from controller.model.topology import Fabric
 from controller.plan.model import ETH_TYPE_IPV4, FabricPlan, FlowIntent, SwitchPlan
+from controller.policy.model import EcmpSettings
 
 #: Multiplier that leaves room for the specificity tie-break in ``pinned`` priorities.
 PRIORITY_SCALE = 8
@@ -110,6 +122,44 @@ def _pinned_entry(switch: str, flow: FlowIntent) -> TableEntry:
     return TableEntry(PINNED.name, tuple(match), prio, action, params, origin=flow.origin)
 
 
+@dataclass(frozen=True)
+class EcmpHash:
+    """What one switch's ECMP hashes: ``fields`` (names of
+    :data:`~.pipeline.HASH_FIELD_BITS`) and the 32-bit ``seed`` of its role."""
+
+    fields: tuple[str, ...]
+    seed: int
+
+
+def ecmp_hash_settings(fabric: Fabric, ecmp: EcmpSettings) -> dict[str, EcmpHash]:
+    """Switch name → its :class:`EcmpHash`: the policy's ``hash_fields`` everywhere, the seed of
+    each switch's role from ``hash_seeds`` (0 for a role the policy leaves out)."""
+    fields = tuple(ecmp.hash_fields)
+    return {s.name: EcmpHash(fields, ecmp.hash_seeds.seed_of(s.role)) for s in fabric.switches}
+
+
+def ecmp_hash_entry(switch: str, setting: EcmpHash) -> TableEntry:
+    """The ``ecmp_hash`` entry for ``setting``: IPv4 packets → ``set_hash(seed, masks)``.
+
+    Raises
+    ------
+    EncodeError
+        No field, a field fabric.p4 cannot hash, or a seed outside 0..2**32-1.
+    """
+    unknown = sorted(set(setting.fields) - set(HASH_FIELD_BITS))
+    if unknown or not setting.fields:
+        raise EncodeError(f"{switch}: ecmp hash fields {unknown or '[]'}: fabric.p4 hashes a "
+                          f"non-empty subset of {list(HASH_FIELD_BITS)}")
+    if not 0 <= setting.seed < 1 << 32:
+        raise EncodeError(f"{switch}: ecmp hash seed {setting.seed} outside 0..2**32-1")
+    params = [("seed", setting.seed)]
+    for name, width in HASH_FIELD_BITS.items():
+        params.append((f"{name}_mask", (1 << width) - 1 if name in setting.fields else 0))
+    return TableEntry(ECMP_HASH.name, (("eth_type", ternary(ETH_TYPE_IPV4, 16)),),
+                      ECMP_HASH_PRIORITY, "set_hash", tuple(sorted(params)),
+                      origin=f"ecmp hash {'+'.join(setting.fields)} seed {setting.seed}")
+
+
 def encode_flow(switch: str, flow: FlowIntent) -> TableEntry:
     """The table entry for one flow intent (see the module docstring for the table rules).
 
@@ -138,9 +188,12 @@ def encode_flow(switch: str, flow: FlowIntent) -> TableEntry:
     return _pinned_entry(switch, flow)
 
 
-def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None) -> SwitchEntities:
+def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
+                  ecmp_hash: EcmpHash | None = None) -> SwitchEntities:
     """All entities of one switch: ``plan``'s flows and groups, plus the QoS entries of
-    ``qos`` (one switch's document of :func:`controller.render.bmv2.render_bmv2`) when given.
+    ``qos`` (one switch's document of :func:`controller.render.bmv2.render_bmv2`) and the
+    ``ecmp_hash`` entry of ``ecmp_hash`` when given (without it the switch hashes the 5-tuple
+    with seed 0, fabric.p4's default).
 
     ``device_id`` is the switch's dpid (simple_switch_grpc ``--device-id``).
 
@@ -180,6 +233,8 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None) -> Swi
     out_entries = set(entries.values())
     if qos is not None:
         out_entries |= set(qos_entries(sw, qos))
+    if ecmp_hash is not None:
+        out_entries.add(ecmp_hash_entry(sw, ecmp_hash))
     return SwitchEntities(
         switch=sw, device_id=plan.dpid, entries=frozenset(out_entries),
         members=frozenset(_member(p) for p in ports_used), groups=frozenset(pgroups),
@@ -236,8 +291,9 @@ def multicast_group(group_id: int, ports: tuple[int, ...] | list[int]) -> Multic
     return MulticastGroup(group_id, tuple(sorted(_port("multicast", group_id, p) for p in ports)))
 
 
-def encode_fabric(plan: FabricPlan, qos: Mapping[str, Mapping[str, Any]] | None = None
-                  ) -> dict[str, SwitchEntities]:
-    """:func:`encode_switch` for every switch; ``qos`` maps switch name → its bmv2 document."""
-    return {name: encode_switch(sp, (qos or {}).get(name))
+def encode_fabric(plan: FabricPlan, qos: Mapping[str, Mapping[str, Any]] | None = None,
+                  ecmp_hash: Mapping[str, EcmpHash] | None = None) -> dict[str, SwitchEntities]:
+    """:func:`encode_switch` for every switch; ``qos`` maps switch name → its bmv2 document,
+    ``ecmp_hash`` switch name → its hash setting (:func:`ecmp_hash_settings`)."""
+    return {name: encode_switch(sp, (qos or {}).get(name), (ecmp_hash or {}).get(name))
             for name, sp in sorted(plan.switches.items())}

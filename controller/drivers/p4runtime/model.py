@@ -8,11 +8,22 @@ itself tested against the target.
 Semantics (fabric.p4 ``FabricIngress.apply``): ``punt`` hit → controller; non-IPv4 → drop;
 ``pinned`` (highest priority matching entry) → its port or drop; else ``routes`` (longest
 prefix) → its member's port, or the set of its group's members' ports (the action selector's
-hash picks one; the model returns all); no route → drop.
+hash picks one; :func:`forward` returns all, :func:`forward_hashed` the one fabric.p4's hash
+picks); no route → drop.
+
+The ECMP hash (:func:`ecmp_hash_value`) is fabric.p4's: ``fmix32(crc32(seed, fields & masks))``
+with the seed and masks of the ``ecmp_hash`` entry (or the program's default: 5-tuple, seed 0).
+crc32 is BMv2's (reflected 0x04C11DB7, init and final XOR 0xFFFFFFFF: zlib's) over the fields
+concatenated big-endian in :data:`~.pipeline.HASH_FIELD_BITS` order; fmix32 is MurmurHash3's
+finaliser (Appleby, smhasher, ``MurmurHash3.cpp``). BMv2's action selector takes the member of
+rank ``hash mod group size`` among the group's member handles; :func:`forward_hashed` assumes
+handles ascend with member ids (true when the members were inserted in id order, as
+:mod:`.reconcile` writes them into an empty profile).
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 from controller.drivers.p4runtime.entities import (
@@ -23,6 +34,7 @@ from controller.drivers.p4runtime.entities import (
     TableEntry,
     Ternary,
 )
+from controller.drivers.p4runtime.pipeline import ACTIONS, HASH_FIELD_BITS
 
 CONTROLLER = "controller"
 DROP = "drop"
@@ -39,6 +51,8 @@ class Packet:
     dscp: int = 0
     l4_src: int = 0
     l4_dst: int = 0
+    eth_src: int = 0
+    eth_dst: int = 0
 
 
 def _hits(fm: FieldMatch, width: int, v: int) -> bool:
@@ -51,8 +65,8 @@ def _hits(fm: FieldMatch, width: int, v: int) -> bool:
     return v >> shift == fm.value >> shift
 
 
-_WIDTH = {"eth_type": 16, "ipv4_src": 32, "ipv4_dst": 32, "ip_proto": 8, "dscp": 6,
-          "l4_src": 16, "l4_dst": 16}
+_WIDTH = {"eth_type": 16, "eth_src": 48, "eth_dst": 48, "ipv4_src": 32, "ipv4_dst": 32,
+          "ip_proto": 8, "dscp": 6, "l4_src": 16, "l4_dst": 16}
 
 
 def _matches(e: TableEntry, pkt: Packet) -> bool:
@@ -91,3 +105,52 @@ def forward(state: SwitchEntities, pkt: Packet) -> str | frozenset[int]:
     if best.group_id not in groups:
         raise LookupError(f"{state.switch}: {best} points at a missing group")
     return frozenset(members[m] for m in groups[best.group_id].member_ids)
+
+
+_M32 = 0xFFFFFFFF
+#: fabric.p4's ``ecmp_hash`` default action: the 5-tuple, seed 0.
+DEFAULT_HASH_PARAMS: dict[str, int] = {
+    "seed": 0, "eth_src_mask": 0, "eth_dst_mask": 0, "ipv4_src_mask": _M32,
+    "ipv4_dst_mask": _M32, "ip_proto_mask": 0xFF, "l4_src_mask": 0xFFFF, "l4_dst_mask": 0xFFFF,
+}
+
+
+def fmix32(x: int) -> int:
+    """MurmurHash3's 32-bit finaliser (fabric.p4 applies it to the crc32).
+
+    >>> hex(fmix32(0)), hex(fmix32(1))
+    ('0x0', '0x514e28b7')
+    """
+    x ^= x >> 16
+    x = x * 0x85EBCA6B & _M32
+    x ^= x >> 13
+    x = x * 0xC2B2AE35 & _M32
+    return x ^ x >> 16
+
+
+def ecmp_hash_value(state: SwitchEntities, pkt: Packet) -> int:
+    """The 32-bit value fabric.p4's action selector uses for ``pkt`` on a switch holding
+    ``state`` (module docstring)."""
+    hits = [e for e in state.entries if e.table == "ecmp_hash" and _matches(e, pkt)]
+    params = dict(max(hits, key=lambda e: e.priority).params) if hits else DEFAULT_HASH_PARAMS
+    assert set(params) == {p for p, _ in ACTIONS["set_hash"]}, params
+    data = params["seed"].to_bytes(4, "big")
+    for name, width in HASH_FIELD_BITS.items():
+        data += (getattr(pkt, name) & params[f"{name}_mask"]).to_bytes(width // 8, "big")
+    return fmix32(zlib.crc32(data))
+
+
+def forward_hashed(state: SwitchEntities, pkt: Packet) -> str | int:
+    """Like :func:`forward`, but an ECMP group yields the one port fabric.p4 picks for ``pkt``
+    (:func:`ecmp_hash_value` mod the group size, members in id order)."""
+    out = forward(state, pkt)
+    if isinstance(out, str) or len(out) == 1:
+        return out if isinstance(out, str) else next(iter(out))
+    hits = [e for e in state.entries if e.table == "pinned" and _matches(e, pkt)]
+    assert not hits  # a pinned entry yields one port
+    route = max((e for e in state.entries if e.table == "routes" and _matches(e, pkt)),
+                key=lambda e: dict(e.match)["ipv4_dst"].prefix_len)  # type: ignore[union-attr]
+    group = next(g for g in state.groups if g.group_id == route.group_id)
+    members = {m.member_id: dict(m.params)["port"] for m in state.members}
+    ids = sorted(group.member_ids)
+    return members[ids[ecmp_hash_value(state, pkt) % len(ids)]]

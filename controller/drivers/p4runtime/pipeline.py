@@ -53,11 +53,12 @@ PINNED = TableSpec(
     ("set_egress", "drop"),
 )
 ROUTES = TableSpec("routes", (("ipv4_dst", "lpm", 32),), ("set_egress",), profile="ecmp_selector")
+ECMP_HASH = TableSpec("ecmp_hash", (("eth_type", "ternary", 16),), ("set_hash",))
 ECN_THRESHOLD = TableSpec(
     "ecn_threshold", (("egress_port", "exact", 9), ("priority", "exact", 3)), ("mark_ecn",)
 )
 TABLES: dict[str, TableSpec] = {
-    t.name: t for t in (PUNT, DSCP_TO_PRIORITY, PINNED, ROUTES, ECN_THRESHOLD)
+    t.name: t for t in (PUNT, DSCP_TO_PRIORITY, PINNED, ROUTES, ECMP_HASH, ECN_THRESHOLD)
 }
 
 #: action → ((param, bitwidth), ...)
@@ -67,10 +68,28 @@ ACTIONS: dict[str, tuple[tuple[str, int], ...]] = {
     "set_egress": (("port", 9),),
     "set_priority": (("priority", 3),),
     "mark_ecn": (("threshold_pkts", 19),),
+    "set_hash": (("seed", 32), ("eth_src_mask", 48), ("eth_dst_mask", 48), ("ipv4_src_mask", 32),
+                 ("ipv4_dst_mask", 32), ("ip_proto_mask", 8), ("l4_src_mask", 16),
+                 ("l4_dst_mask", 16)),
 }
 
-#: The action selector of ``routes``: crc16 over (ipv4 src, dst, protocol, l4 src, l4 dst).
+#: The action selector of ``routes``. It picks member ``hash_value mod group size`` (identity
+#: hash) where ``hash_value`` = fmix32(crc32(seed, each header field & its mask)), the seed and
+#: masks set by ``ecmp_hash`` (fabric.p4's header comment; :func:`~.model.ecmp_hash_value`).
 ECMP_SELECTOR = "ecmp_selector"
+
+#: Header fields ECMP can hash (the policy's ``routing.ecmp.hash_fields`` vocabulary), in the
+#: order fabric.p4 feeds them to crc32, with their widths; ``set_hash`` has a ``<field>_mask``
+#: parameter for each.
+HASH_FIELD_BITS: dict[str, int] = {
+    "eth_src": 48, "eth_dst": 48, "ipv4_src": 32, "ipv4_dst": 32, "ip_proto": 8,
+    "l4_src": 16, "l4_dst": 16,
+}
+#: ``ecmp_hash`` entry priority (its only entry matches IPv4).
+ECMP_HASH_PRIORITY = 1
+
+#: Lower bounds (packets) of the queue-depth histogram's buckets; the last is open-ended.
+QDEPTH_BUCKETS_PKTS: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32, 64)
 
 #: Indirect counters: name → (size, indexing). Queue-indexed arrays use :func:`queue_index`.
 COUNTERS: dict[str, tuple[int, str]] = {
@@ -78,11 +97,14 @@ COUNTERS: dict[str, tuple[int, str]] = {
     "port_tx": (PORTS, "egress port"),
     "queue_tx": (PORTS * PRIORITY_QUEUES, "egress port * 8 + priority"),
     "ecn_marked": (PORTS * PRIORITY_QUEUES, "egress port * 8 + priority"),
+    "queue_depth_hist": (PORTS * PRIORITY_QUEUES * len(QDEPTH_BUCKETS_PKTS),
+                         "(egress port * 8 + priority) * 8 + depth bucket"),
     "punted": (3, "0 ARP, 1 LLDP, 2 other"),
     "dropped": (2, "0 no route, 1 not IPv4"),
 }
 #: Registers: ``queue_depth_pkts[port * 8 + priority]`` = ``enq_qdepth`` (packets) of the last
-#: packet queued there.
+#: packet queued there. BMv2's P4Runtime server cannot read registers (UNIMPLEMENTED,
+#: p4lang/PI#376); on BMv2 read ``queue_depth_hist`` (:func:`depth_hist_index`) instead.
 REGISTERS: dict[str, tuple[int, int]] = {"queue_depth_pkts": (PORTS * PRIORITY_QUEUES, 19)}
 
 
@@ -99,3 +121,26 @@ def queue_index(port: int, priority: int) -> int:
     if not 0 <= priority < PRIORITY_QUEUES:
         raise ValueError(f"priority {priority} outside 0..{PRIORITY_QUEUES - 1}")
     return port * PRIORITY_QUEUES + priority
+
+
+def depth_hist_index(port: int, priority: int, bucket: int) -> int:
+    """Index of ``bucket`` (of :data:`QDEPTH_BUCKETS_PKTS`) of queue (``port``, ``priority``)
+    in the ``queue_depth_hist`` counter.
+
+    Raises
+    ------
+    ValueError
+        A bad port or priority (see :func:`queue_index`) or ``bucket`` outside 0..7.
+    """
+    if not 0 <= bucket < len(QDEPTH_BUCKETS_PKTS):
+        raise ValueError(f"bucket {bucket} outside 0..{len(QDEPTH_BUCKETS_PKTS) - 1}")
+    return queue_index(port, priority) * len(QDEPTH_BUCKETS_PKTS) + bucket
+
+
+def depth_bucket(depth_pkts: int) -> int:
+    """The histogram bucket fabric.p4 counts a packet that saw ``depth_pkts`` queued in.
+
+    >>> [depth_bucket(d) for d in (0, 1, 3, 4, 63, 64, 500)]
+    [0, 1, 2, 3, 6, 7, 7]
+    """
+    return max(i for i, lo in enumerate(QDEPTH_BUCKETS_PKTS) if depth_pkts >= lo)
