@@ -252,3 +252,21 @@ def test_cli_unreachable_controller_exits_1():
 def test_encode_queue_stats_request():
     m = encode.queue_stats_request()
     assert type(m).__name__ == "OFPQueueStatsRequest"
+
+
+def test_overlong_collective_name_is_invalid_argument():
+    from controller.model.topology import load_topology
+    from controller.northbound.model import CollectiveRequest, FieldError
+    from controller.policy import load_policy
+    from controller.runtime.registration import collective_from_request
+    from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
+
+    fabric = load_topology(MAIN_TOPOLOGY)
+    policy = load_policy(PINNED_POLICY, fabric)
+    ok = collective_from_request(CollectiveRequest("j", "a" * 63, "ring", ("h2", "h8"), dscp=5),
+                                 fabric, policy)
+    assert ok.name.endswith("a" * 63)
+    with pytest.raises(FieldError) as ei:
+        collective_from_request(CollectiveRequest("j", "a" * 100_000, "ring", ("h2", "h8"),
+                                                  dscp=5), fabric, policy)
+    assert ei.value.field == "name"

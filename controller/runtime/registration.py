@@ -31,7 +31,7 @@ from controller.te.loadpin import PinState, load_lower_bound
 from controller.te.pathindex import PathIndex
 
 Path = tuple[str, ...]
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")  # ≤ 63 characters (metric labels)
 JOB_SEPARATOR = "."
 
 
