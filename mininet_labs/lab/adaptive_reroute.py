@@ -43,8 +43,6 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -112,34 +110,6 @@ def size_bytes(v: Any) -> int:
 
 Seconds = Annotated[float, BeforeValidator(seconds)]
 BitsPerS = Annotated[float, BeforeValidator(bits_per_s)]
-
-
-@contextmanager
-def waiting_lab_lock(console: Console, wait_s: float = 900.0) -> Iterator[None]:
-    """The machine-wide lab lock (:func:`mininet_labs.lab.net.lab_lock`), waiting up to
-    ``wait_s`` for another lab to finish instead of failing at once.
-
-    Raises
-    ------
-    RuntimeError
-        Still held by another lab after ``wait_s``.
-    """
-    deadline = time.monotonic() + wait_s
-    told = False
-    while True:
-        stack = ExitStack()
-        try:
-            stack.enter_context(labnet.lab_lock())
-            break
-        except RuntimeError as exc:
-            if time.monotonic() > deadline:
-                raise
-            if not told:
-                console.print(f"waiting for the lab lock: {exc}", markup=False)
-                told = True
-            time.sleep(5.0)
-    with stack:
-        yield
 
 
 def resolve_file(doc: Document, key: str, value: str) -> Path:
@@ -772,7 +742,7 @@ def run_experiment(path: str | Path, out_dir: str | Path,
     modes: list[dict[str, Any]] = []
     timings: dict[str, Any] = {}
     env = environment()
-    with waiting_lab_lock(console), sigterm_raises():
+    with labnet.waiting_lab_lock(lambda m: console.print(m, markup=False)), sigterm_raises():
         from mininet.log import setLogLevel
 
         setLogLevel("error")

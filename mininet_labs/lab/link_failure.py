@@ -74,7 +74,6 @@ from mininet_labs.lab.adaptive_reroute import (
     udp_command,
     wait_for_data,
     wait_ranks,
-    waiting_lab_lock,
 )
 from mininet_labs.lab.experiment import LabSpec, WorkloadSpec
 from mininet_labs.lab.processes import free_port, start_in_host
@@ -366,7 +365,7 @@ def run_experiment(path: str | Path, out_dir: str | Path,
     cases: list[dict[str, Any]] = []
     timings: dict[str, Any] = {}
     env = environment()
-    with waiting_lab_lock(console), sigterm_raises():
+    with labnet.waiting_lab_lock(lambda m: console.print(m, markup=False)), sigterm_raises():
         from mininet.log import setLogLevel
 
         setLogLevel("error")

@@ -21,8 +21,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,35 @@ def lab_lock() -> Iterator[None]:
             fh.seek(0)
             fh.truncate()
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextmanager
+def waiting_lab_lock(notify: Callable[[str], None] | None = None,
+                     wait_s: float = 900.0) -> Iterator[None]:
+    """:func:`lab_lock`, waiting up to ``wait_s`` seconds for another lab to finish instead of
+    failing at once; ``notify`` is told once that it waits (with the holder's message).
+
+    Raises
+    ------
+    RuntimeError
+        Still held by another lab after ``wait_s``.
+    """
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        stack = ExitStack()
+        try:
+            stack.enter_context(lab_lock())
+            break
+        except RuntimeError as exc:
+            if time.monotonic() > deadline:
+                raise
+            if notify is not None and not told:
+                notify(f"waiting for the lab lock: {exc}")
+                told = True
+            time.sleep(5.0)
+    with stack:
+        yield
 
 
 def _sh(cmd: Sequence[str], check: bool = False, timeout: float = 30) -> subprocess.CompletedProcess[str]:

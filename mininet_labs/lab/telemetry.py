@@ -74,7 +74,6 @@ from mininet_labs.lab.adaptive_reroute import (
     start_mode_controller,
     start_ring,
     wait_ranks,
-    waiting_lab_lock,
 )
 from mininet_labs.lab.experiment import LabSpec, WorkloadSpec
 from mininet_labs.lab.processes import free_port
@@ -267,7 +266,7 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
                                            "expect": s.expect.model_dump()}}
     timings: dict[str, float] = {}
     env = environment()
-    with waiting_lab_lock(console), sigterm_raises():
+    with labnet.waiting_lab_lock(lambda m: console.print(m, markup=False)), sigterm_raises():
         from mininet.log import setLogLevel
 
         setLogLevel("error")
