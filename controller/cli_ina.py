@@ -19,6 +19,8 @@ import sys
 
 import click
 
+from controller.ina.program import MAX_JOBS, MAX_SLOTS, MAX_WORKERS
+
 EXIT_INVALID = 2
 
 
@@ -28,7 +30,7 @@ def ina() -> None:
 
 
 @ina.command("info")
-@click.option("-n", "--workers", default=4, show_default=True, type=click.IntRange(2, 32))
+@click.option("-n", "--workers", default=4, show_default=True, type=click.IntRange(2, MAX_WORKERS))
 def info(workers: int) -> None:
     """Program constants, and bytes on the wire per worker relative to a ring all-reduce."""
     from controller.ina import program, quant
@@ -75,20 +77,28 @@ def job_check(job_file: str) -> None:
 
 @job.command("entities")
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--base", default=0, show_default=True, help="first slot of the job's region")
+@click.option("--base", default=0, show_default=True, type=click.IntRange(0, MAX_SLOTS - 1),
+              help="first slot of the job's region")
 def job_entities_cmd(job_file: str, base: int) -> None:
     """Print the table entries and multicast group the job puts on a switch (JSON)."""
     from controller.ina.job import Region, job_entities
 
     spec = _load(job_file)
+    if base + spec.pool_size > MAX_SLOTS:
+        raise click.BadParameter(
+            f"the job's {spec.pool_size} slots from {base} end past the switch's {MAX_SLOTS} "
+            f"(use --base <= {MAX_SLOTS - spec.pool_size})", param_hint="'--base'")
     ents = job_entities(spec, Region(base, spec.pool_size))
     click.echo(json.dumps(dataclasses.asdict(ents), indent=2))
 
 
 def _switch_opts(f):  # noqa: ANN001, ANN202
     f = click.option("--switch", "address", required=True, help="P4Runtime host:port")(f)
-    f = click.option("--device-id", default=1, show_default=True)(f)
-    f = click.option("--election-id", default=10, show_default=True)(f)
+    # P4Runtime: device_id is a uint64, election_id a uint128 and 0 never makes a primary (§5)
+    f = click.option("--device-id", default=1, show_default=True,
+                     type=click.IntRange(0, 2**64 - 1))(f)
+    f = click.option("--election-id", default=10, show_default=True,
+                     type=click.IntRange(1, 2**128 - 1))(f)
     return f
 
 
@@ -121,7 +131,7 @@ def job_create(job_file: str, address: str, device_id: int, election_id: int) ->
 
 
 @job.command("delete")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=click.IntRange(0, MAX_JOBS - 1))
 @_switch_opts
 def job_delete(job_id: int, address: str, device_id: int, election_id: int) -> None:
     """Remove job JOB_ID from the switch (no other job is touched)."""
@@ -154,11 +164,15 @@ def job_list(address: str, device_id: int, election_id: int) -> None:
 
 
 @ina.command("simulate")
-@click.option("-n", "--workers", default=4, show_default=True, type=click.IntRange(1, 32))
-@click.option("--length", default=100_000, show_default=True, help="float32 values per worker")
-@click.option("--pool", default=32, show_default=True, help="slots (window)")
-@click.option("--loss", default=0.0, show_default=True, help="loss probability, each direction")
-@click.option("--seed", default=1, show_default=True)
+@click.option("-n", "--workers", default=4, show_default=True, type=click.IntRange(1, MAX_WORKERS))
+@click.option("--length", default=100_000, show_default=True, type=click.IntRange(min=1),
+              help="float32 values per worker")
+@click.option("--pool", default=32, show_default=True, type=click.IntRange(1, MAX_SLOTS),
+              help="slots (window)")
+@click.option("--loss", default=0.0, show_default=True,
+              type=click.FloatRange(0.0, 1.0, max_open=True),
+              help="loss probability, each direction, in [0, 1)")
+@click.option("--seed", default=1, show_default=True, type=click.IntRange(min=0))
 def simulate_cmd(workers: int, length: int, pool: int, loss: float, seed: int) -> None:
     """All-reduce random gradient-like values through the reference switch model."""
     import numpy as np
@@ -170,7 +184,11 @@ def simulate_cmd(workers: int, length: int, pool: int, loss: float, seed: int) -
     rng = np.random.default_rng(seed)
     scale = 10.0 ** rng.uniform(-6, 1, size=length)
     xs = [(rng.standard_normal(length) * scale).astype(np.float32) for _ in range(workers)]
-    r = simulate(xs, pool_size=pool, links=SimLinks(loss_up=loss, loss_down=loss), seed=seed)
+    try:
+        r = simulate(xs, pool_size=pool, links=SimLinks(loss_up=loss, loss_down=loss), seed=seed)
+    except RuntimeError as e:  # RetriesExhausted, or the event budget: too lossy to finish
+        click.echo(f"error: the simulation did not finish at loss {loss}: {e}", err=True)
+        sys.exit(1)
     x64 = np.stack(xs).astype(np.float64)
     s, a = x64.sum(axis=0), np.abs(x64).sum(axis=0)
     e = np.repeat(r.exponents[0].astype(np.int64), ELEMS)[:length]

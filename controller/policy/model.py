@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from controller.units import (
     UnitError,
+    format_rate,
     parse_duration_us,
     parse_length_m,
     parse_percent,
@@ -155,6 +156,37 @@ def _size_or_auto(v: object) -> object:
     return _unit(parse_size_bytes, v)
 
 
+LARGEST_FRAME_BYTES = 9216
+"""The largest frame the QoS renderings plan for (a jumbo frame; the openflow rendering's
+``JUMBO_BYTES``)."""
+MIN_SHAPER_RATE_BPS = 8 * LARGEST_FRAME_BYTES * 8
+"""The lowest shaper or rate-limit rate accepted: 8 of the largest frames per second,
+589,824 bit/s.
+
+Why a floor at all: the openflow rendering hands the rate to Open vSwitch as a linux-htb
+``max-rate``, which OVS divides by 8 into bytes/s (tc rates are whole bytes/s). A rate of 0 bps
+(or 1-7 bps, which round to 0 bytes/s) means "no max-rate" there, and OVS shapes at the link
+speed instead, so the port would silently run unshaped. OVS also raises every HTB class's rate to
+at least one MTU per second ("HTB requires at least an mtu sized min-rate to send any traffic",
+``htb_parse_class_details__`` in OVS ``lib/netdev-linux.c``), so below 9216 B/s a jumbo-MTU port
+would not get the rate written either. Why 8 frames per second: a frame then waits at most 1/8 s
+for tokens, less than Linux TCP's minimum retransmission timeout (200 ms), so a shaped flow is
+slow but not stuck in timeouts."""
+TC_LIMIT_MAX_BYTES = 2**32 - 1
+"""The largest queue limit the openflow rendering can hand to Linux: ``bfifo``'s ``limit`` is a
+32-bit byte count (``struct tc_fifo_qopt``, ``__u32 limit``)."""
+
+
+def _rate_at_least_floor(v: int | None) -> int | None:
+    if v is not None and v < MIN_SHAPER_RATE_BPS:
+        raise ValueError(
+            f"rate {format_rate(v)} is below the minimum {format_rate(MIN_SHAPER_RATE_BPS)} "
+            f"(8 frames of {LARGEST_FRAME_BYTES}B per second; Open vSwitch does not honour rates "
+            "below one frame per second)"
+        )
+    return v
+
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 Dscp = Annotated[int, Field(ge=0, le=63)]
 Priority = Annotated[int, Field(ge=0, le=7)]
@@ -167,7 +199,7 @@ class TrafficClass(_Strict):
     egress queue (0–7; among strict-priority queues a higher number is served first).
     ``scheduling: strict`` or ``dwrr`` with ``weight`` (1–100). ``lossless: true`` needs PFC on
     ``tc``. ``rate_limit`` (YAML, e.g. ``1Gbps``) caps the class at every egress port (a policer,
-    bits/s).
+    bits/s, at least :data:`MIN_SHAPER_RATE_BPS`).
     """
 
     name: Annotated[str, Field(min_length=1, pattern=NAME_PATTERN)]
@@ -182,6 +214,7 @@ class TrafficClass(_Strict):
     _v_rate = field_validator("rate_limit_bps", mode="before")(
         lambda cls, v: None if v is None else _unit(parse_rate_bps, v)
     )
+    _v_floor = field_validator("rate_limit_bps")(lambda cls, v: _rate_at_least_floor(v))
 
     @field_validator("dscp")
     @classmethod
@@ -368,7 +401,8 @@ class Buffers(_Strict):
 
 
 class ClassShaper(_Strict):
-    """Shape one class to ``rate`` (bits/s) at every egress port; ``burst`` (bytes) optional."""
+    """Shape one class to ``rate`` (bits/s, at least :data:`MIN_SHAPER_RATE_BPS`) at every
+    egress port; ``burst`` (bytes) optional."""
 
     class_name: str = Field(alias="class")
     rate_bps: int = Field(alias="rate")
@@ -378,10 +412,14 @@ class ClassShaper(_Strict):
     _v_burst = field_validator("burst_bytes", mode="before")(
         lambda cls, v: None if v is None else _unit(parse_size_bytes, v)
     )
+    _v_floor = field_validator("rate_bps")(lambda cls, v: _rate_at_least_floor(v))
 
 
 class PortShaper(_Strict):
-    """Shape one switch port (``port``) or all its ports (no ``port``) to ``rate`` (bits/s)."""
+    """Shape one switch port (``port``) or all its ports (no ``port``) to ``rate`` (bits/s, at
+    least :data:`MIN_SHAPER_RATE_BPS`). An entry with a ``port`` overrides its switch's entry
+    without one; two entries for the same switch and ``port`` are an error
+    (:func:`controller.qos.checks.qos_findings`)."""
 
     switch: str
     port: Annotated[int, Field(ge=1)] | None = None
@@ -392,6 +430,7 @@ class PortShaper(_Strict):
     _v_burst = field_validator("burst_bytes", mode="before")(
         lambda cls, v: None if v is None else _unit(parse_size_bytes, v)
     )
+    _v_floor = field_validator("rate_bps")(lambda cls, v: _rate_at_least_floor(v))
 
 
 class Shaping(_Strict):
@@ -403,8 +442,9 @@ class Shaping(_Strict):
 
 class WanLink(_Strict):
     """Shaping of one DCI link (``between``: its two end switches, as in the topology's
-    ``wan_links``): ``rate`` (YAML, e.g. ``4Mbps``; ``rate_bps``) is the shaper on both ends'
-    DCI ports; ``queue`` (YAML, e.g. ``32KB``; ``queue_bytes``) the queue limit of every class
+    ``wan_links``): ``rate`` (YAML, e.g. ``4Mbps``; ``rate_bps``, at least
+    :data:`MIN_SHAPER_RATE_BPS`) is the shaper on both ends' DCI ports; ``queue`` (YAML, e.g.
+    ``32KB``; ``queue_bytes``, at most :data:`TC_LIMIT_MAX_BYTES`) the queue limit of every class
     on those ports."""
 
     between: tuple[str, str]
@@ -416,11 +456,19 @@ class WanLink(_Strict):
         lambda cls, v: _unit(parse_size_bytes, v)
     )
 
-    @field_validator("rate_bps", "queue_bytes")
+    @field_validator("rate_bps")
     @classmethod
-    def _positive(cls, v: int) -> int:
+    def _rate(cls, v: int) -> int:
+        return _rate_at_least_floor(v)  # type: ignore[return-value]
+
+    @field_validator("queue_bytes")
+    @classmethod
+    def _queue(cls, v: int) -> int:
         if v <= 0:
             raise ValueError("must be positive")
+        if v > TC_LIMIT_MAX_BYTES:
+            raise ValueError(f"queue {v}B is above {TC_LIMIT_MAX_BYTES}B, the largest queue limit "
+                             "tc's bfifo takes (a 32-bit byte count)")
         return v
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.model.topology import Fabric
-from controller.policy.model import Policy
+from controller.policy.model import TC_LIMIT_MAX_BYTES, Policy
 from controller.qos import formulas as f
-from controller.qos.compile import ecn_profile, port_headroom, switch_ports
+from controller.qos.compile import ecn_profile, port_headroom, port_shapers, shaper_of, switch_ports
 from controller.qos.targets import TARGETS
+from controller.render.openflow import STRICT_FLOOR
 from controller.units import format_rate, format_size
 
 YamlPath = tuple[str | int, ...]
@@ -38,7 +39,8 @@ def _threshold_fields(i: int, mode: str) -> tuple[YamlPath, str]:
 def qos_findings(policy: Policy, fabric: Fabric | None = None,
                  target: str | None = None) -> list[Finding]:
     """All QoS findings for ``policy`` (with ``fabric``: also per-port; with ``target``: also the
-    target's limits, see :mod:`controller.qos.targets`).
+    target's limits, see :mod:`controller.qos.targets`). Warnings about how the ``openflow``
+    rendering approximates the policy come with no ``target`` or ``target == "openflow"``.
 
     Raises
     ------
@@ -52,8 +54,11 @@ def qos_findings(policy: Policy, fabric: Fabric | None = None,
     out += _buffer_findings(policy)
     out += _shaping_findings(policy, fabric)
     out += _wan_findings(policy, fabric)
+    if target in (None, "openflow"):
+        out += _openflow_strict_findings(policy)
     if fabric is not None:
         out += _fabric_findings(policy, fabric)
+        out += _queue_limit_findings(policy, fabric)
     if target is not None:
         caps = TARGETS[target]
         lossless = policy.pfc.lossless_priorities if policy.pfc is not None else ()
@@ -203,6 +208,17 @@ def _shaping_findings(policy: Policy, fabric: Fabric | None) -> list[Finding]:
             out.append(Finding(("shaping", "classes", i, "class"), f"class {cs.class_name!r} is "
                                "shaped twice (rule: one shaper per class)"))
         seen.add(cs.class_name)
+    targets: dict[tuple[str, int | None], int] = {}
+    for i, ps in enumerate(policy.shaping.ports):
+        key = (ps.switch, ps.port)
+        if key in targets:
+            what = (f"port {ps.port} of switch {ps.switch!r}" if ps.port is not None
+                    else f"switch {ps.switch!r} (all ports)")
+            out.append(Finding(("shaping", "ports", i, "port" if ps.port is not None else "switch"),
+                               f"{what} is already shaped by shaping.ports[{targets[key]}] (rule: "
+                               "one shaper per port; an entry with a port overrides its switch's "
+                               "entry without one)"))
+        targets.setdefault(key, i)
     if fabric is None:
         return out
     ports = switch_ports(fabric, policy) if policy.shaping.ports else {}
@@ -214,6 +230,55 @@ def _shaping_findings(policy: Policy, fabric: Fabric | None) -> list[Finding]:
             out.append(Finding(("shaping", "ports", i, "port"), f"switch {ps.switch!r} has no "
                                f"port {ps.port}"))
     return out
+
+
+def _openflow_strict_findings(policy: Policy) -> list[Finding]:
+    """A warning when several classes are strict-priority: the openflow rendering (Open vSwitch
+    linux-htb) has no strict priority and approximates it (:mod:`controller.render.openflow`)."""
+    strict = [(i, tc) for i, tc in enumerate(policy.traffic_classes) if tc.scheduling == "strict"]
+    if len(strict) < 2:
+        return []
+    n = len(strict)
+    names = ", ".join(repr(tc.name) for _, tc in strict)
+    dwrr = any(tc.scheduling == "dwrr" for tc in policy.traffic_classes)
+    share = (f"(port rate - {STRICT_FLOOR:.0%} kept for the dwrr classes) / {n}" if dwrr
+             else f"port rate / {n}")
+    return [Finding(
+        ("traffic_classes", strict[1][0], "scheduling"),
+        f"{n} strict-priority classes ({names}): on the openflow target (Open vSwitch linux-htb, "
+        "which has no strict priority) each gets the same guaranteed rate, "
+        f"{share}, capped at its rate_limit or shaper, and all get HTB priority 0. They go "
+        "before the dwrr classes (priority 1) for spare bandwidth, but not in queue order among "
+        "themselves: a higher queue does not pre-empt a lower one, and spare bandwidth is shared "
+        "between them in proportion to their guaranteed rates", "warning")]
+
+
+def _queue_limit_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
+    """``buffers.queue_depth`` at the rate each port drains at (its shaper, else its link) must
+    give a queue limit tc's ``bfifo`` can hold (:data:`TC_LIMIT_MAX_BYTES`, 32 bits). Ports of
+    the policy's ``wan.links`` take ``wan.links[].queue`` instead (checked by the model)."""
+    b = policy.buffers
+    if b is None or not b.queue_depth_us:
+        return []
+    shapers = port_shapers(policy)
+    wan = {frozenset(wl.between) for wl in (policy.wan.links if policy.wan else ())}
+    worst: tuple[int, str, int, int] | None = None  # (limit bytes, switch, port, rate)
+    for sw, ports in sorted(switch_ports(fabric, policy).items()):
+        for p in ports:
+            if frozenset((sw, p.peer)) in wan:
+                continue
+            shaper = shaper_of(shapers, sw, p.port)
+            rate = shaper.rate_bps if shaper is not None else p.rate_bps
+            limit = f.queue_bytes_for_time(rate, b.queue_depth_us)
+            if limit > TC_LIMIT_MAX_BYTES and (worst is None or limit > worst[0]):
+                worst = (limit, sw, p.port, rate)
+    if worst is None:
+        return []
+    limit, sw, port, rate = worst
+    return [Finding(("buffers", "queue_depth"),
+                    f"queue depth {b.queue_depth_us:g}us at {format_rate(rate)} (switch {sw!r} "
+                    f"port {port}) is a queue limit of {limit}B, above {TC_LIMIT_MAX_BYTES}B, the "
+                    "largest tc bfifo limit (rule: a queue limit fits in 32 bits)")]
 
 
 def _fabric_findings(policy: Policy, fabric: Fabric) -> list[Finding]:

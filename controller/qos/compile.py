@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.model.topology import Fabric
-from controller.policy.model import EcnClass, Policy, TrafficClass
+from controller.policy.model import TC_LIMIT_MAX_BYTES, EcnClass, Policy, PortShaper, TrafficClass
 from controller.qos import formulas as f
 
 
@@ -102,6 +102,18 @@ def switch_ports(fabric: Fabric, policy: Policy) -> dict[str, tuple[Port, ...]]:
     return {k: tuple(sorted(v, key=lambda p: p.port)) for k, v in out.items()}
 
 
+def port_shapers(policy: Policy) -> dict[tuple[str, int | None], PortShaper]:
+    """``(switch, port)`` → the ``shaping.ports`` entry (port None: every port of the switch).
+    A repeated target keeps its last entry; the checks reject repeats before this is used."""
+    return {(ps.switch, ps.port): ps for ps in (policy.shaping.ports if policy.shaping else ())}
+
+
+def shaper_of(shapers: dict[tuple[str, int | None], PortShaper], switch: str,
+              port: int) -> PortShaper | None:
+    """The shaper of ``switch`` port ``port``: its own entry, else its switch's, else None."""
+    return shapers.get((switch, port)) or shapers.get((switch, None))
+
+
 def ecn_profile(ec: EcnClass, policy: Policy, rate_bps: int) -> f.RedProfile:
     """The RED profile of ECN class ``ec`` on a link of ``rate_bps`` (derived when ``auto``)."""
     assert policy.ecn is not None
@@ -152,15 +164,14 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
     Raises
     ------
     ValueError
-        The policy references something the fabric lacks, or a formula's input is out of range
-        (e.g. a port above 400 Gb/s with ``headroom: auto``).
+        The policy references something the fabric lacks, or a formula's input or output is out
+        of range (e.g. a port above 400 Gb/s with ``headroom: auto``, a queue limit above
+        :data:`~controller.policy.model.TC_LIMIT_MAX_BYTES`).
     """
-    shapers = {}
-    if policy.shaping is not None:
-        for ps in policy.shaping.ports:
-            if ps.switch not in fabric.switch_by_name:
-                raise ValueError(f"shaping: no switch {ps.switch!r} in fabric {fabric.name!r}")
-            shapers[(ps.switch, ps.port)] = ps
+    shapers = port_shapers(policy)
+    for sw_name, _ in shapers:
+        if sw_name not in fabric.switch_by_name:
+            raise ValueError(f"shaping: no switch {sw_name!r} in fabric {fabric.name!r}")
     wan_links = {frozenset(wl.between): wl for wl in (policy.wan.links if policy.wan else ())}
     wan_shares = tuple((wc.class_name, wc.share_percent / 100.0)
                        for wc in (policy.wan.classes if policy.wan else ())) or None
@@ -177,19 +188,23 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
                 EcnSetting(ec.class_name, ec.mode, ecn_profile(ec, policy, port.rate_bps))
                 for ec in ecn_classes
             )
-            shaper = shapers.get((sw.name, port.port)) or shapers.get((sw.name, None))
+            shaper = shaper_of(shapers, sw.name, port.port)
             pair = frozenset((sw.name, port.peer))
             wl = wan_links.get(pair)
             if wl is not None:  # a DCI port: the wan section's shaper and queue
                 pqs.append(PortQos(port, terms, head, ecn, wl.queue_bytes, wl.rate_bps, None,
                                    wan_shares))
                 continue
+            # the queue drains at the shaper's rate where there is one
+            limit = f.queue_bytes_for_time(shaper.rate_bps if shaper else port.rate_bps,
+                                           queue_us) if queue_us else None
+            if limit is not None and limit > TC_LIMIT_MAX_BYTES:
+                raise ValueError(f"buffers.queue_depth: {queue_us:g}us on {sw.name} port "
+                                 f"{port.port} is a queue limit of {limit}B, above "
+                                 f"{TC_LIMIT_MAX_BYTES}B")
             pqs.append(
                 PortQos(
-                    port, terms, head, ecn,
-                    # the queue drains at the shaper's rate where there is one
-                    f.queue_bytes_for_time(shaper.rate_bps if shaper else port.rate_bps,
-                                           queue_us) if queue_us else None,
+                    port, terms, head, ecn, limit,
                     shaper.rate_bps if shaper else None,
                     shaper.burst_bytes if shaper else None,
                     wan_shares if pair in wan_pairs else None,
