@@ -1,4 +1,8 @@
-"""The Open vSwitch QoS driver's decisions, against fake OVSDB and tc (no switch needed)."""
+"""The Open vSwitch QoS driver's decisions, against fake OVSDB and tc (no switch needed).
+
+The fake OVSDB keeps each bridge's ``external_ids`` and claims through the same pure functions
+(:func:`decide_claim`, :func:`claim_ids`, :func:`released_ids`) that :class:`OvsdbQos` runs inside
+its compare-and-set transaction."""
 
 from __future__ import annotations
 
@@ -7,7 +11,19 @@ from typing import Any
 
 import pytest
 
-from controller.drivers.ovs.qos import OvsQosApplier, PortState, TcFilters, digest, qos_rendering
+from controller.drivers.ovs.qos import (
+    HEARTBEAT_KEY,
+    OWNER_KEY,
+    OvsQosApplier,
+    PortState,
+    TcFilters,
+    claim_ids,
+    decide_claim,
+    describe_owner,
+    digest,
+    qos_rendering,
+    released_ids,
+)
 from controller.errors import ConfigError
 from controller.model.topology import load_topology
 from controller.policy import load_policy
@@ -23,6 +39,20 @@ class FakeDb:
         self.iface = ports  # bridge -> {ofport: interface}
         self.digests: dict[tuple[str, int], str] = {}
         self.applied: list[tuple[str, list[str]]] = []
+        self.bridge_ids: dict[str, dict[str, str]] = {}
+
+    def claim(self, bridge: str, me: str, now_s: float, stale_after_s: float):
+        ids = self.bridge_ids.setdefault(bridge, {})
+        decided = decide_claim(ids, me, now_s, stale_after_s)
+        new = claim_ids(ids, decided, me, now_s)
+        if new is not None:
+            self.bridge_ids[bridge] = new
+        return decided
+
+    def release(self, bridge: str, me: str) -> None:
+        new = released_ids(self.bridge_ids.get(bridge, {}), me)
+        if new is not None:
+            self.bridge_ids[bridge] = new
 
     def bridges_by_dpid(self) -> dict[int, str]:
         return dict(self.bridges)
@@ -178,3 +208,100 @@ def test_controller_refuses_apply_qos_without_classes(capsys):
     assert rc == EXIT_INVALID
     err = capsys.readouterr().err
     assert "pinned_two_rings.yaml:0:0: traffic_classes: applying QoS needs traffic classes" in err
+
+
+# -- two appliers on the same bridges -----------------------------------------------------------
+A, B = "4242@hostA#aaaa1111", "777@hostB#bbbb2222"
+
+
+@pytest.mark.parametrize(("ids", "now", "action", "other"), [
+    ({}, 100.0, "claim", None),
+    ({"other-key": "x"}, 100.0, "claim", None),
+    ({OWNER_KEY: A, HEARTBEAT_KEY: "10.0"}, 100.0, "renew", None),  # ours, however old
+    ({OWNER_KEY: B, HEARTBEAT_KEY: "97.5"}, 100.0, "yield", B),  # live: 2.5 s < 5 s
+    ({OWNER_KEY: B, HEARTBEAT_KEY: "95.0"}, 100.0, "yield", B),  # exactly the bound: still live
+    ({OWNER_KEY: B, HEARTBEAT_KEY: "94.9"}, 100.0, "take over", B),  # stale
+    ({OWNER_KEY: B, HEARTBEAT_KEY: "garbage"}, 100.0, "take over", B),
+    ({OWNER_KEY: B}, 100.0, "take over", B),  # no heartbeat at all
+    ({OWNER_KEY: B, HEARTBEAT_KEY: "1000.0"}, 100.0, "take over", B),  # far future: wrong clock
+])
+def test_decide_claim(ids, now, action, other):
+    c = decide_claim(ids, A, now, stale_after_s=5.0)
+    assert (c.action, c.other) == (action, other)
+    new = claim_ids(ids, c, A, now)
+    if action == "yield":
+        assert new is None
+    else:
+        assert new == {**ids, OWNER_KEY: A, HEARTBEAT_KEY: f"{now:.3f}"}
+
+
+def test_released_ids_only_removes_our_own_claim():
+    ids = {OWNER_KEY: A, HEARTBEAT_KEY: "1.0", "keep": "me"}
+    assert released_ids(ids, A) == {"keep": "me"}
+    assert released_ids(ids, B) is None
+    assert describe_owner(A) == "pid 4242 on host hostA"
+    assert describe_owner("odd") == "'odd'"
+
+
+def test_second_applier_yields_to_a_live_owner_and_takes_over_a_dead_one(setup, caplog):
+    fabric, rendering, bridges, ports = setup
+    db = FakeDb(bridges, ports)
+    tc_a = tc_b = FakeTc()  # one kernel: the same qdiscs
+    now = {"a": 1000.0, "b": 1000.0}
+    app_a = OvsQosApplier(fabric, rendering, "unix:fake", owner=A, clock=lambda: now["a"],
+                          db=db, tc=tc_a)
+    app_b = OvsQosApplier(fabric, rendering, "unix:fake", owner=B, clock=lambda: now["b"],
+                          db=db, tc=tc_b)
+    assert app_a.stale_after_s == 5.0  # 5 polls of 1 s
+    assert set(app_a.reconcile().values()) == {"applied"}
+    assert {ids[OWNER_KEY] for ids in db.bridge_ids.values()} == {A}
+    n_db = len(db.applied)
+    caplog.set_level("INFO", logger="aifabric.qos")
+    # B finds every bridge owned by a live A: touches nothing, one ERROR per switch
+    for _ in range(3):
+        now["a"] += 1.0
+        now["b"] += 1.0
+        app_a.reconcile()
+        done = app_b.reconcile()
+        assert done == {s: f"yielded: bridge {s} is managed by pid 4242 on host hostA"
+                        for s in rendering}
+    n_tc = len(tc_a.applied)
+    assert len(db.applied) == n_db and len(tc_b.applied) == n_tc
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == len(rendering)
+    assert all(r.getMessage().startswith(f"[{s}] QoS not applied: bridge {s} is managed by "
+                                         "another aifabric controller (pid 4242 on host hostA")
+               for r, s in zip(errors, sorted(rendering), strict=True))
+    # A dies (no more heartbeats): B takes over once the heartbeat is older than 5 s
+    now["b"] += 5.5
+    caplog.clear()
+    done = app_b.reconcile()
+    assert not any(v.startswith("yielded") for v in done.values())
+    assert {ids[OWNER_KEY] for ids in db.bridge_ids.values()} == {B}
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == len(rendering)
+    assert "[leaf1] QoS: taking over bridge leaf1 from pid 4242 on host hostA" in warnings[0]
+    # A comes back: now it is A that yields
+    now["a"] = now["b"]
+    assert set(app_a.reconcile().values()) == {
+        f"yielded: bridge {s} is managed by pid 777 on host hostB" for s in rendering}
+
+
+def test_clean_stop_releases_the_bridges_for_an_immediate_successor(setup, caplog):
+    fabric, rendering, bridges, ports = setup
+    db, tc = FakeDb(bridges, ports), FakeTc()
+    app_a = OvsQosApplier(fabric, rendering, "unix:fake", owner=A, clock=lambda: 10.0,
+                          db=db, tc=tc)
+    app_b = OvsQosApplier(fabric, rendering, "unix:fake", owner=B, clock=lambda: 11.0,
+                          db=db, tc=tc)
+    app_a.reconcile()
+    assert app_b.reconcile()["leaf1"].startswith("yielded")
+    app_a.release()
+    assert all(OWNER_KEY not in ids for ids in db.bridge_ids.values())
+    caplog.set_level("INFO", logger="aifabric.qos")
+    caplog.clear()
+    done = app_b.reconcile()
+    assert not any(v.startswith("yielded") for v in done.values())
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    assert "[leaf1] QoS: bridge leaf1 released by pid 4242 on host hostA; managing it now" in \
+        caplog.text

@@ -35,6 +35,11 @@ both ends); the lab notes when the ``link-down`` event arrives on the stream and
 first shows ``aifabric_alert_active{alert="link_down"}`` (scraped every 20 ms); both must come
 within ``max_alert_intervals`` × ``stats_interval``. ``GetPaths`` must then avoid the link.
 
+**The controller dies mid-run** (e.g. SIGKILL): the gRPC call or the ``WatchEvents`` stream
+that notices it fails; the lab tears the network down as after any failure, writes
+``results.json`` with a one-line ``error`` (``controller exited (code -9) while watching
+events``) and raises RuntimeError with that line, so the command prints it without a traceback.
+
 Written to ``OUT``: ``results.json``, ``link_utilisation.png`` (directed fabric links × time),
 ``traffic_matrix.png`` (host pairs, MB), ``busbw_time.png`` (per-collective bus bandwidth from
 its entry counters), ``metrics_sample.txt`` (one scrape mid-run), ``controller.log``, the ranks'
@@ -189,12 +194,40 @@ def counter_check(fabric: Fabric, paths: dict[tuple[str, str], list[str]],
             "max_error_of_flow": max(r["error_of_flow"] for r in rows)}
 
 
+def exit_code(ctl: Any, wait_s: float = 1.0) -> int | None:
+    """The controller's exit code, or None while it runs. A failed gRPC call can arrive a moment
+    before the dead process can be reaped, hence the short wait."""
+    if ctl is None:
+        return None
+    try:
+        return int(ctl.popen.wait(timeout=wait_s))
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def rpc_failure(step: str, exc: BaseException, returncode: int | None) -> str:
+    """One line for a gRPC error (or an unreachable metrics endpoint) met while ``step``:
+    ``controller exited (code -9) while watching events`` when the controller is gone, else
+    the call's status code and details."""
+    if returncode is not None:
+        return f"controller exited (code {returncode}) while {step}"
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
+    name = getattr(code, "name", type(exc).__name__)
+    return f"gRPC error while {step}: {name}: {details}"
+
+
 class EventLog:
-    """Reads a WatchEvents stream on a thread; every event with its arrival time (s, epoch)."""
+    """Reads a WatchEvents stream on a thread; every event with its arrival time (s, epoch).
+
+    The stream ending with an error (other than our own cancel) is kept in ``error``;
+    :meth:`raise_if_failed` re-raises it in the caller's thread."""
 
     def __init__(self, client: Any) -> None:
         self.call = client.watch()
         self.events: list[tuple[float, Any]] = []
+        self.error: BaseException | None = None
+        self._closing = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -204,8 +237,14 @@ class EventLog:
         try:
             for ev in self.call:
                 self.events.append((time.time(), ev))
-        except grpc.RpcError:
-            pass
+        except grpc.RpcError as exc:
+            if not self._closing and exc.code() != grpc.StatusCode.CANCELLED:
+                self.error = exc
+
+    def raise_if_failed(self) -> None:
+        """Raise the stream's gRPC error, if it ended with one."""
+        if self.error is not None:
+            raise self.error
 
     def first(self, kind: str, since: float, **match: str) -> tuple[float, Any] | None:
         for t, ev in list(self.events):
@@ -214,6 +253,7 @@ class EventLog:
         return None
 
     def close(self) -> None:
+        self._closing = True
         self.call.cancel()
         self.thread.join(2)
 
@@ -236,8 +276,12 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
     ConfigError
         Invalid experiment; nothing was started.
     RuntimeError
-        The lab cannot run here or a step failed; the network is torn down first.
+        The lab cannot run here or a step failed; the network is torn down first. When the
+        controller died (a gRPC call or the event stream failed), ``results.json`` is written
+        with the one-line ``error`` the exception carries.
     """
+    import grpc
+
     from controller.northbound.client import FabricClient
     from controller.runtime.metrics import metric_names
 
@@ -272,6 +316,8 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
         setLogLevel("error")
         mininet = ctl = events = None
         link_down: tuple[str, str] | None = None
+        failure: str | None = None
+        step = "starting"
         client = FabricClient(f"127.0.0.1:{gport}")
         try:
             labnet.cleanup_leftovers(names)
@@ -287,9 +333,11 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
             # -- register through gRPC and check the switches hold what GetPaths says ----------
             t_reg = time.time()
             ips = [fab.host_by_name[h].ipv4 for h in coll.ranks]
+            step = f"registering {coll.name}"
             reply = client.register(s.job, coll.name, ips, bidirectional=coll.bidirectional,
                                     expected_bytes=s.workload.bytes)
             full = reply.collective
+            step = f"reading the paths of {full}"
             got = client.paths(full)
             paths = {(f.src, f.dst): list(f.hops) for f in got.flows}
             mismatches = []
@@ -299,6 +347,8 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
                     if port != fab.port_towards(u, v):
                         mismatches.append(f"{u}: {src}->{dst} leaves by {port}, GetPaths says "
                                           f"{v} (port {fab.port_towards(u, v)})")
+            step = "watching events"
+            events.raise_if_failed()
             ev_reg = events.first("registered", t_reg - 1, collective=full)
             data["registration"] = {
                 "collective": full, "in_force": reply.confirmation.in_force,
@@ -317,6 +367,7 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
             procs, sports, dport = start_ring(coll, 0, fab, hosts, s.workload.bytes,
                                               s.workload.chunk_bytes, s.seed, out / coll.name)
             mid = None
+            step = "sampling GetStatus during the run"
             while any(p.poll() is None for _, p, _ in procs) and time.time() - t0 < \
                     s.workload.timeout_s:
                 samples.append(_status_row(client.status(), t0))
@@ -353,6 +404,7 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
             a, b = paths[first][1], paths[first][2]
             subject = "-".join(sorted((a, b)))
             t_fail = time.time()
+            step = f"waiting for the link {subject} down alert"
             mininet.configLinkStatus(a, b, "down")
             link_down = (a, b)
             t_metric = None
@@ -376,8 +428,11 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
             data["metrics"] = {"documented": metric_names(),
                                "missing_mid_run": sorted(set(metric_names(False)) - present)}
             time.sleep(2 * s.stats_interval)
+            step = "watching events"
+            events.raise_if_failed()
             ev = events.first("link-down", t_fail, link=subject)
             repin = events.first("repin", t_fail, collective=full)
+            step = f"reading the paths of {full} after the failure"
             after = {(f.src, f.dst): list(f.hops) for f in client.paths(full).flows}
             avoid = all(frozenset((u, v)) != frozenset((a, b))
                         for h in after.values() for u, v in zip(h, h[1:], strict=False))
@@ -392,8 +447,17 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
             mininet.configLinkStatus(a, b, "up")
             link_down = None
             time.sleep(2 * s.stats_interval)
+            step = "watching events"
+            events.raise_if_failed()
             data["events"] = [{"t_s": round(t - t_reg, 3), "kind": e.kind, "message": e.message}
                               for t, e in events.events]
+        except grpc.RpcError as exc:
+            failure = rpc_failure(step, exc, exit_code(ctl))
+        except OSError as exc:  # the metrics endpoint (urllib) of a controller that is gone
+            code = exit_code(ctl, 0.2)
+            if code is None:
+                raise
+            failure = rpc_failure(step, exc, code)
         finally:
             if events is not None:
                 events.close()
@@ -407,6 +471,12 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
     data["environment"] = env
     timings["total_s"] = round(time.monotonic() - t_start, 2)
     data["timings"] = timings
+    if failure is not None:
+        data["error"] = failure
+        data["verdicts"] = {}
+        (out / "results.json").write_text(json.dumps(data, indent=1))
+        raise RuntimeError(f"{failure}; the network was torn down (log {out / 'controller.log'}, "
+                           f"{out / 'results.json'})")
     # -- plots -------------------------------------------------------------------------------------
     links = sorted(samples[-1]["links"])
     times = [r["t_s"] for r in samples]

@@ -24,6 +24,25 @@ The applier runs in a thread and re-checks every ``poll_s`` seconds: bridges tha
 (a lab starting) are configured when they appear, and a port whose qdisc was rebuilt (OVS
 restarted, someone ran ``tc qdisc del``) gets its filters again.
 
+Ownership (one applier per bridge): two controllers with ``--apply-qos`` on the same bridges
+would each rewrite the other's rows every pass. Each applier therefore claims a bridge before it
+touches it, in the ``Bridge`` row's ``external_ids``: ``aifabric-qos-owner`` (``PID@HOST#TOKEN``,
+the token telling apart two processes with the same pid and host name, e.g. in containers) and
+``aifabric-qos-heartbeat`` (epoch seconds), refreshed on every pass. The claim is one OVSDB
+transaction that verifies ``external_ids`` did not change since it was read, so two appliers
+that find a bridge unowned at the same moment cannot both win. :func:`decide_claim` (pure) makes
+the decision: no owner, or ourselves — claim/renew; another owner whose heartbeat is less than
+``stale_after_s`` old (default 5 × ``poll_s``, at least 5 s) — leave every port of that switch
+alone and log one ERROR naming the switch and the other owner's pid and host (again only if the
+owner changes); an older heartbeat (a crashed or killed controller) — take the bridge over with
+a WARNING. A clean stop removes our claim, so a successor does not wait for it to go stale.
+
+Behaviour chosen when another owner is live: the process keeps running. The OpenFlow part of
+the controller does not depend on QoS and stopping it would take forwarding down with it; the
+applier keeps checking every ``poll_s`` and takes the switch over by itself once the other
+owner stops (claim released) or dies (heartbeat stale). :meth:`OvsQosApplier.reconcile` reports
+such a switch as ``yielded: ...``, and an INFO line says when it is taken over.
+
 PFC and ECN marking are not available on Open vSwitch; :func:`qos_rendering` keeps the list in
 ``unsupported`` and :meth:`OvsQosApplier.summary` says so.
 """
@@ -33,13 +52,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import socket
 import subprocess
 import threading
 import time
+import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from controller.errors import ConfigError, ConfigProblem
 from controller.model.topology import Fabric
@@ -48,6 +70,14 @@ from controller.policy.model import Policy
 LOG = logging.getLogger("aifabric.qos")
 
 Runner = Callable[[Sequence[str]], str]
+
+OWNER_KEY = "aifabric-qos-owner"
+"""``Bridge.external_ids`` key: the applier that manages the bridge's QoS (``PID@HOST#TOKEN``)."""
+HEARTBEAT_KEY = "aifabric-qos-heartbeat"
+"""``Bridge.external_ids`` key: when the owner last claimed the bridge (epoch seconds)."""
+STALE_AFTER_POLLS = 5
+"""An owner whose heartbeat is older than this many reconcile intervals is taken to be dead."""
+MIN_STALE_AFTER_S = 5.0
 
 
 def qos_rendering(fabric: Fabric, policy: Policy, source: str = "policy") -> dict[str, Any]:
@@ -85,6 +115,93 @@ def run_tc(args: Sequence[str]) -> str:
     if p.returncode != 0:
         raise RuntimeError(f"tc {' '.join(args)}: {p.stderr.strip() or p.stdout.strip()}")
     return p.stdout
+
+
+def owner_id(pid: int | None = None, host: str | None = None) -> str:
+    """A new owner id for this process: ``PID@HOST#TOKEN`` (the token is random)."""
+    pid = os.getpid() if pid is None else pid
+    host = socket.gethostname() if host is None else host
+    return f"{pid}@{host}#{uuid.uuid4().hex[:8]}"
+
+
+def describe_owner(owner: str) -> str:
+    """``PID@HOST#TOKEN`` as ``pid PID on host HOST`` (the raw text if it is not of that form)."""
+    pid, sep, rest = owner.partition("@")
+    host = rest.partition("#")[0]
+    if sep and pid.isdigit() and host:
+        return f"pid {pid} on host {host}"
+    return repr(owner)
+
+
+ClaimAction = Literal["claim", "renew", "take over", "yield"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What :func:`decide_claim` decided for one bridge.
+
+    ``action``: ``claim`` (nobody owned it), ``renew`` (we own it), ``take over`` (the other
+    owner's heartbeat is stale or unreadable), ``yield`` (another owner is live: touch nothing).
+    ``other`` is the previous owner for ``take over`` and ``yield``; ``age_s`` the age of its
+    heartbeat in seconds (None when missing or unreadable)."""
+
+    action: ClaimAction
+    other: str | None = None
+    age_s: float | None = None
+
+    @property
+    def ours(self) -> bool:
+        return self.action != "yield"
+
+
+def decide_claim(external_ids: Mapping[str, str], me: str, now_s: float,
+                 stale_after_s: float) -> Claim:
+    """Decide whether the applier ``me`` may manage a bridge with these ``external_ids``.
+
+    Parameters
+    ----------
+    external_ids
+        The bridge's ``external_ids`` (:data:`OWNER_KEY`, :data:`HEARTBEAT_KEY` when owned).
+    me
+        This applier's owner id (:func:`owner_id`).
+    now_s
+        Current time, epoch seconds.
+    stale_after_s
+        An owner whose heartbeat is older than this (or more than this in the future: a clock
+        set wrong on a dead controller's host) is taken over.
+
+    Returns
+    -------
+    Claim
+        Pure: nothing is read or written here.
+    """
+    other = external_ids.get(OWNER_KEY)
+    if not other:
+        return Claim("claim")
+    if other == me:
+        return Claim("renew")
+    try:
+        age_s: float | None = now_s - float(external_ids.get(HEARTBEAT_KEY, ""))
+    except ValueError:
+        age_s = None
+    if age_s is None or abs(age_s) > stale_after_s:
+        return Claim("take over", other, age_s)
+    return Claim("yield", other, age_s)
+
+
+def claim_ids(external_ids: Mapping[str, str], claim: Claim, me: str,
+              now_s: float) -> dict[str, str] | None:
+    """The bridge's new ``external_ids`` after ``claim`` (None: leave the row unchanged)."""
+    if not claim.ours:
+        return None
+    return {**external_ids, OWNER_KEY: me, HEARTBEAT_KEY: f"{now_s:.3f}"}
+
+
+def released_ids(external_ids: Mapping[str, str], me: str) -> dict[str, str] | None:
+    """The bridge's ``external_ids`` without our claim (None: not ours, leave it unchanged)."""
+    if external_ids.get(OWNER_KEY) != me:
+        return None
+    return {k: v for k, v in external_ids.items() if k not in (OWNER_KEY, HEARTBEAT_KEY)}
 
 
 @dataclass
@@ -133,6 +250,38 @@ class OvsdbQos:
                 if isinstance(ofport, int) and ofport > 0:
                     out[ofport] = PortState(ofport, iface.name, d)
         return out
+
+    def _update_bridge_ids(self, bridge: str,
+                           change: Callable[[dict[str, str]], dict[str, str] | None]) -> None:
+        """Read ``bridge``'s ``external_ids``, and write ``change(ids)`` unless it is None, in one
+        transaction that fails (and is retried with the new value) if the column changed
+        since it was read (OVSDB ``verify``): a compare-and-set."""
+        from ovsdbapp.backend.ovs_idl.command import BaseCommand
+
+        class UpdateIds(BaseCommand):  # type: ignore[misc]
+            def run_idl(self, txn: Any) -> None:
+                row = self.api.lookup("Bridge", bridge)
+                new = change(dict(row.external_ids))
+                if new is not None:
+                    row.verify("external_ids")
+                    row.external_ids = new
+
+        UpdateIds(self.api).execute(check_error=True)
+
+    def claim(self, bridge: str, me: str, now_s: float, stale_after_s: float) -> Claim:
+        """Claim ``bridge`` for ``me`` as :func:`decide_claim` decides, atomically."""
+        decided: list[Claim] = []
+
+        def change(ids: dict[str, str]) -> dict[str, str] | None:
+            decided[:] = [decide_claim(ids, me, now_s, stale_after_s)]
+            return claim_ids(ids, decided[0], me, now_s)
+
+        self._update_bridge_ids(bridge, change)
+        return decided[0]
+
+    def release(self, bridge: str, me: str) -> None:
+        """Remove ``me``'s claim of ``bridge`` (nothing if another owner holds it now)."""
+        self._update_bridge_ids(bridge, lambda ids: released_ids(ids, me))
 
     def apply(self, switch: str, ports: dict[str, tuple[str, dict[str, Any]]]) -> None:
         """One transaction: new QoS/Queue rows for ``ports`` ({port: (interface, doc)}), each
@@ -207,13 +356,28 @@ class OvsQosApplier:
         needs the interfaces on this host, so a remote OVSDB is only useful for the queues.
     poll_s
         Seconds between checks.
+    stale_after_s
+        Another applier's claim of a bridge with an older heartbeat is taken over (default
+        :data:`STALE_AFTER_POLLS` × ``poll_s``, at least :data:`MIN_STALE_AFTER_S`).
+    owner
+        This applier's owner id (default :func:`owner_id`).
+    clock
+        Epoch seconds (default :func:`time.time`); injected by tests.
     db, tc
         For tests: objects with the :class:`OvsdbQos` / :class:`TcFilters` methods.
     """
 
     def __init__(self, fabric: Fabric, rendering: dict[str, Any], ovsdb: str, *,
-                 poll_s: float = 1.0, db: Any = None, tc: Any = None) -> None:
+                 poll_s: float = 1.0, stale_after_s: float | None = None,
+                 owner: str | None = None, clock: Callable[[], float] = time.time,
+                 db: Any = None, tc: Any = None) -> None:
         self.fabric = fabric
+        self.owner = owner or owner_id()
+        self.stale_after_s = (stale_after_s if stale_after_s is not None
+                              else max(STALE_AFTER_POLLS * poll_s, MIN_STALE_AFTER_S))
+        self.clock = clock
+        self.claimed: dict[str, str] = {}  # switch -> bridge we hold
+        self._yielded_to: dict[str, str] = {}  # switch -> the live owner we logged
         self.rendering = rendering
         self.ovsdb = ovsdb
         self.poll_s = poll_s
@@ -242,13 +406,20 @@ class OvsQosApplier:
 
     def reconcile(self) -> dict[str, str]:
         """One pass over every switch; returns ``{switch: what happened}`` for switches acted on
-        or still waiting (``applied``, ``filters restored``, ``waiting: ...``)."""
+        or still waiting (``applied``, ``filters restored``, ``waiting: ...``), or left to
+        another live owner (``yielded: bridge B is managed by pid P on host H``)."""
         done: dict[str, str] = {}
         bridges = self.db.bridges_by_dpid()
         for name, doc in sorted(self.rendering.items()):
             bridge = bridges.get(doc["dpid"])
             if bridge is None:
                 done[name] = f"waiting: no bridge with datapath id {doc['dpid']:#x}"
+                continue
+            claim = self.db.claim(bridge, self.owner, self.clock(), self.stale_after_s)
+            if not self._note_claim(name, bridge, claim):
+                assert claim.other is not None
+                done[name] = f"yielded: bridge {bridge} is managed by {describe_owner(claim.other)}"
+                self.in_force.discard(name)
                 continue
             have = self.db.ports(bridge)
             missing = [p for p in doc["ports"] if int(p) not in have]
@@ -276,6 +447,41 @@ class OvsQosApplier:
                 self._waiting_logged.add(name)
                 LOG.info("[%s] QoS %s", name, what)
         return done
+
+    def _note_claim(self, switch: str, bridge: str, claim: Claim) -> bool:
+        """Log what ``claim`` means for ``switch`` (once per change); True when it is ours."""
+        if not claim.ours:
+            self.claimed.pop(switch, None)
+            assert claim.other is not None
+            if self._yielded_to.get(switch) != claim.other:
+                self._yielded_to[switch] = claim.other
+                LOG.error("[%s] QoS not applied: bridge %s is managed by another aifabric "
+                          "controller (%s, owner %s, heartbeat %.1fs ago); leaving its ports "
+                          "alone until that owner stops or is silent for %.0fs",
+                          switch, bridge, describe_owner(claim.other), claim.other,
+                          claim.age_s or 0.0, self.stale_after_s)
+            return False
+        if claim.action == "take over":
+            age = "no readable heartbeat" if claim.age_s is None else \
+                f"last heartbeat {claim.age_s:.1f}s ago"
+            LOG.warning("[%s] QoS: taking over bridge %s from %s (owner %s, %s; stale after "
+                        "%.0fs)", switch, bridge, describe_owner(claim.other or ""), claim.other,
+                        age, self.stale_after_s)
+        elif switch in self._yielded_to:
+            LOG.info("[%s] QoS: bridge %s released by %s; managing it now", switch, bridge,
+                     describe_owner(self._yielded_to[switch]))
+        self._yielded_to.pop(switch, None)
+        self.claimed[switch] = bridge
+        return True
+
+    def release(self) -> None:
+        """Give up our claim of every bridge (a clean stop); errors are logged, not raised."""
+        for switch, bridge in sorted(self.claimed.items()):
+            try:
+                self.db.release(bridge, self.owner)
+            except Exception as exc:  # noqa: BLE001 - the claim goes stale anyway
+                LOG.warning("[%s] QoS: could not release bridge %s: %s", switch, bridge, exc)
+        self.claimed.clear()
 
     def _apply_tc(self, bridge: str, ports: dict[str, tuple[str, dict[str, Any]]],
                   timeout_s: float = 5.0) -> None:
@@ -308,6 +514,7 @@ class OvsQosApplier:
                 if stop.wait(self.poll_s):
                     break
             if self._db is not None:
+                self.release()
                 self._db.close()
 
         self._thread = threading.Thread(target=loop, name="aifabric-qos", daemon=True)
