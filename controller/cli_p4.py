@@ -30,30 +30,38 @@ def p4() -> None:
 @click.option("-p", "--policy", "policy_file", required=True,
               type=click.Path(exists=True, dir_okay=False))
 @click.option("-s", "--switch", "switches", multiple=True, help="only these switches")
-@click.option("--qos", is_flag=True, help="add the policy's bmv2 QoS entries (dscp, ECN)")
-def entities(topology: str, policy_file: str, switches: tuple[str, ...], qos: bool) -> None:
+@click.option("--qos", is_flag=True, help="add the policy's QoS entries (dscp, ECN)")
+@click.option("--target", "target_name", default="bmv2", show_default=True,
+              type=click.Choice(["bmv2", "tofino"]),
+              help="bmv2: p4/fabric/fabric.p4; tofino: p4/fabric/tna/fabric_tna.p4")
+def entities(topology: str, policy_file: str, switches: tuple[str, ...], qos: bool,
+             target_name: str) -> None:
     """Print the P4 entities of every (or each named) switch as JSON."""
     from controller.drivers.p4runtime.encode import (
         EncodeError,
         ecmp_hash_settings,
         encode_fabric,
     )
+    from controller.drivers.p4runtime.pipeline import TARGETS
     from controller.model.topology import load_topology
     from controller.plan.build import build_plan
     from controller.policy.load import load_policy_checked
 
+    target = TARGETS[target_name]
     try:
         fabric = load_topology(topology)
-        pol = load_policy_checked(policy_file, fabric, "bmv2" if qos else None).policy
+        pol = load_policy_checked(policy_file, fabric, target_name if qos else None).policy
         docs = None
         if qos:
             from controller.qos.compile import compile_qos
             from controller.render.bmv2 import render_bmv2
+            from controller.render.tofino import render_tofino
 
+            rendering = render_tofino if target_name == "tofino" else render_bmv2
             docs = {k.removesuffix(".json"): v
-                    for k, v in render_bmv2(compile_qos(pol, fabric)).items()}
+                    for k, v in rendering(compile_qos(pol, fabric)).items()}
         ents = encode_fabric(build_plan(fabric, pol).plan, docs,
-                             ecmp_hash_settings(fabric, pol.routing.ecmp))
+                             ecmp_hash_settings(fabric, pol.routing.ecmp), target)
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(str(problem), err=True)
@@ -77,12 +85,18 @@ def entities(topology: str, policy_file: str, switches: tuple[str, ...], qos: bo
               help='JSON {switch: "host:port"} of the P4Runtime servers')
 @click.option("--election-id", default=10, show_default=True, type=click.IntRange(min=1),
               help="P4Runtime election id (the highest connected client is primary)")
+@click.option("--target", "target_name", default="bmv2", show_default=True,
+              type=click.Choice(["bmv2", "tofino"]),
+              help="bmv2: fabric.p4 on simple_switch_grpc; tofino: fabric_tna.p4 (untested here)")
+@click.option("--tofino-build", type=click.Path(exists=True, file_okay=False),
+              help="bf-p4c output directory of fabric_tna.p4 (pipe/tofino.bin, pipe/context.json)")
 @click.option("--log-level", default="INFO", show_default=True)
 def controller(topology: str, policy_file: str, targets: str, election_id: int,
-               log_level: str) -> None:
+               target_name: str, tofino_build: str | None, log_level: str) -> None:
     """Program the P4 switches and answer ARP until SIGTERM (exit 0; 1 failed; 2 invalid)."""
     from controller.runtime.p4process import run_p4_controller
 
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sys.exit(run_p4_controller(topology, policy_file, targets, election_id))
+    sys.exit(run_p4_controller(topology, policy_file, targets, election_id, target_name,
+                               tofino_build))

@@ -8,14 +8,27 @@ lossless priority with ``headroom_bytes``; one default lossy PPG), ``queues`` (p
 ``scheduling`` strict|dwrr, ``dwrr_weight``, ``max_rate_bps``, ``ecn`` with ``kmin_bytes``,
 ``kmax_bytes``, ``pmax_percent``) and ``shaper_bps``. A driver maps these onto the TM API
 (``bf_tm_*``) of the SDE in use.
+
+``tables``: the entries of ``p4/fabric/tna/fabric_tna.p4`` that carry the same policy in the
+data plane, written over P4Runtime by :func:`controller.drivers.p4runtime.encode.qos_entries`
+(target TOFINO): ``dscp_to_priority`` (``dscp`` → ``set_priority(priority)``, the class's queue,
+which the program uses as both egress queue id and ingress CoS) and ``ecn_threshold``
+(``egress_port``, ``priority`` → ``mark_ecn(threshold_cells)``). The traffic manager counts
+queue depth in cells of :data:`TOFINO_CELL_BYTES` bytes (Tofino 1), so the threshold is the
+DCTCP ``k`` (or RED ``kmin``: the P4 program marks at one threshold) divided by the cell size,
+rounded up.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from controller.qos.compile import QosPlan
 from controller.render.common import class_shaper_bps, ecn_of
+
+#: Tofino 1 traffic-manager cell size in bytes (queue depths and thresholds count cells).
+TOFINO_CELL_BYTES = 80
 
 
 def render_tofino(plan: QosPlan) -> dict[str, Any]:
@@ -30,10 +43,23 @@ def render_tofino(plan: QosPlan) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for sw in plan.switches:
         ports = []
+        tables: list[dict[str, Any]] = [
+            {"table": "dscp_to_priority", "match": {"dscp": d}, "action": "set_priority",
+             "params": {"priority": tc.queue}}
+            for tc in classes for d in sorted(tc.dscp)
+        ]
         for pq in sw.ports:
             queues = []
             for tc in classes:
                 e = ecn_of(pq, tc.name)
+                if e is not None:
+                    tables.append({
+                        "table": "ecn_threshold",
+                        "match": {"egress_port": pq.port.port, "priority": tc.queue},
+                        "action": "mark_ecn",
+                        "params": {"threshold_cells": max(
+                            1, math.ceil(e.red.kmin_bytes / TOFINO_CELL_BYTES))},
+                    })
                 rates = [r for r in (tc.rate_limit_bps, shaped.get(tc.name)) if r]
                 queues.append({
                     "queue": tc.queue, "class": tc.name, "tc": tc.tc,
@@ -67,5 +93,6 @@ def render_tofino(plan: QosPlan) -> dict[str, Any]:
                 "headroom_bytes": b.headroom_bytes, "shared_bytes": b.shared_bytes,
                 "dynamic_threshold_log2": b.alpha_log2},
             "ports": ports,
+            "tables": tables,
         }
     return out

@@ -7,6 +7,12 @@ when the switch lacks it, reads the switch back and writes only the difference t
 (:mod:`controller.drivers.p4runtime.reconcile`), then answers ARP requests punted by the
 ``punt`` table from the address plan with packet-out on the ingress port. SIGTERM/SIGINT stop it
 (exit 0); invalid inputs exit 2; a switch that cannot be programmed exits 1.
+
+``target`` "bmv2" programs ``p4/fabric/fabric.p4`` (device config: its BMv2 JSON); "tofino"
+programs ``p4/fabric/tna/fabric_tna.p4`` with the device config packed from bf-p4c's
+``tofino.bin`` and ``context.json`` in ``tofino_build``
+(:func:`~controller.drivers.p4runtime.pipeline.load_tofino_device_config`). The Tofino path has
+not run against a switch or the Tofino model here (see p4/fabric/tna/README.md).
 """
 
 from __future__ import annotations
@@ -23,6 +29,12 @@ from controller.drivers.p4runtime.client import P4Switch, P4SwitchError
 from controller.drivers.p4runtime.encode import EncodeError, ecmp_hash_settings, encode_fabric
 from controller.drivers.p4runtime.entities import SwitchEntities
 from controller.drivers.p4runtime.packets import ARP_REQUEST, arp_reply, parse_arp
+from controller.drivers.p4runtime.pipeline import (
+    BMV2_JSON,
+    TARGETS,
+    P4Target,
+    load_tofino_device_config,
+)
 from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
 from controller.model.topology import Fabric, load_topology
 from controller.plan.build import build_plan
@@ -55,12 +67,12 @@ def load_targets(path: str | Path, fabric: Fabric) -> dict[str, str]:
     return dict(doc)
 
 
-def intended_state(fabric: Fabric, policy: Any, qos: Mapping[str, Mapping[str, Any]] | None = None
-                   ) -> dict[str, SwitchEntities]:
-    """Every switch's entities for ``policy`` on ``fabric`` (plus bmv2 QoS documents by switch),
+def intended_state(fabric: Fabric, policy: Any, qos: Mapping[str, Mapping[str, Any]] | None = None,
+                   target: P4Target = TARGETS["bmv2"]) -> dict[str, SwitchEntities]:
+    """Every switch's entities for ``policy`` on ``fabric`` (plus QoS documents by switch),
     with each switch's ECMP hash fields and seed from ``policy.routing.ecmp``."""
     return encode_fabric(build_plan(fabric, policy).plan, qos,
-                         ecmp_hash_settings(fabric, policy.routing.ecmp))
+                         ecmp_hash_settings(fabric, policy.routing.ecmp), target)
 
 
 def arp_answer(fabric: Fabric, frame: bytes) -> bytes | None:
@@ -80,13 +92,17 @@ async def _serve(fabric: Fabric, sw: P4Switch) -> None:
 
 
 async def serve(fabric: Fabric, states: Mapping[str, SwitchEntities], targets: Mapping[str, str],
-                election_id: int, stop: asyncio.Event) -> int:
-    """Program every switch of ``targets`` and answer ARP until ``stop`` is set."""
+                election_id: int, stop: asyncio.Event, pipeline: tuple[Path, Any] | None = None
+                ) -> int:
+    """Program every switch of ``targets`` and answer ARP until ``stop`` is set;
+    ``pipeline`` is (P4Info path, device config) when not fabric.p4 on BMv2."""
     switches: list[P4Switch] = []
     tasks: list[asyncio.Task[None]] = []
     try:
         for name, addr in sorted(targets.items()):
-            sw = P4Switch(name, addr, fabric.switch_by_name[name].dpid, election_id=election_id)
+            extra = {} if pipeline is None else {"p4info": pipeline[0], "p4blob": pipeline[1]}
+            sw = P4Switch(name, addr, fabric.switch_by_name[name].dpid, election_id=election_id,
+                          **extra)
             await sw.__aenter__()
             switches.append(sw)
             rep = await sw.reconcile(states[name])
@@ -103,15 +119,24 @@ async def serve(fabric: Fabric, states: Mapping[str, SwitchEntities], targets: M
     return EXIT_OK
 
 
-def run_p4_controller(topology: str, policy_file: str, targets_file: str, election_id: int = 10
-                      ) -> int:
-    """The process body: exit code 0 (stopped by a signal), 1 (a switch failed), 2 (bad input)."""
+def run_p4_controller(topology: str, policy_file: str, targets_file: str, election_id: int = 10,
+                      target: str = "bmv2", tofino_build: str | Path | None = None) -> int:
+    """The process body: exit code 0 (stopped by a signal), 1 (a switch failed), 2 (bad input:
+    also an unknown ``target``, or ``tofino`` without a readable ``tofino_build``)."""
     try:
         fabric = load_topology(topology)
         policy = load_policy(policy_file, fabric)
         targets = load_targets(targets_file, fabric)
-        states = intended_state(fabric, policy)
-    except (ConfigError, PlanInvariantError, EncodeError, ValueError) as e:
+        p4t = TARGETS.get(target)
+        if p4t is None:
+            raise ValueError(f"unknown P4 target {target!r} (one of {sorted(TARGETS)})")
+        pipeline: tuple[Path, Any] = (p4t.p4info, BMV2_JSON)
+        if p4t.name == "tofino":
+            if tofino_build is None:
+                raise ValueError("target tofino needs the bf-p4c output directory (--tofino-build)")
+            pipeline = (p4t.p4info, load_tofino_device_config(Path(tofino_build)))
+        states = intended_state(fabric, policy, None, p4t)
+    except (ConfigError, PlanInvariantError, EncodeError, ValueError, OSError) as e:
         LOG.error("%s", e)
         return EXIT_INVALID
 
@@ -120,7 +145,7 @@ def run_p4_controller(topology: str, policy_file: str, targets_file: str, electi
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        return await serve(fabric, states, targets, election_id, stop)
+        return await serve(fabric, states, targets, election_id, stop, pipeline)
 
     try:
         return asyncio.run(main())

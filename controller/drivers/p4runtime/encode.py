@@ -48,8 +48,7 @@ from controller.drivers.p4runtime.entities import (
     ternary,
 )
 from controller.drivers.p4runtime.pipeline import (
-    ACTIONS,
-    CPU_PORT,
+    BMV2,
     ECMP_HASH,
     ECMP_HASH_PRIORITY,
     ECMP_SELECTOR,
@@ -58,7 +57,7 @@ from controller.drivers.p4runtime.pipeline import (
     PORTS,
     PUNT,
     ROUTES,
-    TABLES,
+    P4Target,
 )
 from controller.model.topology import Fabric
 from controller.plan.model import ETH_TYPE_IPV4, FabricPlan, FlowIntent, SwitchPlan
@@ -72,10 +71,10 @@ class EncodeError(ValueError):
     """A plan object that fabric.p4 cannot express; the message names switch and intent."""
 
 
-def _port(switch: str, what: object, port: int) -> int:
-    if not 0 <= port < PORTS or port == CPU_PORT:
+def _port(switch: str, what: object, port: int, cpu_port: int = BMV2.cpu_port) -> int:
+    if not 0 <= port < PORTS or port == cpu_port:
         raise EncodeError(
-            f"{switch}: {what}: port {port} outside 0..{PORTS - 1} or equal to CPU_PORT {CPU_PORT}"
+            f"{switch}: {what}: port {port} outside 0..{PORTS - 1} or equal to CPU_PORT {cpu_port}"
         )
     return port
 
@@ -88,7 +87,7 @@ def _member(port: int) -> ProfileMember:
     return ProfileMember(ECMP_SELECTOR, port, "set_egress", (("port", port),))
 
 
-def _pinned_entry(switch: str, flow: FlowIntent) -> TableEntry:
+def _pinned_entry(switch: str, flow: FlowIntent, cpu_port: int) -> TableEntry:
     m = flow.match
     given = {
         "ipv4_src": None if m.ipv4_src is None else _ipv4(m.ipv4_src),
@@ -110,7 +109,8 @@ def _pinned_entry(switch: str, flow: FlowIntent) -> TableEntry:
         except ValueError as e:
             raise EncodeError(f"{switch}: {flow.origin or flow}: {name}: {e}") from None
     if flow.action.kind == "output":
-        action, params = "set_egress", (("port", _port(switch, flow.origin, flow.action.arg)),)
+        action, params = "set_egress", (("port", _port(switch, flow.origin, flow.action.arg,
+                                                       cpu_port)),)
     elif flow.action.kind == "drop":
         action, params = "drop", ()
     else:
@@ -160,8 +160,9 @@ def ecmp_hash_entry(switch: str, setting: EcmpHash) -> TableEntry:
                       origin=f"ecmp hash {'+'.join(setting.fields)} seed {setting.seed}")
 
 
-def encode_flow(switch: str, flow: FlowIntent) -> TableEntry:
-    """The table entry for one flow intent (see the module docstring for the table rules).
+def encode_flow(switch: str, flow: FlowIntent, target: P4Target = BMV2) -> TableEntry:
+    """The table entry for one flow intent (see the module docstring for the table rules);
+    ``target`` supplies the CPU port no entry may forward to.
 
     Raises
     ------
@@ -183,17 +184,21 @@ def encode_flow(switch: str, flow: FlowIntent) -> TableEntry:
         key = (("ipv4_dst", lpm(_ipv4(m.ipv4_dst or "0.0.0.0"), 32, 32)),)
         if flow.action.kind == "output":
             return TableEntry(ROUTES.name, key, 0,
-                              member_id=_port(switch, what, flow.action.arg), origin=flow.origin)
+                              member_id=_port(switch, what, flow.action.arg, target.cpu_port),
+                              origin=flow.origin)
         return TableEntry(ROUTES.name, key, 0, group_id=flow.action.arg, origin=flow.origin)
-    return _pinned_entry(switch, flow)
+    return _pinned_entry(switch, flow, target.cpu_port)
 
 
 def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
-                  ecmp_hash: EcmpHash | None = None) -> SwitchEntities:
+                  ecmp_hash: EcmpHash | None = None, target: P4Target = BMV2) -> SwitchEntities:
     """All entities of one switch: ``plan``'s flows and groups, plus the QoS entries of
-    ``qos`` (one switch's document of :func:`controller.render.bmv2.render_bmv2`) and the
+    ``qos`` (one switch's document of :func:`controller.render.bmv2.render_bmv2`, or of
+    :func:`controller.render.tofino.render_tofino` for ``target`` TOFINO) and the
     ``ecmp_hash`` entry of ``ecmp_hash`` when given (without it the switch hashes the 5-tuple
-    with seed 0, fabric.p4's default).
+    with seed 0, fabric.p4's default). ``target`` (:data:`~.pipeline.BMV2` or
+    :data:`~.pipeline.TOFINO`) is the program the entities are for: both share every name
+    except ``mark_ecn``'s threshold parameter.
 
     ``device_id`` is the switch's dpid (simple_switch_grpc ``--device-id``).
 
@@ -210,7 +215,7 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
     ports_used: set[int] = set()
     groups_used: set[int] = set()
     for flow in sorted(plan.flows):
-        e = encode_flow(sw, flow)
+        e = encode_flow(sw, flow, target)
         old = entries.get(e.key)
         if old is not None and old.value != e.value:
             raise EncodeError(f"{sw}: '{old.origin}' and '{e.origin}' both become {e} "
@@ -227,12 +232,12 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
         g = groups[gid]
         if g.kind != "select":
             raise EncodeError(f"{sw}: group {gid:#x} is {g.kind!r}; fabric.p4 has select only")
-        ports = tuple(sorted(_port(sw, f"group {gid:#x}", p) for p in g.ports))
+        ports = tuple(sorted(_port(sw, f"group {gid:#x}", p, target.cpu_port) for p in g.ports))
         ports_used.update(ports)
         pgroups.add(ProfileGroup(ECMP_SELECTOR, gid, ports))
     out_entries = set(entries.values())
     if qos is not None:
-        out_entries |= set(qos_entries(sw, qos))
+        out_entries |= set(qos_entries(sw, qos, target))
     if ecmp_hash is not None:
         out_entries.add(ecmp_hash_entry(sw, ecmp_hash))
     return SwitchEntities(
@@ -241,8 +246,10 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
     )
 
 
-def qos_entries(switch: str, doc: Mapping[str, Any]) -> list[TableEntry]:
-    """Entries for the ``tables`` list of a ``bmv2`` QoS rendering document.
+def qos_entries(switch: str, doc: Mapping[str, Any], target: P4Target = BMV2
+                ) -> list[TableEntry]:
+    """Entries for the ``tables`` list of a QoS rendering document: ``bmv2``'s for
+    fabric.p4 (``target`` BMV2), ``tofino``'s for fabric_tna.p4 (``target`` TOFINO).
 
     Raises
     ------
@@ -253,7 +260,7 @@ def qos_entries(switch: str, doc: Mapping[str, Any]) -> list[TableEntry]:
     out: list[TableEntry] = []
     for i, t in enumerate(doc.get("tables", [])):
         where = f"{switch}: qos tables[{i}] {t.get('table')}"
-        spec = TABLES.get(t.get("table", ""))
+        spec = target.tables.get(t.get("table", ""))
         if spec is None or t.get("action") not in spec.actions:
             raise EncodeError(f"{where}: unknown table or action {t.get('action')!r}")
         if set(t.get("match", {})) != {k[0] for k in spec.keys}:
@@ -266,7 +273,7 @@ def qos_entries(switch: str, doc: Mapping[str, Any]) -> list[TableEntry]:
                 raise EncodeError(f"{where}: {name}={v} does not fit {width} bits ({kind})")
             match.append((name, Exact(v)))
         params = []
-        for pname, width in ACTIONS[t["action"]]:
+        for pname, width in target.actions[t["action"]]:
             if pname not in t.get("params", {}):
                 raise EncodeError(f"{where}: missing parameter {pname}")
             v = int(t["params"][pname])
@@ -292,8 +299,10 @@ def multicast_group(group_id: int, ports: tuple[int, ...] | list[int]) -> Multic
 
 
 def encode_fabric(plan: FabricPlan, qos: Mapping[str, Mapping[str, Any]] | None = None,
-                  ecmp_hash: Mapping[str, EcmpHash] | None = None) -> dict[str, SwitchEntities]:
-    """:func:`encode_switch` for every switch; ``qos`` maps switch name → its bmv2 document,
-    ``ecmp_hash`` switch name → its hash setting (:func:`ecmp_hash_settings`)."""
-    return {name: encode_switch(sp, (qos or {}).get(name), (ecmp_hash or {}).get(name))
+                  ecmp_hash: Mapping[str, EcmpHash] | None = None, target: P4Target = BMV2
+                  ) -> dict[str, SwitchEntities]:
+    """:func:`encode_switch` for every switch; ``qos`` maps switch name → its QoS document
+    (bmv2's, or tofino's for ``target`` TOFINO), ``ecmp_hash`` switch name → its hash setting
+    (:func:`ecmp_hash_settings`)."""
+    return {name: encode_switch(sp, (qos or {}).get(name), (ecmp_hash or {}).get(name), target)
             for name, sp in sorted(plan.switches.items())}

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.render.tofino import TOFINO_CELL_BYTES as TOFINO_TM_CELL_BYTES
+
 #: Where p4c's committed outputs live (repository root / p4/fabric/build).
 P4_DIR = Path(__file__).resolve().parents[3] / "p4" / "fabric"
 BUILD_DIR = P4_DIR / "build"
@@ -144,3 +146,127 @@ def depth_bucket(depth_pkts: int) -> int:
     [0, 1, 2, 3, 6, 7, 7]
     """
     return max(i for i, lo in enumerate(QDEPTH_BUCKETS_PKTS) if depth_pkts >= lo)
+
+
+# --------------------------------------------------------------------------------------------
+# Targets: BMv2 (fabric.p4, v1model) and Tofino (tna/fabric_tna.p4, TNA)
+# --------------------------------------------------------------------------------------------
+
+TNA_DIR = P4_DIR / "tna"
+TNA_SOURCE = TNA_DIR / "fabric_tna.p4"
+TNA_BUILD_DIR = TNA_DIR / "build"
+#: bf-p4c's P4Info for fabric_tna.p4 (committed); tofino.bin and context.json are not.
+TNA_P4INFO_TXT = TNA_BUILD_DIR / "fabric_tna.p4info.txtpb"
+#: The PCIe CPU port of a two-pipe Tofino 1 (fabric_tna.p4's default ``CPU_PORT``; 320 on a
+#: four-pipe device, compiled with ``-DCPU_PORT=320``).
+TNA_CPU_PORT = 192
+#: Tofino 1 traffic-manager cell size: ``enq_qdepth`` counts cells of this many bytes.
+TOFINO_CELL_BYTES = TOFINO_TM_CELL_BYTES
+#: Lower bounds (cells) of fabric_tna.p4's queue-depth histogram: 0, 1, 2, 4, ..., 64
+#: full-size packets of 1500 bytes (19 cells), the packet bounds of fabric.p4.
+QDEPTH_BUCKETS_CELLS: tuple[int, ...] = (0, 19, 38, 76, 152, 304, 608, 1216)
+
+
+@dataclass(frozen=True)
+class P4Target:
+    """One P4 program and the target it runs on: what the encoder and the client need to know.
+
+    ``depth_unit`` is what the target's queue depth counts ("packets" on BMv2, "cells" of
+    ``cell_bytes`` bytes on Tofino); ``ecn_param`` is ``mark_ecn``'s threshold parameter in that
+    unit; ``depth_register`` the register holding the last depth per (port, priority).
+    """
+
+    name: str
+    source: Path
+    p4info: Path
+    cpu_port: int
+    tables: dict[str, TableSpec]
+    actions: dict[str, tuple[tuple[str, int], ...]]
+    depth_unit: str
+    cell_bytes: int | None
+    ecn_param: str
+    depth_register: str
+    depth_buckets: tuple[int, ...]
+
+
+BMV2 = P4Target(
+    name="bmv2", source=P4_SOURCE, p4info=P4INFO_TXT, cpu_port=CPU_PORT, tables=TABLES,
+    actions=ACTIONS, depth_unit="packets", cell_bytes=None, ecn_param="threshold_pkts",
+    depth_register="queue_depth_pkts", depth_buckets=QDEPTH_BUCKETS_PKTS,
+)
+
+#: fabric_tna.p4 keeps every table, key and action name of fabric.p4; what differs: the ECN
+#: threshold counts cells (``threshold_cells``), the ``priority`` key of ``ecn_threshold`` is the
+#: 5-bit egress queue id, and the depth register is ``queue_depth_cells`` (32 bits).
+TOFINO = P4Target(
+    name="tofino", source=TNA_SOURCE, p4info=TNA_P4INFO_TXT, cpu_port=TNA_CPU_PORT,
+    tables={**TABLES, "ecn_threshold": TableSpec(
+        "ecn_threshold", (("egress_port", "exact", 9), ("priority", "exact", 5)),
+        ("mark_ecn",))},
+    actions={**ACTIONS, "mark_ecn": (("threshold_cells", 19),)},
+    depth_unit="cells", cell_bytes=TOFINO_CELL_BYTES, ecn_param="threshold_cells",
+    depth_register="queue_depth_cells", depth_buckets=QDEPTH_BUCKETS_CELLS,
+)
+TARGETS: dict[str, P4Target] = {t.name: t for t in (BMV2, TOFINO)}
+#: Registers of fabric_tna.p4 (name → (size, bit width)).
+TNA_REGISTERS: dict[str, tuple[int, int]] = {"queue_depth_cells": (PORTS * PRIORITY_QUEUES, 32)}
+
+
+def tofino_device_config(program: str, tofino_bin: bytes, context_json: bytes) -> bytes:
+    """The ``p4_device_config`` of SetForwardingPipelineConfig for a Tofino P4Runtime server
+    that takes PI's packing (bf_switchd's P4Runtime server; Stratum-bf's legacy format):
+    little-endian uint32 length + bytes, three times: program name, ``tofino.bin``,
+    ``context.json`` (one pipeline profile). Source: stratum/hal/lib/barefoot/
+    bf_pipeline_utils.cc, ``BfPipelineConfigToPiConfig``. Stratum-bfrt takes its
+    ``BfPipelineConfig`` protobuf instead, which this does not build.
+
+    Raises
+    ------
+    ValueError
+        An empty program name, binary or context, or one longer than 2**32 - 1 bytes.
+    """
+    parts = (program.encode(), bytes(tofino_bin), bytes(context_json))
+    out = bytearray()
+    for what, p in zip(("program name", "tofino.bin", "context.json"), parts, strict=True):
+        if not p or len(p) >= 1 << 32:
+            raise ValueError(f"tofino device config: {what} is empty or too long ({len(p)} B)")
+        out += len(p).to_bytes(4, "little") + p
+    return bytes(out)
+
+
+def split_tofino_device_config(blob: bytes) -> tuple[str, bytes, bytes]:
+    """Inverse of :func:`tofino_device_config`: (program name, tofino.bin, context.json).
+
+    Raises
+    ------
+    ValueError
+        A length running past the end, or bytes left over.
+    """
+    parts: list[bytes] = []
+    pos = 0
+    for _ in range(3):
+        if pos + 4 > len(blob):
+            raise ValueError("tofino device config: truncated length field")
+        n = int.from_bytes(blob[pos:pos + 4], "little")
+        pos += 4
+        if pos + n > len(blob):
+            raise ValueError(f"tofino device config: part of {n} B runs past the end")
+        parts.append(blob[pos:pos + n])
+        pos += n
+    if pos != len(blob):
+        raise ValueError(f"tofino device config: {len(blob) - pos} bytes left over")
+    return parts[0].decode(), parts[1], parts[2]
+
+
+def load_tofino_device_config(build_dir: Path, program: str = "fabric_tna") -> bytes:
+    """:func:`tofino_device_config` from bf-p4c's output directory ``build_dir`` (which holds
+    ``<pipe>/tofino.bin`` and ``<pipe>/context.json``, the pipe being ``pipe``).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``tofino.bin`` or ``context.json`` missing (compile with ``make -C p4/fabric/tna``).
+    """
+    pipe = Path(build_dir) / "pipe"
+    return tofino_device_config(program, (pipe / "tofino.bin").read_bytes(),
+                                (pipe / "context.json").read_bytes())

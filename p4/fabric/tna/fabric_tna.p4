@@ -1,0 +1,495 @@
+/*
+ * aifabric fabric program, TNA variant (P4_16, Tofino Native Architecture, Tofino 1).
+ *
+ * The same control-plane contract as ../fabric.p4 (v1model), so the P4Runtime driver
+ * (controller/drivers/p4runtime) writes the same tables, actions and counters. Names are the
+ * P4Info aliases; bf-p4c prefixes full names with the pipe ("pipe.FabricIngress.pinned"), and
+ * the driver addresses entities by alias, so both programs answer to the same names:
+ *
+ *   ingress  punt              ternary eth_type                       -> send_to_cpu
+ *            dscp_to_priority  exact dscp                             -> set_priority(priority)
+ *            pinned            ternary ipv4_src ipv4_dst ip_proto     -> set_egress(port) | drop
+ *                                      dscp l4_src l4_dst
+ *            ecmp_hash         ternary eth_type                       -> set_hash(seed, masks)
+ *            routes            lpm ipv4_dst, action selector          -> set_egress(port)
+ *                              ecmp_selector
+ *   egress   ecn_threshold     exact egress_port priority             -> mark_ecn(threshold_cells)
+ *   counters port_rx, port_tx, queue_tx, ecn_marked, queue_depth_hist, punted, dropped
+ *            (same sizes and indexing as fabric.p4)
+ *   register queue_depth_cells (index: port * 8 + priority)
+ *
+ * Where the architectures differ, and what the controller must do about it (pipeline.py,
+ * TNA_DIFFERENCES, holds the same list as data):
+ *   - Queue depth. Tofino's traffic manager reports enq_qdepth in cells of 80 bytes (Tofino 1),
+ *     not packets as BMv2 does. So mark_ecn takes threshold_cells (the encoder writes
+ *     ceil(Kmin bytes / 80)), the register is queue_depth_cells, and queue_depth_hist's bucket
+ *     bounds are QDEPTH_LO_CELLS = 0, 19, 38, 76, 152, 304, 608, 1216 cells: 0, 1, 2, ..., 64
+ *     full-size (1500-byte, 19-cell) packets, the bounds fabric.p4 uses in packets.
+ *   - ECMP hash. Tofino has no 32-bit multiply in the match-action units, so MurmurHash3's
+ *     fmix32 (fabric.p4) cannot run here. The selector's own hash (CRC32 over the seed and each
+ *     field & its mask) picks the member. A CRC is linear: on Tofino a new seed permutes the
+ *     members of every group the same way instead of giving each tier independent choices. To
+ *     de-polarise tiers on Tofino, build each role with its own polynomial (-DECMP_CRC_POLY=...).
+ *   - Priority. set_priority(priority) sets both the egress queue (qid) and the ingress CoS
+ *     (the priority group that PFC pauses); ecn_threshold's "priority" key is the egress qid
+ *     (5 bits on Tofino 1; the controller only writes 0..7).
+ *   - CPU port. Packets to and from the controller use CPU_PORT (default 192, the PCIe CPU port
+ *     of a two-pipe Tofino 1; 320 on a four-pipe device: build with -DCPU_PORT=320). Punted
+ *     packets and packet-outs bypass egress, as in fabric.p4 they skip the egress counters.
+ *   - Drops set drop_ctl; mark_to_drop does not exist in TNA.
+ *
+ * ECN marking follows fabric.p4: an ECT packet (ECN 01 or 10) leaving a queue whose enq_qdepth
+ * is at least the threshold is marked CE (11), counted in ecn_marked, and the IPv4 checksum is
+ * recomputed in the egress deparser (RFC 3168 section 6.1.1.1 marking; Alizadeh et al.,
+ * DCTCP, SIGCOMM 2010, section 3.1, for the single-threshold K).
+ */
+#include <core.p4>
+#include <tna.p4>
+
+#ifndef CPU_PORT
+#define CPU_PORT 192
+#endif
+#ifndef ECMP_CRC_POLY
+#define ECMP_CRC_POLY 32w0x04C11DB7   /* IEEE 802.3 CRC-32 */
+#endif
+
+const bit<16> ETH_TYPE_IPV4  = 0x0800;
+const bit<16> ETH_TYPE_ARP   = 0x0806;
+const bit<16> ETH_TYPE_LLDP  = 0x88cc;
+const bit<8>  IP_PROTO_TCP   = 6;
+const bit<8>  IP_PROTO_UDP   = 17;
+const bit<32> PORTS          = 512;     /* 9-bit port numbers */
+const bit<32> PORT_QUEUES    = 4096;    /* PORTS * 8 priorities */
+const bit<2>  ECN_CE         = 3;
+
+typedef bit<32> ipv4_addr_t;
+
+@controller_header("packet_in")
+header packet_in_h {
+    PortId_t ingress_port;
+    bit<7>   _pad;
+}
+
+@controller_header("packet_out")
+header packet_out_h {
+    PortId_t egress_port;
+    bit<7>   _pad;
+}
+
+header ethernet_h {
+    bit<48> dst_addr;
+    bit<48> src_addr;
+    bit<16> ether_type;
+}
+
+header arp_h {
+    bit<16> htype;
+    bit<16> ptype;
+    bit<8>  hlen;
+    bit<8>  plen;
+    bit<16> oper;
+    bit<48> sha;
+    bit<32> spa;
+    bit<48> tha;
+    bit<32> tpa;
+}
+
+header ipv4_h {
+    bit<4>  version;
+    bit<4>  ihl;
+    bit<6>  dscp;
+    bit<2>  ecn;
+    bit<16> total_len;
+    bit<16> identification;
+    bit<3>  flags;
+    bit<13> frag_offset;
+    bit<8>  ttl;
+    bit<8>  protocol;
+    bit<16> hdr_checksum;
+    ipv4_addr_t src_addr;
+    ipv4_addr_t dst_addr;
+}
+
+/* Only the ports: the rest of TCP/UDP is payload to this program. */
+header l4_ports_h {
+    bit<16> src_port;
+    bit<16> dst_port;
+}
+
+struct ingress_headers_t {
+    packet_out_h packet_out;
+    packet_in_h  packet_in;
+    ethernet_h   ethernet;
+    arp_h        arp;
+    ipv4_h       ipv4;
+    l4_ports_h   l4;
+}
+
+struct ingress_metadata_t {
+    bit<16> l4_src;
+    bit<16> l4_dst;
+    /* ECMP: seed and masks from ecmp_hash, then the masked fields the selector hashes */
+    bit<32> hash_seed;
+    bit<48> eth_src_mask;
+    bit<48> eth_dst_mask;
+    bit<32> ipv4_src_mask;
+    bit<32> ipv4_dst_mask;
+    bit<8>  ip_proto_mask;
+    bit<16> l4_src_mask;
+    bit<16> l4_dst_mask;
+    bit<48> h_eth_src;
+    bit<48> h_eth_dst;
+    bit<32> h_ipv4_src;
+    bit<32> h_ipv4_dst;
+    bit<8>  h_ip_proto;
+    bit<16> h_l4_src;
+    bit<16> h_l4_dst;
+}
+
+struct egress_headers_t {
+    ethernet_h ethernet;
+    ipv4_h     ipv4;
+}
+
+struct egress_metadata_t {
+    bit<19> ecn_threshold_cells;
+    bit<1>  ecn_enabled;
+    bit<19> depth_plus_one;
+    bit<19> excess;
+    bit<32> q;
+    bit<32> bucket;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+parser FabricIngressParser(packet_in pkt, out ingress_headers_t hdr,
+                           out ingress_metadata_t meta,
+                           out ingress_intrinsic_metadata_t ig_intr_md) {
+    state start {
+        pkt.extract(ig_intr_md);
+        pkt.advance(PORT_METADATA_SIZE);
+        meta.l4_src = 0;
+        meta.l4_dst = 0;
+        transition select(ig_intr_md.ingress_port) {
+            CPU_PORT: parse_packet_out;
+            default: parse_ethernet;
+        }
+    }
+    state parse_packet_out {
+        pkt.extract(hdr.packet_out);
+        transition parse_ethernet;
+    }
+    state parse_ethernet {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETH_TYPE_IPV4: parse_ipv4;
+            ETH_TYPE_ARP: parse_arp;
+            default: accept;
+        }
+    }
+    state parse_arp {
+        pkt.extract(hdr.arp);
+        transition accept;
+    }
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (5, 0, IP_PROTO_TCP): parse_l4;
+            (5, 0, IP_PROTO_UDP): parse_l4;
+            default: accept;
+        }
+    }
+    state parse_l4 {
+        pkt.extract(hdr.l4);
+        meta.l4_src = hdr.l4.src_port;
+        meta.l4_dst = hdr.l4.dst_port;
+        transition accept;
+    }
+}
+
+control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta,
+                      in ingress_intrinsic_metadata_t ig_intr_md,
+                      in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
+                      inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                      inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+    Counter<bit<64>, bit<32>>(PORTS, CounterType_t.PACKETS_AND_BYTES) port_rx;
+    Counter<bit<64>, bit<32>>(3, CounterType_t.PACKETS) punted;
+    Counter<bit<64>, bit<32>>(2, CounterType_t.PACKETS) dropped;
+
+    CRCPolynomial<bit<32>>(ECMP_CRC_POLY, true, false, false, 32w0xFFFFFFFF, 32w0xFFFFFFFF)
+        ecmp_poly;
+    Hash<bit<32>>(HashAlgorithm_t.CUSTOM, ecmp_poly) ecmp_selector_hash;
+    ActionProfile(1024) ecmp_profile;
+    ActionSelector(ecmp_profile, ecmp_selector_hash, SelectorMode_t.FAIR, 32, 128) ecmp_selector;
+
+    action drop() {
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    action send_to_cpu() {
+        ig_tm_md.ucast_egress_port = CPU_PORT;
+        ig_tm_md.bypass_egress = 1;
+        hdr.packet_in.setValid();
+        hdr.packet_in.ingress_port = ig_intr_md.ingress_port;
+        hdr.packet_in._pad = 0;
+    }
+
+    action set_egress(PortId_t port) {
+        ig_tm_md.ucast_egress_port = port;
+    }
+
+    action set_priority(bit<3> priority) {
+        ig_tm_md.qid = (QueueId_t) priority;
+        ig_tm_md.ingress_cos = priority;
+    }
+
+    table punt {
+        key = {
+            hdr.ethernet.ether_type : ternary @name("eth_type");
+        }
+        actions = { send_to_cpu; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 64;
+    }
+
+    action set_hash(bit<32> seed, bit<48> eth_src_mask, bit<48> eth_dst_mask,
+                    bit<32> ipv4_src_mask, bit<32> ipv4_dst_mask, bit<8> ip_proto_mask,
+                    bit<16> l4_src_mask, bit<16> l4_dst_mask) {
+        meta.hash_seed = seed;
+        meta.eth_src_mask = eth_src_mask;
+        meta.eth_dst_mask = eth_dst_mask;
+        meta.ipv4_src_mask = ipv4_src_mask;
+        meta.ipv4_dst_mask = ipv4_dst_mask;
+        meta.ip_proto_mask = ip_proto_mask;
+        meta.l4_src_mask = l4_src_mask;
+        meta.l4_dst_mask = l4_dst_mask;
+    }
+
+    table ecmp_hash {
+        key = {
+            hdr.ethernet.ether_type : ternary @name("eth_type");
+        }
+        actions = { set_hash; }
+        /* no entry: the 5-tuple, seed 0 */
+        default_action = set_hash(0, 0, 0, 0xffffffff, 0xffffffff, 0xff, 0xffff, 0xffff);
+        size = 16;
+    }
+
+    action mask_hash_fields() {
+        meta.h_eth_src = hdr.ethernet.src_addr & meta.eth_src_mask;
+        meta.h_eth_dst = hdr.ethernet.dst_addr & meta.eth_dst_mask;
+        meta.h_ipv4_src = hdr.ipv4.src_addr & meta.ipv4_src_mask;
+        meta.h_ipv4_dst = hdr.ipv4.dst_addr & meta.ipv4_dst_mask;
+        meta.h_ip_proto = hdr.ipv4.protocol & meta.ip_proto_mask;
+        meta.h_l4_src = meta.l4_src & meta.l4_src_mask;
+        meta.h_l4_dst = meta.l4_dst & meta.l4_dst_mask;
+    }
+
+    table dscp_to_priority {
+        key = {
+            hdr.ipv4.dscp : exact @name("dscp");
+        }
+        actions = { set_priority; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 64;
+    }
+
+    table pinned {
+        key = {
+            hdr.ipv4.src_addr : ternary @name("ipv4_src");
+            hdr.ipv4.dst_addr : ternary @name("ipv4_dst");
+            hdr.ipv4.protocol : ternary @name("ip_proto");
+            hdr.ipv4.dscp     : ternary @name("dscp");
+            meta.l4_src       : ternary @name("l4_src");
+            meta.l4_dst       : ternary @name("l4_dst");
+        }
+        actions = { set_egress; drop; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 4096;
+    }
+
+    table routes {
+        key = {
+            hdr.ipv4.dst_addr : lpm @name("ipv4_dst");
+            meta.hash_seed    : selector;
+            meta.h_eth_src    : selector;
+            meta.h_eth_dst    : selector;
+            meta.h_ipv4_src   : selector;
+            meta.h_ipv4_dst   : selector;
+            meta.h_ip_proto   : selector;
+            meta.h_l4_src     : selector;
+            meta.h_l4_dst     : selector;
+        }
+        actions = { set_egress; }
+        implementation = ecmp_selector;
+        size = 4096;
+    }
+
+    apply {
+        if (hdr.packet_out.isValid()) {
+            ig_tm_md.ucast_egress_port = hdr.packet_out.egress_port;
+            ig_tm_md.bypass_egress = 1;
+            hdr.packet_out.setInvalid();
+        } else {
+            port_rx.count((bit<32>) ig_intr_md.ingress_port);
+            if (punt.apply().hit) {
+                if (hdr.ethernet.ether_type == ETH_TYPE_ARP) {
+                    punted.count(0);
+                } else if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
+                    punted.count(1);
+                } else {
+                    punted.count(2);
+                }
+            } else if (!hdr.ipv4.isValid()) {
+                dropped.count(1);
+                drop();
+            } else {
+                dscp_to_priority.apply();
+                if (!pinned.apply().hit) {
+                    ecmp_hash.apply();
+                    mask_hash_fields();
+                    if (!routes.apply().hit) {
+                        dropped.count(0);
+                        drop();
+                    }
+                }
+            }
+        }
+    }
+}
+
+control FabricIngressDeparser(packet_out pkt, inout ingress_headers_t hdr,
+                              in ingress_metadata_t meta,
+                              in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    apply {
+        pkt.emit(hdr.packet_in);
+        pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.arp);
+        pkt.emit(hdr.ipv4);
+        pkt.emit(hdr.l4);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+parser FabricEgressParser(packet_in pkt, out egress_headers_t hdr, out egress_metadata_t meta,
+                          out egress_intrinsic_metadata_t eg_intr_md) {
+    state start {
+        pkt.extract(eg_intr_md);
+        meta.ecn_threshold_cells = 0;
+        meta.ecn_enabled = 0;
+        meta.depth_plus_one = 0;
+        meta.excess = 0;
+        meta.q = 0;
+        meta.bucket = 0;
+        transition parse_ethernet;
+    }
+    state parse_ethernet {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETH_TYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        transition accept;
+    }
+}
+
+control FabricEgress(inout egress_headers_t hdr, inout egress_metadata_t meta,
+                     in egress_intrinsic_metadata_t eg_intr_md,
+                     in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
+                     inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
+                     inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
+    Counter<bit<64>, bit<32>>(PORTS, CounterType_t.PACKETS_AND_BYTES) port_tx;
+    Counter<bit<64>, bit<32>>(PORT_QUEUES, CounterType_t.PACKETS_AND_BYTES) queue_tx;
+    Counter<bit<64>, bit<32>>(PORT_QUEUES, CounterType_t.PACKETS) ecn_marked;
+    Counter<bit<64>, bit<32>>(PORT_QUEUES * 8, CounterType_t.PACKETS) queue_depth_hist;
+    Register<bit<32>, bit<32>>(PORT_QUEUES, 0) queue_depth_cells;
+    RegisterAction<bit<32>, bit<32>, bit<32>>(queue_depth_cells) record_depth = {
+        void apply(inout bit<32> value) {
+            value = (bit<32>) eg_intr_md.enq_qdepth;
+        }
+    };
+
+    action mark_ecn(bit<19> threshold_cells) {
+        meta.ecn_threshold_cells = threshold_cells;
+        meta.ecn_enabled = 1;
+    }
+
+    table ecn_threshold {
+        key = {
+            eg_intr_md.egress_port : exact @name("egress_port");
+            eg_intr_md.egress_qid  : exact @name("priority");
+        }
+        actions = { mark_ecn; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 4096;
+    }
+
+    /* Bucket of the depth histogram: the largest b with enq_qdepth >= QDEPTH_LO_CELLS[b]. */
+    action set_bucket(bit<32> bucket) {
+        meta.bucket = bucket;
+    }
+
+    table depth_bucket {
+        key = {
+            eg_intr_md.enq_qdepth : range @name("enq_qdepth");
+        }
+        actions = { set_bucket; }
+        const default_action = set_bucket(7);
+        const entries = {
+            0 .. 18      : set_bucket(0);
+            19 .. 37     : set_bucket(1);
+            38 .. 75     : set_bucket(2);
+            76 .. 151    : set_bucket(3);
+            152 .. 303   : set_bucket(4);
+            304 .. 607   : set_bucket(5);
+            608 .. 1215  : set_bucket(6);
+        }
+        size = 16;
+    }
+
+    apply {
+        meta.q = ((bit<32>) eg_intr_md.egress_port) << 3;
+        meta.q = meta.q | (bit<32>) (eg_intr_md.egress_qid & 7);
+        port_tx.count((bit<32>) eg_intr_md.egress_port);
+        queue_tx.count(meta.q);
+        record_depth.execute(meta.q);
+        depth_bucket.apply();
+        queue_depth_hist.count((meta.q << 3) | meta.bucket);
+        ecn_threshold.apply();
+        /* enq_qdepth >= threshold  <=>  (enq_qdepth + 1) |-| threshold != 0 */
+        meta.depth_plus_one = eg_intr_md.enq_qdepth + 1;
+        meta.excess = meta.depth_plus_one |-| meta.ecn_threshold_cells;
+        if (meta.ecn_enabled == 1 && hdr.ipv4.isValid() && hdr.ipv4.ecn != 0
+                && hdr.ipv4.ecn != ECN_CE && meta.excess != 0) {
+            hdr.ipv4.ecn = ECN_CE;
+            ecn_marked.count(meta.q);
+        }
+    }
+}
+
+control FabricEgressDeparser(packet_out pkt, inout egress_headers_t hdr,
+                             in egress_metadata_t meta,
+                             in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+    Checksum() ipv4_checksum;
+
+    apply {
+        if (hdr.ipv4.isValid()) {
+            hdr.ipv4.hdr_checksum = ipv4_checksum.update({
+                hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn,
+                hdr.ipv4.total_len, hdr.ipv4.identification, hdr.ipv4.flags,
+                hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+                hdr.ipv4.src_addr, hdr.ipv4.dst_addr });
+        }
+        pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.ipv4);
+    }
+}
+
+Pipeline(FabricIngressParser(), FabricIngress(), FabricIngressDeparser(),
+         FabricEgressParser(), FabricEgress(), FabricEgressDeparser()) pipe;
+
+Switch(pipe) main;
