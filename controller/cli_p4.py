@@ -83,14 +83,16 @@ def entities(topology: str, policy_file: str, switches: tuple[str, ...], qos: bo
               type=click.Path(exists=True, dir_okay=False))
 @click.option("--targets", required=True, type=click.Path(exists=True, dir_okay=False),
               help='JSON {switch: "host:port"} of the P4Runtime servers')
-@click.option("--election-id", default=10, show_default=True, type=click.IntRange(min=1),
+@click.option("--election-id", default=10, show_default=True,
+              type=click.IntRange(min=1, max=2**128 - 1),
               help="P4Runtime election id (the highest connected client is primary)")
 @click.option("--target", "target_name", default="bmv2", show_default=True,
               type=click.Choice(["bmv2", "tofino"]),
               help="bmv2: fabric.p4 on simple_switch_grpc; tofino: fabric_tna.p4 (untested here)")
 @click.option("--tofino-build", type=click.Path(exists=True, file_okay=False),
               help="bf-p4c output directory of fabric_tna.p4 (pipe/tofino.bin, pipe/context.json)")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def controller(topology: str, policy_file: str, targets: str, election_id: int,
                target_name: str, tofino_build: str | None, log_level: str) -> None:
     """Program the P4 switches and answer ARP until SIGTERM (exit 0; 1 failed; 2 invalid)."""

@@ -71,3 +71,41 @@ def test_arp_answered_from_the_address_plan_only():
     assert arp_answer(fab, stranger) is None
     assert arp_answer(fab, reply) is None  # replies are not answered
     assert parse_arp(b"\x00" * 20) is None
+
+
+@pytest.mark.parametrize("doc", [{}, {"leaf1": "nonsense"}, {"leaf1": "127.0.0.1:99999"},
+                                 {"leaf1": "127.0.0.1:0"}, {"leaf1": ":9559"}])
+def test_targets_file_refuses_no_switch_and_bad_addresses(write, doc):
+    fab = load_topology(MAIN_TOPOLOGY)
+    with pytest.raises(ConfigError):
+        load_targets(write(json.dumps(doc), "t.json"), fab)
+    assert load_targets(write(json.dumps({"leaf1": "[::1]:9559"}), "v6.json"), fab)
+
+
+def test_tofino_controller_without_a_build_or_p4info_exits_2(write, tmp_path, monkeypatch):
+    import dataclasses
+
+    from controller.drivers.p4runtime import pipeline
+
+    ok = write(json.dumps({"leaf1": "127.0.0.1:9559"}), "t.json")
+    args = (str(MAIN_TOPOLOGY), str(PINNED_POLICY), str(ok), 10)
+    assert run_p4_controller(*args, "tofino", None) == 2  # no --tofino-build
+    (tmp_path / "pipe").mkdir()
+    (tmp_path / "pipe" / "tofino.bin").write_bytes(b"BIN")
+    (tmp_path / "pipe" / "context.json").write_bytes(b"not json")
+    missing = dataclasses.replace(pipeline.TOFINO, p4info=tmp_path / "none.p4info.txtpb")
+    monkeypatch.setitem(pipeline.TARGETS, "tofino", missing)
+    assert run_p4_controller(*args, "tofino", str(tmp_path)) == 2  # P4Info missing
+    monkeypatch.setitem(pipeline.TARGETS, "tofino",
+                        dataclasses.replace(missing, p4info=pipeline.P4INFO_TXT))
+    assert run_p4_controller(*args, "tofino", str(tmp_path)) == 2  # context.json not JSON
+    assert run_p4_controller(*args, "nosuch", None) == 2
+
+
+def test_controller_command_bounds_election_id_and_log_level():
+    base = ["controller", "-t", str(MAIN_TOPOLOGY), "-p", str(PINNED_POLICY),
+            "--targets", str(MAIN_TOPOLOGY)]
+    r = CliRunner().invoke(p4, base + ["--election-id", str(2**128)])
+    assert r.exit_code == 2 and "--election-id" in r.output
+    r = CliRunner().invoke(p4, base + ["--log-level", "bogus"])
+    assert r.exit_code == 2 and "--log-level" in r.output

@@ -50,10 +50,11 @@ def load_targets(path: str | Path, fabric: Fabric) -> dict[str, str]:
     Raises
     ------
     ConfigError
-        Unreadable file, not an object of strings, or an unknown switch name.
+        Unreadable file, not an object of strings, no switch at all, an unknown switch name, or
+        an address that is not ``host:port`` with a port in 1..65535 (``[v6addr]:port`` for IPv6).
     """
-    def bad(msg: str) -> ConfigError:
-        return ConfigError([ConfigProblem(str(path), 0, 0, "", msg)])
+    def bad(msg: str, field: str = "") -> ConfigError:
+        return ConfigError([ConfigProblem(str(path), 0, 0, field, msg)])
 
     try:
         doc = json.loads(Path(path).read_text())
@@ -61,9 +62,15 @@ def load_targets(path: str | Path, fabric: Fabric) -> dict[str, str]:
         raise bad(str(e)) from None
     if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
         raise bad('expected {switch: "host:port"}')
+    if not doc:
+        raise bad('no switch: expected {switch: "host:port"} with at least one switch')
     unknown = sorted(set(doc) - set(fabric.switch_by_name))
     if unknown:
         raise bad(f"unknown switches {unknown} (not in {fabric.name})")
+    for name, addr in doc.items():
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise bad(f"address {addr!r}: expected host:port with a port in 1..65535", name)
     return dict(doc)
 
 
@@ -130,6 +137,9 @@ def run_p4_controller(topology: str, policy_file: str, targets_file: str, electi
         p4t = TARGETS.get(target)
         if p4t is None:
             raise ValueError(f"unknown P4 target {target!r} (one of {sorted(TARGETS)})")
+        if not p4t.p4info.exists():
+            raise ValueError(f"{p4t.p4info} missing: compile {p4t.source.name} "
+                             f"(make -C {p4t.source.parent})")
         pipeline: tuple[Path, Any] = (p4t.p4info, BMV2_JSON)
         if p4t.name == "tofino":
             if tofino_build is None:

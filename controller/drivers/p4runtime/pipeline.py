@@ -266,7 +266,17 @@ def load_tofino_device_config(build_dir: Path, program: str = "fabric_tna") -> b
     ------
     FileNotFoundError
         ``tofino.bin`` or ``context.json`` missing (compile with ``make -C p4/fabric/tna``).
+    ValueError
+        Either is empty, or ``context.json`` is not a JSON object (not bf-p4c's output).
     """
+    import json
+
     pipe = Path(build_dir) / "pipe"
-    return tofino_device_config(program, (pipe / "tofino.bin").read_bytes(),
-                                (pipe / "context.json").read_bytes())
+    context = (pipe / "context.json").read_bytes()
+    try:
+        ok = isinstance(json.loads(context), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{pipe / 'context.json'}: not a JSON object (not bf-p4c's output)")
+    return tofino_device_config(program, (pipe / "tofino.bin").read_bytes(), context)
