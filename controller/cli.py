@@ -131,7 +131,10 @@ def policy_explain(file: str, topology: str | None) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Write one file per switch here (default: print them).")
 def policy_render(file: str, topology: str, target: str, out_dir: str | None) -> None:
-    """Render FILE's QoS for every switch of the topology; nothing is written on any error."""
+    """Render FILE's QoS for every switch of the topology; nothing is written on any error.
+
+    Exit 2 for an invalid policy, 1 when the files cannot be written to --out.
+    """
     from controller.qos.compile import compile_qos
     from controller.render import render
 
@@ -148,10 +151,49 @@ def policy_render(file: str, topology: str, target: str, out_dir: str | None) ->
             click.echo(text, nl=False)
         return
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (out / name).write_text(text, encoding="utf-8")
+    try:
+        _write_all(out, files)
+    except OSError as exc:
+        click.echo(f"{file}: cannot write the rendering to {out}: {exc.strerror or exc} "
+                   f"({exc.filename or out}); nothing was written", err=True)
+        sys.exit(EXIT_FAILED)
     console.print(f"wrote {len(files)} file(s) to {out}", markup=False)
+
+
+def _write_all(out: Path, files: dict[str, str]) -> None:
+    """Write ``files`` (name → text) into directory ``out`` all or nothing: each to a temporary
+    name in ``out`` first, renamed over its final name only when every one was written (a rename
+    within a directory is atomic). On any error the temporaries are removed.
+
+    Raises
+    ------
+    OSError
+        ``out`` cannot be created or written, or a final name is taken by something that is not
+        a regular file (checked before anything is renamed).
+    """
+    import tempfile
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        dest = out / name
+        if dest.exists() and not dest.is_file():
+            raise IsADirectoryError(21, "not a regular file, will not replace it", str(dest))
+    umask = os.umask(0)
+    os.umask(umask)
+    temps: dict[str, str] = {}
+    try:
+        for name, text in files.items():
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+            temps[name] = tmp
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o666 & ~umask)  # as open() would create it (mkstemp makes it 0600)
+        for name in list(temps):
+            os.replace(temps[name], out / name)
+            del temps[name]
+    finally:
+        for tmp in temps.values():
+            Path(tmp).unlink(missing_ok=True)
 
 
 @policy.command("diff")

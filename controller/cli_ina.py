@@ -7,7 +7,7 @@
 * ``aifabric ina job delete JOB_ID --switch HOST:PORT --device-id N``: tear it down.
 * ``aifabric ina job list --switch HOST:PORT --device-id N``: jobs, regions, counters, drops.
 * ``aifabric ina simulate -n 4 --length 100000 [--loss 0.01]``: the worker protocol against the
-  reference switch model on a virtual clock.
+  reference switch model on a virtual clock (``--length`` at most :data:`MAX_SIM_LENGTH`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import sys
 
 import click
@@ -22,6 +23,19 @@ import click
 from controller.ina.program import MAX_JOBS, MAX_SLOTS, MAX_WORKERS
 
 EXIT_INVALID = 2
+MAX_SIM_LENGTH = 1_000_000
+"""The most float32 values per worker ``ina simulate`` takes: one million (4 MB per worker, ten
+times the default). The simulator holds several copies per worker (inputs, float64 sums and
+error bounds, results) and runs every packet (64 values each) in Python, so memory and time grow
+with workers × length; all-reduces larger than this belong on a lab or a switch, not on the
+reference model."""
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """Refuse NaN (click's FloatRange compares, and every comparison with NaN is false)."""
+    if math.isnan(value):
+        raise click.BadParameter("must be a number, not nan")
+    return value
 
 
 @click.group("ina")
@@ -165,12 +179,13 @@ def job_list(address: str, device_id: int, election_id: int) -> None:
 
 @ina.command("simulate")
 @click.option("-n", "--workers", default=4, show_default=True, type=click.IntRange(1, MAX_WORKERS))
-@click.option("--length", default=100_000, show_default=True, type=click.IntRange(min=1),
-              help="float32 values per worker")
+@click.option("--length", default=100_000, show_default=True,
+              type=click.IntRange(1, MAX_SIM_LENGTH),
+              help=f"float32 values per worker (at most {MAX_SIM_LENGTH:,})")
 @click.option("--pool", default=32, show_default=True, type=click.IntRange(1, MAX_SLOTS),
               help="slots (window)")
 @click.option("--loss", default=0.0, show_default=True,
-              type=click.FloatRange(0.0, 1.0, max_open=True),
+              type=click.FloatRange(0.0, 1.0, max_open=True), callback=_finite,
               help="loss probability, each direction, in [0, 1)")
 @click.option("--seed", default=1, show_default=True, type=click.IntRange(min=0))
 def simulate_cmd(workers: int, length: int, pool: int, loss: float, seed: int) -> None:

@@ -5,6 +5,12 @@ required is an error, so a value can never be read in the wrong unit.
 
 Rates are returned in bits/s, durations in µs (float), sizes in bytes (int). Decimal (SI)
 prefixes throughout (1 Gbps = 10**9 bit/s, 1 MB = 10**6 bytes); binary sizes use ``KiB``/``MiB``/``GiB``.
+
+Only finite numbers are read (``inf`` and ``nan`` are not numbers here), and each kind of quantity
+has a ceiling far above anything real (:data:`MAX_RATE_BPS`, :data:`MAX_DURATION_US`,
+:data:`MAX_SIZE_BYTES`, :data:`MAX_LENGTH_M`): a value above it is a typo (``1e300s``), and
+refusing it here keeps every later formula in exact, finite integers. Fields with tighter
+limits (e.g. a meter's 32-bit kbit/s rate) check those where they are declared.
 """
 
 from __future__ import annotations
@@ -42,12 +48,25 @@ SIZE_UNITS_BYTES: dict[str, float] = {
 }
 LENGTH_UNITS_M: dict[str, float] = {"m": 1.0, "km": 1e3}
 
+MAX_RATE_BPS = 10**15
+"""The fastest rate read, 1 Pbit/s: 625 times the fastest Ethernet link (1.6 Tbit/s,
+IEEE 802.3dj)."""
+MAX_DURATION_US = 86_400e6
+"""The longest duration read, one day (in µs): no latency, RTT, queue depth, watchdog or
+experiment time of a fabric comes near it."""
+MAX_SIZE_BYTES = 10**15
+"""The largest size read, 1 PB: far above any switch buffer (hundreds of MB) or data set moved by
+one collective."""
+MAX_LENGTH_M = 1e8
+"""The longest cable read, 100,000 km (more than twice around the Earth)."""
+
 
 class UnitError(ValueError):
     """A quantity is missing its unit, has an unknown unit, or is negative."""
 
 
-def _parse(value: object, table: dict[str, float], what: str, example: str) -> float:
+def _parse(value: object, table: dict[str, float], what: str, example: str,
+           most: float, most_text: str) -> float:
     if isinstance(value, bool) or isinstance(value, int | float):
         raise UnitError(
             f"{value!r} has no unit; write the {what} with one of "
@@ -64,29 +83,33 @@ def _parse(value: object, table: dict[str, float], what: str, example: str) -> f
             f"unknown {what} unit {unit!r} in {value!r}; use one of {', '.join(sorted(set(table)))}"
         )
     value_f = float(m.group("num")) * table[unit]
-    if not math.isfinite(value_f):
-        raise UnitError(f"{value!r} is too large")
+    if not math.isfinite(value_f) or value_f > most:
+        raise UnitError(f"{what} {value!r} is too large: the largest accepted is {most_text}")
     return value_f
 
 
 def parse_rate_bps(value: object) -> int:
-    """Parse a rate (``'40Mbps'``) to bits/s (int). Raises :class:`UnitError`."""
-    return round(_parse(value, RATE_UNITS_BPS, "rate", "Gbps"))
+    """Parse a rate (``'40Mbps'``) to bits/s (int), at most :data:`MAX_RATE_BPS`.
+    Raises :class:`UnitError`."""
+    return round(_parse(value, RATE_UNITS_BPS, "rate", "Gbps", MAX_RATE_BPS, "1000Tbps"))
 
 
 def parse_duration_us(value: object) -> float:
-    """Parse a duration (``'10us'``, ``'2ms'``) to microseconds. Raises :class:`UnitError`."""
-    return _parse(value, DURATION_UNITS_US, "duration", "us")
+    """Parse a duration (``'10us'``, ``'2ms'``) to microseconds, at most :data:`MAX_DURATION_US`.
+    Raises :class:`UnitError`."""
+    return _parse(value, DURATION_UNITS_US, "duration", "us", MAX_DURATION_US, "86400s (one day)")
 
 
 def parse_size_bytes(value: object) -> int:
-    """Parse a size (``'1.5MB'``, ``'64KiB'``) to bytes (int). Raises :class:`UnitError`."""
-    return round(_parse(value, SIZE_UNITS_BYTES, "size", "MB"))
+    """Parse a size (``'1.5MB'``, ``'64KiB'``) to bytes (int), at most :data:`MAX_SIZE_BYTES`.
+    Raises :class:`UnitError`."""
+    return round(_parse(value, SIZE_UNITS_BYTES, "size", "MB", MAX_SIZE_BYTES, "1000000GB (1 PB)"))
 
 
 def parse_length_m(value: object) -> float:
-    """Parse a cable length (``'100m'``, ``'2km'``) to metres. Raises :class:`UnitError`."""
-    return _parse(value, LENGTH_UNITS_M, "length", "m")
+    """Parse a cable length (``'100m'``, ``'2km'``) to metres, at most :data:`MAX_LENGTH_M`.
+    Raises :class:`UnitError`."""
+    return _parse(value, LENGTH_UNITS_M, "length", "m", MAX_LENGTH_M, "100000km")
 
 
 def format_rate(bps: float) -> str:

@@ -123,3 +123,44 @@ def test_program_names_match_the_committed_p4info():
     for name in (*program.JOB_COUNTERS, program.DROP_COUNTER, *program.REGISTERS):
         assert name in aliases, name
     assert 'name: "packet_out"' in info
+
+
+@pytest.mark.parametrize(("old", "new", "where", "message"), [
+    ("job_id: 3", "job_id: .inf", "1:9: job_id", "must be an integer, got inf"),
+    ("job_id: 3", "job_id: -.inf", "1:9: job_id", "must be an integer, got -inf"),
+    ("pool_size: 16", "pool_size: .inf", "2:12: pool_size", "must be an integer, got inf"),
+    ("elements_per_packet: 64", "elements_per_packet: .inf", "3:22: elements_per_packet",
+     "must be an integer, got inf"),
+    ("job_id: 3", "job_id: 3.9", "1:9: job_id", "must be an integer, got 3.9"),
+    ("job_id: 3", "job_id: true", "1:9: job_id", "must be an integer, got True"),
+    ("job_id: 3", 'job_id: "7"', "1:9: job_id", "must be an integer, got '7'"),
+    ("udp_port: 40000, switch_port: 2", "udp_port: 40000, switch_port: 2.5",
+     "7:78: workers[1].switch_port", "must be an integer, got 2.5"),
+    ("udp_port: 40000, switch_port: 2", "udp_port: 40000, switch_port: 1",
+     "7:78: workers[1].switch_port", "port 1 is already worker 0's (one worker per switch port)"),
+    ("ipv4: 10.0.0.2,", "ipv4: 10.0.0.1,", "7:12: workers[1].ipv4",
+     "10.0.0.1 is already worker 0's (one worker per address)"),
+    ("udp_port: 40000, switch_port: 2", "udp_port: 40000, switch_port: 255",
+     "7:78: workers[1].switch_port", "port 255 is the program's CPU_PORT"),
+])
+def test_job_fields_are_strict_and_located(tmp_path, old, new, where, message):
+    assert JOB.count(old) == 1, old
+    p = tmp_path / "job.yaml"
+    p.write_text(JOB.replace(old, new))
+    with pytest.raises(ConfigError) as ei:
+        load_job(p)
+    assert f"{p}:{where}: {message}" in "\n".join(map(str, ei.value.problems))
+    r = CliRunner().invoke(ina, ["job", "check", str(p)])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert f"{p}:{where}: {message}" in r.stderr
+
+
+def test_simulate_refuses_nan_loss_and_lengths_past_the_bound():
+    from controller.cli_ina import MAX_SIM_LENGTH
+
+    r = CliRunner().invoke(ina, ["simulate", "--loss", "nan"])
+    assert r.exit_code == 2 and "'--loss': must be a number, not nan" in r.output
+    for length in (str(MAX_SIM_LENGTH + 1), "1000000000", "99999999999999999999"):
+        r = CliRunner().invoke(ina, ["simulate", "--length", length])
+        assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+        assert f"1<=x<={MAX_SIM_LENGTH}" in r.output

@@ -111,11 +111,12 @@ def test_queue_depth_whose_bfifo_limit_overflows_u32_is_rejected(write, tmp_path
     assert limits and max(limits) <= TC_LIMIT_MAX_BYTES
 
 
-def test_compile_refuses_an_overflowing_queue_limit(write):
+def test_openflow_rendering_refuses_an_overflowing_queue_limit(write):
     fabric = load_topology(AI_TOPOLOGY)
     pol = load_policy(write(variant("queue_depth: 150us", "queue_depth: 100ms")))  # no fabric
+    plan = compile_qos(pol, fabric)  # target-neutral: only the bfifo rendering cannot hold it
     with pytest.raises(ValueError, match="buffers.queue_depth: 100000us on leaf1 port 3"):
-        compile_qos(pol, fabric)
+        render_openflow(plan)
 
 
 def test_policy_check_exits_2_on_a_zero_shaper(tmp_path):

@@ -1,9 +1,16 @@
+import re
+
 import pytest
 
 from controller.units import (
+    MAX_DURATION_US,
+    MAX_LENGTH_M,
+    MAX_RATE_BPS,
+    MAX_SIZE_BYTES,
     UnitError,
     format_rate,
     parse_duration_us,
+    parse_length_m,
     parse_rate_bps,
     parse_size_bytes,
 )
@@ -34,3 +41,29 @@ def test_bare_numbers_and_unknown_units_are_errors(bad):
 def test_format_rate_round_trips():
     for text in ("40Mbps", "25Gbps", "400Gbps"):
         assert format_rate(parse_rate_bps(text)) == text
+
+
+@pytest.mark.parametrize(("parse", "text", "message"), [
+    (parse_duration_us, "1e300s", "duration '1e300s' is too large: the largest accepted is 86400s"),
+    (parse_duration_us, "86401s", "too large: the largest accepted is 86400s (one day)"),
+    (parse_size_bytes, "1e400B", "size '1e400B' is too large: the largest accepted is 1000000GB (1 PB)"),
+    (parse_rate_bps, "1e290Tbps", "rate '1e290Tbps' is too large: the largest accepted is 1000Tbps"),
+    (parse_length_m, "1e9km", "length '1e9km' is too large: the largest accepted is 100000km"),
+])
+def test_absurdly_large_quantities_are_refused(parse, text, message):
+    with pytest.raises(UnitError, match=re.escape(message)):
+        parse(text)
+
+
+@pytest.mark.parametrize("text", ["inf", "infs", "nan", "NaNus", "-1us", "infGbps", "1e999MB"])
+def test_non_finite_or_negative_quantities_are_refused(text):
+    for parse in (parse_duration_us, parse_size_bytes, parse_rate_bps):
+        with pytest.raises(UnitError):
+            parse(text)
+
+
+def test_the_ceilings_themselves_are_accepted():
+    assert parse_duration_us("86400s") == MAX_DURATION_US
+    assert parse_size_bytes("1000000GB") == MAX_SIZE_BYTES
+    assert parse_rate_bps("1000Tbps") == MAX_RATE_BPS
+    assert parse_length_m("100000km") == MAX_LENGTH_M

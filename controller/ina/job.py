@@ -26,6 +26,7 @@ from typing import Any
 
 from controller.errors import ConfigError, ConfigProblem
 from controller.ina.program import (
+    CPU_PORT,
     ELEMS,
     INA_DST,
     INA_JOBS,
@@ -77,6 +78,8 @@ class JobSpec:
                         f"elements per packet (got {self.elems}); recompile p4/aggregation"))
         if not 1 <= len(self.workers) <= MAX_WORKERS:
             out.append((("workers",), f"needs 1..{MAX_WORKERS} workers (got {len(self.workers)})"))
+        port_of: dict[int, int] = {}
+        ip_of: dict[str, int] = {}
         for i, w in enumerate(self.workers):
             if w.worker_id != i:
                 out.append((("workers", i), f"worker_id {w.worker_id} != position {i}"))
@@ -84,6 +87,17 @@ class JobSpec:
                 out.append((("workers", i, "udp_port"), f"not a UDP port: {w.udp_port}"))
             if not 0 <= w.switch_port < 511:
                 out.append((("workers", i, "switch_port"), f"not a port: {w.switch_port}"))
+            elif w.switch_port == CPU_PORT:
+                out.append((("workers", i, "switch_port"), f"port {CPU_PORT} is the program's "
+                            "CPU_PORT (packet-in/out), not a worker port"))
+            elif w.switch_port in port_of:
+                out.append((("workers", i, "switch_port"), f"port {w.switch_port} is already "
+                            f"worker {port_of[w.switch_port]}'s (one worker per switch port)"))
+            port_of.setdefault(w.switch_port, i)
+            if w.ipv4 in ip_of:
+                out.append((("workers", i, "ipv4"), f"{w.ipv4} is already worker "
+                            f"{ip_of[w.ipv4]}'s (one worker per address)"))
+            ip_of.setdefault(w.ipv4, i)
             for key, value in (("ipv4", w.ipv4), ("mac", w.mac)):
                 if not _valid(key, value):
                     out.append((("workers", i, key), f"not a valid {key}: {value!r}"))
@@ -135,14 +149,43 @@ def load_job(path: str | Path) -> JobSpec:
             probs.append(doc.problem((), f"{k}: missing"))
     if probs:
         raise ConfigError(probs)
-    try:
-        svc = d["service"]
-        workers = tuple(WorkerSpec(i, str(w["ipv4"]), str(w["mac"]), int(w["udp_port"]),
-                                   int(w["switch_port"])) for i, w in enumerate(d["workers"]))
-        spec = JobSpec(int(d["job_id"]), workers, int(d["pool_size"]), str(svc["ipv4"]),
-                       str(svc["mac"]), int(d.get("elements_per_packet", ELEMS)))
-    except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError([doc.problem((), f"malformed job: {e!r}")]) from e
+    def integer(path: tuple[str | int, ...], value: object) -> int:
+        """``value`` when it is a YAML integer; else a located problem (3.9, true, "7", .inf
+        are not silently converted)."""
+        if type(value) is not int:
+            probs.append(doc.problem(path, f"must be an integer, got {value!r}"))
+            return 0
+        return value
+
+    def mapping(path: tuple[str | int, ...], value: object,
+                keys: tuple[str, ...]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            probs.append(doc.problem(path, f"expected a mapping with {', '.join(keys)}"))
+            return {}
+        probs.extend(doc.problem(path + (k,), "unknown key", key=True) for k in value
+                     if k not in keys)
+        probs.extend(doc.problem(path, f"{k}: missing") for k in keys if k not in value)
+        return value
+
+    svc = mapping(("service",), d["service"], ("ipv4", "mac"))
+    raw_workers = d["workers"]
+    if not isinstance(raw_workers, list):
+        probs.append(doc.problem(("workers",), "expected a list of workers"))
+        raw_workers = []
+    worker_keys = ("ipv4", "mac", "udp_port", "switch_port")
+    workers: list[WorkerSpec] = []
+    for i, raw in enumerate(raw_workers):
+        w = mapping(("workers", i), raw, worker_keys)
+        if all(k in w for k in worker_keys):
+            workers.append(WorkerSpec(i, str(w["ipv4"]), str(w["mac"]),
+                                      integer(("workers", i, "udp_port"), w["udp_port"]),
+                                      integer(("workers", i, "switch_port"), w["switch_port"])))
+    job_id = integer(("job_id",), d["job_id"])
+    pool_size = integer(("pool_size",), d["pool_size"])
+    elems = integer(("elements_per_packet",), d.get("elements_per_packet", ELEMS))
+    if probs:
+        raise ConfigError(probs)
+    spec = JobSpec(job_id, tuple(workers), pool_size, str(svc["ipv4"]), str(svc["mac"]), elems)
     bad = spec.problems()
     if bad:
         raise ConfigError([doc.problem(p, m) for p, m in bad])

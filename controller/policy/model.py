@@ -172,12 +172,27 @@ at least one MTU per second ("HTB requires at least an mtu sized min-rate to sen
 would not get the rate written either. Why 8 frames per second: a frame then waits at most 1/8 s
 for tokens, less than Linux TCP's minimum retransmission timeout (200 ms), so a shaped flow is
 slow but not stuck in timeouts."""
+MAX_POLICY_RATE_BPS = (2**32 - 1) * 1000
+"""The highest rate a policy's ``rate_limit``, shaper or DCI-shaper accepts: 4,294,967,295 kbit/s
+(about 4.295 Tbit/s).
+
+Why this value: a ``rate_limit`` becomes an OpenFlow 1.3 meter band, whose ``rate`` is a
+``uint32`` in kbit/s (``struct ofp_meter_band_header``, OpenFlow 1.3.5 §7.3.4.5); any higher
+rate cannot be written. Using the same ceiling for every rate field keeps one rule, and it
+costs nothing: no Ethernet port is faster than 1.6 Tbit/s (IEEE 802.3dj), and a shaper above
+its port's rate shapes nothing (the fabric-aware checks refuse that)."""
 TC_LIMIT_MAX_BYTES = 2**32 - 1
 """The largest queue limit the openflow rendering can hand to Linux: ``bfifo``'s ``limit`` is a
 32-bit byte count (``struct tc_fifo_qopt``, ``__u32 limit``)."""
 
 
 def _rate_at_least_floor(v: int | None) -> int | None:
+    """``v`` when it is in [:data:`MIN_SHAPER_RATE_BPS`, :data:`MAX_POLICY_RATE_BPS`]."""
+    if v is not None and v > MAX_POLICY_RATE_BPS:
+        raise ValueError(
+            f"rate {format_rate(v)} is above the maximum {format_rate(MAX_POLICY_RATE_BPS)} "
+            "(4294967295 kbit/s, the largest OpenFlow 1.3 meter rate; no port is that fast)"
+        )
     if v is not None and v < MIN_SHAPER_RATE_BPS:
         raise ValueError(
             f"rate {format_rate(v)} is below the minimum {format_rate(MIN_SHAPER_RATE_BPS)} "
@@ -199,7 +214,7 @@ class TrafficClass(_Strict):
     egress queue (0–7; among strict-priority queues a higher number is served first).
     ``scheduling: strict`` or ``dwrr`` with ``weight`` (1–100). ``lossless: true`` needs PFC on
     ``tc``. ``rate_limit`` (YAML, e.g. ``1Gbps``) caps the class at every egress port (a policer,
-    bits/s, at least :data:`MIN_SHAPER_RATE_BPS`).
+    bits/s, at least :data:`MIN_SHAPER_RATE_BPS`, at most :data:`MAX_POLICY_RATE_BPS`).
     """
 
     name: Annotated[str, Field(min_length=1, pattern=NAME_PATTERN)]
@@ -368,7 +383,8 @@ class Buffers(_Strict):
     ``headroom``: PFC headroom per lossless priority group, ``auto`` (derived per port from speed,
     cable and MTU) or a size. ``alpha``: dynamic-threshold factor, a power of two written
     ``'1/8'`` … ``'128'`` (kept as ``alpha_log2``). ``queue_depth``: target queue depth as time at
-    link rate (µs; guidance 100–200 µs).
+    link rate (µs; guidance 100–200 µs), positive: ``0us`` is refused rather than read as "no
+    queue limit" (leave out the ``buffers`` section for the targets' default queues).
     """
 
     size_bytes: int = Field(alias="size")
@@ -384,6 +400,14 @@ class Buffers(_Strict):
     _v_q = field_validator("queue_depth_us", mode="before")(
         lambda cls, v: _unit(parse_duration_us, v)
     )
+
+    @field_validator("queue_depth_us")
+    @classmethod
+    def _depth_positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("queue_depth must be positive (leave out the buffers section for "
+                             "the targets' default queues)")
+        return v
 
     @field_validator("alpha_log2", mode="before")
     @classmethod

@@ -15,10 +15,18 @@ from controller.qos import formulas as f
 from controller.qos.compile import ecn_profile, port_headroom, port_shapers, shaper_of, switch_ports
 from controller.qos.targets import TARGETS
 from controller.render.openflow import STRICT_FLOOR
+from controller.render.tofino import TOFINO_CELL_BYTES
 from controller.units import format_rate, format_size
 
 YamlPath = tuple[str | int, ...]
 QUEUE_DEPTH_GUIDANCE_US = (100.0, 200.0)  # operator guidance for AI fabrics: 100–200 µs
+ECN_THRESHOLD_BITS = 19
+"""Width of the ``mark_ecn`` threshold parameter of both P4 programs: ``threshold_pkts`` of
+``p4/fabric/fabric.p4`` (BMv2) and ``threshold_cells`` of ``p4/fabric/tna/fabric_tna.p4`` (Tofino);
+both compare against the traffic manager's 19-bit queue depth."""
+BFIFO_TARGETS = (None, "openflow")
+"""The targets whose queues are Linux ``bfifo`` qdiscs with a 32-bit byte limit (no target: the
+default rendering is openflow)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,9 @@ def qos_findings(policy: Policy, fabric: Fabric | None = None,
                  target: str | None = None) -> list[Finding]:
     """All QoS findings for ``policy`` (with ``fabric``: also per-port; with ``target``: also the
     target's limits, see :mod:`controller.qos.targets`). Warnings about how the ``openflow``
-    rendering approximates the policy come with no ``target`` or ``target == "openflow"``.
+    rendering approximates the policy, and the 32-bit ``bfifo`` queue limit, come with no
+    ``target`` or ``target == "openflow"`` (:data:`BFIFO_TARGETS`); the 19-bit ECN threshold of
+    the P4 programs with ``target`` ``bmv2`` or ``tofino``.
 
     Raises
     ------
@@ -58,7 +68,11 @@ def qos_findings(policy: Policy, fabric: Fabric | None = None,
         out += _openflow_strict_findings(policy)
     if fabric is not None:
         out += _fabric_findings(policy, fabric)
-        out += _queue_limit_findings(policy, fabric)
+        out += _buffer_size_findings(policy, fabric)
+        if target in BFIFO_TARGETS:
+            out += _queue_limit_findings(policy, fabric)
+    if target in ("bmv2", "tofino"):
+        out += _ecn_width_findings(policy, fabric, target)
     if target is not None:
         caps = TARGETS[target]
         lossless = policy.pfc.lossless_priorities if policy.pfc is not None else ()
@@ -191,6 +205,11 @@ def _buffer_findings(policy: Policy) -> list[Finding]:
     if b.reserved_per_port_bytes > b.size_bytes:
         out.append(Finding(("buffers", "reserved_per_port"), "reserved_per_port is larger than "
                            "the whole buffer (rule: reserved + headroom ≤ buffer)"))
+    for i, wl in enumerate(policy.wan.links if policy.wan is not None else ()):
+        if wl.queue_bytes > b.size_bytes:
+            out.append(Finding(("wan", "links", i, "queue"), f"queue {format_size(wl.queue_bytes)}"
+                               f" is larger than the switch buffer {format_size(b.size_bytes)}: "
+                               "the buffer, not the queue limit, bounds the queue", "warning"))
     return out
 
 
@@ -229,6 +248,22 @@ def _shaping_findings(policy: Policy, fabric: Fabric | None) -> list[Finding]:
         elif ps.port is not None and ps.port not in {p.port for p in ports[ps.switch]}:
             out.append(Finding(("shaping", "ports", i, "port"), f"switch {ps.switch!r} has no "
                                f"port {ps.port}"))
+        elif ps.port is not None:
+            link = next(p.rate_bps for p in ports[ps.switch] if p.port == ps.port)
+            if ps.rate_bps > link:
+                out.append(Finding(("shaping", "ports", i, "rate"), f"shaper "
+                                   f"{format_rate(ps.rate_bps)} is above the rate "
+                                   f"{format_rate(link)} of port {ps.port} of switch "
+                                   f"{ps.switch!r} (rule: a port shaper is at most its port's "
+                                   "rate)"))
+        elif ports[ps.switch]:
+            fastest = max(p.rate_bps for p in ports[ps.switch])
+            if ps.rate_bps > fastest:
+                out.append(Finding(("shaping", "ports", i, "rate"), f"shaper "
+                                   f"{format_rate(ps.rate_bps)} is above the rate of every port "
+                                   f"of switch {ps.switch!r} (the fastest: "
+                                   f"{format_rate(fastest)}), so it shapes none (rule: a port "
+                                   "shaper is at most its port's rate)"))
     return out
 
 
@@ -254,31 +289,93 @@ def _openflow_strict_findings(policy: Policy) -> list[Finding]:
 
 
 def _queue_limit_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
-    """``buffers.queue_depth`` at the rate each port drains at (its shaper, else its link) must
-    give a queue limit tc's ``bfifo`` can hold (:data:`TC_LIMIT_MAX_BYTES`, 32 bits). Ports of
-    the policy's ``wan.links`` take ``wan.links[].queue`` instead (checked by the model)."""
+    """``buffers.queue_depth`` at the rate each port drains at (min(its shaper, its link)) must
+    give a queue limit tc's ``bfifo`` can hold (:data:`TC_LIMIT_MAX_BYTES`, 32 bits). Only for
+    the targets that use a ``bfifo`` (:data:`BFIFO_TARGETS`). Ports of the policy's
+    ``wan.links`` take ``wan.links[].queue`` instead (checked by the model)."""
+    worst = _deepest_queue(policy, fabric)
+    if worst is None or worst[0] <= TC_LIMIT_MAX_BYTES:
+        return []
     b = policy.buffers
-    if b is None or not b.queue_depth_us:
-        return []
-    shapers = port_shapers(policy)
-    wan = {frozenset(wl.between) for wl in (policy.wan.links if policy.wan else ())}
-    worst: tuple[int, str, int, int] | None = None  # (limit bytes, switch, port, rate)
-    for sw, ports in sorted(switch_ports(fabric, policy).items()):
-        for p in ports:
-            if frozenset((sw, p.peer)) in wan:
-                continue
-            shaper = shaper_of(shapers, sw, p.port)
-            rate = shaper.rate_bps if shaper is not None else p.rate_bps
-            limit = f.queue_bytes_for_time(rate, b.queue_depth_us)
-            if limit > TC_LIMIT_MAX_BYTES and (worst is None or limit > worst[0]):
-                worst = (limit, sw, p.port, rate)
-    if worst is None:
-        return []
+    assert b is not None
     limit, sw, port, rate = worst
     return [Finding(("buffers", "queue_depth"),
                     f"queue depth {b.queue_depth_us:g}us at {format_rate(rate)} (switch {sw!r} "
                     f"port {port}) is a queue limit of {limit}B, above {TC_LIMIT_MAX_BYTES}B, the "
                     "largest tc bfifo limit (rule: a queue limit fits in 32 bits)")]
+
+
+def _deepest_queue(policy: Policy, fabric: Fabric) -> tuple[int, str, int, int] | None:
+    """(queue limit bytes, switch, port, drain rate) of the port with the longest queue limit
+    ``buffers.queue_depth`` gives (rate: min(the port's shaper, its link), as
+    :func:`controller.qos.compile.compile_qos` computes it); None without buffers or ports.
+    DCI ports of ``wan.links`` are left out (their queue is ``wan.links[].queue``)."""
+    b = policy.buffers
+    if b is None:
+        return None
+    shapers = port_shapers(policy)
+    wan = {frozenset(wl.between) for wl in (policy.wan.links if policy.wan else ())}
+    worst: tuple[int, str, int, int] | None = None
+    for sw, ports in sorted(switch_ports(fabric, policy).items()):
+        for p in ports:
+            if frozenset((sw, p.peer)) in wan:
+                continue
+            shaper = shaper_of(shapers, sw, p.port)
+            rate = min(shaper.rate_bps, p.rate_bps) if shaper is not None else p.rate_bps
+            limit = f.queue_bytes_for_time(rate, b.queue_depth_us)
+            if worst is None or limit > worst[0]:
+                worst = (limit, sw, p.port, rate)
+    return worst
+
+
+def _buffer_size_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
+    """A warning when ``buffers.queue_depth`` gives a port a queue limit above ``buffers.size``:
+    the limit cannot be reached, the shared buffer runs out first."""
+    worst = _deepest_queue(policy, fabric)
+    b = policy.buffers
+    if worst is None or b is None or worst[0] <= b.size_bytes:
+        return []
+    limit, sw, port, rate = worst
+    return [Finding(("buffers", "queue_depth"),
+                    f"queue depth {b.queue_depth_us:g}us at {format_rate(rate)} (switch {sw!r} "
+                    f"port {port}) is a queue limit of {format_size(limit)}, larger than the "
+                    f"switch buffer {format_size(b.size_bytes)}: the buffer, not the queue limit, "
+                    "bounds the queue", "warning")]
+
+
+def _ecn_width_findings(policy: Policy, fabric: Fabric | None, target: str) -> list[Finding]:
+    """The ECN marking threshold each class renders to must fit the P4 programs' 19-bit
+    ``mark_ecn`` parameter (:data:`ECN_THRESHOLD_BITS`): ``bmv2`` counts packets,
+    ⌈Kmin / MTU⌉ (:mod:`controller.render.bmv2`); ``tofino`` counts cells, ⌈Kmin / 80 B⌉
+    (:data:`controller.render.tofino.TOFINO_CELL_BYTES`). Thresholds derived per link rate
+    (``auto``) are checked at every link rate of ``fabric`` (not at all without one)."""
+    if policy.ecn is None:
+        return []
+    mtu = policy.pfc.mtu_bytes if policy.pfc is not None else 1500  # render.common.mtu_bytes
+    unit, unit_bytes = ("packets", mtu) if target == "bmv2" else ("cells", TOFINO_CELL_BYTES)
+    top = 2**ECN_THRESHOLD_BITS - 1
+    rates: list[int] = []
+    if fabric is not None:
+        rates = sorted({p.rate_bps for ps in switch_ports(fabric, policy).values() for p in ps})
+    out: list[Finding] = []
+    for i, ec in enumerate(policy.ecn.classes):
+        if ec.auto:
+            path: YamlPath = ("ecn", "classes", i, "mode")
+            kmins = [(ecn_profile(ec, policy, r).kmin_bytes, f" on {format_rate(r)} links")
+                     for r in rates]
+        else:
+            path = ("ecn", "classes", i, "k" if ec.mode == "dctcp" else "kmin")
+            kmins = [(ecn_profile(ec, policy, 0).kmin_bytes, "")]
+        for kmin, where in kmins:
+            n = max(1, -(-kmin // unit_bytes))
+            if n > top:
+                key = "k" if ec.mode == "dctcp" else "kmin"
+                out.append(Finding(path, f"{key} {format_size(kmin)}{where} is {n} {unit} of "
+                                   f"{unit_bytes}B on target {target}, above {top}, the largest "
+                                   f"{ECN_THRESHOLD_BITS}-bit mark_ecn threshold (rule: an ECN "
+                                   "threshold fits the P4 program's queue-depth width)"))
+                break
+    return out
 
 
 def _fabric_findings(policy: Policy, fabric: Fabric) -> list[Finding]:

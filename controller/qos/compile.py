@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.model.topology import Fabric
-from controller.policy.model import TC_LIMIT_MAX_BYTES, EcnClass, Policy, PortShaper, TrafficClass
+from controller.policy.model import EcnClass, Policy, PortShaper, TrafficClass
 from controller.qos import formulas as f
 
 
@@ -40,7 +40,7 @@ class PortQos:
     """Everything QoS on one port. ``headroom`` is None when the port has no lossless priority;
     ``headroom_bytes`` is the per-PG headroom used (derived or given). ``shaper_bps`` is the port
     shaper, if any. ``queue_limit_bytes`` is the queue-depth target at the rate the port drains
-    at (its shaper if it has one, else the link rate)."""
+    at (min(its shaper, the link rate); the link rate without a shaper)."""
 
     port: Port
     headroom: f.HeadroomTerms | None
@@ -165,8 +165,9 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
     ------
     ValueError
         The policy references something the fabric lacks, or a formula's input or output is out
-        of range (e.g. a port above 400 Gb/s with ``headroom: auto``, a queue limit above
-        :data:`~controller.policy.model.TC_LIMIT_MAX_BYTES`).
+        of range (e.g. a port above 400 Gb/s with ``headroom: auto``). A queue limit above
+        :data:`~controller.policy.model.TC_LIMIT_MAX_BYTES` is refused by the renderings that
+        cannot hold it (:func:`controller.render.openflow.render_openflow`), not here.
     """
     shapers = port_shapers(policy)
     for sw_name, _ in shapers:
@@ -195,13 +196,9 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
                 pqs.append(PortQos(port, terms, head, ecn, wl.queue_bytes, wl.rate_bps, None,
                                    wan_shares))
                 continue
-            # the queue drains at the shaper's rate where there is one
-            limit = f.queue_bytes_for_time(shaper.rate_bps if shaper else port.rate_bps,
-                                           queue_us) if queue_us else None
-            if limit is not None and limit > TC_LIMIT_MAX_BYTES:
-                raise ValueError(f"buffers.queue_depth: {queue_us:g}us on {sw.name} port "
-                                 f"{port.port} is a queue limit of {limit}B, above "
-                                 f"{TC_LIMIT_MAX_BYTES}B")
+            # the queue drains at the shaper's rate where there is one (never above the link's)
+            drain = min(shaper.rate_bps, port.rate_bps) if shaper else port.rate_bps
+            limit = f.queue_bytes_for_time(drain, queue_us) if queue_us else None
             pqs.append(
                 PortQos(
                     port, terms, head, ecn, limit,

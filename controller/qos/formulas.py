@@ -245,8 +245,21 @@ def pfc_headroom(
 
 # -- buffers -------------------------------------------------------------------------------------
 def queue_bytes_for_time(rate_bps: float, time_us: float) -> int:
-    """Bytes a link of ``rate_bps`` drains in ``time_us``: rate/8 × t (a queue-depth target)."""
-    return math.floor(rate_bps / 8.0 * time_us * 1e-6)
+    """Bytes a link of ``rate_bps`` drains in ``time_us``: rate/8 × t (a queue-depth target).
+
+    Raises
+    ------
+    ValueError
+        An input is negative or not finite, or the product is not finite (the unit parsers keep
+        policy values far from that; this guards every other caller).
+    """
+    if not (math.isfinite(rate_bps) and math.isfinite(time_us)) or rate_bps < 0 or time_us < 0:
+        raise ValueError(f"a queue needs a finite, non-negative rate and time, got "
+                         f"{rate_bps!r} bit/s for {time_us!r} us")
+    n_bytes = rate_bps / 8.0 * time_us * 1e-6
+    if not math.isfinite(n_bytes):
+        raise ValueError(f"{rate_bps!r} bit/s for {time_us!r} us is not a finite number of bytes")
+    return math.floor(n_bytes)
 
 
 def dynamic_threshold_max_queue_bytes(shared_bytes: int, alpha: float) -> int:

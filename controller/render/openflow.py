@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from controller.policy.model import TC_LIMIT_MAX_BYTES
 from controller.qos.compile import QosPlan
 from controller.render.common import class_shaper_bps, mtu_bytes
 
@@ -57,7 +58,14 @@ JUMBO_BYTES = 9216  # the largest frame common switches accept; OVS ports may ca
 
 
 def render_openflow(plan: QosPlan) -> dict[str, Any]:
-    """``{"<switch>.json": document}`` for every switch (see the module docstring)."""
+    """``{"<switch>.json": document}`` for every switch (see the module docstring).
+
+    Raises
+    ------
+    ValueError
+        A port's queue limit is above :data:`~controller.policy.model.TC_LIMIT_MAX_BYTES`, the
+        largest ``bfifo`` limit (the policy checks refuse that first, located).
+    """
     classes = sorted(plan.classes, key=lambda c: c.queue)
     shaped = class_shaper_bps(plan)
     meters: list[dict[str, Any]] = []
@@ -74,6 +82,7 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
     total_weight = sum(tc.weight or 0 for tc in classes if tc.scheduling == "dwrr")
     n_strict = sum(1 for tc in classes if tc.scheduling == "strict")
     frame = max(mtu_bytes(plan), JUMBO_BYTES)
+    depth_us = plan.policy.buffers.queue_depth_us if plan.policy.buffers is not None else 0.0
     burst_bits = str(2 * frame * 8)
     unsupported = []
     if plan.lossless_priorities:
@@ -118,6 +127,11 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
                         "match": f"ip dsfield {d << 2:#04x} 0xfc", "flowid": f"1:{tc.queue + 1}",
                     })
                 if pq.queue_limit_bytes is not None:
+                    if pq.queue_limit_bytes > TC_LIMIT_MAX_BYTES:
+                        raise ValueError(
+                            f"buffers.queue_depth: {depth_us:g}us on "
+                            f"{sw.name} port {pq.port.port} is a queue limit of "
+                            f"{pq.queue_limit_bytes}B, above {TC_LIMIT_MAX_BYTES}B")
                     leaves.append({"parent": f"1:{tc.queue + 1}", "kind": "bfifo",
                                    "limit_bytes": max(pq.queue_limit_bytes, 2 * frame)})
             ports[str(pq.port.port)] = {
