@@ -32,6 +32,7 @@ from controller.drivers.p4runtime.pipeline import (
     ECMP_SELECTOR,
     P4INFO_TXT,
     QDEPTH_BUCKETS_PKTS,
+    TABLES,
     depth_hist_index,
 )
 from controller.drivers.p4runtime.reconcile import Reconciliation, Update, reconcile
@@ -147,9 +148,12 @@ class P4Switch:
 
     # -- read ------------------------------------------------------------------------------
     async def read_state(self) -> SwitchEntities:
-        """Everything aifabric writes, as the switch holds it now (P4Runtime Read, §11)."""
+        """Everything aifabric writes, as the switch holds it now (P4Runtime Read, §11).
+        Entries of tables the driver does not write (fabric_tna.p4's const ``depth_bucket`` and
+        ``ecn_mark``) are left out: reconciliation must never try to delete them."""
         sw, schema = self._sw, self._sw.p4info
-        entries = [codec.from_finsy_entry(e, schema) async for e in sw.read(fy.P4TableEntry())]
+        entries = [codec.from_finsy_entry(e, schema) async for e in sw.read(fy.P4TableEntry())
+                   if codec.table_name(e, schema) in TABLES]
         members = [codec.from_finsy_member(m)
                    async for m in sw.read(fy.P4ActionProfileMember(ECMP_SELECTOR))]
         groups = [codec.from_finsy_group(g)

@@ -94,6 +94,12 @@ def decode_match(kind: str, value: Any) -> FieldMatch:
     raise ValueError(f"unsupported match kind {kind} for value {value!r}")
 
 
+def table_name(e: fy.P4TableEntry, schema: fy.P4Schema) -> str:
+    """The short name (alias) of the table of an entry read from a switch."""
+    table = schema.tables[e.table_id]
+    return _short(table.alias or table.name)
+
+
 def from_finsy_entry(e: fy.P4TableEntry, schema: fy.P4Schema) -> TableEntry:
     """Our :class:`TableEntry` for a table entry read from a switch."""
     table = schema.tables[e.table_id]

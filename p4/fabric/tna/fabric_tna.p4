@@ -67,7 +67,7 @@ typedef bit<32> ipv4_addr_t;
 @controller_header("packet_in")
 header packet_in_h {
     PortId_t ingress_port;
-    bit<7>   _pad;
+    @padding bit<7> _pad;   /* emitted as zeros; not written by actions (one PHV source) */
 }
 
 @controller_header("packet_out")
@@ -152,12 +152,12 @@ struct egress_headers_t {
 }
 
 struct egress_metadata_t {
-    bit<19> ecn_threshold_cells;
+    bit<19> ecn_below;  /* threshold_cells - 1 */
     bit<1>  ecn_enabled;
-    bit<19> depth_plus_one;
     bit<19> excess;
-    bit<32> q;
-    bit<32> bucket;
+    bit<12> q;          /* egress port * 8 + priority */
+    bit<3>  bucket;
+    bit<15> hist_index; /* q * 8 + bucket */
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -212,15 +212,17 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
                       in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
                       inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
-    Counter<bit<64>, bit<32>>(PORTS, CounterType_t.PACKETS_AND_BYTES) port_rx;
-    Counter<bit<64>, bit<32>>(3, CounterType_t.PACKETS) punted;
-    Counter<bit<64>, bit<32>>(2, CounterType_t.PACKETS) dropped;
+    Counter<bit<64>, PortId_t>(PORTS, CounterType_t.PACKETS_AND_BYTES) port_rx;
+    Counter<bit<64>, bit<2>>(3, CounterType_t.PACKETS) punted;
+    Counter<bit<64>, bit<1>>(2, CounterType_t.PACKETS) dropped;
 
     CRCPolynomial<bit<32>>(ECMP_CRC_POLY, true, false, false, 32w0xFFFFFFFF, 32w0xFFFFFFFF)
         ecmp_poly;
     Hash<bit<32>>(HashAlgorithm_t.CUSTOM, ecmp_poly) ecmp_selector_hash;
-    ActionProfile(1024) ecmp_profile;
-    ActionSelector(ecmp_profile, ecmp_selector_hash, SelectorMode_t.FAIR, 32, 128) ecmp_selector;
+    /* The P4Info's action profile (with_selector) is the ActionProfile instance: it carries
+       fabric.p4's name, ecmp_selector; the TNA selector over it is ecmp_select. */
+    ActionProfile(1024) ecmp_selector;
+    ActionSelector(ecmp_selector, ecmp_selector_hash, SelectorMode_t.FAIR, 32, 128) ecmp_select;
 
     action drop() {
         ig_dprsr_md.drop_ctl = 1;
@@ -231,7 +233,6 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
         ig_tm_md.bypass_egress = 1;
         hdr.packet_in.setValid();
         hdr.packet_in.ingress_port = ig_intr_md.ingress_port;
-        hdr.packet_in._pad = 0;
     }
 
     action set_egress(PortId_t port) {
@@ -321,7 +322,7 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
             meta.h_l4_dst     : selector;
         }
         actions = { set_egress; }
-        implementation = ecmp_selector;
+        implementation = ecmp_select;
         size = 4096;
     }
 
@@ -331,7 +332,7 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
             ig_tm_md.bypass_egress = 1;
             hdr.packet_out.setInvalid();
         } else {
-            port_rx.count((bit<32>) ig_intr_md.ingress_port);
+            port_rx.count(ig_intr_md.ingress_port);
             if (punt.apply().hit) {
                 if (hdr.ethernet.ether_type == ETH_TYPE_ARP) {
                     punted.count(0);
@@ -376,12 +377,12 @@ parser FabricEgressParser(packet_in pkt, out egress_headers_t hdr, out egress_me
                           out egress_intrinsic_metadata_t eg_intr_md) {
     state start {
         pkt.extract(eg_intr_md);
-        meta.ecn_threshold_cells = 0;
+        meta.ecn_below = 0;
         meta.ecn_enabled = 0;
-        meta.depth_plus_one = 0;
         meta.excess = 0;
         meta.q = 0;
         meta.bucket = 0;
+        meta.hist_index = 0;
         transition parse_ethernet;
     }
     state parse_ethernet {
@@ -402,19 +403,24 @@ control FabricEgress(inout egress_headers_t hdr, inout egress_metadata_t meta,
                      in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
                      inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
                      inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
-    Counter<bit<64>, bit<32>>(PORTS, CounterType_t.PACKETS_AND_BYTES) port_tx;
-    Counter<bit<64>, bit<32>>(PORT_QUEUES, CounterType_t.PACKETS_AND_BYTES) queue_tx;
-    Counter<bit<64>, bit<32>>(PORT_QUEUES, CounterType_t.PACKETS) ecn_marked;
-    Counter<bit<64>, bit<32>>(PORT_QUEUES * 8, CounterType_t.PACKETS) queue_depth_hist;
-    Register<bit<32>, bit<32>>(PORT_QUEUES, 0) queue_depth_cells;
-    RegisterAction<bit<32>, bit<32>, bit<32>>(queue_depth_cells) record_depth = {
+    Counter<bit<64>, PortId_t>(PORTS, CounterType_t.PACKETS_AND_BYTES) port_tx;
+    Counter<bit<64>, bit<12>>(PORT_QUEUES, CounterType_t.PACKETS_AND_BYTES) queue_tx;
+    Counter<bit<64>, bit<12>>(PORT_QUEUES, CounterType_t.PACKETS) ecn_marked;
+    Counter<bit<64>, bit<15>>(PORT_QUEUES * 8, CounterType_t.PACKETS) queue_depth_hist;
+    Register<bit<32>, bit<12>>(PORT_QUEUES, 0) queue_depth_cells;
+    /* Index arithmetic on Tofino goes through the hash units: an identity hash of the
+       concatenated fields is port * 8 + priority (and, with the bucket, q * 8 + bucket). */
+    Hash<bit<12>>(HashAlgorithm_t.IDENTITY) queue_index;
+    Hash<bit<15>>(HashAlgorithm_t.IDENTITY) hist_index;
+    RegisterAction<bit<32>, bit<12>, bit<32>>(queue_depth_cells) record_depth = {
         void apply(inout bit<32> value) {
             value = (bit<32>) eg_intr_md.enq_qdepth;
         }
     };
 
+    /* threshold_cells >= 1 (the encoder writes at least 1) */
     action mark_ecn(bit<19> threshold_cells) {
-        meta.ecn_threshold_cells = threshold_cells;
+        meta.ecn_below = threshold_cells - 1;
         meta.ecn_enabled = 1;
     }
 
@@ -429,7 +435,7 @@ control FabricEgress(inout egress_headers_t hdr, inout egress_metadata_t meta,
     }
 
     /* Bucket of the depth histogram: the largest b with enq_qdepth >= QDEPTH_LO_CELLS[b]. */
-    action set_bucket(bit<32> bucket) {
+    action set_bucket(bit<3> bucket) {
         meta.bucket = bucket;
     }
 
@@ -451,22 +457,42 @@ control FabricEgress(inout egress_headers_t hdr, inout egress_metadata_t meta,
         size = 16;
     }
 
+    action set_ce() {
+        hdr.ipv4.ecn = ECN_CE;
+        ecn_marked.count(meta.q);
+    }
+
+    /* The marking decision as a table: a Tofino gateway cannot test all of it at once. An ECT
+       packet (ECN 01 or 10) with ecn_threshold's threshold reached (excess >= 1) is marked. */
+    table ecn_mark {
+        key = {
+            meta.ecn_enabled : exact @name("ecn_enabled");
+            hdr.ipv4.ecn     : exact @name("ecn");
+            meta.excess      : range @name("excess");
+        }
+        actions = { set_ce; @defaultonly NoAction; }
+        const default_action = NoAction();
+        const entries = {
+            (1, 1, 1 .. 524287) : set_ce();
+            (1, 2, 1 .. 524287) : set_ce();
+        }
+        size = 4;
+    }
+
     apply {
-        meta.q = ((bit<32>) eg_intr_md.egress_port) << 3;
-        meta.q = meta.q | (bit<32>) (eg_intr_md.egress_qid & 7);
-        port_tx.count((bit<32>) eg_intr_md.egress_port);
+        meta.q = queue_index.get({eg_intr_md.egress_port, eg_intr_md.egress_qid[2:0]});
+        port_tx.count(eg_intr_md.egress_port);
         queue_tx.count(meta.q);
         record_depth.execute(meta.q);
         depth_bucket.apply();
-        queue_depth_hist.count((meta.q << 3) | meta.bucket);
+        meta.hist_index = hist_index.get({eg_intr_md.egress_port, eg_intr_md.egress_qid[2:0],
+                                          meta.bucket});
+        queue_depth_hist.count(meta.hist_index);
         ecn_threshold.apply();
-        /* enq_qdepth >= threshold  <=>  (enq_qdepth + 1) |-| threshold != 0 */
-        meta.depth_plus_one = eg_intr_md.enq_qdepth + 1;
-        meta.excess = meta.depth_plus_one |-| meta.ecn_threshold_cells;
-        if (meta.ecn_enabled == 1 && hdr.ipv4.isValid() && hdr.ipv4.ecn != 0
-                && hdr.ipv4.ecn != ECN_CE && meta.excess != 0) {
-            hdr.ipv4.ecn = ECN_CE;
-            ecn_marked.count(meta.q);
+        /* enq_qdepth >= threshold  <=>  enq_qdepth |-| (threshold - 1) != 0 (saturating) */
+        meta.excess = eg_intr_md.enq_qdepth |-| meta.ecn_below;
+        if (hdr.ipv4.isValid()) {
+            ecn_mark.apply();
         }
     }
 }
