@@ -74,12 +74,13 @@ def test_arp_answered_from_the_address_plan_only():
 
 
 @pytest.mark.parametrize("doc", [{}, {"leaf1": "nonsense"}, {"leaf1": "127.0.0.1:99999"},
-                                 {"leaf1": "127.0.0.1:0"}, {"leaf1": ":9559"}])
+                                 {"leaf1": "127.0.0.1:0"}, {"leaf1": ":9559"}, {"leaf1": "unix:"}])
 def test_targets_file_refuses_no_switch_and_bad_addresses(write, doc):
     fab = load_topology(MAIN_TOPOLOGY)
     with pytest.raises(ConfigError):
         load_targets(write(json.dumps(doc), "t.json"), fab)
     assert load_targets(write(json.dumps({"leaf1": "[::1]:9559"}), "v6.json"), fab)
+    assert load_targets(write(json.dumps({"leaf1": "unix:/tmp/s.sock"}), "ux.json"), fab)
 
 
 def test_tofino_controller_without_a_build_or_p4info_exits_2(write, tmp_path, monkeypatch):

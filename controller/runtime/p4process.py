@@ -51,7 +51,8 @@ def load_targets(path: str | Path, fabric: Fabric) -> dict[str, str]:
     ------
     ConfigError
         Unreadable file, not an object of strings, no switch at all, an unknown switch name, or
-        an address that is not ``host:port`` with a port in 1..65535 (``[v6addr]:port`` for IPv6).
+        an address that is not ``host:port`` with a port in 1..65535 (``[v6addr]:port`` for IPv6)
+        or ``unix:PATH`` (a Unix-domain socket).
     """
     def bad(msg: str, field: str = "") -> ConfigError:
         return ConfigError([ConfigProblem(str(path), 0, 0, field, msg)])
@@ -68,9 +69,12 @@ def load_targets(path: str | Path, fabric: Fabric) -> dict[str, str]:
     if unknown:
         raise bad(f"unknown switches {unknown} (not in {fabric.name})")
     for name, addr in doc.items():
+        if addr.startswith("unix:") and len(addr) > len("unix:"):
+            continue  # gRPC's Unix-domain socket target (unix:PATH), as the BMv2 labs use
         host, sep, port = addr.rpartition(":")
         if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise bad(f"address {addr!r}: expected host:port with a port in 1..65535", name)
+            raise bad(f"address {addr!r}: expected host:port with a port in 1..65535, or "
+                      "unix:PATH", name)
     return dict(doc)
 
 
