@@ -13,9 +13,8 @@ from controller.model.topology import Fabric
 from controller.policy.model import TC_LIMIT_MAX_BYTES, Policy
 from controller.qos import formulas as f
 from controller.qos.compile import ecn_profile, port_headroom, port_shapers, shaper_of, switch_ports
-from controller.qos.targets import TARGETS
-from controller.render.openflow import STRICT_FLOOR
-from controller.render.tofino import TOFINO_CELL_BYTES
+from controller.qos.targets import OPENFLOW_STRICT_FLOOR as STRICT_FLOOR
+from controller.qos.targets import TARGETS, TOFINO_CELL_BYTES
 from controller.units import format_rate, format_size
 
 YamlPath = tuple[str | int, ...]
@@ -347,7 +346,7 @@ def _ecn_width_findings(policy: Policy, fabric: Fabric | None, target: str) -> l
     """The ECN marking threshold each class renders to must fit the P4 programs' 19-bit
     ``mark_ecn`` parameter (:data:`ECN_THRESHOLD_BITS`): ``bmv2`` counts packets,
     ⌈Kmin / MTU⌉ (:mod:`controller.render.bmv2`); ``tofino`` counts cells, ⌈Kmin / 80 B⌉
-    (:data:`controller.render.tofino.TOFINO_CELL_BYTES`). Thresholds derived per link rate
+    (:data:`controller.qos.targets.TOFINO_CELL_BYTES`). Thresholds derived per link rate
     (``auto``) are checked at every link rate of ``fabric`` (not at all without one)."""
     if policy.ecn is None:
         return []

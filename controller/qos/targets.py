@@ -23,6 +23,13 @@ class TargetCaps:
     why: str
 
 
+#: Tofino 1 traffic-manager cell size in bytes: queue depths, and so ECN thresholds written to the
+#: P4 program, count cells of this size (Intel Tofino TM; the ``enq_qdepth`` unit of TNA).
+TOFINO_CELL_BYTES = 80
+#: Share of the port rate the ``openflow`` rendering keeps for the DWRR classes when strict
+#: classes exist (linux-htb has no strict priority; :mod:`controller.render.openflow`).
+OPENFLOW_STRICT_FLOOR = 0.01
+
 TARGETS: dict[str, TargetCaps] = {
     "openflow": TargetCaps("openflow", 0, "Open vSwitch has no PFC (IEEE 802.1Qbb)"),
     "bmv2": TargetCaps("bmv2", 0, "BMv2 simple_switch has no PFC"),

@@ -51,9 +51,11 @@ from typing import Any
 
 from controller.policy.model import TC_LIMIT_MAX_BYTES
 from controller.qos.compile import QosPlan
+from controller.qos.targets import OPENFLOW_STRICT_FLOOR
 from controller.render.common import class_shaper_bps, mtu_bytes
 
-STRICT_FLOOR = 0.01  # share of the port rate the DWRR classes keep under strict traffic
+#: Share of the port rate the DWRR classes keep under strict traffic (qos.targets).
+STRICT_FLOOR = OPENFLOW_STRICT_FLOOR
 JUMBO_BYTES = 9216  # the largest frame common switches accept; OVS ports may carry jumbo frames
 
 

@@ -25,10 +25,8 @@ import math
 from typing import Any
 
 from controller.qos.compile import QosPlan
+from controller.qos.targets import TOFINO_CELL_BYTES
 from controller.render.common import class_shaper_bps, ecn_of
-
-#: Tofino 1 traffic-manager cell size in bytes (queue depths and thresholds count cells).
-TOFINO_CELL_BYTES = 80
 
 
 def render_tofino(plan: QosPlan) -> dict[str, Any]:
