@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.render.tofino import TOFINO_CELL_BYTES as TOFINO_TM_CELL_BYTES
+from controller.qos.targets import TOFINO_CELL_BYTES as TOFINO_TM_CELL_BYTES
 
 #: Where p4c's committed outputs live (repository root / p4/fabric/build).
 P4_DIR = Path(__file__).resolve().parents[3] / "p4" / "fabric"
