@@ -751,7 +751,7 @@ def run_experiment(path: str | Path, out_dir: str | Path,
             labnet.cleanup_leftovers(names)
             t = time.monotonic()
             mininet = labnet.build_network(exp.fabric, free_port(), exp.spec.lab.mtu_bytes,
-                                           exp.spec.lab.queue_packets)
+                                           exp.spec.lab.queue_packets, exp.spec.lab.htb_burst_bytes)
             timings["mininet_start_s"] = round(time.monotonic() - t, 2)
             for mode in exp.spec.modes:
                 with console.status(f"[{mode}] collective with background load"):

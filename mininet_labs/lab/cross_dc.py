@@ -592,7 +592,7 @@ def _run_locked(exp: CrossDcExperiment, out: Path, console: Console, t_start: fl
                 console.print(f"removed leftovers of an earlier run: {', '.join(removed)}")
             t = time.monotonic()
             mininet = labnet.build_network(exp.fabric, free_port(), exp.spec.lab.mtu_bytes,
-                                           exp.spec.lab.queue_packets)
+                                           exp.spec.lab.queue_packets, exp.spec.lab.htb_burst_bytes)
             lines = splice_delay_lines(exp, mininet, out, netem)
             timings["mininet_start_s"] = round(time.monotonic() - t, 2)
             why = "sch_netem" if netem else "no sch_netem on this kernel: the userspace relay"

@@ -69,13 +69,29 @@ class LabSpec(_Strict):
 
     ``mtu_bytes``: MTU of every host and switch port. Jumbo frames keep the userspace OVS datapath
     (one core, per-packet cost) off the critical path. ``queue_packets``: the FIFO limit under each
-    port's HTB shaper. ``reachability_timeout_s``: how long all-pairs ping may take per mode.
+    port's HTB shaper. ``htb_burst`` (YAML, e.g. ``90KB``; ``htb_burst_bytes``): the HTB burst and
+    cburst of every shaped port; without it, Mininet's 15k. A burst of a few jumbo frames keeps a
+    link at its rate when the dequeue waits for the CPU, at the cost of back-to-back bursts of
+    that size (:func:`mininet_labs.lab.net._shaped_intf_class`). ``reachability_timeout_s``: how
+    long all-pairs ping may take per mode.
     """
 
     mtu_bytes: Annotated[int, Field(ge=1280, le=9000)] = 9000
     queue_packets: Annotated[int, Field(ge=2, le=10000)] = 50
+    htb_burst_bytes: Annotated[int, Field(ge=1500, le=16 * 2**20)] | None = Field(
+        default=None, alias="htb_burst")
     reachability_timeout_s: Annotated[float, Field(gt=0, le=600)] = 60.0
     controller_start_timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+
+    @field_validator("htb_burst_bytes", mode="before")
+    @classmethod
+    def _burst(cls, v: Any) -> Any:
+        if v is None or isinstance(v, int) and not isinstance(v, bool):
+            return v
+        try:
+            return parse_size_bytes(v)
+        except UnitError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class ExperimentSpec(_Strict):

@@ -265,24 +265,34 @@ def remove_orphan_qos(switch_names: Iterable[str]) -> list[str]:
 
 
 # -- building the network ------------------------------------------------------------------------
-def _shaped_intf_class() -> type:
+def _shaped_intf_class(burst_bytes: int | None = None) -> type:
+    """The interface class of shaped lab links; ``burst_bytes`` replaces Mininet's HTB burst of
+    15k (and sets cburst to the same) when given."""
     from mininet.link import TCIntf
 
+    burst = "" if burst_bytes is None else f"burst {int(burst_bytes)} cburst {int(burst_bytes)}"
+
     class ShapedIntf(TCIntf):  # type: ignore[misc]
-        """TCIntf whose queue limit is a pfifo under the HTB class (no netem on this kernel),
-        whose HTB quantum fits a jumbo frame (avoids "quantum is big" warnings), and whose HTB
-        burst is 90 KB (ten jumbo frames) instead of Mininet's 15k. With 15k, less than two
-        9000-byte frames, tokens that pile up while the dequeue waits for the CPU are lost, so
-        a link ran at 12-13 Mbit/s of 15 for seconds at a time. In the main experiment that put
-        single pinned samples at 0.74-0.80 of the bound. With 90k, three pinned-only runs gave
-        min 0.87-0.92, mean 0.96, and never more than the bound: HTB's long-term rate is
-        unchanged. Delay, jitter and loss are refused rather than silently ignored."""
+        """TCIntf whose queue limit is a pfifo under the HTB class (no netem on this kernel) and
+        whose HTB quantum fits a jumbo frame (avoids "quantum is big" warnings). Delay, jitter
+        and loss are refused rather than silently ignored.
+
+        The HTB burst (``lab.htb_burst``): Mininet's 15k is less than two 9000-byte frames, so
+        tokens that pile up while the dequeue waits for the CPU are lost and a link runs below
+        its rate for seconds (12-13 of 15 Mbit/s seen here). The main experiment sets 90 KB (ten
+        jumbo frames): its worst pinned sample went from 0.741-0.805 of the bound to 0.87-0.97,
+        never above the bound. Labs that measure a class's share of a queue keep 15k: bursts of
+        90 KB overflow a class queue of a few frames (the QoS lab's share fell from 0.78 to 0.71).
+        """
 
         def bwCmds(self, *args: Any, **kwargs: Any) -> tuple[list[str], str]:  # noqa: N802
             cmds, parent = super().bwCmds(*args, **kwargs)
-            return [c.replace("burst 15k", "burst 90k cburst 90k") + " quantum 9100"
-                    if " class add " in c and " htb " in c else c
-                    for c in cmds], parent
+            out = []
+            for c in cmds:
+                if " class add " in c and " htb " in c:
+                    c = (c.replace("burst 15k", burst) if burst else c) + " quantum 9100"
+                out.append(c)
+            return out, parent
 
         def delayCmds(self, parent: str, delay: Any = None, jitter: Any = None,  # noqa: N802
                       loss: Any = None, max_queue_size: Any = None) -> tuple[list[str], str]:
@@ -323,22 +333,24 @@ def socket_rx_buffer_default(nbytes: int) -> Iterator[None]:
         RMEM_DEFAULT.write_text(old)
 
 
-def build_network(fabric: Fabric, controller_port: int, mtu_bytes: int, queue_packets: int) -> Any:
-    """Build and start a Mininet network for ``fabric`` (switches point at 127.0.0.1:port).
+def build_network(fabric: Fabric, controller_port: int, mtu_bytes: int, queue_packets: int,
+                  htb_burst_bytes: int | None = None) -> Any:
+    """Build and start a Mininet network for ``fabric`` (switches point at 127.0.0.1:port);
+    ``htb_burst_bytes``: see :func:`_shaped_intf_class` (None: Mininet's 15k).
 
     Returns the started ``mininet.net.Mininet``. The caller must call :func:`teardown`.
     """
     with socket_rx_buffer_default(OVS_RX_BUFFER_BYTES):
-        return _build_network(fabric, controller_port, mtu_bytes, queue_packets)
+        return _build_network(fabric, controller_port, mtu_bytes, queue_packets, htb_burst_bytes)
 
 
 def _build_network(fabric: Fabric, controller_port: int, mtu_bytes: int,
-                   queue_packets: int) -> Any:
+                   queue_packets: int, htb_burst_bytes: int | None = None) -> Any:
     from mininet.link import Link
     from mininet.net import Mininet
     from mininet.node import Host, OVSSwitch, RemoteController
 
-    intf_cls = _shaped_intf_class()
+    intf_cls = _shaped_intf_class(htb_burst_bytes)
     net = Mininet(switch=OVSSwitch, host=Host, controller=None, link=Link, build=False,
                   autoSetMacs=False, autoStaticArp=False, waitConnected=False)
     net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=controller_port)

@@ -586,7 +586,7 @@ def _run_locked(exp: QosExperiment, out: Path, console: Console, t_start: float)
                 console.print(f"removed leftovers of an earlier run: {', '.join(removed)}")
             t = time.monotonic()
             mininet = labnet.build_network(exp.fabric, free_port(), exp.spec.lab.mtu_bytes,
-                                           exp.spec.lab.queue_packets)
+                                           exp.spec.lab.queue_packets, exp.spec.lab.htb_burst_bytes)
             timings["mininet_start_s"] = round(time.monotonic() - t, 2)
             for variant in VARIANTS:
                 policy = fifo_policy(exp, out) if variant == "fifo" else exp.policy_path

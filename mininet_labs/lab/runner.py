@@ -291,7 +291,8 @@ def _run_locked(exp: Experiment, out: Path, console: Console, t_start: float,
                 t = time.monotonic()
                 port = free_port()
                 mininet = labnet.build_network(exp.fabric, port, exp.spec.lab.mtu_bytes,
-                                               exp.spec.lab.queue_packets)
+                                               exp.spec.lab.queue_packets,
+                                               exp.spec.lab.htb_burst_bytes)
                 timings["mininet_start_s"] = round(time.monotonic() - t, 2)
                 progress.remove_task(task)
             for mode in exp.spec.modes:

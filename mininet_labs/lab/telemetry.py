@@ -322,7 +322,8 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
         try:
             labnet.cleanup_leftovers(names)
             t = time.monotonic()
-            mininet = labnet.build_network(fab, free_port(), s.lab.mtu_bytes, s.lab.queue_packets)
+            mininet = labnet.build_network(fab, free_port(), s.lab.mtu_bytes, s.lab.queue_packets,
+                                           s.lab.htb_burst_bytes)
             timings["mininet_start_s"] = round(time.monotonic() - t, 2)
             t = time.monotonic()
             ctl = start_mode_controller(exp.topology_path, policy_file, mininet, fab,
