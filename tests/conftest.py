@@ -28,3 +28,14 @@ def write(tmp_path: Path):
         return p
 
     return _write
+
+
+def assert_located_error(path: Path, expected: str) -> None:
+    """Loading the policy at ``path`` fails with a problem at ``FILE:expected``
+    (``LINE:COL: field: message`` or its beginning)."""
+    from controller.errors import ConfigError
+    from controller.policy import load_policy
+
+    with pytest.raises(ConfigError) as ei:
+        load_policy(path)
+    assert f"{path}:{expected}" in str(ei.value), str(ei.value)

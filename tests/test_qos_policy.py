@@ -6,7 +6,7 @@ from controller.errors import ConfigError
 from controller.model import load_topology
 from controller.policy import load_policy
 from controller.policy.load import load_policy_checked
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_located_error
 
 QOS_POLICY = ROOT / "policies" / "qos_roce.yaml"
 AI_TOPOLOGY = ROOT / "tests" / "golden" / "topo_ai_100g.yaml"
@@ -56,10 +56,7 @@ BAD = [
 
 @pytest.mark.parametrize(("what", "text", "expected"), BAD, ids=[b[0] for b in BAD])
 def test_broken_policies_are_rejected_with_located_rule(write, what, text, expected):
-    path = write(text, "qos.yaml")
-    with pytest.raises(ConfigError) as ei:
-        load_policy(path)
-    assert f"{path}:{expected}" in str(ei.value), str(ei.value)
+    assert_located_error(write(text, "qos.yaml"), expected)
 
 
 def test_shipped_qos_policy_passes_with_no_warnings():

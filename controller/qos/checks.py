@@ -247,21 +247,16 @@ def _shaping_findings(policy: Policy, fabric: Fabric | None) -> list[Finding]:
         elif ps.port is not None and ps.port not in {p.port for p in ports[ps.switch]}:
             out.append(Finding(("shaping", "ports", i, "port"), f"switch {ps.switch!r} has no "
                                f"port {ps.port}"))
-        elif ps.port is not None:
-            link = next(p.rate_bps for p in ports[ps.switch] if p.port == ps.port)
-            if ps.rate_bps > link:
+        else:
+            # a named port: its rate; a switch-wide shaper: refused only above every port
+            rates = [p.rate_bps for p in ports[ps.switch] if ps.port in (None, p.port)]
+            if rates and ps.rate_bps > max(rates):
+                above = (f"the rate {format_rate(rates[0])} of port {ps.port} of switch "
+                         f"{ps.switch!r}" if ps.port is not None else
+                         f"the rate of every port of switch {ps.switch!r} (the fastest: "
+                         f"{format_rate(max(rates))}), so it shapes none")
                 out.append(Finding(("shaping", "ports", i, "rate"), f"shaper "
-                                   f"{format_rate(ps.rate_bps)} is above the rate "
-                                   f"{format_rate(link)} of port {ps.port} of switch "
-                                   f"{ps.switch!r} (rule: a port shaper is at most its port's "
-                                   "rate)"))
-        elif ports[ps.switch]:
-            fastest = max(p.rate_bps for p in ports[ps.switch])
-            if ps.rate_bps > fastest:
-                out.append(Finding(("shaping", "ports", i, "rate"), f"shaper "
-                                   f"{format_rate(ps.rate_bps)} is above the rate of every port "
-                                   f"of switch {ps.switch!r} (the fastest: "
-                                   f"{format_rate(fastest)}), so it shapes none (rule: a port "
+                                   f"{format_rate(ps.rate_bps)} is above {above} (rule: a port "
                                    "shaper is at most its port's rate)"))
     return out
 
