@@ -19,8 +19,8 @@ SHIPPED = ROOT / "mininet_labs" / "experiments" / "adaptive_reroute.yaml"
 
 
 def _exp(tmp_path: Path, extra: str = "", bg: str = "{src: h2, dst: h4, rate: 12Mbps, "
-         "start_after: 2s, duration: 10s}", modes: str = "[adaptive]",
-         nbytes: str = "12MB") -> Path:
+         "start_after: 2s, duration: 60s}", modes: str = "[adaptive]",
+         nbytes: str = "20MB") -> Path:
     p = tmp_path / "ar.yaml"
     p.write_text(f"""\
 kind: adaptive-reroute
@@ -32,8 +32,8 @@ modes: {modes}
 workload: {{kind: ring-allreduce, bytes: {nbytes}}}
 background: {bg}
 controller: {{stats_interval: 1s, margin: 0.25, hold: 5s}}
-expect: {{move_within: 5s, recovered_busbw_over_bound: 0.8, recover_within: 6s}}
-lab: {{queue_packets: 20}}
+expect: {{move_within: 5s, recovered_busbw_over_bound: 0.8, recover_within: 8s}}
+lab: {{queue_packets: 20, htb_burst: 90KB}}
 {extra}""")
     return p
 
@@ -65,16 +65,23 @@ def test_errors_are_located(tmp_path):
 
 
 def test_series_and_phases_from_counters():
-    # 4 ranks at 15 Mbit/s, squeezed to 3 from t=2 s, moved at t=4 s, recovered at t=5 s
+    # 4 ranks at 15 Mbit/s, squeezed to 3 from t=2 s, moved at t=4 s, recovered at t=5 s;
+    # rank 2 receives the squeezed (victim) flow itself: 1 Mbit/s while the others keep 3
     rates = [15, 15, 15, 15, 3, 3, 3, 3, 6, 15, 15, 15, 15, 15]
+    victim = [15, 15, 15, 15, 1, 1, 1, 1, 6, 15, 15, 15, 15, 15]
     outs = [3] * 8 + [4] * 6
-    samples, tot = [(0.0, [0, 0, 0, 0], 0, 3)], 0
-    for i, (r, o) in enumerate(zip(rates, outs, strict=True)):
+    samples, tot, vic = [(0.0, [0, 0, 0, 0], 0, 3)], 0, 0
+    for i, (r, v, o) in enumerate(zip(rates, victim, outs, strict=True)):
         tot += int(r * 1e6 * 0.5 / 8)
-        samples.append((0.5 * (i + 1), [tot] * 4, 0, o))
+        vic += int(v * 1e6 * 0.5 / 8)
+        samples.append((0.5 * (i + 1), [tot, tot, vic, tot], 0, o))
     rows = series(samples, 0.0)
-    assert [round(r["busbw_bps"] / 1e6) for r in rows] == rates
-    ph = phases(rows, 2.0, 20.0, 7.0, 3, 0.5, 12e6)
+    assert [round(r["rank_rx_bps"][2] / 1e6) for r in rows] == victim
+    for r in rows:  # the busbw phases below: all ranks at the others' rate
+        r["busbw_bps"] = r["rank_rx_bps"][0]
+    ph = phases(rows, 2.0, 20.0, 7.0, 3, 0.5, 12e6, victim_rank=2)
+    assert ph["victim_rx_before_bps"] == pytest.approx(15e6, rel=1e-3)
+    assert ph["victim_rx_during_bps"] == pytest.approx((1 * 4 + 6) / 5 * 1e6, rel=1e-2)
     assert ph["move_s"] == 4.5 and ph["move_after_background_s"] == 2.5
     assert ph["recovered_s"] == 5.0 and ph["recovered_after_relief_s"] == 0.5
     assert ph["busbw_before_bps"] == pytest.approx(15e6, rel=1e-3)
@@ -102,10 +109,13 @@ def test_background_load_moves_the_collective_and_busbw_recovers(tmp_path):
     # the lab saw the pinned entry change within 5 s of the background starting
     assert m["move_after_background_s"] is not None and m["move_after_background_s"] <= 5.0
     assert m["moved_to_port"] not in (None, m["series"][0]["output"])
-    # the background hurt, and after the move busbw came back near the link rate
+    # the background squeezed the victim flow (its receiver's rate), and after the move busbw
+    # came back near the link rate although the background never stopped: the move did it.
+    # The ring refills its pipeline after the move: 0.5-4.5 s measured on the 2-core machine.
     assert m["busbw_before_bps"] > 0.85 * bound
-    assert m["busbw_during_bps"] < 0.8 * m["busbw_before_bps"]
-    assert m["recovered_after_relief_s"] is not None and m["recovered_after_relief_s"] <= 6.0
+    assert m["victim_rx_during_bps"] < 0.5 * m["victim_rx_before_bps"]
+    assert m["background_end_s"] > m["first_rank_end_s"]
+    assert m["recovered_after_relief_s"] is not None and m["recovered_after_relief_s"] <= 8.0
     assert m["busbw_after_bps"] > 0.8 * bound
     assert res.ok, data["verdicts"]
     assert res.plot_path.stat().st_size > 5000

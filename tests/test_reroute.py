@@ -51,3 +51,22 @@ def test_rebalance_needs_margin():
     assert r.moved == ()  # 0.95 -> 0.6 is less than the 0.5 margin... 0.35 < 0.5
     r = rebalance(f, pin.paths, ds, {hot: 0.95 * G}, 0.0, {}, Hysteresis(0.9, 0.1, 0.0))
     assert r.moved == (victim,)
+
+
+def test_rebalance_margin_applies_to_every_move():
+    """CI case: ring flows run at line rate (utilisation 1.0 from demand alone), background
+    lands on one flow's links, and another flow's link reads 0.1 above its demand (counter
+    noise under the 0.25 margin). Only the squeezed flow moves."""
+    f = build_leaf_spine("ls", 2, 4, 2, 15e6, 15e6, 1.0, 1.0)
+    hosts = ["h1", "h3", "h5", "h7"]
+    ds = {FlowDemand("ring-a", i, s, hosts[(i + 1) % 4]): 15e6 for i, s in enumerate(hosts)}
+    paths = {d: (d.src, f"leaf{hosts.index(d.src) + 1}", "spine1",
+                 f"leaf{hosts.index(d.dst) + 1}", d.dst) for d in ds}
+    victim, other = list(ds)[0], list(ds)[3]  # h1->h3 on leaf1->spine1->leaf2; h7->h1
+    measured = {("leaf1", "spine1"): 25e6, ("spine1", "leaf2"): 25e6,  # + 10 Mbit/s background
+                ("spine1", "leaf1"): 16.5e6}  # h7->h1's downlink: 0.1 of noise
+    h = Hysteresis(threshold=0.9, margin=0.25, min_hold_s=5.0)
+    r = rebalance(f, paths, ds, measured, 100.0, {}, h)
+    assert r.moved == (victim,), [d.label for d in r.moved]
+    assert r.paths[victim][2] == "spine2" and r.paths[other] == paths[other]
+    assert r.max_utilisation_before == 25 / 15

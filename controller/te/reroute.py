@@ -204,6 +204,12 @@ def rebalance(
     the largest whose best alternative candidate (lowest bottleneck, background included)
     relieves it moves; each move strictly lowers that link, so at most one move per flow and
     link level. Largest-first makes a single move suffice whenever one can.
+
+    The margin applies to every move as well as to the total: a flow moves only onto a path
+    whose bottleneck is at least ``margin`` below the current maximum. Once the real hot spot
+    is relieved, links that stay above the threshold only by measurement noise smaller than the
+    margin (pinned flows at line rate, counters that disagree by a few per cent) do not move
+    further flows.
     """
     idx = PathIndex(fabric, down_links)
     ours = _path_load(idx, paths, demands, set())
@@ -247,7 +253,7 @@ def rebalance(
             cur = state.choice[f]
             state.remove(f)
             ci, b = state.best_candidate(f, exclude=cur)
-            if ci >= 0 and b < m - _EPS:
+            if ci >= 0 and b < m - max(hysteresis.margin, _EPS):
                 state.place(f, ci)
                 done = True
                 break

@@ -508,7 +508,8 @@ def mean_busbw(rows: list[dict[str, Any]], lo_s: float, hi_s: float) -> float | 
 
 
 def phases(rows: list[dict[str, Any]], bg_start_s: float, bg_end_s: float, cct_s: float | None,
-           first_output: int | None, sample_s: float, target_bps: float) -> dict[str, Any]:
+           first_output: int | None, sample_s: float, target_bps: float,
+           victim_rank: int | None = None) -> dict[str, Any]:
     """Events and mean busbw (bit/s) around the background; times in s after the collective
     started.
 
@@ -520,6 +521,11 @@ def phases(rows: list[dict[str, Any]], bg_start_s: float, bg_end_s: float, cct_s
     round trips, or a backed-off retransmission timeout, to regain its rate); means before the
     background, while it squeezed the collective (to the relief), and from recovery (else the
     relief) to the collective's end.
+
+    ``victim_rank``: index in ``rank_rx_bps`` of the victim flow's destination (in a ring a
+    rank receives from its predecessor only, so that rank's receive rate is the victim flow's
+    rate); given, ``victim_rx_before_bps`` / ``victim_rx_during_bps`` are that flow's mean
+    rates before the background and while it squeezed the flow (to the relief).
     """
     move = next((r["t_s"] for r in rows if r["t_s"] > bg_start_s and r["output"] is not None
                  and r["output"] != first_output), None)
@@ -529,6 +535,11 @@ def phases(rows: list[dict[str, Any]], bg_start_s: float, bg_end_s: float, cct_s
     recovered = next((a["t_s"] for a, b in zip(later, later[1:], strict=False)
                       if a["busbw_bps"] >= target_bps and b["busbw_bps"] >= target_bps), None)
     after_from = recovered - sample_s if recovered is not None else relief
+    victim: dict[str, Any] = {}
+    if victim_rank is not None:
+        vrows = [dict(r, busbw_bps=r["rank_rx_bps"][victim_rank]) for r in rows]
+        victim = {"victim_rx_before_bps": mean_busbw(vrows, sample_s, bg_start_s),
+                  "victim_rx_during_bps": mean_busbw(vrows, bg_start_s, relief)}
     return {
         "move_s": move,
         "move_after_background_s": None if move is None else round(move - bg_start_s, 3),
@@ -539,6 +550,7 @@ def phases(rows: list[dict[str, Any]], bg_start_s: float, bg_end_s: float, cct_s
                                        bg_start_s - sample_s, relief),
         "busbw_after_bps": mean_busbw(rows, after_from, end),
         "after_window_s": [round(after_from, 3), round(end, 3)],
+        **victim,
     }
 
 
@@ -617,7 +629,8 @@ def run_mode(exp: Experiment, mininet: Any, mode: str, policy_file: Path, out: P
     cct = min(ends) - t0 if ends else entry["cct_s"]
     bound = entry["bound_bps"]
     ph = phases(rows, bg_t0 - t0, bg_t0 - t0 + bg.duration, cct, uplink, s.sample_interval,
-                s.expect.recovered_busbw_over_bound * bound)
+                s.expect.recovered_busbw_over_bound * bound,
+                list(coll.ranks).index(exp.victim.dst))
     ratio = {k.replace("_bps", "_over_bound"): (None if v is None else round(v / bound, 4))
              for k, v in ph.items() if k.endswith("_bps")}
     log = (out / f"controller-{mode}.log").read_text(errors="replace")
@@ -658,8 +671,8 @@ def table(modes: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
     t = Table(title="adaptive re-routing: busbw of the collective (Mbit/s) around the background")
-    for col in ("mode", "CCT s", "busbw/bound", "before", "during", "after", "moved after s",
-                "recovered after s", "correct"):
+    for col in ("mode", "CCT s", "busbw/bound", "before", "during", "after",
+                "victim flow before/during", "moved after s", "recovered after s", "correct"):
         t.add_column(col, justify="left" if col == "mode" else "right")
 
     def mb(v: float | None) -> str:
@@ -670,6 +683,7 @@ def table(modes: list[dict[str, Any]]) -> Any:
         t.add_row(m["mode"], "-" if c["cct_s"] is None else f"{c['cct_s']:.2f}",
                   "-" if c["busbw_over_bound"] is None else f"{c['busbw_over_bound']:.3f}",
                   mb(m["busbw_before_bps"]), mb(m["busbw_during_bps"]), mb(m["busbw_after_bps"]),
+                  f"{mb(m.get('victim_rx_before_bps'))} / {mb(m.get('victim_rx_during_bps'))}",
                   "-" if m["move_after_background_s"] is None
                   else f"{m['move_after_background_s']:.1f}",
                   "-" if m["recovered_after_relief_s"] is None
