@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 
 import click
 
@@ -74,7 +75,17 @@ def entities(topology: str, policy_file: str, switches: tuple[str, ...], qos: bo
         click.echo(f"error: unknown switches {unknown}", err=True)
         sys.exit(EXIT_INVALID)
     chosen = switches or tuple(ents)
+    click.echo(f"# target {target.name}: {_rel(target.source)}, P4Info {_rel(target.p4info)}; "
+               f"{len(chosen)} switch(es){' with QoS' if qos else ''}", err=True)
     click.echo(json.dumps({s: ents[s].to_json() for s in chosen}, indent=1))
+
+
+def _rel(path: Path) -> str:
+    """``path`` relative to the working directory when it lies under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 @p4.command("controller")

@@ -20,7 +20,8 @@ def test_entities_command_prints_the_golden_entities():
                                 "-s", "leaf1"])
     assert r.exit_code == 0, r.output
     golden = json.loads((ROOT / "tests/golden/bmv2/p4rt/pinned_two_rings/leaf1.json").read_text())
-    assert json.loads(r.output) == {"leaf1": golden}
+    assert json.loads(r.stdout) == {"leaf1": golden}
+    assert r.stderr.startswith("# target bmv2: ") and "fabric.p4info.txtpb" in r.stderr
 
 
 def test_entities_command_refuses_unknown_switch_and_bad_policy(write):
@@ -37,7 +38,7 @@ def test_entities_with_qos_adds_priority_and_ecn_tables():
                                 "-p", str(ROOT / "tests/golden/qos_lossy.yaml"), "-s", "leaf1",
                                 "--qos"])
     assert r.exit_code == 0, r.output
-    tables = {e["table"] for e in json.loads(r.output)["leaf1"]["entries"]}
+    tables = {e["table"] for e in json.loads(r.stdout)["leaf1"]["entries"]}
     assert {"dscp_to_priority", "ecn_threshold", "routes", "punt"} <= tables
 
 
