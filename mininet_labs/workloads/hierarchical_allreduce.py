@@ -56,10 +56,10 @@ from mininet_labs.workloads.ring_allreduce import (
     _recv_exact,
     _ring_barrier,
     allreduce,
-    chunks,
     digest,
     error_bound,
     rank_buffer,
+    ring_steps,
     schedule,
     segments,
 )
@@ -84,64 +84,6 @@ def wan_bytes_expected(nbytes: int, sites: int, per_site: int) -> dict[str, floa
             "hierarchical": 2 * (s - 1) * b,
             "flat_per_connection": per_flow,
             "hierarchical_per_connection": 2 * (s - 1) / s * b / k}
-
-
-def ring_steps(buf: np.ndarray, segs: list[tuple[int, int]],
-               steps: list[tuple[str, int, int]], send: socket.socket, recv: socket.socket,
-               chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Run ring ``steps`` (``(phase, send segment, receive segment)``, as from
-    :func:`~mininet_labs.workloads.ring_allreduce.schedule`) over ``segs`` of ``buf`` in place,
-    pipelined by chunk (a chunk received at step g is sent at step g+1). Returns bytes sent."""
-    chunk_elems = max(1, chunk_bytes // 4)
-    recv_plan = [chunks(*segs[rs], chunk_elems) for _, _, rs in steps]
-    done = [0] * len(steps)
-    cond = threading.Condition()
-    sent = [0]
-    error: list[BaseException] = []
-
-    def sender() -> None:
-        try:
-            for g, (_, ss, _) in enumerate(steps):
-                for c, (a, b) in enumerate(chunks(*segs[ss], chunk_elems)):
-                    if g > 0:
-                        with cond:
-                            while done[g - 1] <= c and not error:
-                                cond.wait(1.0)
-                            if error:
-                                return
-                    mv = memoryview(buf[a:b]).cast("B")
-                    send.sendall(mv)
-                    sent[0] += len(mv)
-        except BaseException as exc:  # noqa: BLE001 - reported by the caller's thread
-            with cond:
-                error.append(exc)
-                cond.notify_all()
-
-    th = threading.Thread(target=sender, daemon=True)
-    th.start()
-    tmp = np.empty(chunk_elems, dtype=np.float32)
-    try:
-        for g, (phase, _, _) in enumerate(steps):
-            for a, b in recv_plan[g]:
-                if phase == "reduce-scatter":
-                    t = tmp[: b - a]
-                    _recv_exact(recv, memoryview(t).cast("B"))
-                    np.add(buf[a:b], t, out=buf[a:b])
-                else:
-                    _recv_exact(recv, memoryview(buf[a:b]).cast("B"))
-                with cond:
-                    done[g] += 1
-                    cond.notify_all()
-    except BaseException:
-        with cond:
-            error.append(RuntimeError("receiver failed"))
-            cond.notify_all()
-        th.join(5.0)
-        raise
-    th.join()
-    if error:
-        raise error[0]
-    return sent[0]
 
 
 @dataclass

@@ -273,9 +273,24 @@ def allreduce(
     ``step_times``, when given, receives the wall-clock time at which each of the 2(n-1) steps
     finished receiving.
     """
-    segs = segments(buf.size, n)
+    return ring_steps(buf, segments(buf.size, n), schedule(rank, n), send, recv, chunk_bytes,
+                      step_times, name=f"rank{rank}-send")
+
+
+def ring_steps(buf: np.ndarray, segs: list[tuple[int, int]],
+               steps: list[tuple[str, int, int]], send: socket.socket, recv: socket.socket,
+               chunk_bytes: int = CHUNK_BYTES, step_times: list[float] | None = None,
+               name: str = "ring-send") -> int:
+    """Run ring ``steps`` (``(phase, send segment, receive segment)``, as from :func:`schedule`)
+    over ``segs`` of ``buf`` in place; returns the bytes sent.
+
+    Sending (a thread named ``name``) and receiving (the caller's thread) run concurrently, by
+    chunks of ``chunk_bytes``; a chunk received at step g is sent at step g+1 as soon as it has
+    arrived (and, in reduce-scatter, been added). ``step_times``, when given, receives the
+    wall-clock time at which each step finished receiving. An error on either side stops both
+    and is raised here.
+    """
     chunk_elems = max(1, chunk_bytes // 4)
-    steps = schedule(rank, n)
     # per step: list of chunk ranges of the received segment; sender of step g uses step g-1's
     recv_plan = [chunks(*segs[rs], chunk_elems) for _, _, rs in steps]
     done = [0] * len(steps)  # chunks received (and reduced) per step
@@ -301,7 +316,7 @@ def allreduce(
                 error.append(exc)
                 cond.notify_all()
 
-    th = threading.Thread(target=sender, name=f"rank{rank}-send", daemon=True)
+    th = threading.Thread(target=sender, name=name, daemon=True)
     th.start()
     tmp = np.empty(chunk_elems, dtype=np.float32)
     try:
@@ -476,6 +491,6 @@ if __name__ == "__main__":
 
 __all__ = [
     "CollectiveResult", "RankReport", "allreduce", "busbw_factor", "chunks", "digest",
-    "element_count", "error_bound", "rank_buffer", "run_rank", "schedule", "segments",
-    "source_port", "summarize",
+    "element_count", "error_bound", "rank_buffer", "ring_steps", "run_rank", "schedule",
+    "segments", "source_port", "summarize",
 ]
