@@ -14,11 +14,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from controller.cli_types import FiniteFloatRange
 from controller.errors import ConfigError, PlanInvariantError
 from controller.units import format_rate
 
 EXIT_FAILED = 1
 EXIT_INVALID = 2
+#: shortest --stats-interval (s): shorter polls every switch in a busy loop
+MIN_STATS_INTERVAL_S = 0.05
 err_console = Console(stderr=True, highlight=False)
 console = Console(highlight=False)
 
@@ -356,21 +359,22 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
                    "vSwitch bridges reachable through --ovsdb.")
 @click.option("--ovsdb", default="unix:/var/run/openvswitch/db.sock", show_default=True,
               help="OVSDB endpoint used by --apply-qos.")
-@click.option("--stats-interval", "stats_interval_s", type=click.FloatRange(min=0.0),
-              default=None, help="Seconds between port/flow statistics requests (default: off; "
-                                 "1.0 with --rebalance).")
+@click.option("--stats-interval", "stats_interval_s",
+              type=FiniteFloatRange(min=0.0, max=3600.0),
+              default=None, help="Seconds between port/flow statistics requests, 0 or 0.05..3600 "
+                                 "(default: off; 1.0 with --rebalance).")
 @click.option("--rebalance", is_flag=True,
               help="Move pinned flows off links that measured background load makes hot.")
-@click.option("--rebalance-threshold", type=click.FloatRange(min=0.0, min_open=True),
+@click.option("--rebalance-threshold", type=FiniteFloatRange(min=0.0, max=10.0, min_open=True),
               default=0.9, show_default=True,
               help="Act when (background + pinned demand) / capacity of a link exceeds this.")
-@click.option("--rebalance-margin", type=click.FloatRange(min=0.0), default=0.25,
+@click.option("--rebalance-margin", type=FiniteFloatRange(min=0.0, max=10.0), default=0.25,
               show_default=True,
               help="Move only if the maximum utilisation falls by at least this much (and count "
                    "a link's background only above this fraction of its rate). Open vSwitch's "
                    "userspace datapath reported pinned-entry bytes ~20% below its port counters "
                    "for the same traffic in the lab, hence 0.25.")
-@click.option("--rebalance-hold", "rebalance_hold_s", type=click.FloatRange(min=0.0),
+@click.option("--rebalance-hold", "rebalance_hold_s", type=FiniteFloatRange(min=0.0, max=86400.0),
               default=5.0, show_default=True,
               help="Seconds a moved flow stays on its new path before it may move again.")
 @click.option("--fast-failover", is_flag=True,
@@ -382,17 +386,19 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
 @click.option("--grpc-listen", default=None, metavar="HOST:PORT",
               help="Serve the northbound gRPC API (aifabric.v1.Northbound) on HOST:PORT "
                    "(enables telemetry).")
-@click.option("--util-ceiling", type=click.FloatRange(min=0.0, min_open=True), default=0.8,
+@click.option("--util-ceiling", type=FiniteFloatRange(min=0.0, max=10.0, min_open=True), default=0.8,
               show_default=True,
               help="Alert when a link's mean utilisation over --util-window exceeds this.")
-@click.option("--util-window", "util_window_s", type=click.FloatRange(min=0.0, min_open=True),
+@click.option("--util-window", "util_window_s", type=FiniteFloatRange(min=0.0, max=86400.0,
+                                                                          min_open=True),
               default=10.0, show_default=True, help="Seconds the mean utilisation is taken over.")
-@click.option("--util-peak", type=click.FloatRange(min=0.0, min_open=True), default=0.95,
+@click.option("--util-peak", type=FiniteFloatRange(min=0.0, max=10.0, min_open=True), default=0.95,
               show_default=True, help="Alert when one sampling interval exceeds this utilisation.")
-@click.option("--loss-threshold", type=click.FloatRange(min=0.0, min_open=True), default=0.01,
+@click.option("--loss-threshold", type=FiniteFloatRange(min=0.0, max=1.0, min_open=True), default=0.01,
               show_default=True,
               help="Alert when a link direction loses more than this fraction of its frames.")
-@click.option("--microburst-threshold", type=click.FloatRange(min=0.0, min_open=True),
+@click.option("--microburst-threshold", type=FiniteFloatRange(min=0.0, max=10.0,
+                                                                         min_open=True),
               default=0.95, show_default=True,
               help="Utilisation of one sampling interval counted as a microburst.")
 def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
@@ -410,6 +416,10 @@ def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
     metrics = (_host_port("--metrics-listen", metrics_listen, allow_zero=True)
                if metrics_listen else None)
     grpc_at = _host_port("--grpc-listen", grpc_listen, allow_zero=True) if grpc_listen else None
+    if stats_interval_s is not None and 0 < stats_interval_s < MIN_STATS_INTERVAL_S:
+        raise click.BadParameter(
+            f"{stats_interval_s:g} s would poll every switch in a busy loop; use 0 (off) or "
+            f"{MIN_STATS_INTERVAL_S:g}..3600", param_hint="--stats-interval")
     if rebalance and stats_interval_s is None:
         stats_interval_s = 1.0
     hysteresis = (Hysteresis(rebalance_threshold, rebalance_margin, rebalance_hold_s)
@@ -533,7 +543,7 @@ def paths_cmd(collective: str, target: str) -> None:
 
 @main.command("top")
 @_CONTROLLER_OPT
-@click.option("--interval", "interval_s", type=click.FloatRange(min=0.1), default=1.0,
+@click.option("--interval", "interval_s", type=FiniteFloatRange(min=0.1, max=3600.0), default=1.0,
               show_default=True, help="Seconds between refreshes.")
 @click.option("--rows", "-n", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--count", type=click.IntRange(min=1), default=None,
@@ -575,8 +585,9 @@ def lab() -> None:
 def lab_run(experiment: str, out_dir: str | None) -> None:
     """Run EXPERIMENT.yaml in Mininet; write results.json and a PNG plot to --out.
 
-    Exit 0 when every collective's result was correct, 1 when a run failed or a result was
-    wrong, 2 for invalid input (nothing started), 130 when interrupted (torn down first).
+    Exit 0 when every collective's result was correct and the experiment's verdicts held, 1
+    when a run failed, a result was wrong or a verdict did not hold (the last line says which),
+    2 for invalid input (nothing started), 130 when interrupted (torn down first).
     """
     from mininet_labs.lab.__main__ import main as lab_main
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import math
 import sys
 
 import click
 
+from controller.cli_types import FiniteFloatRange
 from controller.ina.program import MAX_JOBS, MAX_SLOTS, MAX_WORKERS
 
 EXIT_INVALID = 2
@@ -29,13 +29,6 @@ times the default). The simulator holds several copies per worker (inputs, float
 error bounds, results) and runs every packet (64 values each) in Python, so memory and time grow
 with workers × length; all-reduces larger than this belong on a lab or a switch, not on the
 reference model."""
-
-
-def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """Refuse NaN (click's FloatRange compares, and every comparison with NaN is false)."""
-    if math.isnan(value):
-        raise click.BadParameter("must be a number, not nan")
-    return value
 
 
 @click.group("ina")
@@ -185,7 +178,7 @@ def job_list(address: str, device_id: int, election_id: int) -> None:
 @click.option("--pool", default=32, show_default=True, type=click.IntRange(1, MAX_SLOTS),
               help="slots (window)")
 @click.option("--loss", default=0.0, show_default=True,
-              type=click.FloatRange(0.0, 1.0, max_open=True), callback=_finite,
+              type=FiniteFloatRange(0.0, 1.0, max_open=True),
               help="loss probability, each direction, in [0, 1)")
 @click.option("--seed", default=1, show_default=True, type=click.IntRange(min=0))
 def simulate_cmd(workers: int, length: int, pool: int, loss: float, seed: int) -> None:

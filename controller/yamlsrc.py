@@ -18,7 +18,8 @@ from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
-from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from controller.errors import ConfigError, ConfigProblem
 
@@ -151,6 +152,17 @@ def parse_document(text: str, name: str = "<string>") -> Document:
             # e.g. an unclosed '[': the problem shows at the end, the cause where it opened
             msg += f" ({exc.context} at line {ctx.line + 1}, column {ctx.column + 1})"
         raise ConfigError([ConfigProblem(name, line, col, "", msg)]) from exc
+    except ReaderError as exc:  # a control character (YAML 1.2 §5.1 allows printable ones only)
+        pos = int(exc.position or 0)
+        line = text.count("\n", 0, pos) + 1
+        col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        ch = exc.character
+        what = f"#x{ch:04x}" if isinstance(ch, int) else repr(ch)
+        raise ConfigError([ConfigProblem(
+            name, line, col, "", f"invalid YAML: unacceptable character {what}: {exc.reason}")]
+        ) from exc
+    except YAMLError as exc:  # anything else the parser raises without a position
+        raise ConfigError([ConfigProblem(name, 1, 1, "", f"invalid YAML: {exc}")]) from exc
     doc = Document(name, None)
     if not isinstance(node, CommentedMap):
         raise ConfigError([ConfigProblem(name, 1, 1, "", "the document must be a YAML mapping")])

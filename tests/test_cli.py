@@ -1,3 +1,4 @@
+import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
@@ -39,3 +40,21 @@ def test_shipped_topologies_load():
     for f in sorted((ROOT / "mininet_labs" / "topologies").glob("*.yaml")):
         res = CliRunner().invoke(main, ["topology", "show", str(f)])
         assert res.exit_code == 0, (f, res.output)
+
+
+@pytest.mark.parametrize("flag,value,says", [
+    ("--stats-interval", "nan", "not a finite number"),
+    ("--stats-interval", "inf", "not in the range"),
+    ("--stats-interval", "1e-9", "busy loop"),
+    ("--rebalance-threshold", "nan", "not a finite number"),
+    ("--rebalance-threshold", "inf", "not in the range"),
+    ("--rebalance-margin", "nan", "not a finite number"),
+    ("--rebalance-hold", "inf", "not in the range"),
+    ("--util-window", "nan", "not a finite number"),
+])
+def test_controller_refuses_non_finite_knobs_before_starting(flag, value, says):
+    """NaN passes any click.FloatRange and inf one without a maximum; either would start a
+    controller whose statistics or re-balancing silently never act (or poll in a busy loop)."""
+    r = CliRunner().invoke(main, ["controller", flag, value, "-t", str(MAIN_TOPOLOGY),
+                                  "-p", str(PINNED_POLICY), "--rebalance"])
+    assert r.exit_code == 2 and flag in r.output and says in r.output, r.output

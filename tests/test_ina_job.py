@@ -159,7 +159,7 @@ def test_simulate_refuses_nan_loss_and_lengths_past_the_bound():
     from controller.cli_ina import MAX_SIM_LENGTH
 
     r = CliRunner().invoke(ina, ["simulate", "--loss", "nan"])
-    assert r.exit_code == 2 and "'--loss': must be a number, not nan" in r.output
+    assert r.exit_code == 2 and "'--loss': 'nan' is not a finite number" in r.output
     for length in (str(MAX_SIM_LENGTH + 1), "1000000000", "99999999999999999999"):
         r = CliRunner().invoke(ina, ["simulate", "--length", length])
         assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output

@@ -21,6 +21,21 @@ def test_binary_file_is_a_config_error(tmp_path):
         load_topology(p)
 
 
+@pytest.mark.parametrize("text,where,char", [
+    ("version: 1\n# a \x00 in a comment\n", "2:5", "#x0000"),
+    ('version: 1\nrouting: {mode: "pin\x07ned"}\n', "2:21", "#x0007"),
+])
+def test_control_character_is_a_located_error(tmp_path, text, where, char):
+    """UTF-8 but not printable (YAML 1.2 §5.1): a located error, exit 2, no traceback."""
+    p = tmp_path / "ctl.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=f"ctl.yaml:{where}: invalid YAML: unacceptable "
+                                          f"character {char}"):
+        load_policy(p)
+    r = CliRunner().invoke(main, ["policy", "check", str(p)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
 def test_directory_is_named_as_such(tmp_path):
     with pytest.raises(ConfigError, match="is a directory"):
         load_policy(tmp_path)

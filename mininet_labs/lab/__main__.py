@@ -65,8 +65,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     t = res.data["timings"]["total_s"]
     console.print(f"wrote {res.results_path} and {res.plot_path} in {t:.0f}s; "
-                  f"{'all results correct' if res.ok else 'SOME RESULTS INCORRECT'}")
+                  f"{outcome(res.ok, res.data)}", markup=False)
     return 0 if res.ok else 1
+
+
+def _all_correct(data: dict) -> bool | None:
+    """The run's ``all_correct`` verdict wherever its kind records it (None: not recorded)."""
+    for v in (data.get("verdicts"), data.get("comparison", {}).get("verdicts"),
+              data.get("summary", {}).get("verdicts")):
+        if isinstance(v, dict) and "all_correct" in v:
+            return bool(v["all_correct"])
+    return None
+
+
+def outcome(ok: bool, data: dict) -> str:
+    """The last words of ``lab run``: correct results and met verdicts, or what failed."""
+    if ok:
+        return "all results correct"
+    if _all_correct(data):
+        return ("all results correct, but NOT EVERY VERDICT HELD (see \"verdicts\" in "
+                "results.json)")
+    return "SOME RESULTS INCORRECT"
 
 
 if __name__ == "__main__":

@@ -328,10 +328,10 @@ class BackgroundSpec(Strict):
 class RebalanceSpec(Strict):
     """Controller settings in ``adaptive`` mode (``aifabric controller --rebalance ...``)."""
 
-    stats_interval: Annotated[Seconds, Field(gt=0, le=60)] = 1.0
-    threshold: Annotated[float, Field(gt=0)] = 0.9
-    margin: Annotated[float, Field(ge=0)] = 0.25
-    hold: Annotated[Seconds, Field(ge=0)] = 5.0
+    stats_interval: Annotated[Seconds, Field(ge=0.05, le=60)] = 1.0
+    threshold: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.9
+    margin: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.25
+    hold: Annotated[Seconds, Field(ge=0, le=86400)] = 5.0
 
     @property
     def hold_s(self) -> float:
@@ -343,9 +343,9 @@ class ExpectSpec(Strict):
     background starting, and within ``recover_within`` of the move its busbw must reach
     ``recovered_busbw_over_bound`` × the link-rate bound (two sampling windows in a row)."""
 
-    move_within: Annotated[Seconds, Field(gt=0)] = 6.0
-    recovered_busbw_over_bound: Annotated[float, Field(gt=0, le=1.2)] = 0.8
-    recover_within: Annotated[Seconds, Field(gt=0)] = 6.0
+    move_within: Annotated[Seconds, Field(gt=0, le=3600)] = 6.0
+    recovered_busbw_over_bound: Annotated[float, Field(gt=0, le=1.2, allow_inf_nan=False)] = 0.8
+    recover_within: Annotated[Seconds, Field(gt=0, le=3600)] = 6.0
 
 
 class AdaptiveSpec(Strict):

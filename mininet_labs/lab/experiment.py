@@ -79,19 +79,24 @@ class LabSpec(_Strict):
     mtu_bytes: Annotated[int, Field(ge=1280, le=9000)] = 9000
     queue_packets: Annotated[int, Field(ge=2, le=10000)] = 50
     htb_burst_bytes: Annotated[int, Field(ge=1500, le=16 * 2**20)] | None = Field(
-        default=None, alias="htb_burst")
+        default=None, alias="htb_burst")  # bytes: 1500B (one frame) .. 16MiB
     reachability_timeout_s: Annotated[float, Field(gt=0, le=600)] = 60.0
     controller_start_timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
 
     @field_validator("htb_burst_bytes", mode="before")
     @classmethod
     def _burst(cls, v: Any) -> Any:
-        if v is None or isinstance(v, int) and not isinstance(v, bool):
+        """A size with a unit, as every size in the file (``90KB``); bytes when built in code."""
+        if v is None:
             return v
         try:
-            return parse_size_bytes(v)
+            n = parse_size_bytes(v)
         except UnitError as exc:
             raise ValueError(str(exc)) from None
+        if not 1500 <= n <= 16 * 2**20:
+            raise ValueError(f"{v} is {n} bytes; the HTB burst must be 1500B (one frame) to "
+                             f"16MiB")
+        return n
 
 
 class ExperimentSpec(_Strict):
