@@ -67,10 +67,14 @@ class UnitError(ValueError):
 
 def _parse(value: object, table: dict[str, float], what: str, example: str,
            most: float, most_text: str) -> float:
-    if isinstance(value, bool) or isinstance(value, int | float):
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UnitError(f"expected a finite {what} such as '10{example}', got {value!r}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        # the example keeps the number only where the unit cannot make it absurd
+        num = value if abs(value) <= 1000 else 10
         raise UnitError(
             f"{value!r} has no unit; write the {what} with one of "
-            f"{', '.join(sorted(set(table)))} (e.g. '{value}{example}')"
+            f"{', '.join(sorted(set(table)))} (e.g. '{num}{example}')"
         )
     if not isinstance(value, str):
         raise UnitError(f"expected a {what} such as '10{example}', got {value!r}")
