@@ -159,6 +159,7 @@ def killed_lab(tmp_path, monkeypatch):
     """Run the telemetry lab's ``run_experiment`` with everything Mininet faked out; returns
     ``run(die_in) -> (exception, teardown calls, client, controller)``."""
     import controller.northbound.client as nb_client
+    from mininet_labs.lab import net as labnet
     from mininet_labs.lab import telemetry
 
     exp = tmp_path / "tel.yaml"
@@ -168,10 +169,10 @@ def killed_lab(tmp_path, monkeypatch):
     made: dict[str, object] = {}
     monkeypatch.setattr(telemetry, "requirements_missing", lambda: [])
     monkeypatch.setattr(telemetry, "environment", lambda: {})
-    monkeypatch.setattr(telemetry.labnet, "waiting_lab_lock", lambda notify=None: nullcontext())
-    monkeypatch.setattr(telemetry.labnet, "cleanup_leftovers", lambda names: [])
-    monkeypatch.setattr(telemetry.labnet, "build_network", lambda *a: "net")
-    monkeypatch.setattr(telemetry.labnet, "teardown",
+    monkeypatch.setattr(labnet, "waiting_lab_lock", lambda notify=None: nullcontext())
+    monkeypatch.setattr(labnet, "cleanup_leftovers", lambda names: [])
+    monkeypatch.setattr(labnet, "build_network", lambda *a: "net")
+    monkeypatch.setattr(labnet, "teardown",
                         lambda net, names: torn.append(net) or ["bridge leaf1"])
 
     def start(topology, policy, mininet, fabric, log, lab, extra):

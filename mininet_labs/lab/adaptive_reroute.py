@@ -68,7 +68,7 @@ from mininet_labs.lab.processes import (
     start_in_host,
 )
 from mininet_labs.lab.results import collective_entry, failed_entry, ring_bound_bps
-from mininet_labs.lab.runner import LabAborted, Results, requirements_missing, sigterm_raises
+from mininet_labs.lab.runner import LabAborted, Results, lab_network, requirements_missing
 from mininet_labs.workloads.ring_allreduce import source_port, summarize
 from mininet_labs.workloads.udp_probe import interval_for_rate_us
 
@@ -752,30 +752,16 @@ def run_experiment(path: str | Path, out_dir: str | Path,
     policy_file = out / "policy.yaml"
     policy_file.write_text(policy_text(exp.policy_path, {exp.spec.collective}))
     load_policy(policy_file, exp.fabric)
-    names = [s.name for s in exp.fabric.switches]
     modes: list[dict[str, Any]] = []
     timings: dict[str, Any] = {}
     env = environment()
-    with labnet.waiting_lab_lock(lambda m: console.print(m, markup=False)), sigterm_raises():
-        from mininet.log import setLogLevel
-
-        setLogLevel("error")
-        mininet = None
-        try:
-            labnet.cleanup_leftovers(names)
-            t = time.monotonic()
-            mininet = labnet.build_network(exp.fabric, free_port(), exp.spec.lab.mtu_bytes,
-                                           exp.spec.lab.queue_packets, exp.spec.lab.htb_burst_bytes)
-            timings["mininet_start_s"] = round(time.monotonic() - t, 2)
-            for mode in exp.spec.modes:
-                with console.status(f"[{mode}] collective with background load"):
-                    t = time.monotonic()
-                    modes.append(run_mode(exp, mininet, mode, policy_file, out, console))
-                    timings[f"{mode}_s"] = round(time.monotonic() - t, 2)
-        finally:
-            t = time.monotonic()
-            removed = labnet.teardown(mininet, names)
-            timings["teardown_s"] = round(time.monotonic() - t, 2)
+    with lab_network(exp.fabric, exp.spec.lab, console, timings) as net:
+        for mode in exp.spec.modes:
+            with console.status(f"[{mode}] collective with background load"):
+                t = time.monotonic()
+                modes.append(run_mode(exp, net.mininet, mode, policy_file, out, console))
+                timings[f"{mode}_s"] = round(time.monotonic() - t, 2)
+    removed = net.removed
     timings["total_s"] = round(time.monotonic() - t_start, 2)
     v = verdicts(exp, modes)
     s = exp.spec

@@ -54,7 +54,6 @@ from controller.model.topology import Fabric, load_topology
 from controller.policy import Policy, load_policy
 from controller.te.collectives import FlowDemand
 from controller.yamlsrc import load_document, validate
-from mininet_labs.lab import net as labnet
 from mininet_labs.lab.adaptive_reroute import (
     Seconds,
     Strict,
@@ -76,8 +75,8 @@ from mininet_labs.lab.adaptive_reroute import (
     wait_ranks,
 )
 from mininet_labs.lab.experiment import LabSpec, WorkloadSpec
-from mininet_labs.lab.processes import free_port, start_in_host
-from mininet_labs.lab.runner import LabAborted, Results, requirements_missing, sigterm_raises
+from mininet_labs.lab.processes import start_in_host
+from mininet_labs.lab.runner import LabAborted, Results, lab_network, requirements_missing
 from mininet_labs.workloads.udp_probe import analyse
 
 PROBE_PORT = 9200
@@ -361,31 +360,17 @@ def run_experiment(path: str | Path, out_dir: str | Path,
     policy_file = out / "policy.yaml"
     policy_file.write_text(policy_text(exp.policy_path, None))
     load_policy(policy_file, exp.fabric)
-    names = [s.name for s in exp.fabric.switches]
     cases: list[dict[str, Any]] = []
     timings: dict[str, Any] = {}
     env = environment()
-    with labnet.waiting_lab_lock(lambda m: console.print(m, markup=False)), sigterm_raises():
-        from mininet.log import setLogLevel
-
-        setLogLevel("error")
-        mininet = None
-        try:
-            labnet.cleanup_leftovers(names)
-            t = time.monotonic()
-            mininet = labnet.build_network(exp.fabric, free_port(), exp.spec.lab.mtu_bytes,
-                                           exp.spec.lab.queue_packets, exp.spec.lab.htb_burst_bytes)
-            timings["mininet_start_s"] = round(time.monotonic() - t, 2)
-            for case in exp.spec.cases:
-                with console.status(f"[{case.name}] {'-'.join(exp.failed_link(case.link))} "
-                                    "goes down mid-collective"):
-                    t = time.monotonic()
-                    cases.append(run_case(exp, mininet, case, policy_file, out))
-                    timings[f"{case.name}_s"] = round(time.monotonic() - t, 2)
-        finally:
-            t = time.monotonic()
-            removed = labnet.teardown(mininet, names)
-            timings["teardown_s"] = round(time.monotonic() - t, 2)
+    with lab_network(exp.fabric, exp.spec.lab, console, timings) as net:
+        for case in exp.spec.cases:
+            with console.status(f"[{case.name}] {'-'.join(exp.failed_link(case.link))} "
+                                "goes down mid-collective"):
+                t = time.monotonic()
+                cases.append(run_case(exp, net.mininet, case, policy_file, out))
+                timings[f"{case.name}_s"] = round(time.monotonic() - t, 2)
+    removed = net.removed
     timings["total_s"] = round(time.monotonic() - t_start, 2)
     v = {
         "all_correct": all(x["correct"] for c in cases for x in c["collectives"]),

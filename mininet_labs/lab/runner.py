@@ -215,6 +215,45 @@ def sigterm_raises() -> Iterator[None]:
 _sigterm_raises = sigterm_raises  # the old private name, still imported by some labs
 
 
+@dataclass
+class LabNetwork:
+    """The network of :func:`lab_network`: the started ``mininet.net.Mininet`` (None until it
+    is built) and, after the block, what teardown found still running or present and removed."""
+
+    mininet: Any = None
+    removed: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def lab_network(fabric: Any, lab: Any, console: Console,
+                timings: dict[str, Any]) -> Iterator[LabNetwork]:
+    """A lab's Mininet network for the duration of the block, never leaked.
+
+    Takes the lab lock (saying so on ``console`` while it waits), turns SIGTERM into
+    :class:`LabAborted`, removes what a killed run of ``fabric`` left, builds and starts the
+    network with ``lab``'s settings (a ``LabSpec``: MTU, queue, HTB burst; switches point at
+    a free local port), and always tears it down, also after an error or a signal. Records
+    ``timings["mininet_start_s"]`` and ``timings["teardown_s"]`` (seconds).
+    """
+    names = [s.name for s in fabric.switches]
+    with labnet.waiting_lab_lock(lambda m: console.print(m, markup=False)), sigterm_raises():
+        from mininet.log import setLogLevel
+
+        setLogLevel("error")
+        net = LabNetwork()
+        try:
+            labnet.cleanup_leftovers(names)
+            t = time.monotonic()
+            net.mininet = labnet.build_network(fabric, free_port(), lab.mtu_bytes,
+                                               lab.queue_packets, lab.htb_burst_bytes)
+            timings["mininet_start_s"] = round(time.monotonic() - t, 2)
+            yield net
+        finally:
+            t = time.monotonic()
+            net.removed = labnet.teardown(net.mininet, names)
+            timings["teardown_s"] = round(time.monotonic() - t, 2)
+
+
 def run_experiment(experiment_path: str | Path, out_dir: str | Path,
                    console: Console | None = None,
                    on_run: Callable[[dict[str, Any]], None] | None = None) -> Results:

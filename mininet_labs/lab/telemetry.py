@@ -67,7 +67,6 @@ from controller.policy import Policy, load_policy
 from controller.policy.model import Collective
 from controller.telemetry.plots import busbw_plot, link_heatmap, traffic_heatmap
 from controller.yamlsrc import load_document, validate
-from mininet_labs.lab import net as labnet
 from mininet_labs.lab.adaptive_reroute import (
     Seconds,
     Strict,
@@ -83,7 +82,7 @@ from mininet_labs.lab.adaptive_reroute import (
 from mininet_labs.lab.experiment import LabSpec, WorkloadSpec
 from mininet_labs.lab.processes import free_port
 from mininet_labs.lab.results import ring_bound_bps
-from mininet_labs.lab.runner import LabAborted, Results, requirements_missing, sigterm_raises
+from mininet_labs.lab.runner import LabAborted, Results, lab_network, requirements_missing
 
 __all__ = ["LabAborted", "describe", "load_experiment", "run_experiment"]
 
@@ -310,21 +309,14 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
                                            "expect": s.expect.model_dump()}}
     timings: dict[str, float] = {}
     env = environment()
-    with labnet.waiting_lab_lock(lambda m: console.print(m, markup=False)), sigterm_raises():
-        from mininet.log import setLogLevel
-
-        setLogLevel("error")
-        mininet = ctl = events = None
+    with lab_network(fab, s.lab, console, timings) as net:
+        mininet = net.mininet
+        ctl = events = None
         link_down: tuple[str, str] | None = None
         failure: str | None = None
         step = "starting"
         client = FabricClient(f"127.0.0.1:{gport}")
         try:
-            labnet.cleanup_leftovers(names)
-            t = time.monotonic()
-            mininet = labnet.build_network(fab, free_port(), s.lab.mtu_bytes, s.lab.queue_packets,
-                                           s.lab.htb_burst_bytes)
-            timings["mininet_start_s"] = round(time.monotonic() - t, 2)
             t = time.monotonic()
             ctl = start_mode_controller(exp.topology_path, policy_file, mininet, fab,
                                         out / "controller.log", s.lab, extra)
@@ -466,9 +458,8 @@ def run_experiment(path: str | Path, out_dir: str | Path, console: Console | Non
             if link_down is not None and mininet is not None:
                 mininet.configLinkStatus(*link_down, "up")
             rc = ctl.stop() if ctl is not None else None
-            removed = labnet.teardown(mininet, names)
     data["controller_exit"] = rc
-    data["teardown_removed"] = removed
+    data["teardown_removed"] = net.removed
     data["environment"] = env
     timings["total_s"] = round(time.monotonic() - t_start, 2)
     data["timings"] = timings
