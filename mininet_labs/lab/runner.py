@@ -23,12 +23,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from controller.model.topology import Fabric
 from controller.units import format_rate
 from controller.yamlsrc import load_document
 from mininet_labs.lab import net as labnet
 from mininet_labs.lab.compare import compare_modes, comparison_table, verdict_lines
 from mininet_labs.lab.environment import probe_kernel_features, versions
-from mininet_labs.lab.experiment import Experiment, describe, load_experiment
+from mininet_labs.lab.experiment import Experiment, LabSpec, describe, load_experiment
 from mininet_labs.lab.processes import (
     ControllerProcess,
     free_port,
@@ -225,13 +226,13 @@ class LabNetwork:
 
 
 @contextmanager
-def lab_network(fabric: Any, lab: Any, console: Console,
+def lab_network(fabric: Fabric, lab: LabSpec, console: Console,
                 timings: dict[str, Any]) -> Iterator[LabNetwork]:
     """A lab's Mininet network for the duration of the block, never leaked.
 
     Takes the lab lock (saying so on ``console`` while it waits), turns SIGTERM into
     :class:`LabAborted`, removes what a killed run of ``fabric`` left, builds and starts the
-    network with ``lab``'s settings (a ``LabSpec``: MTU, queue, HTB burst; switches point at
+    network with ``lab``'s settings (MTU, queue, HTB burst; switches point at
     a free local port), and always tears it down, also after an error or a signal. Records
     ``timings["mininet_start_s"]`` and ``timings["teardown_s"]`` (seconds).
     """
