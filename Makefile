@@ -13,7 +13,7 @@ EXPERIMENT   ?= mininet_labs/experiments/ecmp_vs_pinned.yaml
 OUT          ?= results/ecmp_vs_pinned
 PYTEST_ARGS  ?=
 
-.PHONY: all setup debs venv ovs demo test lint bench clean
+.PHONY: all setup debs venv ovs demo test lint typecheck bench clean
 
 all: test
 
@@ -54,6 +54,10 @@ test: setup lint
 lint: venv
 	$(VENV)/bin/ruff check controller mininet_labs tests bench
 	$(VENV)/bin/lint-imports
+
+# The type checker (config in pyproject.toml, [tool.mypy]); becomes part of `make test` once clean.
+typecheck: venv
+	$(VENV)/bin/mypy
 
 bench: venv
 	$(PY) bench/te_plan.py
