@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -267,29 +269,26 @@ def policy_apply(file: str, target: str, dry_run: bool, timeout_s: float) -> Non
     if reply.problems:
         for p in reply.problems:
             click.echo(str(problem_from_proto(p)), err=True)
-        err_console.print(f"{file}: not applied: {len(reply.problems)} problem(s); the running "
-                          f"{running} stays in force", markup=False)
+        click.echo(f"{file}: not applied: {len(reply.problems)} problem(s); the running "
+                   f"{running} stays in force", err=True)
         sys.exit(EXIT_INVALID)
     for d in reply.diff:
-        console.print(f"{d.switch}: flows +{d.flows_added} ~{d.flows_modified} "
-                      f"-{d.flows_deleted}, groups +{d.groups_added} ~{d.groups_modified} "
-                      f"-{d.groups_deleted}", markup=False)
+        click.echo(f"{d.switch}: flows +{d.flows_added} ~{d.flows_modified} -{d.flows_deleted}, "
+                   f"groups +{d.groups_added} ~{d.groups_modified} -{d.groups_deleted}")
         for line in d.lines:
-            console.print(f"  {line}", markup=False)
-    changed = [d.switch for d in reply.diff]
+            click.echo(f"  {line}")
     if not reply.ok:
-        err_console.print(f"{file}: apply failed and was rolled back: {reply.error}; the running "
-                          f"{running} stays in force", markup=False)
+        click.echo(f"{file}: apply failed and was rolled back: {reply.error}; the running "
+                   f"{running} stays in force", err=True)
         sys.exit(EXIT_FAILED)
     if dry_run:
-        console.print(f"{file}: dry run: valid; {len(changed)} switch(es) would change; nothing "
-                      f"applied (the running {running} stays)", markup=False)
+        click.echo(f"{file}: dry run: valid; {len(reply.diff)} switch(es) would change; nothing "
+                   f"applied (the running {running} stays)")
         return
     conf = reply.confirmation
     where = ("confirmed by every switch" if conf.in_force
              else f"pending on {', '.join(conf.switches_pending)}")
-    console.print(f"{file}: applied as {running}: {len(changed)} switch(es) changed, {where}",
-                  markup=False)
+    click.echo(f"{file}: applied as {running}: {len(reply.diff)} switch(es) changed, {where}")
 
 
 def _read_text(file: str) -> str:
@@ -298,7 +297,7 @@ def _read_text(file: str) -> str:
     try:
         data = Path(file).read_bytes()
     except OSError as exc:
-        err_console.print(f"{file}: cannot read: {exc.strerror or exc}", markup=False)
+        click.echo(f"{file}: cannot read: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_INVALID)
     try:
         return data.decode("utf-8")
@@ -306,8 +305,7 @@ def _read_text(file: str) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         start = data.rfind(b"\n", 0, exc.start) + 1
         col = len(data[start:exc.start].decode("utf-8", "replace")) + 1
-        err_console.print(f"{file}:{line}:{col}: not UTF-8 text (byte {data[exc.start]:#04x})",
-                          markup=False)
+        click.echo(f"{file}:{line}:{col}: not UTF-8 text (byte {data[exc.start]:#04x})", err=True)
         sys.exit(EXIT_INVALID)
 
 
@@ -522,7 +520,7 @@ def _host_port(option: str, value: str, allow_zero: bool = False) -> tuple[str, 
 # -- telemetry and the northbound API (a running controller) ----------------------------------
 
 
-def _rpc(call):  # type: ignore[no-untyped-def]
+def _rpc(call: Callable[[], Any]) -> Any:
     """Run ``call()``; a failed northbound call exits 1 (no controller, or it failed) or 2 (a
     bad request: INVALID_ARGUMENT, NOT_FOUND) with its text."""
     from controller.northbound.client import NorthboundError
@@ -530,7 +528,7 @@ def _rpc(call):  # type: ignore[no-untyped-def]
     try:
         return call()
     except NorthboundError as exc:
-        err_console.print(str(exc), markup=False)
+        click.echo(str(exc), err=True)
         sys.exit(EXIT_INVALID if exc.code_name in ("INVALID_ARGUMENT", "NOT_FOUND")
                  else EXIT_FAILED)
 
@@ -539,7 +537,7 @@ def _rate(bps: float) -> str:
     return format_rate(int(round(bps))) if bps else "0"
 
 
-def _links_table(st, rows: int | None = None, fabric_only: bool = True) -> Table:  # type: ignore[no-untyped-def]
+def _links_table(st: Any, rows: int | None = None, fabric_only: bool = True) -> Table:
     links = [ln for ln in st.links if ln.fabric_link or not fabric_only]
     links.sort(key=lambda ln: (-ln.utilisation, ln.src, ln.dst))
     t = Table(title=f"links (latest {st.sample_interval_s:g} s interval, busiest first)")

@@ -18,7 +18,8 @@ Resources (:class:`~controller.northbound.limits.NorthboundLimits`):
 * A watcher is dropped with ``RESOURCE_EXHAUSTED "too slow: N events not read"`` when its queue
   of ``subscriber_queue_len`` events overflows (the event bus drops it without blocking the
   publisher or other watchers) or one event waited ``max_write_wait_s`` for it to read. The
-  events already in its HTTP/2 window reach it before the status.
+  events gRPC already accepted for it reach it before the status; N counts those it will never
+  get.
 * Requests are read as bytes and parsed here (:func:`~controller.northbound.limits.
   parse_request`), so a bad request is an ``INVALID_ARGUMENT`` naming the field and not the
   ``INTERNAL`` "Exception deserializing request!" of gRPC's own deserializer.
@@ -201,11 +202,13 @@ class _Handlers:
                 if write in done:
                     write.result()  # a write that failed ends the stream with its error
                     continue
+                # the event being written still reaches the watcher if it ever reads (gRPC
+                # keeps a message it accepted); the queued ones never will
                 if sub.dropped is not None:
                     return sub.dropped
                 if sub.closed:  # the server stops
                     return None
-                return SlowSubscriber(1 + sub.pending())
+                return SlowSubscriber(sub.close())
         except SlowSubscriber as exc:
             return exc
         return None

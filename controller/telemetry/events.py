@@ -177,15 +177,18 @@ class Subscription:
                 self._waiters.append((asyncio.get_running_loop(), fut))
             await fut
 
-    def close(self) -> None:
-        """End the subscription: queued events are discarded, readers stop (idempotent)."""
+    def close(self) -> int:
+        """End the subscription: queued events are discarded, readers stop (idempotent).
+        Returns how many queued events were discarded."""
         with self._cond:
             was_open = not self._closed
+            discarded = len(self._items)
             self._closed = True
             self._items.clear()
             self._wake_locked()
         if was_open and self._on_close is not None:
             self._on_close(self)
+        return discarded
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
