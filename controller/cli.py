@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -31,6 +33,11 @@ def _make_console() -> Console:
     (160 columns) unless COLUMNS says otherwise."""
     wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     return Console(highlight=False, width=160 if wide else None)
+
+
+_CONTROLLER_OPT = click.option(
+    "--controller", "-c", "target", default="127.0.0.1:50051", show_default=True,
+    envvar="AIFABRIC_CONTROLLER", help="The controller's --grpc-listen address HOST:PORT.")
 
 
 def _report(exc: ConfigError) -> None:
@@ -235,6 +242,71 @@ def policy_diff(old: str, new: str, topology: str, target: str) -> None:
     console.print(f"{len(changes)} change(s) on "
                   f"{len({c.file for c in changes})} switch(es)", markup=False)
     sys.exit(EXIT_FAILED)  # like diff(1): 1 when the renderings differ
+
+
+@policy.command("apply")
+@click.argument("file", type=click.Path(dir_okay=False))
+@_CONTROLLER_OPT
+@click.option("--dry-run", is_flag=True, help="Validate and print the diff; change nothing.")
+@click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=0.1, max=3600.0), default=60.0,
+              show_default=True,
+              help="Seconds to wait for the controller (applying waits for every switch).")
+def policy_apply(file: str, target: str, dry_run: bool, timeout_s: float) -> None:
+    """Apply policy FILE to a running controller (its --grpc-listen address).
+
+    The controller validates FILE whole, prints the per-switch diff, and applies it to every
+    switch atomically; a switch error rolls the whole change back. Exit 0 when applied (or, with
+    --dry-run, valid), 2 with FILE:LINE:COL messages when FILE is invalid (nothing changed), 1
+    when the apply failed and was rolled back or no controller answers.
+    """
+    from controller.northbound.client import FabricClient
+    from controller.northbound.convert import problem_from_proto
+
+    text = _read_text(file)
+    with FabricClient(target, timeout_s=timeout_s) as client:
+        reply = _rpc(lambda: client.apply_policy(text, file, dry_run))
+    running = f"policy generation {reply.generation} ({reply.digest[:12]})"
+    if reply.problems:
+        for p in reply.problems:
+            click.echo(str(problem_from_proto(p)), err=True)
+        click.echo(f"{file}: not applied: {len(reply.problems)} problem(s); the running "
+                   f"{running} stays in force", err=True)
+        sys.exit(EXIT_INVALID)
+    for d in reply.diff:
+        click.echo(f"{d.switch}: flows +{d.flows_added} ~{d.flows_modified} -{d.flows_deleted}, "
+                   f"groups +{d.groups_added} ~{d.groups_modified} -{d.groups_deleted}")
+        for line in d.lines:
+            click.echo(f"  {line}")
+    if not reply.ok:
+        click.echo(f"{file}: apply failed and was rolled back: {reply.error}; the running "
+                   f"{running} stays in force", err=True)
+        sys.exit(EXIT_FAILED)
+    if dry_run:
+        click.echo(f"{file}: dry run: valid; {len(reply.diff)} switch(es) would change; nothing "
+                   f"applied (the running {running} stays)")
+        return
+    conf = reply.confirmation
+    where = ("confirmed by every switch" if conf.in_force
+             else f"pending on {', '.join(conf.switches_pending)}")
+    click.echo(f"{file}: applied as {running}: {len(reply.diff)} switch(es) changed, {where}")
+
+
+def _read_text(file: str) -> str:
+    """The UTF-8 text of ``file``; exits 2 with ``FILE: ...`` (or ``FILE:LINE:COL`` of the first
+    byte that is not UTF-8) when it cannot be read."""
+    try:
+        data = Path(file).read_bytes()
+    except OSError as exc:
+        click.echo(f"{file}: cannot read: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        col = len(data[start:exc.start].decode("utf-8", "replace")) + 1
+        click.echo(f"{file}:{line}:{col}: not UTF-8 text (byte {data[exc.start]:#04x})", err=True)
+        sys.exit(EXIT_INVALID)
 
 
 # -- topology ----------------------------------------------------------------------------------
@@ -446,34 +518,26 @@ def _host_port(option: str, value: str, allow_zero: bool = False) -> tuple[str, 
 
 
 # -- telemetry and the northbound API (a running controller) ----------------------------------
-_CONTROLLER_OPT = click.option(
-    "--controller", "-c", "target", default="127.0.0.1:50051", show_default=True,
-    envvar="AIFABRIC_CONTROLLER", help="The controller's --grpc-listen address HOST:PORT.")
 
 
-def _rpc(call):  # type: ignore[no-untyped-def]
-    """Run ``call()``; a gRPC error exits 1 (unreachable) or 2 (bad request) with its text."""
-    import grpc
+def _rpc(call: Callable[[], Any]) -> Any:
+    """Run ``call()``; a failed northbound call exits 1 (no controller, or it failed) or 2 (a
+    bad request: INVALID_ARGUMENT, NOT_FOUND) with its text."""
+    from controller.northbound.client import NorthboundError
 
     try:
         return call()
-    except grpc.RpcError as exc:
-        code = exc.code()
-        if code == grpc.StatusCode.UNAVAILABLE:
-            err_console.print(
-                "no aifabric controller answers there (is it running with --grpc-listen at that "
-                f"address? set it with --controller HOST:PORT): {exc.details()}", markup=False)
-            sys.exit(EXIT_FAILED)
-        err_console.print(f"{code.name}: {exc.details()}", markup=False)
-        sys.exit(EXIT_INVALID if code in (grpc.StatusCode.INVALID_ARGUMENT,
-                                          grpc.StatusCode.NOT_FOUND) else EXIT_FAILED)
+    except NorthboundError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INVALID if exc.code_name in ("INVALID_ARGUMENT", "NOT_FOUND")
+                 else EXIT_FAILED)
 
 
 def _rate(bps: float) -> str:
     return format_rate(int(round(bps))) if bps else "0"
 
 
-def _links_table(st, rows: int | None = None, fabric_only: bool = True) -> Table:  # type: ignore[no-untyped-def]
+def _links_table(st: Any, rows: int | None = None, fabric_only: bool = True) -> Table:
     links = [ln for ln in st.links if ln.fabric_link or not fabric_only]
     links.sort(key=lambda ln: (-ln.utilisation, ln.src, ln.dst))
     t = Table(title=f"links (latest {st.sample_interval_s:g} s interval, busiest first)")
@@ -500,11 +564,19 @@ def status_cmd(target: str, all_links: bool) -> None:
     console.print(f"fabric {st.fabric}: routing {st.routing_mode}, plan generation "
                   f"{st.plan_generation}, statistics every {st.sample_interval_s:g} s",
                   markup=False)
+    if st.HasField("policy"):
+        import datetime
+
+        pol = st.policy
+        when = datetime.datetime.fromtimestamp(pol.applied_unix_s).isoformat(" ", "seconds")
+        console.print(f"policy generation {pol.generation}: {pol.source}, sha256 {pol.digest}, "
+                      f"applied {when}", markup=False)
     t = Table(title="switches")
-    for col in ("switch", "dpid", "connected", "last sample"):
+    for col in ("switch", "dpid", "southbound", "role", "connected", "last sample"):
         t.add_column(col)
     for s in st.switches:
-        t.add_row(s.name, f"{s.dpid:#x}", "yes" if s.connected else "[red]no[/]",
+        t.add_row(s.name, f"{s.dpid:#x}", s.southbound or "-", s.role or "-",
+                  "yes" if s.connected else "[red]no[/]",
                   "never" if s.last_sample_age_s < 0 else f"{s.last_sample_age_s:.1f} s ago")
     console.print(t)
     console.print(_links_table(st, fabric_only=not all_links))

@@ -1,6 +1,7 @@
-"""The northbound gRPC service in-process: registration pins and programs (checked in the
+"""The northbound gRPC service in-process over the controller's service (served through the
+temporary ``ThreadedService`` bridge): registration pins and programs (checked in the
 flow-table simulator), errors name the field, GetPaths/GetStatus/WatchEvents, the CLI, and the
-committed generated code is current."""
+committed generated code is current. Limits and hostile clients: test_northbound_limits.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from controller.drivers.openflow import encode
 from controller.drivers.openflow.app import AifabricApp
 from controller.model.topology import load_topology
 from controller.northbound.client import FabricClient
-from controller.northbound.server import start_server
+from controller.northbound.threaded import NorthboundThread, ThreadedService
 from controller.plan.model import ETH_TYPE_IPV4
 from controller.policy import load_policy
 from controller.runtime.registration import place_new_flows
@@ -64,10 +65,10 @@ def _controller(policy_path, connected=None):
             app.switch_connected(ConfirmingDatapath(s.dpid, ff.tables[s.name], app), now_s=0.0)
     svc = FabricService(rt, tel, bus, apply=app.apply_and_confirm, sample_interval_s=1.0,
                         confirm_timeout_s=1.0)
-    server, port, servicer = start_server(svc, "127.0.0.1", 0)
-    client = FabricClient(f"127.0.0.1:{port}", timeout_s=5.0)
-    return SimpleNamespace(rt=rt, app=app, ff=ff, svc=svc, server=server, servicer=servicer,
-                           client=client, target=f"127.0.0.1:{port}", bus=bus)
+    nb = NorthboundThread(ThreadedService(svc), "127.0.0.1", 0)
+    client = FabricClient(f"127.0.0.1:{nb.port}", timeout_s=5.0)
+    return SimpleNamespace(rt=rt, app=app, ff=ff, svc=svc, nb=nb, client=client,
+                           target=f"127.0.0.1:{nb.port}", bus=bus)
 
 
 @pytest.fixture
@@ -75,8 +76,7 @@ def ctl(tmp_path):
     c = _controller(_ring_a_only(tmp_path))
     yield c
     c.client.close()
-    c.servicer.stop.set()
-    c.server.stop(0)
+    c.nb.close(0)
 
 
 def _pkt(src, dst):
@@ -164,7 +164,7 @@ def test_ecmp_mode_refuses_registration():
         assert "routing.mode is 'ecmp'" in ei.value.details()
     finally:
         c.client.close()
-        c.server.stop(0)
+        c.nb.close(0)
 
 
 def test_disconnected_switch_is_pending(tmp_path):
@@ -176,7 +176,7 @@ def test_disconnected_switch_is_pending(tmp_path):
         assert r.confirmation.in_force_unix_s == 0
     finally:
         c.client.close()
-        c.server.stop(0)
+        c.nb.close(0)
 
 
 def test_watch_events_streams_failures_and_registrations(ctl):
@@ -246,7 +246,7 @@ def test_cli_status_and_paths(ctl):
 
 def test_cli_unreachable_controller_exits_1():
     r = CliRunner().invoke(cli, ["status", "-c", "127.0.0.1:1"])
-    assert r.exit_code == 1 and "no aifabric controller answers there" in r.output
+    assert r.exit_code == 1 and "no aifabric controller answers at 127.0.0.1:1" in r.output
 
 
 def test_encode_queue_stats_request():
@@ -270,3 +270,12 @@ def test_overlong_collective_name_is_invalid_argument():
         collective_from_request(CollectiveRequest("j", "a" * 100_000, "ring", ("h2", "h8"),
                                                   dscp=5), fabric, policy)
     assert ei.value.field == "name"
+
+
+def test_policy_apply_on_a_controller_that_cannot_reload_says_so(ctl):
+    # the synchronous FabricService (until the runtime of issue 12 lands) cannot change its
+    # policy while it runs: FAILED_PRECONDITION, exit 1, nothing changed
+    r = CliRunner().invoke(cli, ["policy", "apply", str(PINNED_POLICY), "-c", ctl.target])
+    assert r.exit_code == 1, r.output
+    assert "FAILED_PRECONDITION: this controller cannot apply a policy while it runs" in r.output
+    assert all(d.collective == "ring-a" for d in ctl.rt.paths)

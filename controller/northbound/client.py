@@ -12,13 +12,16 @@ Register a ``torch.distributed`` process group's ranks before the first collecti
 0 register them in rank order, and broadcasts the reply, so every rank starts its collectives
 only after the pinned entries are installed. Without torch, call
 :meth:`FabricClient.register` with the hosts (names or IPv4 addresses) in rank order.
-Errors come back as ``grpc.RpcError`` (``INVALID_ARGUMENT`` with the field named).
+Errors come back as :class:`NorthboundError`, a ``grpc.RpcError`` with ``code()`` and
+``details()`` whose ``str()`` says what happened in words (``INVALID_ARGUMENT`` names the field;
+``UNAVAILABLE`` says no controller answers at the target). Every unary call has a deadline
+(``timeout_s``); a deadline that passes is ``DEADLINE_EXCEEDED`` ("no answer within 10 s").
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -27,15 +30,52 @@ from controller.northbound.v1 import aifabric_pb2 as pb
 from controller.northbound.v1 import aifabric_pb2_grpc as pb_grpc
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+#: largest reply the client accepts (a status of a large fabric); the server's own send limit
+#: is lower by default
+MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
+CallFn = Callable[..., Any]
+
+
+class NorthboundError(grpc.RpcError):
+    """A northbound call failed: ``code()`` (``grpc.StatusCode``), ``code_name``
+    (``"INVALID_ARGUMENT"``), ``details()`` (the server's text), ``target``; ``str()`` says
+    it in words for a person."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, target: str,
+                 timeout_s: float | None) -> None:
+        super().__init__(details)
+        self._code = code
+        self._details = details
+        self.code_name: str = code.name
+        self.target = target
+        self.timeout_s = timeout_s
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def __str__(self) -> str:
+        if self._code == grpc.StatusCode.UNAVAILABLE:
+            return (f"no aifabric controller answers at {self.target} (is it running with "
+                    f"--grpc-listen at that address? set it with --controller HOST:PORT): "
+                    f"{self._details}")
+        if self._code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return (f"the controller at {self.target} gave no answer within "
+                    f"{self.timeout_s:g} s")
+        return f"{self.code_name}: {self._details}"
 
 
 class FabricClient:
-    """A connection to the controller's northbound service at ``target`` (``host:port``)."""
+    """A connection to the controller's northbound service at ``target`` (``host:port``);
+    ``timeout_s``: deadline of every unary call (s)."""
 
     def __init__(self, target: str = DEFAULT_TARGET, timeout_s: float = 10.0) -> None:
         self.target = target
         self.timeout_s = timeout_s
-        self.channel = grpc.insecure_channel(target)
+        self.channel = grpc.insecure_channel(
+            target, options=[("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES)])
         self.stub = pb_grpc.NorthboundStub(self.channel)
 
     def __enter__(self) -> FabricClient:
@@ -46,6 +86,13 @@ class FabricClient:
 
     def close(self) -> None:
         self.channel.close()
+
+    def _call(self, method: CallFn, request: Any, timeout_s: float | None = None) -> Any:
+        t = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            return method(request, timeout=t)
+        except grpc.RpcError as exc:
+            raise NorthboundError(exc.code(), exc.details() or "", self.target, t) from None
 
     def register(self, job: str, name: str, ranks: Sequence[str], *, algorithm: str = "ring",
                  bidirectional: bool = False, dscp: int | None = None,
@@ -61,22 +108,33 @@ class FabricClient:
             req.l4.CopyFrom(pb.L4Match(proto=l4[0], src_port=l4[1], dst_port=l4[2]))
         if expected_bytes is not None:
             req.expected_bytes = expected_bytes
-        return self.stub.RegisterCollective(req, timeout=self.timeout_s)
+        return self._call(self.stub.RegisterCollective, req)
 
     def unregister(self, collective: str) -> Any:
-        return self.stub.UnregisterCollective(
-            pb.UnregisterCollectiveRequest(collective=collective), timeout=self.timeout_s)
+        return self._call(self.stub.UnregisterCollective,
+                          pb.UnregisterCollectiveRequest(collective=collective))
 
     def paths(self, collective: str = "") -> Any:
         """``GetPathsResponse``: every pinned flow of ``collective`` (all when empty)."""
-        return self.stub.GetPaths(pb.GetPathsRequest(collective=collective),
-                                  timeout=self.timeout_s)
+        return self._call(self.stub.GetPaths, pb.GetPathsRequest(collective=collective))
 
     def status(self) -> Any:
-        return self.stub.GetStatus(pb.GetStatusRequest(), timeout=self.timeout_s)
+        return self._call(self.stub.GetStatus, pb.GetStatusRequest())
+
+    def apply_policy(self, document: str, source_name: str, dry_run: bool = False,
+                     timeout_s: float | None = None) -> Any:
+        """Validate, diff and (unless ``dry_run``) apply a policy document; problems are
+        located in ``source_name``. Returns ``ApplyPolicyResponse`` (``ok`` false with
+        ``problems`` or ``error``: not an exception). ``timeout_s``: deadline (default the
+        client's; applying waits for every switch's confirmation)."""
+        return self._call(self.stub.ApplyPolicy,
+                          pb.ApplyPolicyRequest(document=document, source_name=source_name,
+                                                dry_run=dry_run), timeout_s)
 
     def watch(self, kinds: Sequence[str] = ()) -> Iterator[Any]:
-        """Events as they happen (``call.cancel()`` on the returned iterator stops it)."""
+        """Events as they happen (``call.cancel()`` on the returned iterator stops it). No
+        deadline; iterating raises ``grpc.RpcError`` when the stream ends with an error
+        (``RESOURCE_EXHAUSTED "too slow: N events not read"`` for a reader that fell behind)."""
         return self.stub.WatchEvents(pb.WatchEventsRequest(kinds=list(kinds)))
 
 
@@ -103,7 +161,7 @@ def register_process_group(client: FabricClient, job: str, name: str, group: Any
         try:
             box[0] = client.register(job, name, addrs, **kwargs).SerializeToString()
         except grpc.RpcError as exc:
-            box[0] = f"{exc.code().name}: {exc.details()}"
+            box[0] = str(exc) if isinstance(exc, NorthboundError) else f"{exc.code().name}: {exc.details()}"
     dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0) if group else 0,
                                group=group)
     if isinstance(box[0], str):

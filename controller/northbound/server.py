@@ -1,166 +1,307 @@
-"""The gRPC server of ``aifabric.v1.Northbound`` (:file:`aifabric.proto`): converts messages and
-maps errors to status codes; the work is done by a service object
-(:class:`controller.runtime.service.FabricService`, duck-typed here: this package sits below
-the runtime).
+"""The gRPC server of ``aifabric.v1.Northbound`` (:file:`aifabric.proto`) on ``grpc.aio``: it
+runs on the controller's asyncio event loop, parses and bounds requests, awaits the
+:class:`~controller.northbound.model.NorthboundService`, and maps errors to status codes.
 
 Status codes: :class:`~controller.northbound.model.FieldError` → ``INVALID_ARGUMENT``
-(``"field: message"``), :class:`~controller.northbound.model.NotFound` → ``NOT_FOUND``,
-:class:`~controller.northbound.model.Unavailable` → ``FAILED_PRECONDITION``.
+(``"field: message"``; also a string too long, a repeated field too long, a string that is not
+UTF-8), :class:`~controller.northbound.model.NotFound` → ``NOT_FOUND``,
+:class:`~controller.northbound.model.Unavailable` → ``FAILED_PRECONDITION``,
+:class:`~controller.northbound.model.Busy` → ``RESOURCE_EXHAUSTED``; any other exception of the
+service is logged with its traceback and answered ``INTERNAL "internal error (see the
+controller log)"``, never with the traceback.
+
+Resources (:class:`~controller.northbound.limits.NorthboundLimits`):
+
+* ``WatchEvents`` streams and unary calls are counted apart: open streams never make a
+  registration fail, however many there are (at most ``max_streams``, then
+  ``RESOURCE_EXHAUSTED`` for streams only).
+* A watcher is dropped with ``RESOURCE_EXHAUSTED "too slow: N events not read"`` when its queue
+  of ``subscriber_queue_len`` events overflows (the event bus drops it without blocking the
+  publisher or other watchers) or one event waited ``max_write_wait_s`` for it to read. The
+  events gRPC already accepted for it reach it before the status; N counts those it will never
+  get.
+* Requests are read as bytes and parsed here (:func:`~controller.northbound.limits.
+  parse_request`), so a bad request is an ``INVALID_ARGUMENT`` naming the field and not the
+  ``INTERNAL`` "Exception deserializing request!" of gRPC's own deserializer.
+* A unary call whose client left (deadline, cancel) does not cancel the service's work: the
+  coroutine is shielded and keeps its place among ``max_unary_calls`` until it finishes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
-from collections.abc import Iterator
-from concurrent import futures
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
+import grpc.aio
+from google.protobuf.message import Message
 
+from controller.northbound.convert import (
+    apply_result_to_proto,
+    confirmation_to_proto,
+    event_to_proto,
+    flow_to_proto,
+    registration_to_proto,
+    request_from_proto,
+    status_to_proto,
+)
+from controller.northbound.limits import DEFAULT_LIMITS, NorthboundLimits, parse_request
 from controller.northbound.model import (
-    CollectiveRequest,
+    Busy,
     FieldError,
-    L4Request,
+    NorthboundService,
     NotFound,
     Unavailable,
 )
 from controller.northbound.v1 import aifabric_pb2 as pb
-from controller.northbound.v1 import aifabric_pb2_grpc as pb_grpc
+from controller.telemetry.events import SlowSubscriber, Subscription
 
 LOG = logging.getLogger("aifabric.northbound")
-WATCH_POLL_S = 0.25
+SERVICE_NAME = "aifabric.v1.Northbound"
+#: characters of an error message sent as status details (a service message is clipped to it)
+MAX_DETAILS_CHARS = 1024
+INTERNAL_DETAILS = "internal error (see the controller log)"
+
+_STATUS: dict[type[Exception], grpc.StatusCode] = {
+    FieldError: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    Unavailable: grpc.StatusCode.FAILED_PRECONDITION,
+    Busy: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    SlowSubscriber: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
 
 
-def request_from_proto(msg: pb.RegisterCollectiveRequest) -> CollectiveRequest:
-    """The request as plain values (no validation beyond types; the service validates)."""
-    l4 = None
-    if msg.HasField("l4"):
-        l4 = L4Request(msg.l4.proto, msg.l4.src_port, msg.l4.dst_port)
-    return CollectiveRequest(
-        job=msg.job, name=msg.name, algorithm=msg.algorithm, ranks=tuple(msg.ranks),
-        bidirectional=msg.bidirectional, dscp=msg.dscp if msg.HasField("dscp") else None,
-        l4=l4, expected_bytes=msg.expected_bytes if msg.HasField("expected_bytes") else None)
+def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status code and details for an exception of the service."""
+    for cls, code in _STATUS.items():
+        if isinstance(exc, cls):
+            text = str(exc)
+            if len(text) > MAX_DETAILS_CHARS:
+                text = text[:MAX_DETAILS_CHARS] + f"… ({len(text)} characters)"
+            return code, text
+    return grpc.StatusCode.INTERNAL, INTERNAL_DETAILS
 
 
-def flow_to_proto(f: Any) -> pb.FlowPath:
-    d = f.flow
-    return pb.FlowPath(collective=d.collective, index=d.index, src=d.src, dst=d.dst,
-                       hops=list(f.path), bytes=int(f.bytes), match=f.match)
+class _Handlers:
+    """The RPCs of ``aifabric.v1.Northbound`` over a service, with the counters of the
+    limits (all on the server's event loop: plain integers suffice)."""
 
-
-def confirmation_to_proto(c: Any) -> pb.Confirmation:
-    return pb.Confirmation(in_force=c.in_force, in_force_unix_s=c.in_force_unix_s,
-                           apply_ms=c.apply_ms, switches_updated=list(c.switches_updated),
-                           switches_pending=list(c.switches_pending))
-
-
-def event_to_proto(ev: Any) -> pb.Event:
-    return pb.Event(kind=ev.kind, time_unix_s=ev.time_s, message=ev.message, switch=ev.switch,
-                    link=ev.link, collective=ev.collective, flow=ev.flow,
-                    old_path=list(ev.old_path), new_path=list(ev.new_path), alert=ev.alert)
-
-
-def status_to_proto(st: dict[str, Any]) -> pb.GetStatusResponse:
-    return pb.GetStatusResponse(
-        fabric=st["fabric"], routing_mode=st["routing_mode"],
-        sample_interval_s=st["sample_interval_s"], plan_generation=st["plan_generation"],
-        switches=[pb.SwitchStatus(**s) for s in st["switches"]],
-        links=[pb.LinkStatus(src=ln.link[0], dst=ln.link[1], up=ln.up,
-                             fabric_link=ln.fabric_link, capacity_bps=ln.capacity_bps,
-                             rate_bps=ln.rate_bps, utilisation=ln.utilisation,
-                             loss_ratio=ln.loss_ratio, bytes_total=ln.bytes_total,
-                             dropped_total=ln.dropped_total, microbursts=ln.microbursts,
-                             pinned_flows=ln.pinned_flows) for ln in st["links"]],
-        collectives=[pb.CollectiveStatus(**c) for c in st["collectives"]],
-        alerts=[pb.AlertStatus(**a) for a in st["alerts"]],
-        traffic=[pb.HostPairBytes(src=s, dst=d, bytes=b) for (s, d), b in st["traffic"].items()])
-
-
-class NorthboundServicer(pb_grpc.NorthboundServicer):
-    """``aifabric.v1.Northbound`` over a service object; ``stop`` ends open event streams."""
-
-    def __init__(self, service: Any, stop: threading.Event | None = None) -> None:
+    def __init__(self, service: NorthboundService, limits: NorthboundLimits) -> None:
         self.service = service
-        self.stop = stop or threading.Event()
+        self.limits = limits
+        self.unary_active = 0
+        self.streams_open = 0
+        self.watchers_dropped_total = 0
+        self.subscriptions: set[Subscription] = set()
 
-    @staticmethod
-    def _fail(context: grpc.ServicerContext, exc: Exception) -> None:
-        code = {FieldError: grpc.StatusCode.INVALID_ARGUMENT, NotFound: grpc.StatusCode.NOT_FOUND,
-                Unavailable: grpc.StatusCode.FAILED_PRECONDITION}[type(exc)]
-        context.abort(code, str(exc))
+    # -- unary calls -----------------------------------------------------------------------------
+    def unary(self, method: str, req_cls: type[Message],
+              work: Callable[[Any], Awaitable[Message]]
+              ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Message]]:
+        """A handler: count the call against ``max_unary_calls``, parse the request, await
+        ``work(request)`` shielded from the client's cancellation, map errors."""
 
-    def RegisterCollective(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async def handle(data: bytes, context: grpc.aio.ServicerContext) -> Message:
+            if self.unary_active >= self.limits.max_unary_calls:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    f"busy: {self.unary_active} calls in progress, at most "
+                                    f"{self.limits.max_unary_calls}; retry later")
+            self.unary_active += 1
+            task = asyncio.ensure_future(self._run(method, req_cls, work, data))
+            task.add_done_callback(self._unary_done)
+            code, details = await asyncio.shield(task)
+            if code is None:
+                return details
+            await context.abort(code, details)
+
+        return handle
+
+    async def _run(self, method: str, req_cls: type[Message],
+                   work: Callable[[Any], Awaitable[Message]], data: bytes) -> tuple[Any, Any]:
+        """(None, reply) or (status code, details); never raises."""
         try:
-            reg = self.service.register(request_from_proto(request))
-        except (FieldError, NotFound, Unavailable) as exc:
-            self._fail(context, exc)
-        return pb.RegisterCollectiveResponse(
-            collective=reg.collective, flows=[flow_to_proto(f) for f in reg.flows],
-            confirmation=confirmation_to_proto(reg.confirmation),
-            plan_generation=reg.plan_generation)
+            return None, await work(parse_request(req_cls, data, self.limits))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            code, details = status_of(exc)
+            if code == grpc.StatusCode.INTERNAL:
+                LOG.exception("[northbound] %s failed", method)
+            return code, details
 
-    def UnregisterCollective(self, request: Any, context: Any) -> Any:  # noqa: N802
-        if not request.collective:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "collective: must not be empty")
-        try:
-            conf, gen = self.service.unregister(request.collective)
-        except (FieldError, NotFound, Unavailable) as exc:
-            self._fail(context, exc)
+    def _unary_done(self, task: asyncio.Future[Any]) -> None:
+        self.unary_active -= 1
+
+    async def register(self, req: pb.RegisterCollectiveRequest) -> Message:
+        return registration_to_proto(await self.service.register(request_from_proto(req)))
+
+    async def unregister(self, req: pb.UnregisterCollectiveRequest) -> Message:
+        if not req.collective:
+            raise FieldError("collective", "must not be empty")
+        conf, gen = await self.service.unregister(req.collective)
         return pb.UnregisterCollectiveResponse(confirmation=confirmation_to_proto(conf),
                                                plan_generation=gen)
 
-    def GetPaths(self, request: Any, context: Any) -> Any:  # noqa: N802
-        try:
-            flows = self.service.paths(request.collective)
-        except (FieldError, NotFound, Unavailable) as exc:
-            self._fail(context, exc)
+    async def paths(self, req: pb.GetPathsRequest) -> Message:
+        flows = await self.service.paths(req.collective)
         return pb.GetPathsResponse(flows=[flow_to_proto(f) for f in flows])
 
-    def GetStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return status_to_proto(self.service.status())
+    async def status(self, req: pb.GetStatusRequest) -> Message:
+        return status_to_proto(await self.service.status())
 
-    def WatchEvents(self, request: Any, context: Any) -> Iterator[Any]:  # noqa: N802
+    async def apply_policy(self, req: pb.ApplyPolicyRequest) -> Message:
+        source = req.source_name or "<northbound>"
+        res = await self.service.apply_policy(req.document, source, req.dry_run)
+        return apply_result_to_proto(res, self.limits)
+
+    # -- the event stream ------------------------------------------------------------------------
+    async def watch_events(self, data: bytes, context: grpc.aio.ServicerContext) -> None:
+        """Stream events until the client leaves, the server stops (OK) or the watcher is too
+        slow (``RESOURCE_EXHAUSTED``)."""
+        if self.streams_open >= self.limits.max_streams:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"too many event streams: {self.streams_open} open, at most "
+                                f"{self.limits.max_streams}")
         try:
-            sub = self.service.subscribe(frozenset(request.kinds) or None)
-        except FieldError as exc:
-            self._fail(context, exc)
+            req = parse_request(pb.WatchEventsRequest, data, self.limits)
+            sub = self.service.subscribe(frozenset(req.kinds) or None)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            code, details = status_of(exc)
+            if code == grpc.StatusCode.INTERNAL:
+                LOG.exception("[northbound] WatchEvents failed")
+            await context.abort(code, details)
+        self.streams_open += 1
+        self.subscriptions.add(sub)
         try:
-            while context.is_active() and not self.stop.is_set():
-                ev = sub.get(WATCH_POLL_S)
-                if ev is not None:
-                    yield event_to_proto(ev)
+            slow = await self._stream(sub, context)
         finally:
+            self.streams_open -= 1
+            self.subscriptions.discard(sub)
             self.service.unsubscribe(sub)
+        if slow is not None:
+            self.watchers_dropped_total += 1
+            LOG.warning("[northbound] event watcher %s dropped: %s", context.peer(), slow)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(slow))
+
+    async def _stream(self, sub: Subscription, context: grpc.aio.ServicerContext
+                      ) -> SlowSubscriber | None:
+        """Write ``sub``'s events; the reason to drop the watcher, or None when ``sub`` ended.
+        A write waits for the watcher's HTTP/2 window at most ``max_write_wait_s``, and no
+        longer than until the bus drops ``sub`` (its queue overflowed meanwhile)."""
+        closed = asyncio.ensure_future(sub.wait_closed())
+        try:
+            async for ev in sub:
+                write = asyncio.ensure_future(context.write(event_to_proto(ev)))
+                write.add_done_callback(_consume)  # also when this handler is cancelled
+                done, _ = await asyncio.wait((write, closed), return_when=asyncio.FIRST_COMPLETED,
+                                             timeout=self.limits.max_write_wait_s)
+                if write in done:
+                    write.result()  # a write that failed ends the stream with its error
+                    continue
+                write.cancel()
+                # the event being written still reaches the watcher if it ever reads (gRPC
+                # keeps a message it accepted); the queued ones never will
+                if sub.dropped is not None:
+                    return sub.dropped
+                if sub.closed:  # the server stops
+                    return None
+                return SlowSubscriber(sub.close())
+        except SlowSubscriber as exc:
+            return exc
+        finally:
+            closed.cancel()
+        return None
 
 
-UNARY_RESERVE = 16  # worker threads no number of open WatchEvents streams can take
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Retrieve a write's outcome, so that a write given up on (it fails once the stream
+    ends) is not reported as an exception never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
-def start_server(service: Any, host: str, port: int, max_workers: int = 64
-                 ) -> tuple[grpc.Server, int, NorthboundServicer]:
-    """Serve ``service`` on ``host:port`` (0: any free port). Returns the server, the bound port
-    and the servicer (``servicer.stop.set()`` ends event streams before ``server.stop``).
+class NorthboundServer:
+    """A running northbound server: the bound ``port``, its ``limits`` and counters
+    (``unary_active``, ``streams_open``, ``watchers_dropped_total``); :meth:`stop` ends it."""
 
-    Every open WatchEvents stream holds a worker thread, so at most ``max_workers`` −
-    ``UNARY_RESERVE`` RPCs run at once; beyond that gRPC answers RESOURCE_EXHAUSTED, and
-    registrations are never starved by idle event streams.
+    def __init__(self, server: grpc.aio.Server, handlers: _Handlers, port: int) -> None:
+        self._server = server
+        self._handlers = handlers
+        self.port = port
+        self.limits = handlers.limits
+
+    @property
+    def unary_active(self) -> int:
+        return self._handlers.unary_active
+
+    @property
+    def streams_open(self) -> int:
+        return self._handlers.streams_open
+
+    @property
+    def watchers_dropped_total(self) -> int:
+        return self._handlers.watchers_dropped_total
+
+    async def stop(self, grace_s: float | None = 1.0) -> None:
+        """End every event stream (status OK), refuse new calls, let running calls finish for
+        up to ``grace_s`` seconds (None: until they do), then cancel what remains."""
+        for sub in list(self._handlers.subscriptions):
+            sub.close()
+        await self._server.stop(grace_s)
+
+
+async def start_northbound(service: NorthboundService, host: str, port: int, *,
+                           limits: NorthboundLimits = DEFAULT_LIMITS,
+                           credentials: grpc.ServerCredentials | None = None,
+                           interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+                           ) -> NorthboundServer:
+    """Serve ``service`` on ``host:port`` (0: any free port) on the running event loop.
+
+    ``credentials``: TLS server credentials (None: plaintext); ``interceptors`` go to
+    ``grpc.aio.server``.
 
     Raises
     ------
     RuntimeError
         The address cannot be bound.
     """
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                    thread_name_prefix="northbound"),
-                         maximum_concurrent_rpcs=max(1, max_workers - UNARY_RESERVE))
-    servicer = NorthboundServicer(service)
-    pb_grpc.add_NorthboundServicer_to_server(servicer, server)
+    h = _Handlers(service, limits)
+
+    def unary(method: str, req_cls: type[Message], resp_cls: type[Message],
+              work: Callable[[Any], Awaitable[Message]]) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(
+            h.unary(method, req_cls, work), request_deserializer=None,
+            response_serializer=resp_cls.SerializeToString)
+
+    handler = grpc.method_handlers_generic_handler(SERVICE_NAME, {
+        "RegisterCollective": unary("RegisterCollective", pb.RegisterCollectiveRequest,
+                                    pb.RegisterCollectiveResponse, h.register),
+        "UnregisterCollective": unary("UnregisterCollective", pb.UnregisterCollectiveRequest,
+                                      pb.UnregisterCollectiveResponse, h.unregister),
+        "GetPaths": unary("GetPaths", pb.GetPathsRequest, pb.GetPathsResponse, h.paths),
+        "GetStatus": unary("GetStatus", pb.GetStatusRequest, pb.GetStatusResponse, h.status),
+        "ApplyPolicy": unary("ApplyPolicy", pb.ApplyPolicyRequest, pb.ApplyPolicyResponse,
+                             h.apply_policy),
+        "WatchEvents": grpc.unary_stream_rpc_method_handler(
+            h.watch_events, request_deserializer=None,
+            response_serializer=pb.Event.SerializeToString),
+    })
+    options = [
+        ("grpc.max_receive_message_length", limits.max_receive_message_bytes),
+        ("grpc.max_send_message_length", limits.max_send_message_bytes),
+        # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: one connection holds at most what the
+        # counters allow in all; a client queues beyond it instead of failing
+        ("grpc.max_concurrent_streams", limits.max_streams + limits.max_unary_calls),
+    ]
+    server = grpc.aio.server(interceptors=list(interceptors), options=options)
+    server.add_generic_rpc_handlers((handler,))
+    address = f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = (server.add_secure_port(address, credentials) if credentials is not None
+                 else server.add_insecure_port(address))
     except RuntimeError as exc:
-        raise RuntimeError(f"cannot listen for gRPC on {host}:{port}: {exc}") from None
+        raise RuntimeError(f"cannot listen for gRPC on {address}: {exc}") from None
     if bound == 0:
-        raise RuntimeError(f"cannot listen for gRPC on {host}:{port}")
-    server.start()
-    return server, bound, servicer
+        raise RuntimeError(f"cannot listen for gRPC on {address}")
+    await server.start()
+    return NorthboundServer(server, h, bound)

@@ -236,7 +236,6 @@ class _Edges:
         self.lines: list[str] = []
         self.metrics: Any = None
         self.grpc: Any = None
-        self.servicer: Any = None
         self.service: Any = None
 
     def attach(self, app: Any) -> None:
@@ -245,10 +244,8 @@ class _Edges:
             self.service.apply = app.apply_and_confirm
 
     def close(self) -> None:
-        if self.servicer is not None:
-            self.servicer.stop.set()
         if self.grpc is not None:
-            self.grpc.stop(1.0).wait(2.0)
+            self.grpc.close(1.0)
         if self.metrics is not None:
             self.metrics.shutdown()
             self.metrics.server_close()
@@ -270,13 +267,17 @@ def _start_edges(runtime: ControllerRuntime, interval_s: float,
             edges.metrics, _, bound = start_metrics_server(runtime, interval_s, h, p)
             edges.lines.append(f"metrics: http://{h}:{bound}/metrics")
         if grpc_listen is not None:
-            from controller.northbound.server import start_server
+            # --- issue 12 (i12nb) TEMPORARY bridge, dropped at merge: the synchronous
+            # FabricService served by the grpc.aio server on a loop thread of its own.
+            from controller.northbound.threaded import NorthboundThread, ThreadedService
             from controller.runtime.service import FabricService
 
             edges.service = FabricService(runtime, runtime.telemetry, runtime.events,
                                           sample_interval_s=interval_s)
             h, p = grpc_listen
-            edges.grpc, bound, edges.servicer = start_server(edges.service, h, p)
+            edges.grpc = NorthboundThread(ThreadedService(edges.service), h, p)
+            bound = edges.grpc.port
+            # --- end of the bridge
             edges.lines.append(f"northbound: gRPC aifabric.v1.Northbound on {h}:{bound}")
     except (OSError, RuntimeError):
         edges.close()

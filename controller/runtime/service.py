@@ -20,53 +20,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.errors import PlanInvariantError
-from controller.northbound.model import CollectiveRequest, FieldError, NotFound, Unavailable
+from controller.northbound.model import (
+    CollectiveRequest,
+    Confirmation,
+    FieldError,
+    FlowInfo,
+    NotFound,
+    Registration,
+    Unavailable,
+)
 from controller.plan.build import pinned_match
 from controller.plan.model import SwitchChanges
 from controller.runtime.registration import collective_from_request
-from controller.runtime.state import ControllerRuntime, Path
-from controller.te.collectives import FlowDemand
+from controller.runtime.state import ControllerRuntime
 from controller.telemetry import EventBus, Subscription, Telemetry
 
 LOG = logging.getLogger("aifabric.northbound")
-
-
-@dataclass(frozen=True)
-class Confirmation:
-    """Whether every switch concerned confirmed a change (barrier reply), and when.
-
-    ``in_force_unix_s``: time of the last confirmation (s since the epoch; 0 if not in force);
-    ``apply_ms``: from the request to that confirmation, ms."""
-
-    in_force: bool
-    in_force_unix_s: float = 0.0
-    apply_ms: float = 0.0
-    switches_updated: tuple[str, ...] = ()
-    switches_pending: tuple[str, ...] = ()
 
 
 Applier = Callable[[Mapping[str, SwitchChanges], float], tuple[tuple[str, ...], tuple[str, ...]]]
 """``apply(changes, timeout_s) -> (confirmed switches, pending switches)``: sends every switch's
 changes with a barrier and waits for the barrier replies (the OpenFlow app's
 ``apply_and_confirm``)."""
-
-
-@dataclass(frozen=True)
-class FlowInfo:
-    """A pinned flow: its path (host … host), the bytes its first entry counted, its match."""
-
-    flow: FlowDemand
-    path: Path
-    bytes: int
-    match: str
-
-
-@dataclass(frozen=True)
-class Registration:
-    collective: str
-    flows: tuple[FlowInfo, ...]
-    confirmation: Confirmation
-    plan_generation: int
 
 
 @dataclass

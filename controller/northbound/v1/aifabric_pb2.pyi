@@ -113,7 +113,7 @@ class WatchEventsRequest(_message.Message):
     def __init__(self, kinds: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("kind", "time_unix_s", "message", "switch", "link", "collective", "flow", "old_path", "new_path", "alert")
+    __slots__ = ("kind", "time_unix_s", "message", "switch", "link", "collective", "flow", "old_path", "new_path", "alert", "policy_generation", "policy_digest")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TIME_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +124,8 @@ class Event(_message.Message):
     OLD_PATH_FIELD_NUMBER: _ClassVar[int]
     NEW_PATH_FIELD_NUMBER: _ClassVar[int]
     ALERT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     kind: str
     time_unix_s: float
     message: str
@@ -134,23 +136,29 @@ class Event(_message.Message):
     old_path: _containers.RepeatedScalarFieldContainer[str]
     new_path: _containers.RepeatedScalarFieldContainer[str]
     alert: str
-    def __init__(self, kind: _Optional[str] = ..., time_unix_s: _Optional[float] = ..., message: _Optional[str] = ..., switch: _Optional[str] = ..., link: _Optional[str] = ..., collective: _Optional[str] = ..., flow: _Optional[str] = ..., old_path: _Optional[_Iterable[str]] = ..., new_path: _Optional[_Iterable[str]] = ..., alert: _Optional[str] = ...) -> None: ...
+    policy_generation: int
+    policy_digest: str
+    def __init__(self, kind: _Optional[str] = ..., time_unix_s: _Optional[float] = ..., message: _Optional[str] = ..., switch: _Optional[str] = ..., link: _Optional[str] = ..., collective: _Optional[str] = ..., flow: _Optional[str] = ..., old_path: _Optional[_Iterable[str]] = ..., new_path: _Optional[_Iterable[str]] = ..., alert: _Optional[str] = ..., policy_generation: _Optional[int] = ..., policy_digest: _Optional[str] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class SwitchStatus(_message.Message):
-    __slots__ = ("name", "dpid", "connected", "last_sample_age_s")
+    __slots__ = ("name", "dpid", "connected", "last_sample_age_s", "southbound", "role")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DPID_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     LAST_SAMPLE_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    SOUTHBOUND_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     name: str
     dpid: int
     connected: bool
     last_sample_age_s: float
-    def __init__(self, name: _Optional[str] = ..., dpid: _Optional[int] = ..., connected: bool = ..., last_sample_age_s: _Optional[float] = ...) -> None: ...
+    southbound: str
+    role: str
+    def __init__(self, name: _Optional[str] = ..., dpid: _Optional[int] = ..., connected: bool = ..., last_sample_age_s: _Optional[float] = ..., southbound: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
 
 class LinkStatus(_message.Message):
     __slots__ = ("src", "dst", "up", "fabric_link", "capacity_bps", "rate_bps", "utilisation", "loss_ratio", "bytes_total", "dropped_total", "microbursts", "pinned_flows")
@@ -221,7 +229,7 @@ class HostPairBytes(_message.Message):
     def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("fabric", "routing_mode", "sample_interval_s", "plan_generation", "switches", "links", "collectives", "alerts", "traffic")
+    __slots__ = ("fabric", "routing_mode", "sample_interval_s", "plan_generation", "switches", "links", "collectives", "alerts", "traffic", "policy")
     FABRIC_FIELD_NUMBER: _ClassVar[int]
     ROUTING_MODE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +239,7 @@ class GetStatusResponse(_message.Message):
     COLLECTIVES_FIELD_NUMBER: _ClassVar[int]
     ALERTS_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
     fabric: str
     routing_mode: str
     sample_interval_s: float
@@ -240,4 +249,81 @@ class GetStatusResponse(_message.Message):
     collectives: _containers.RepeatedCompositeFieldContainer[CollectiveStatus]
     alerts: _containers.RepeatedCompositeFieldContainer[AlertStatus]
     traffic: _containers.RepeatedCompositeFieldContainer[HostPairBytes]
-    def __init__(self, fabric: _Optional[str] = ..., routing_mode: _Optional[str] = ..., sample_interval_s: _Optional[float] = ..., plan_generation: _Optional[int] = ..., switches: _Optional[_Iterable[_Union[SwitchStatus, _Mapping]]] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., collectives: _Optional[_Iterable[_Union[CollectiveStatus, _Mapping]]] = ..., alerts: _Optional[_Iterable[_Union[AlertStatus, _Mapping]]] = ..., traffic: _Optional[_Iterable[_Union[HostPairBytes, _Mapping]]] = ...) -> None: ...
+    policy: PolicyStatus
+    def __init__(self, fabric: _Optional[str] = ..., routing_mode: _Optional[str] = ..., sample_interval_s: _Optional[float] = ..., plan_generation: _Optional[int] = ..., switches: _Optional[_Iterable[_Union[SwitchStatus, _Mapping]]] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., collectives: _Optional[_Iterable[_Union[CollectiveStatus, _Mapping]]] = ..., alerts: _Optional[_Iterable[_Union[AlertStatus, _Mapping]]] = ..., traffic: _Optional[_Iterable[_Union[HostPairBytes, _Mapping]]] = ..., policy: _Optional[_Union[PolicyStatus, _Mapping]] = ...) -> None: ...
+
+class PolicyStatus(_message.Message):
+    __slots__ = ("generation", "digest", "source", "applied_unix_s")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    digest: str
+    source: str
+    applied_unix_s: float
+    def __init__(self, generation: _Optional[int] = ..., digest: _Optional[str] = ..., source: _Optional[str] = ..., applied_unix_s: _Optional[float] = ...) -> None: ...
+
+class ApplyPolicyRequest(_message.Message):
+    __slots__ = ("document", "source_name", "dry_run")
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    document: str
+    source_name: str
+    dry_run: bool
+    def __init__(self, document: _Optional[str] = ..., source_name: _Optional[str] = ..., dry_run: bool = ...) -> None: ...
+
+class PolicyProblem(_message.Message):
+    __slots__ = ("file", "line", "column", "field", "message")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    line: int
+    column: int
+    field: str
+    message: str
+    def __init__(self, file: _Optional[str] = ..., line: _Optional[int] = ..., column: _Optional[int] = ..., field: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class SwitchDiff(_message.Message):
+    __slots__ = ("switch", "flows_added", "flows_modified", "flows_deleted", "groups_added", "groups_modified", "groups_deleted", "lines")
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    FLOWS_ADDED_FIELD_NUMBER: _ClassVar[int]
+    FLOWS_MODIFIED_FIELD_NUMBER: _ClassVar[int]
+    FLOWS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_ADDED_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_MODIFIED_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    switch: str
+    flows_added: int
+    flows_modified: int
+    flows_deleted: int
+    groups_added: int
+    groups_modified: int
+    groups_deleted: int
+    lines: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, switch: _Optional[str] = ..., flows_added: _Optional[int] = ..., flows_modified: _Optional[int] = ..., flows_deleted: _Optional[int] = ..., groups_added: _Optional[int] = ..., groups_modified: _Optional[int] = ..., groups_deleted: _Optional[int] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ApplyPolicyResponse(_message.Message):
+    __slots__ = ("ok", "dry_run", "problems", "diff", "generation", "digest", "error", "confirmation")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    DIFF_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    dry_run: bool
+    problems: _containers.RepeatedCompositeFieldContainer[PolicyProblem]
+    diff: _containers.RepeatedCompositeFieldContainer[SwitchDiff]
+    generation: int
+    digest: str
+    error: str
+    confirmation: Confirmation
+    def __init__(self, ok: bool = ..., dry_run: bool = ..., problems: _Optional[_Iterable[_Union[PolicyProblem, _Mapping]]] = ..., diff: _Optional[_Iterable[_Union[SwitchDiff, _Mapping]]] = ..., generation: _Optional[int] = ..., digest: _Optional[str] = ..., error: _Optional[str] = ..., confirmation: _Optional[_Union[Confirmation, _Mapping]] = ...) -> None: ...

@@ -59,6 +59,11 @@ class NorthboundStub(object):
                 request_serializer=aifabric__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=aifabric__pb2.GetStatusResponse.FromString,
                 _registered_method=True)
+        self.ApplyPolicy = channel.unary_unary(
+                '/aifabric.v1.Northbound/ApplyPolicy',
+                request_serializer=aifabric__pb2.ApplyPolicyRequest.SerializeToString,
+                response_deserializer=aifabric__pb2.ApplyPolicyResponse.FromString,
+                _registered_method=True)
 
 
 class NorthboundServicer(object):
@@ -93,7 +98,17 @@ class NorthboundServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def GetStatus(self, request, context):
-        """Switches, links with utilisation, collectives, alerts, host-pair traffic (aifabric status).
+        """Switches, links with utilisation, collectives, alerts, host-pair traffic, the policy in force
+        (aifabric status).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyPolicy(self, request, context):
+        """Validate a policy document, compute the per-switch diff and (unless dry_run) apply it
+        atomically; a switch error rolls the whole change back. A document with problems is not an
+        RPC error: ok is false and problems locate them (FILE:LINE:COL, FILE = source_name).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -126,6 +141,11 @@ def add_NorthboundServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=aifabric__pb2.GetStatusRequest.FromString,
                     response_serializer=aifabric__pb2.GetStatusResponse.SerializeToString,
+            ),
+            'ApplyPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyPolicy,
+                    request_deserializer=aifabric__pb2.ApplyPolicyRequest.FromString,
+                    response_serializer=aifabric__pb2.ApplyPolicyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +283,33 @@ class Northbound(object):
             '/aifabric.v1.Northbound/GetStatus',
             aifabric__pb2.GetStatusRequest.SerializeToString,
             aifabric__pb2.GetStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aifabric.v1.Northbound/ApplyPolicy',
+            aifabric__pb2.ApplyPolicyRequest.SerializeToString,
+            aifabric__pb2.ApplyPolicyResponse.FromString,
             options,
             channel_credentials,
             insecure,
