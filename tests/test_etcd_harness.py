@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from controller.cluster.etcd import EtcdClient, EtcdSettings
+from controller.cluster.etcd import EtcdClient, EtcdSettings, retrying
 from controller.testing.etcd import EtcdCluster, etcd_binary, listening_addresses
 
 pytestmark = pytest.mark.skipif(etcd_binary() is None, reason="etcd is not installed")
@@ -17,7 +17,8 @@ def _put_get(url: str, key: bytes, value: bytes) -> bytes | None:
     async def go() -> bytes | None:
         client = EtcdClient(EtcdSettings.from_url(url, rpc_timeout_s=2.0))
         try:
-            await client.put(key, value)
+            # right after a member died the cluster may be electing a leader: retry
+            await retrying(lambda: client.put(key, value), deadline_s=10.0)
             got = await client.get(key)
             return got.value if got is not None else None
         finally:
@@ -77,3 +78,32 @@ def test_one_member_killed_cluster_still_answers_then_member_rejoins(etcd_cluste
     assert etcd_cluster.members[0].running
     only_m0 = f"etcd://127.0.0.1:{etcd_cluster.members[0].client_port}"
     assert _put_get(only_m0, b"after-kill", b"2") == b"2"
+
+
+def test_etcd_over_mutual_tls(tmp_path):
+    """EtcdClient with EtcdTLS against members started with --client-cert-auth; a client without
+    a certificate, or with one from another CA, gets nothing."""
+    from controller.cluster.etcd import EtcdTLS, retrying
+    from controller.security.certs import init_dev_pki
+
+    pki = init_dev_pki(tmp_path / "pki")
+    other = init_dev_pki(tmp_path / "other")
+    op_crt, op_key = pki.client_certs["operator"]
+    with EtcdCluster(1, heartbeat_ms=50, election_ms=500,
+                     client_tls=(pki.controller_cert, pki.controller_key, pki.ca_cert)) as c:
+        async def put_get(tls: EtcdTLS) -> bytes | None:
+            client = EtcdClient(EtcdSettings(tuple(c.endpoints), rpc_timeout_s=2.0, tls=tls))
+            try:
+                await retrying(lambda: client.put(b"k", b"tls"), deadline_s=3.0)
+                got = await client.get(b"k")
+                return got.value if got is not None else None
+            finally:
+                await client.close()
+
+        assert asyncio.run(put_get(EtcdTLS(pki.ca_cert, op_crt, op_key))) == b"tls"
+        import aetcd
+        with pytest.raises(aetcd.ClientError):
+            asyncio.run(put_get(EtcdTLS(pki.ca_cert)))                      # no client cert
+        o_crt, o_key = other.client_certs["operator"]
+        with pytest.raises(aetcd.ClientError):
+            asyncio.run(put_get(EtcdTLS(pki.ca_cert, o_crt, o_key)))        # another CA

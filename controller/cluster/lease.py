@@ -18,11 +18,18 @@ The timing argument (why a replica steps down before anyone else can become mast
   when it froze is refused by the switch: the new master's token is larger (see
   :mod:`controller.cluster.fencing`).
 
+* When the deadline passes without an answer, the lease is SUSPENDED, not lost: the replica stops
+  acting, but if a later keep-alive is answered with the lease alive (etcd was electing a new
+  leader, or this replica's member died and the channel moved to another), nothing attached to the
+  lease can have been taken, and the replica resumes with the same terms (Chubby's "jeopardy",
+  Burrows, OSDI 2006, §2.8). Only etcd saying the lease is gone (or a revoke) ends it.
+
 Failover time after a master dies without revoking (``kill -9``): the lease expires
 ``TTL - (time since its last keep-alive)`` later, etcd notices within its lessor's 500 ms check
 period, and the other replicas claim within one watch notification and one transaction: between
 ``TTL - keepalive_interval_s`` and ``TTL + 0.5 s`` plus a few milliseconds. A stop (SIGTERM) revokes
-the lease: failover within milliseconds.
+the lease: failover within milliseconds. An etcd leader election stalls every keep-alive for up to
+``2 x --election-timeout``: a TTL below that suspends every master for the rest of the election.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -85,9 +86,11 @@ class EtcdMember:
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
 
+    scheme: str = "http"
+
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{self.scheme}://127.0.0.1:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -118,12 +121,17 @@ class EtcdCluster:
     base_dir:
         where the data directories go; a new temporary directory (removed by :meth:`stop`)
         when None.
+    client_tls:
+        (server certificate, key, CA) PEM paths: clients must then use TLS and present a
+        certificate signed by the CA (etcd's ``--client-cert-auth``). Peers stay on plain
+        loopback.
     """
 
     size: int = 3
     heartbeat_ms: int = 100
     election_ms: int = 1000
     base_dir: Path | None = None
+    client_tls: tuple[Path, Path, Path] | None = None
     members: list[EtcdMember] = field(default_factory=list)
     _tmp: Path | None = None
     _token: str = ""
@@ -227,7 +235,8 @@ class EtcdCluster:
             if not m.running or m.paused:
                 continue
             try:
-                with urllib.request.urlopen(m.client_url + "/metrics", timeout=1.0) as r:
+                with urllib.request.urlopen(m.client_url + "/metrics", timeout=1.0,
+                                            context=_ssl_context(self.client_tls)) as r:
                     text = r.read().decode()
             except (OSError, urllib.error.URLError):
                 continue
@@ -255,7 +264,8 @@ class EtcdCluster:
             data.mkdir(parents=True, exist_ok=True)
             self.members.append(EtcdMember(
                 name=f"m{i}", client_port=ports[2 * i], peer_port=ports[2 * i + 1],
-                data_dir=data / "data", log_path=data / "etcd.log"))
+                data_dir=data / "data", log_path=data / "etcd.log",
+                scheme="https" if self.client_tls else "http"))
 
     def _spawn(self, binary: str, m: EtcdMember, state: str) -> None:
         initial = ",".join(f"{x.name}={x.peer_url}" for x in self.members)
@@ -269,6 +279,10 @@ class EtcdCluster:
             "--election-timeout", str(self.election_ms),
             "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
         ]
+        if self.client_tls is not None:
+            cert, key, ca = self.client_tls
+            args += ["--cert-file", str(cert), "--key-file", str(key), "--trusted-ca-file", str(ca),
+                     "--client-cert-auth"]
         log = open(m.log_path, "ab")  # noqa: SIM115 (handed to the child; closed below)
         try:
             m.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -299,7 +313,7 @@ class EtcdCluster:
             if m.proc is not None and m.proc.poll() is not None:
                 raise EtcdUnavailable(f"etcd member {m.name} exited with {m.proc.returncode}:\n"
                                       f"{m.log_tail()}")
-            if _healthy(m.client_url):
+            if _healthy(m.client_url, self.client_tls):
                 return
             if time.monotonic() > deadline:
                 logs = "\n".join(f"--- {x.name}\n{x.log_tail()}" for x in self.members)
@@ -307,9 +321,19 @@ class EtcdCluster:
             time.sleep(0.05)
 
 
-def _healthy(client_url: str) -> bool:
+def _ssl_context(tls: tuple[Path, Path, Path] | None) -> ssl.SSLContext | None:
+    """A client context for a TLS cluster (its server certificate doubles as the client's)."""
+    if tls is None:
+        return None
+    ctx = ssl.create_default_context(cafile=str(tls[2]))
+    ctx.load_cert_chain(str(tls[0]), str(tls[1]))
+    return ctx
+
+
+def _healthy(client_url: str, tls: tuple[Path, Path, Path] | None = None) -> bool:
     try:
-        with urllib.request.urlopen(client_url + "/health", timeout=1.0) as r:
+        with urllib.request.urlopen(client_url + "/health", timeout=1.0,
+                                    context=_ssl_context(tls)) as r:
             return bool(json.loads(r.read()).get("health") == "true")
     except (OSError, urllib.error.URLError, ValueError):
         return False
@@ -352,3 +376,33 @@ _LIVE: set[EtcdCluster] = set()
 def _stop_leftovers() -> None:
     for cluster in list(_LIVE):
         cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m controller.testing.etcd [--members 3] [--heartbeat-ms 50] [--election-ms 500]``:
+    start a loopback cluster, print its ``etcd://`` URL, run until SIGINT/SIGTERM, then stop it."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m controller.testing.etcd",
+                                description=main.__doc__)
+    p.add_argument("--members", type=int, default=3)
+    p.add_argument("--heartbeat-ms", type=int, default=50)
+    p.add_argument("--election-ms", type=int, default=500)
+    a = p.parse_args(argv)
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with EtcdCluster(a.members, heartbeat_ms=a.heartbeat_ms, election_ms=a.election_ms) as c:
+        print(c.url, flush=True)
+        while not stop:
+            time.sleep(0.2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
