@@ -82,37 +82,37 @@ class AccessPolicy:
         return AccessDecision(None, principal=principal)
 
 
-def _refusing_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode,
-                      details: str) -> grpc.RpcMethodHandler:
-    """A handler of the same kind as ``handler`` that aborts every call with ``code``."""
-    def abort(request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(code, details)
-
+def _handler_like(handler: grpc.RpcMethodHandler,
+                  behavior: Callable[..., Any]) -> grpc.RpcMethodHandler:
+    """A handler of the same kind (unary/stream on each side) and codec as ``handler`` that runs
+    ``behavior``."""
     kw = {"request_deserializer": handler.request_deserializer,
           "response_serializer": handler.response_serializer}
     if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort, **kw)
+        return grpc.stream_stream_rpc_method_handler(behavior, **kw)
     if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort, **kw)
+        return grpc.stream_unary_rpc_method_handler(behavior, **kw)
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort, **kw)
-    return grpc.unary_unary_rpc_method_handler(abort, **kw)
+        return grpc.unary_stream_rpc_method_handler(behavior, **kw)
+    return grpc.unary_unary_rpc_method_handler(behavior, **kw)
+
+
+def _refusing_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode,
+                      details: str) -> grpc.RpcMethodHandler:
+    """A handler like ``handler`` that aborts every call with ``code`` (synchronous server)."""
+    def abort(request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(code, details)
+
+    return _handler_like(handler, abort)
 
 
 def _aio_refusing_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode,
                           details: str) -> grpc.RpcMethodHandler:
+    """The same for a ``grpc.aio`` server."""
     async def abort(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(code, details)
 
-    kw = {"request_deserializer": handler.request_deserializer,
-          "response_serializer": handler.response_serializer}
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort, **kw)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort, **kw)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort, **kw)
-    return grpc.unary_unary_rpc_method_handler(abort, **kw)
+    return _handler_like(handler, abort)
 
 
 class TokenAuthInterceptor(grpc.ServerInterceptor):

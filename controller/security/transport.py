@@ -11,6 +11,7 @@ This module has no gRPC import, so drivers may use it; :mod:`controller.security
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +71,6 @@ def require_tls(channel: str, tls: TLSFiles | None, *, insecure: bool = False,
 
 def is_loopback(host: str) -> bool:
     """True for 127.0.0.0/8, ::1 and ``localhost``."""
-    import ipaddress
     if host == "localhost":
         return True
     try:
