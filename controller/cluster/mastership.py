@@ -122,6 +122,8 @@ class MastershipService:
         self._dirty = asyncio.Event()
         self._lease_ended = asyncio.Event()
         self._reconciled = asyncio.Event()
+        self._kicks = 0          # reconcile requests so far
+        self._done_kicks = 0     # requests covered by a completed round
         self._tasks: list[asyncio.Task[None]] = []
         self._watch: Any = None
 
@@ -227,9 +229,12 @@ class MastershipService:
     async def _first_round(self) -> None:
         await self._registered.wait()
         await self._synced.wait()
-        self._reconciled.clear()
         self._kick()
-        await self._reconciled.wait()
+        wanted = self._kicks
+        # a round that began after this kick (one in flight may have started on an older view)
+        while self._done_kicks < wanted:
+            self._reconciled.clear()
+            await self._reconciled.wait()
 
     async def _session_loop(self) -> None:
         while self._running:
@@ -430,6 +435,7 @@ class MastershipService:
 
     # -- reconcile: claim and release ------------------------------------------------------------
     def _kick(self) -> None:
+        self._kicks += 1
         self._dirty.set()
 
     async def _reconcile_loop(self) -> None:
@@ -437,8 +443,10 @@ class MastershipService:
             await self._dirty.wait()
             self._dirty.clear()
             await asyncio.sleep(0)   # let the rest of one watch response land first
+            kicks = self._kicks
             try:
                 if await self._reconcile_once():
+                    self._done_kicks = max(self._done_kicks, kicks)
                     self._reconciled.set()
             except asyncio.CancelledError:
                 raise
@@ -452,6 +460,7 @@ class MastershipService:
         lease, view not loaded, or its own registration not yet seen in the view)."""
         lease = self._lease
         if (lease is None or not lease.valid() or not self._synced.is_set()
+                or not self._registered.is_set()
                 or self._replicas.get(self.replica) != lease.lease_id):
             return False
         current = {s: t.replica for s, t in self._masters.items() if t.replica in self._replicas}
@@ -463,7 +472,7 @@ class MastershipService:
         if release:
             await self._release(release)
         if claim:
-            await self._claim(claim, lease)
+            return await self._claim(claim, lease)
         return True
 
     async def _release(self, switches: list[str]) -> None:
@@ -480,7 +489,9 @@ class MastershipService:
                    for t in batch]
             await self.client.transaction(compare=[], success=ops, failure=[])
 
-    async def _claim(self, switches: list[str], lease: ReplicaLease) -> None:
+    async def _claim(self, switches: list[str], lease: ReplicaLease) -> bool:
+        """Claim ``switches`` (batches of one transaction each); False when this replica's
+        registration or lease ended meanwhile."""
         tx = self.client.transactions
         reg_key = self.keys.replica(self.replica)
         value = json.dumps({"replica": self.replica, "lease": lease.lease_id}).encode()
@@ -493,9 +504,9 @@ class MastershipService:
             ok, responses = await self.client.transaction(
                 compare=[tx.create(reg_key) == self._registration_rev], success=ops, failure=[])
             if not ok:
-                return   # our registration is gone: the lease ended; the session loop re-registers
+                return False   # our registration is gone: the session loop registers again
             if not lease.valid() or self._lease is not lease:
-                return   # the lease ended while we waited: the watch reports what etcd did
+                return False   # the lease ended while we waited: the watch reports what etcd did
             for s, resp in zip(batch, responses, strict=True):
                 sub = resp.response_txn
                 if not sub.succeeded:
@@ -509,3 +520,4 @@ class MastershipService:
                     self._mine[s] = term
                     self._masters.setdefault(s, term)
                     self._emit(s, Role.MASTER, term, "claimed")
+        return True
