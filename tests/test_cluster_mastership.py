@@ -46,7 +46,7 @@ class Replica:
     def __init__(self, cluster, name: str, fabric: str = "t"):
         self.client = EtcdClient(EtcdSettings.from_url(cluster.url, rpc_timeout_s=0.5))
         self.svc = MastershipService(self.client, name, SWITCHES, keys=ClusterKeys(fabric),
-                                     lease=LEASE)
+                                     lease=LEASE, advertise={"northbound": f"{name}.example:50051"})
         self.events: list[MastershipEvent] = []
         self.svc.add_listener(self.events.append)
 
@@ -84,6 +84,7 @@ def test_balance_with_one_two_three_replicas_and_stop(etcd_cluster):
                 term = r.svc.term(s)
                 assert term is not None and view[s] == term and term.replica == r.svc.replica
         assert reps[0].svc.replicas() == ("r0", "r1", "r2")
+        assert reps[0].svc.replica_info("r2") == {"northbound": "r2.example:50051"}
         # stop r0: it revokes its lease; its switches go to r1 and r2 with higher tokens
         gone = reps[0]
         old_terms = {s: gone.svc.term(s) for s in gone.mastered()}

@@ -28,7 +28,7 @@ import enum
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,13 +92,18 @@ class MastershipService:
         the switches of the fabric (names); :meth:`set_switches` changes them.
     keys, lease:
         key layout and lease settings.
+    advertise:
+        what other replicas learn about this one (e.g. ``{"northbound": "10.0.0.5:50051"}``, so a
+        replica can forward a write to the master of a switch): :meth:`replica_info`.
     """
 
     def __init__(self, client: aetcd.Client, replica: str, switches: Iterable[str], *,
                  keys: ClusterKeys | None = None, lease: LeaseSettings | None = None,
+                 advertise: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.client = client
         self.replica = replica
+        self.advertise = dict(advertise or {})
         self.keys = keys or ClusterKeys()
         self.keys.replica(replica)  # validates the name
         self.lease_settings = lease or LeaseSettings()
@@ -109,6 +114,7 @@ class MastershipService:
         self._old_leases: set[int] = set()
         # the etcd view (from the watch): replica -> lease id; switch -> master's term
         self._replicas: dict[str, int] = {}
+        self._replica_info: dict[str, dict[str, str]] = {}
         self._masters: dict[str, MastershipTerm] = {}
         self._revision = 0
         # what this replica holds and what it last told its listeners
@@ -202,6 +208,10 @@ class MastershipService:
         """The live replicas, as this replica sees etcd."""
         return tuple(sorted(self._replicas))
 
+    def replica_info(self, replica: str) -> Mapping[str, str]:
+        """What a live replica advertised (empty when unknown)."""
+        return dict(self._replica_info.get(replica, {}))
+
     @property
     def lease_id(self) -> int:
         """The current lease id (0 while unregistered)."""
@@ -272,7 +282,8 @@ class MastershipService:
 
     async def _register(self, lease: ReplicaLease) -> None:
         key = self.keys.replica(self.replica)
-        value = json.dumps({"replica": self.replica, "lease": lease.lease_id}).encode()
+        value = json.dumps({"replica": self.replica, "lease": lease.lease_id,
+                            "advertise": self.advertise}).encode()
         tx = self.client.transactions
         for _ in range(3):
             ok, responses = await self.client.transaction(
@@ -342,6 +353,7 @@ class MastershipService:
 
     def _load_snapshot(self, kvs: list[KeyValue], revision: int) -> None:
         self._replicas.clear()
+        self._replica_info.clear()
         self._masters.clear()
         for kv in kvs:
             self._put(kv)
@@ -370,6 +382,8 @@ class MastershipService:
             return
         if kv.key.startswith(self.keys.replicas_prefix):
             self._replicas[value["replica"]] = int(kv.lease)
+            self._replica_info[value["replica"]] = {str(k): str(v) for k, v in
+                                                    dict(value.get("advertise") or {}).items()}
         elif kv.key.startswith(self.keys.masters_prefix):
             switch = kv.key[len(self.keys.masters_prefix):].decode()
             self._masters[switch] = MastershipTerm(token=kv.create_revision, switch=switch,
@@ -377,7 +391,9 @@ class MastershipService:
 
     def _delete(self, key: bytes) -> None:
         if key.startswith(self.keys.replicas_prefix):
-            self._replicas.pop(key[len(self.keys.replicas_prefix):].decode(), None)
+            name = key[len(self.keys.replicas_prefix):].decode()
+            self._replicas.pop(name, None)
+            self._replica_info.pop(name, None)
         elif key.startswith(self.keys.masters_prefix):
             self._masters.pop(key[len(self.keys.masters_prefix):].decode(), None)
 
