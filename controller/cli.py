@@ -729,11 +729,13 @@ def te_simulate(scenario: str, out_dir: str | None) -> None:
 
 def _register_plugins() -> None:
     """Command groups that live in their own modules (imported lazily by click on use)."""
+    from controller.cli_certs import certs
     from controller.cli_ina import ina
     from controller.cli_p4 import p4
 
     main.add_command(p4)
     main.add_command(ina)
+    main.add_command(certs)
 
 
 _register_plugins()

@@ -39,3 +39,15 @@ def assert_located_error(path: Path, expected: str) -> None:
     with pytest.raises(ConfigError) as ei:
         load_policy(path)
     assert f"{path}:{expected}" in str(ei.value), str(ei.value)
+
+
+@pytest.fixture
+def etcd_cluster():
+    """A fresh 3-member etcd cluster on loopback (controller/testing/etcd.py), with the "tuned"
+    timings of the README (heartbeat 50 ms, election 500 ms: 1 s leases); stopped afterwards."""
+    from controller.testing.etcd import EtcdCluster, etcd_binary
+
+    if etcd_binary() is None:
+        pytest.skip("etcd is not installed (make setup installs Debian's etcd-server)")
+    with EtcdCluster(3, heartbeat_ms=50, election_ms=500) as cluster:
+        yield cluster

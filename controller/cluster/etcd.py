@@ -1,0 +1,205 @@
+"""Connecting to an etcd cluster: the ``--cluster etcd://HOST:PORT[,HOST:PORT...]`` URL, and one
+asyncio client (aetcd) whose gRPC channel knows every member.
+
+aetcd 1.0 dials one ``host:port``. :class:`EtcdClient` dials all members through one gRPC channel
+(target ``ipv4:A:P,B:Q,...`` with gRPC's ``pick_first`` policy): when the member in use dies, the
+channel moves to the next one by itself and only the calls in flight fail (aetcd raises
+``ConnectionFailedError``; callers retry, see :func:`retrying`). Optional TLS (a CA, and a client
+certificate for etcd's ``--client-cert-auth``) uses the same channel.
+
+The keep-alive settings make a member that is alive on TCP but silent (paused, partitioned) count
+as dead after ``keepalive_s + keepalive_timeout_s``; etcd's server refuses client pings more often
+than its ``--grpc-keepalive-min-time`` (5 s by default), hence the 5 s default here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+import aetcd
+import aetcd.rpc
+import aetcd.watcher
+import grpc
+
+LOG = logging.getLogger("aifabric.cluster")
+DEFAULT_PORT = 2379
+T = TypeVar("T")
+
+#: errors of an etcd call that say "the member or the connection failed", not "the request is bad"
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    aetcd.ConnectionFailedError, aetcd.ConnectionTimeoutError, aetcd.InternalError,
+    aetcd.WatchTimeoutError, asyncio.TimeoutError)
+
+
+class ClusterURLError(ValueError):
+    """A ``--cluster`` URL that is not ``etcd://HOST:PORT[,HOST:PORT...]`` (the message says why)."""
+
+
+@dataclass(frozen=True)
+class EtcdTLS:
+    """TLS to etcd: the CA that signed the members' certificates, and optionally this client's
+    certificate and key (PEM files) for etcd's ``--client-cert-auth``."""
+
+    ca_path: Path
+    cert_path: Path | None = None
+    key_path: Path | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        cert = self.cert_path.read_bytes() if self.cert_path else None
+        key = self.key_path.read_bytes() if self.key_path else None
+        return grpc.ssl_channel_credentials(self.ca_path.read_bytes(), key, cert)
+
+
+@dataclass(frozen=True)
+class EtcdSettings:
+    """How to reach the cluster.
+
+    ``rpc_timeout_s`` bounds every unary call (a keep-alive too): a call to a member that does not
+    answer fails after it, and the caller retries on the next member.
+    """
+
+    endpoints: tuple[tuple[str, int], ...]
+    rpc_timeout_s: float = 0.5
+    keepalive_s: float = 5.0
+    keepalive_timeout_s: float = 2.0
+    tls: EtcdTLS | None = None
+
+    def __post_init__(self) -> None:
+        if not self.endpoints:
+            raise ClusterURLError("no etcd endpoint given")
+        if self.rpc_timeout_s <= 0:
+            raise ValueError(f"rpc_timeout_s must be > 0, got {self.rpc_timeout_s}")
+
+    @classmethod
+    def from_url(cls, url: str, **kw: object) -> EtcdSettings:
+        return cls(parse_cluster_url(url), **kw)  # type: ignore[arg-type]
+
+
+def parse_cluster_url(url: str) -> tuple[tuple[str, int], ...]:
+    """``etcd://HOST:PORT[,HOST:PORT...]`` → ((host, port), ...); the port defaults to 2379.
+
+    IPv6 hosts are written in brackets (``etcd://[::1]:2379``). Raises ClusterURLError.
+    """
+    if not url.startswith("etcd://"):
+        raise ClusterURLError(f"cluster URL must start with etcd://, got {url[:64]!r}")
+    out: list[tuple[str, int]] = []
+    for part in url[len("etcd://"):].split(","):
+        part = part.strip()
+        if not part:
+            raise ClusterURLError(f"empty endpoint in {url[:64]!r}")
+        try:
+            split = urlsplit("//" + part)
+            host, port = split.hostname, split.port
+        except ValueError as exc:
+            raise ClusterURLError(f"bad endpoint {part[:64]!r}: {exc}") from None
+        if not host or split.path or split.query:
+            raise ClusterURLError(f"bad endpoint {part[:64]!r}: want HOST:PORT")
+        out.append((host, port or DEFAULT_PORT))
+    return tuple(out)
+
+
+def grpc_target(endpoints: tuple[tuple[str, int], ...]) -> str:
+    """One gRPC target naming every member: ``ipv4:A:P,B:Q`` (or ``ipv6:[A]:P,...``).
+
+    Host names are resolved now (gRPC's ``dns:`` scheme takes one name only). Raises
+    ClusterURLError when a name does not resolve or the members mix IPv4 and IPv6.
+    """
+    addrs: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    ports: list[int] = []
+    for host, port in endpoints:
+        try:
+            addr = ipaddress.ip_address(host)
+        except ValueError:
+            try:
+                info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                raise ClusterURLError(f"etcd endpoint {host}: {exc}") from None
+            addr = ipaddress.ip_address(info[0][4][0])
+        addrs.append(addr)
+        ports.append(port)
+    versions = {a.version for a in addrs}
+    if len(versions) != 1:
+        raise ClusterURLError("etcd endpoints mix IPv4 and IPv6 addresses")
+    if versions == {4}:
+        return "ipv4:" + ",".join(f"{a}:{p}" for a, p in zip(addrs, ports, strict=True))
+    return "ipv6:" + ",".join(f"[{a}]:{p}" for a, p in zip(addrs, ports, strict=True))
+
+
+class EtcdClient(aetcd.Client):
+    """aetcd's client on one channel to every member (see the module docstring).
+
+    Everything else (get, put, transaction, lease, watch ...) is aetcd's own API. The connection is
+    made on first use or by ``await client.connect()``; ``await client.close()`` ends it.
+    """
+
+    # aetcd's own attributes (set by aetcd.Client.__init__), typed for the override below
+    _connected: asyncio.Event
+    _is_connecting: bool
+    _connect_wait_timeout: float
+    _timeout: float | None
+
+    def __init__(self, settings: EtcdSettings):
+        host, port = settings.endpoints[0]
+        super().__init__(host=host, port=port, timeout=settings.rpc_timeout_s, options=None)
+        self.settings = settings
+        self._target = grpc_target(settings.endpoints)
+
+    async def connect(self) -> None:
+        # aetcd 1.0's connect() with one change: the channel (all members, optional TLS,
+        # keep-alive). It fills the same attributes aetcd's methods use (pinned: aetcd==1.0.0).
+        if self._connected.is_set():
+            return
+        if self._is_connecting:
+            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
+            return
+        try:
+            self._is_connecting = True
+            s = self.settings
+            options = [
+                ("grpc.keepalive_time_ms", int(s.keepalive_s * 1000)),
+                ("grpc.keepalive_timeout_ms", int(s.keepalive_timeout_s * 1000)),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 1000),
+            ]
+            if s.tls is None:
+                self.channel = grpc.aio.insecure_channel(self._target, options=options)
+            else:
+                self.channel = grpc.aio.secure_channel(self._target, s.tls.credentials(),
+                                                       options=options)
+            self.kvstub = aetcd.rpc.KVStub(self.channel)
+            self.clusterstub = aetcd.rpc.ClusterStub(self.channel)
+            self.leasestub = aetcd.rpc.LeaseStub(self.channel)
+            self.maintenancestub = aetcd.rpc.MaintenanceStub(self.channel)
+            self._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(self.channel),
+                                                  timeout=self._timeout, metadata=self.metadata)
+            self._connected.set()
+        finally:
+            self._is_connecting = False
+
+
+async def retrying(call: Callable[[], Awaitable[T]], *, deadline_s: float,
+                   what: str = "etcd call", pause_s: float = 0.05) -> T:
+    """Run ``call`` until it returns, retrying transient errors (a member died, a call timed out)
+    until ``deadline_s`` seconds have passed; then the last error is raised.
+
+    Only for calls that are safe to repeat (reads, or writes whose effect the caller verifies).
+    """
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while True:
+        try:
+            return await call()
+        except TRANSIENT_ERRORS as exc:
+            if loop.time() + pause_s >= end:
+                raise
+            LOG.debug("%s failed (%s), retrying", what, exc)
+            await asyncio.sleep(pause_s)

@@ -1,0 +1,88 @@
+"""Where the cluster keeps things in etcd: one prefix per fabric, ``/aifabric/<fabric>/``.
+
+::
+
+    /aifabric/<fabric>/intent/generation          "17"   the intent generation (CAS on it)
+    /aifabric/<fabric>/intent/commit              id of the commit that set that generation
+    /aifabric/<fabric>/intent/policy              JSON   the applied policy (PolicyRecord)
+    /aifabric/<fabric>/intent/collectives/<name>  JSON   one registered collective
+    /aifabric/<fabric>/ha/replicas/<replica>      JSON   a live replica (attached to its lease)
+    /aifabric/<fabric>/ha/masters/<switch>        JSON   the master of a switch (the master's lease)
+
+The ``ha/`` keys live only as long as the lease they are attached to: a replica whose lease ends
+(revoked on stop, expired after a crash or a stall) disappears together with its masterships, in
+one etcd revision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aetcd.utils import prefix_range_end
+
+__all__ = ["ClusterKeys", "prefix_range_end"]
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not name or len(name) > 256 or any(ord(c) < 0x20 for c in name):
+        raise ValueError(f"{kind} name must be 1-256 printable characters, got {name[:64]!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class ClusterKeys:
+    """The key layout of one fabric's cluster (see the module docstring)."""
+
+    fabric: str = "default"
+
+    def __post_init__(self) -> None:
+        _check_name("fabric", self.fabric)
+        if "/" in self.fabric:
+            raise ValueError(f"fabric name must not contain '/', got {self.fabric[:64]!r}")
+
+    @property
+    def root(self) -> bytes:
+        return f"/aifabric/{self.fabric}/".encode()
+
+    # -- intent ----------------------------------------------------------------------------------
+    @property
+    def intent_prefix(self) -> bytes:
+        return self.root + b"intent/"
+
+    @property
+    def generation(self) -> bytes:
+        return self.intent_prefix + b"generation"
+
+    @property
+    def commit(self) -> bytes:
+        return self.intent_prefix + b"commit"
+
+    @property
+    def policy(self) -> bytes:
+        return self.intent_prefix + b"policy"
+
+    @property
+    def collectives_prefix(self) -> bytes:
+        return self.intent_prefix + b"collectives/"
+
+    def collective(self, name: str) -> bytes:
+        return self.collectives_prefix + _check_name("collective", name).encode()
+
+    # -- high availability -----------------------------------------------------------------------
+    @property
+    def ha_prefix(self) -> bytes:
+        return self.root + b"ha/"
+
+    @property
+    def replicas_prefix(self) -> bytes:
+        return self.ha_prefix + b"replicas/"
+
+    def replica(self, name: str) -> bytes:
+        return self.replicas_prefix + _check_name("replica", name).encode()
+
+    @property
+    def masters_prefix(self) -> bytes:
+        return self.ha_prefix + b"masters/"
+
+    def master(self, switch: str) -> bytes:
+        return self.masters_prefix + _check_name("switch", switch).encode()
