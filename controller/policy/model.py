@@ -541,9 +541,15 @@ class Wan(_Strict):
 
 
 class Policy(_Strict):
-    """A whole policy file."""
+    """A whole policy file.
+
+    ``topology`` (optional): the topology file the policy is written for, a path relative to the
+    policy file. ``aifabric policy check|explain|render|diff`` use it when no ``--topology`` is
+    given (``--topology`` overrides it); :func:`controller.policy.load.named_topology` resolves it.
+    """
 
     version: Literal[1] = 1
+    topology: Annotated[str, Field(min_length=1)] | None = None
     routing: Routing
     collectives: tuple[Collective, ...] = ()
     traffic_classes: tuple[TrafficClass, ...] = ()

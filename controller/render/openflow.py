@@ -35,8 +35,10 @@ Per switch (file ``<switch>.json``):
   default class ``1:1`` (queue 0). These do the classification on both OVS datapaths: on the
   userspace (netdev) datapath OpenFlow ``set_queue`` does not reach the kernel qdisc.
 * ``leaf_qdiscs``: one ``bfifo`` per queue whose ``limit`` (bytes) is the policy's queue-depth
-  target at the port rate (``buffers.queue_depth``), but at least two such frames; absent without
-  a ``buffers`` section (the kernel's default pfifo of ``txqueuelen`` packets stays).
+  target at the rate the port drains at (``buffers.queue_depth``; ``wan.links[].queue`` on a DCI
+  port), as the policy gives it: ``policy check --target openflow`` refuses a limit shorter than
+  one 9216-byte frame or longer than a 32-bit byte count; absent without a ``buffers`` section
+  (the kernel's default pfifo of ``txqueuelen`` packets stays).
 
 ``classifier``: ``[{"ip_dscp", "queue", "meter_id"}]`` for OpenFlow ``set_queue`` (and
 ``meter``) actions on targets where they steer (kernel datapath), and ``meters``: OpenFlow 1.3
@@ -51,12 +53,13 @@ from typing import Any
 
 from controller.policy.model import TC_LIMIT_MAX_BYTES
 from controller.qos.compile import QosPlan
+from controller.qos.target_checks import OPENFLOW_FRAME_BYTES
 from controller.qos.targets import OPENFLOW_STRICT_FLOOR
 from controller.render.common import class_shaper_bps, mtu_bytes
 
 #: Share of the port rate the DWRR classes keep under strict traffic (qos.targets).
 STRICT_FLOOR = OPENFLOW_STRICT_FLOOR
-JUMBO_BYTES = 9216  # the largest frame common switches accept; OVS ports may carry jumbo frames
+JUMBO_BYTES = OPENFLOW_FRAME_BYTES  # the largest frame common switches accept (OVS ports may carry it)
 
 
 def render_openflow(plan: QosPlan) -> dict[str, Any]:
@@ -135,7 +138,7 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
                             f"{sw.name} port {pq.port.port} is a queue limit of "
                             f"{pq.queue_limit_bytes}B, above {TC_LIMIT_MAX_BYTES}B")
                     leaves.append({"parent": f"1:{tc.queue + 1}", "kind": "bfifo",
-                                   "limit_bytes": max(pq.queue_limit_bytes, 2 * frame)})
+                                   "limit_bytes": pq.queue_limit_bytes})
             ports[str(pq.port.port)] = {
                 "peer": pq.port.peer,
                 **({"wan": True} if shares is not None else {}),
