@@ -226,3 +226,45 @@ def test_ecn_on_openflow_is_a_stated_warning(write):
                  "    - {class: grads, mode: dctcp, k: auto}\n")
     warnings = [str(w) for w in load_policy_checked(path, fabric, "openflow").warnings]
     assert any("warning: ecn: target openflow does not mark ECN" in w for w in warnings), warnings
+
+
+# -- Tofino: thresholds in 80-byte cells, after rounding --------------------------------------------
+def test_tofino_threshold_rounded_to_cells_must_stay_below_the_queue(write):
+    fabric = load_topology(AI_TOPO)
+    # 10 us at 100 Gb/s is a 125,000-byte queue: 1562 cells of 80 B (Tofino TM), so the depth
+    # found on arrival is at most 1561 cells; a Kmin of 124,881..124,999 B is ceil(/80) = 1562
+    base = HEAD + TWO_CLASSES + ("ecn:\n  base_rtt: 10us\n  classes:\n"
+                                 "    - {class: grads, mode: explicit, kmin: KMIN, kmax: 124999B, "
+                                 "pmax: 20%}\n"
+                                 "buffers: {size: 64MB, reserved_per_port: 16KB, alpha: '1/8', "
+                                 "queue_depth: 10us}\n")
+    load_policy_checked(write(base.replace("KMIN", "124880B"), "ok.yaml"), fabric, "tofino")
+    bad = write(base.replace("KMIN", "124881B"), "bad.yaml")
+    load_policy_checked(bad, fabric)  # in bytes the threshold is below the queue limit ...
+    assert ("kmin 124.9KB on switch 'leaf1' port 1 is a mark threshold of 1562 cells on target "
+            "tofino, but that queue holds 1562 cells") in errors_of(bad, fabric, "tofino")  # ... not in cells
+
+
+# -- DCI shares: rendered where the target has weights --------------------------------------------
+def test_dci_shares_become_dwrr_weights_on_sonic_and_tofino(write):
+    fabric = load_topology(ROOT / "mininet_labs" / "topologies" / "two_dc.yaml")
+    text = (ROOT / "policies" / "cross_dc.yaml").read_text()
+    text = text.replace("    - {class: gradients, share: 80%}\n    - {class: bulk, share: 20%}\n",
+                        "    - {class: gradients, share: 60%}\n")
+    path = write(text)
+    pol = load_policy_checked(path, fabric, "sonic").policy
+    sonic = json.loads(render_policy(pol, fabric, "sonic")["dc1-spine1.config_db.json"])
+    # port 3 of dc1-spine1 is its DCI port (Ethernet8); ports 1-2 go to its leaves
+    dci = {q: sonic["SCHEDULER"][sonic["QUEUE"][f"Ethernet8|{q}"]["scheduler"]] for q in (0, 1)}
+    assert dci[1] == {"type": "DWRR", "weight": "60"}  # gradients: its share
+    # bulk has no share: weight 1, held to 1 % of the 3.8 Mbit/s shaper = 38,000 bit/s = 4750 B/s
+    assert dci[0] == {"type": "DWRR", "weight": "1", "meter_type": "bytes", "pir": "4750"}
+    inside = sonic["SCHEDULER"][sonic["QUEUE"]["Ethernet0|1"]["scheduler"]]
+    assert inside == {"type": "DWRR", "weight": "80"}  # elsewhere the class weight
+    assert sonic["PORT_QOS_MAP"]["Ethernet8"]["scheduler"] == "port_rate.3800000"
+    tofino = json.loads(render_policy(load_policy_checked(path, fabric, "tofino").policy, fabric,
+                                      "tofino")["dc1-spine1.json"])
+    port3 = next(p for p in tofino["ports"] if p["port"] == 3)
+    got = {q["class"]: (q["scheduling"], q["dwrr_weight"], q["max_rate_bps"]) for q in port3["queues"]}
+    assert got == {"gradients": ("dwrr", 60, None), "bulk": ("dwrr", 1, 38000)}
+    assert "wan.classes: target bmv2 has no weighted scheduling" in errors_of(path, fabric, "bmv2")
