@@ -443,7 +443,7 @@ class PortShaper(_Strict):
     """Shape one switch port (``port``) or all its ports (no ``port``) to ``rate`` (bits/s, at
     least :data:`MIN_SHAPER_RATE_BPS`). An entry with a ``port`` overrides its switch's entry
     without one; two entries for the same switch and ``port`` are an error
-    (:func:`controller.qos.checks.qos_findings`)."""
+    (:func:`controller.qos.validate.qos_findings`)."""
 
     switch: str
     port: Annotated[int, Field(ge=1)] | None = None

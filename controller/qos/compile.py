@@ -1,7 +1,7 @@
 """Compile the QoS sections of a policy against a fabric: per switch, per port numbers.
 
 :func:`compile_qos` is pure: (Policy, Fabric) → :class:`QosPlan`. It assumes the policy passed
-:func:`controller.qos.checks.qos_findings` without errors (the loader runs them); on an
+:func:`controller.qos.validate.qos_findings` without errors (the loader runs them); on an
 inconsistent policy it raises ValueError rather than guessing.
 
 Every number comes from :mod:`controller.qos.formulas`, whose docstrings cite the sources.
