@@ -309,3 +309,24 @@ def test_clean_stop_releases_the_bridges_for_an_immediate_successor(setup, caplo
     assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
     assert "[leaf1] QoS: bridge leaf1 released by pid 4242 on host hostA; managing it now" in \
         caplog.text
+
+
+def test_the_driver_applies_exactly_what_policy_render_writes(setup, tmp_path):
+    """Issue 12, honest layers: the driver receives rendered documents. The files `aifabric
+    policy render --target openflow --out DIR` writes drive it as well as the runtime's call."""
+    from click.testing import CliRunner
+
+    from controller.cli import main
+
+    fabric, rendering, bridges, ports = setup
+    res = CliRunner().invoke(main, ["policy", "render", str(POLICY), "-t", str(TOPO),
+                                    "--target", "openflow", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    files = {p.name: p.read_text() for p in sorted((tmp_path / "r").iterdir())}
+    assert files == rendering
+    db, tc = FakeDb(bridges, ports), FakeTc()
+    app = OvsQosApplier(files, "unix:fake", db=db, tc=tc)
+    assert set(app.reconcile().values()) == {"applied"}
+    assert sorted(s for s, _ in db.applied) == sorted(s.name for s in fabric.switches)
+    with pytest.raises(ValueError, match="not an openflow QoS document"):
+        OvsQosApplier({"x.json": "{}"}, "unix:fake", db=db, tc=tc)
