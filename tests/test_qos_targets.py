@@ -218,6 +218,10 @@ def test_openflow_refuses_hash_fields_and_seeds_it_does_not_program(write):
         load_policy_checked(path, fabric, target)
     default = write("version: 1\nrouting: {mode: ecmp}\n", "default.yaml")
     load_policy_checked(default, fabric, "openflow")
+    # the 5-tuple in any order is the default's field set
+    shuffled = write("version: 1\nrouting:\n  mode: ecmp\n  ecmp:\n    hash_fields: [l4_dst, l4_src, "
+                     "ip_proto, ipv4_dst, ipv4_src]\n", "shuffled.yaml")
+    load_policy_checked(shuffled, fabric, "openflow")
 
 
 def test_ecn_on_openflow_is_a_stated_warning(write):

@@ -92,7 +92,7 @@ def _ecmp_hash(policy: Policy, caps: TargetCaps) -> list[Finding]:
            "Open vSwitch's default hash (MACs, VLAN, EtherType, IP addresses and protocol, "
            "TCP/SCTP ports; basis 0); other fields and seeds need OpenFlow 1.5 group properties "
            "selection_method=hash, fields(...) and selection_method_param")
-    if not caps.ecmp_hash_fields and tuple(ecmp.hash_fields) != FIVE_TUPLE:
+    if not caps.ecmp_hash_fields and set(ecmp.hash_fields) != set(FIVE_TUPLE):
         out.append(Finding(("routing", "ecmp", "hash_fields"), f"hash fields "
                            f"{list(ecmp.hash_fields)} cannot be honoured on target {caps.name}: "
                            f"{why} (rule: a knob the target cannot honour is refused)"))
@@ -298,7 +298,8 @@ def _queue_limits(policy: Policy, fabric: Fabric, caps: TargetCaps) -> list[Find
         made = ("its wan.links queue" if q.wan else
                 f"buffers.queue_depth at {format_rate(q.drain_bps)}")
         if q.limit_bytes is not None and q.limit_bytes < frame and short is None:
-            short = Finding(("wan", "links") if q.wan else ("buffers", "queue_depth"),
+            short = Finding(_wan_queue_path(policy, sw, p.peer) if q.wan
+                            else ("buffers", "queue_depth"),
                             f"queue limit {q.limit_bytes}B on {where} ({made}) is shorter than "
                             f"one {frame}-byte frame: target {t} would drop every such frame "
                             "(rule: a queue holds at least one of the largest frames)")
@@ -329,3 +330,11 @@ def _queue_limits(policy: Policy, fabric: Fabric, caps: TargetCaps) -> list[Find
                     f"found on arrival is at most {depth_units - 1}, so the mark never happens "
                     "(rule: a threshold is below the queue depth, in the target's unit)")
     return out + [x for x in (short, long, unreachable) if x is not None]
+
+
+def _wan_queue_path(policy: Policy, switch: str, peer: str) -> YamlPath:
+    """The YAML path of the ``wan.links`` entry's ``queue`` for the link ``switch``-``peer``."""
+    for i, wl in enumerate(policy.wan.links if policy.wan is not None else ()):
+        if frozenset(wl.between) == frozenset((switch, peer)):
+            return ("wan", "links", i, "queue")
+    return ("wan", "links")
