@@ -66,13 +66,15 @@ def test_rate_limit_above_the_meter_limit_is_refused(write):
         load_policy(path)
 
 
-def test_the_highest_rate_limit_renders_a_32_bit_meter(write):
+def test_the_highest_rate_limit_is_accepted_and_caps_at_the_port_rate(write):
     fabric = load_topology(TOPO)
     pol = load_policy(write(variant(("rate_limit: 1Gbps", "rate_limit: 4294967295kbps"))), fabric)
     assert pol.traffic_classes[2].rate_limit_bps == MAX_POLICY_RATE_BPS
-    meters = [b["rate_kbps"] for d in render_openflow(compile_qos(pol, fabric)).values()
-              for m in d["meters"] for b in m["bands"]]
-    assert meters and max(meters) == 2**32 - 1
+    # the queue's max-rate is min(port rate, rate_limit): a 4.29 Tbit/s limit caps at the port
+    caps = {int(p["ovsdb_qos"]["queues"]["6"]["other_config"]["max-rate"]) ==
+            int(p["ovsdb_qos"]["other_config"]["max-rate"])
+            for d in render_openflow(compile_qos(pol, fabric)).values() for p in d["ports"].values()}
+    assert caps == {True}
 
 
 @pytest.mark.parametrize(("old", "new", "where"), [

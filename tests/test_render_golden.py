@@ -69,7 +69,7 @@ def test_sonic_roce_tables_carry_the_derived_numbers():
                                           "restoration_time": "400"}
 
 
-def test_openflow_queues_and_meters():
+def test_openflow_queues_and_per_port_caps():
     doc = json.loads(rendered("openflow", LOSSY)["spine2.json"])
     port1 = doc["ports"]["1"]
     assert port1["ovsdb_qos"]["other_config"]["max-rate"] == "200000000000"  # port shaper
@@ -87,8 +87,9 @@ def test_openflow_queues_and_meters():
             "match": "ip dsfield 0x68 0xfc", "flowid": "1:4"} in port1["tc_filters"]
     # 150 us at 200 Gb/s = 3.75 MB per queue
     assert {"parent": "1:4", "kind": "bfifo", "limit_bytes": 3_750_000} in port1["leaf_qdiscs"]
-    assert doc["meters"] == [{"meter_id": 1, "class": "control", "flags": ["kbps"],
-                              "bands": [{"type": "drop", "rate_kbps": 1000000}]}]
+    # rate_limit is per egress port: the queue's max-rate; no switch-wide OpenFlow meter
+    assert "meters" not in doc and all("meter_id" not in c for c in doc["classifier"])
+    assert q["6"]["max-rate"] == "1000000000"
 
 
 def test_lossless_policy_is_not_rendered_for_targets_without_pfc():

@@ -176,9 +176,9 @@ MAX_POLICY_RATE_BPS = (2**32 - 1) * 1000
 """The highest rate a policy's ``rate_limit``, shaper or DCI-shaper accepts: 4,294,967,295 kbit/s
 (about 4.295 Tbit/s).
 
-Why this value: a ``rate_limit`` becomes an OpenFlow 1.3 meter band, whose ``rate`` is a
-``uint32`` in kbit/s (``struct ofp_meter_band_header``, OpenFlow 1.3.5 §7.3.4.5); any higher
-rate cannot be written. Using the same ceiling for every rate field keeps one rule, and it
+Why this value: it is the largest rate an OpenFlow 1.3 meter band can hold (a ``uint32`` in
+kbit/s, ``struct ofp_meter_band_header``, OpenFlow 1.3.5 §7.3.4.5), the narrowest rate field of
+the targets aifabric writes to. Using the same ceiling for every rate field keeps one rule, and it
 costs nothing: no Ethernet port is faster than 1.6 Tbit/s (IEEE 802.3dj), and a shaper above
 its port's rate shapes nothing (the fabric-aware checks refuse that)."""
 TC_LIMIT_MAX_BYTES = 2**32 - 1

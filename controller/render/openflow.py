@@ -40,10 +40,12 @@ Per switch (file ``<switch>.json``):
   one 9216-byte frame or longer than a 32-bit byte count; absent without a ``buffers`` section
   (the kernel's default pfifo of ``txqueuelen`` packets stays).
 
-``classifier``: ``[{"ip_dscp", "queue", "meter_id"}]`` for OpenFlow ``set_queue`` (and
-``meter``) actions on targets where they steer (kernel datapath), and ``meters``: OpenFlow 1.3
-meters (``kbps``, one ``drop`` band) for classes with a ``rate_limit``; the queues' ``max-rate``
-enforces the same limit. ``unsupported`` lists what OVS cannot do (PFC, ECN marking).
+``classifier``: ``[{"ip_dscp", "queue"}]`` for OpenFlow ``set_queue`` actions on datapaths
+where they steer (the kernel datapath). A class's ``rate_limit`` is each of its queues'
+``max-rate``, i.e. per egress port as the policy means it. No OpenFlow meter is rendered: a meter
+is one switch-wide object shared by every flow entry that points at it (OpenFlow 1.3.5 §5.7,
+"Meter Table"), so it would cap a class per switch, summed over all its ports, not per port.
+``unsupported`` lists what OVS cannot do (PFC, ECN marking).
 """
 
 from __future__ import annotations
@@ -73,17 +75,7 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
     """
     classes = sorted(plan.classes, key=lambda c: c.queue)
     shaped = class_shaper_bps(plan)
-    meters: list[dict[str, Any]] = []
-    meter_of: dict[str, int] = {}
-    for tc in sorted(plan.classes, key=lambda c: c.name):
-        if tc.rate_limit_bps is not None:
-            meter_of[tc.name] = len(meters) + 1
-            meters.append({"meter_id": meter_of[tc.name], "class": tc.name, "flags": ["kbps"],
-                           "bands": [{"type": "drop", "rate_kbps": math.ceil(tc.rate_limit_bps / 1000)}]})
-    classifier = [
-        {"ip_dscp": d, "queue": tc.queue, "meter_id": meter_of.get(tc.name)}
-        for tc in classes for d in sorted(tc.dscp)
-    ]
+    classifier = [{"ip_dscp": d, "queue": tc.queue} for tc in classes for d in sorted(tc.dscp)]
     total_weight = sum(tc.weight or 0 for tc in classes if tc.scheduling == "dwrr")
     n_strict = sum(1 for tc in classes if tc.scheduling == "strict")
     frame = max(mtu_bytes(plan), JUMBO_BYTES)
@@ -150,6 +142,6 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
             }
         out[f"{sw.name}.json"] = {
             "switch": sw.name, "dpid": sw.dpid, "ports": ports, "classifier": classifier,
-            "meters": meters, "unsupported": unsupported,
+            "unsupported": unsupported,
         }
     return out
