@@ -49,7 +49,7 @@ demo: setup
 	$(VENV)/bin/aifabric lab run $(EXPERIMENT) --out $(OUT)
 
 test: setup lint
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check controller mininet_labs tests bench

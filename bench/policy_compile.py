@@ -13,8 +13,8 @@ from pathlib import Path
 from timing import timed  # bench/timing.py (sys.path[0] is bench/)
 
 from controller.model import build_leaf_spine
-from controller.policy.load import check_policy_document
 from controller.qos.compile import compile_qos
+from controller.qos.validate import check_policy_document
 from controller.render import render
 from controller.yamlsrc import parse_document
 

@@ -53,198 +53,8 @@ def main() -> None:
     console = _make_console()
 
 
-# -- policy ------------------------------------------------------------------------------------
-@main.group()
-def policy() -> None:
-    """Check, explain, render and diff policy files."""
-
-
-@policy.command("check")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--topology", "-t", type=click.Path(dir_okay=False), default=None,
-              help="Also check the policy against this topology (host names exist, ...).")
-def policy_check(files: tuple[str, ...], topology: str | None) -> None:
-    """Validate policy FILES; exit 0 when all are valid, 2 with FILE:LINE:COL messages if not."""
-    from controller.model import load_topology
-    from controller.policy.load import load_policy_checked
-
-    fabric = None
-    bad = False
-    if topology:
-        try:
-            fabric = load_topology(topology)
-        except ConfigError as exc:
-            _report(exc)
-            sys.exit(EXIT_INVALID)
-    for f in files:
-        try:
-            checked = load_policy_checked(f, fabric)
-        except ConfigError as exc:
-            _report(exc)
-            bad = True
-            continue
-        pol = checked.policy
-        for w in checked.warnings:
-            click.echo(str(w), err=True)
-        qos = f", {len(pol.traffic_classes)} traffic class(es)" if pol.has_qos else ""
-        console.print(
-            f"{f}: ok (routing {pol.routing.mode}, {len(pol.collectives)} collective(s){qos})",
-            markup=False,
-        )
-    if bad:
-        sys.exit(EXIT_INVALID)
-
-
-def _load_qos(file: str, topology: str | None, target: str | None = None):  # type: ignore[no-untyped-def]
-    """(checked policy, fabric or None); exits 2 with located problems when invalid."""
-    from controller.model import load_topology
-    from controller.policy.load import load_policy_checked
-
-    try:
-        fabric = load_topology(topology) if topology else None
-        checked = load_policy_checked(file, fabric, target)
-    except ConfigError as exc:
-        _report(exc)
-        sys.exit(EXIT_INVALID)
-    for w in checked.warnings:
-        click.echo(str(w), err=True)
-    return checked.policy, fabric
-
-
-@policy.command("explain")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--topology", "-t", type=click.Path(dir_okay=False), default=None,
-              help="Derive per link rate and cable length of this topology.")
-def policy_explain(file: str, topology: str | None) -> None:
-    """Print every derived QoS value of FILE: value, inputs, formula and source."""
-    from controller.qos.explain import explain_rows
-
-    pol, fabric = _load_qos(file, topology)
-    try:
-        rows = explain_rows(pol, fabric)
-    except ValueError as exc:
-        err_console.print(f"{file}: {exc}", markup=False)
-        sys.exit(EXIT_INVALID)
-    table = Table("derived value", "value", "inputs", "formula", "source",
-                  title=f"QoS derivations for {file}", show_lines=True)
-    for r in rows:
-        table.add_row(r.what, r.value, r.inputs, r.formula, r.source)
-    console.print(table)
-    if fabric is None:
-        console.print("(give --topology to derive headroom, ECN thresholds and buffers per link)")
-
-
-@policy.command("render")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--topology", "-t", required=True, type=click.Path(dir_okay=False))
-@click.option("--target", required=True, type=click.Choice(["openflow", "bmv2", "tofino", "sonic"]))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Write one file per switch here (default: print them).")
-def policy_render(file: str, topology: str, target: str, out_dir: str | None) -> None:
-    """Render FILE's QoS for every switch of the topology; nothing is written on any error.
-
-    Exit 2 for an invalid policy, 1 when the files cannot be written to --out.
-    """
-    from controller.qos.compile import compile_qos
-    from controller.render import render
-
-    pol, fabric = _load_qos(file, topology, target)
-    assert fabric is not None
-    try:
-        files = render(compile_qos(pol, fabric), target)
-    except ValueError as exc:
-        err_console.print(f"{file}: {exc}", markup=False)
-        sys.exit(EXIT_INVALID)
-    if out_dir is None:
-        for name, text in files.items():
-            click.echo(f"# {name}")
-            click.echo(text, nl=False)
-        return
-    out = Path(out_dir)
-    try:
-        _write_all(out, files)
-    except OSError as exc:
-        click.echo(f"{file}: cannot write the rendering to {out}: {exc.strerror or exc} "
-                   f"({exc.filename or out}); nothing was written", err=True)
-        sys.exit(EXIT_FAILED)
-    console.print(f"wrote {len(files)} file(s) to {out}", markup=False)
-
-
-def _write_all(out: Path, files: dict[str, str]) -> None:
-    """Write ``files`` (name → text) into directory ``out`` all or nothing: each to a temporary
-    name in ``out`` first, renamed over its final name only when every one was written (a rename
-    within a directory is atomic). On any error the temporaries are removed.
-
-    Raises
-    ------
-    OSError
-        ``out`` cannot be created or written, or a final name is taken by something that is not
-        a regular file (checked before anything is renamed).
-    """
-    import tempfile
-
-    out.mkdir(parents=True, exist_ok=True)
-    for name in files:
-        dest = out / name
-        if dest.exists() and not dest.is_file():
-            raise IsADirectoryError(21, "not a regular file, will not replace it", str(dest))
-    umask = os.umask(0)
-    os.umask(umask)
-    temps: dict[str, str] = {}
-    try:
-        for name, text in files.items():
-            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
-            temps[name] = tmp
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.chmod(tmp, 0o666 & ~umask)  # as open() would create it (mkstemp makes it 0600)
-        for name in list(temps):
-            os.replace(temps[name], out / name)
-            del temps[name]
-    finally:
-        for tmp in temps.values():
-            Path(tmp).unlink(missing_ok=True)
-
-
-@policy.command("diff")
-@click.argument("old", type=click.Path(dir_okay=False))
-@click.argument("new", type=click.Path(dir_okay=False))
-@click.option("--topology", "-t", required=True, type=click.Path(dir_okay=False))
-@click.option("--target", default="sonic", show_default=True,
-              type=click.Choice(["openflow", "bmv2", "tofino", "sonic"]))
-def policy_diff(old: str, new: str, topology: str, target: str) -> None:
-    """Show what would change, per switch, between the QoS renderings of OLD and NEW.
-
-    Exit 0 when nothing would change, 1 when something would, 2 for invalid input."""
-    import json
-
-    from controller.qos.compile import compile_qos
-    from controller.render import render
-    from controller.render.diff import diff_renderings
-
-    rendered = []
-    for f in (old, new):
-        pol, fabric = _load_qos(f, topology, target)
-        assert fabric is not None
-        try:
-            rendered.append(render(compile_qos(pol, fabric), target))
-        except ValueError as exc:
-            err_console.print(f"{f}: {exc}", markup=False)
-            sys.exit(EXIT_INVALID)
-    changes = diff_renderings(rendered[0], rendered[1])
-    if not changes:
-        console.print("no changes", markup=False)
-        return
-    table = Table("switch file", "path", "old", "new", title=f"{target}: {old} -> {new}")
-    for c in changes:
-        table.add_row(c.file, c.path, json.dumps(c.old), json.dumps(c.new))
-    console.print(table)
-    console.print(f"{len(changes)} change(s) on "
-                  f"{len({c.file for c in changes})} switch(es)", markup=False)
-    sys.exit(EXIT_FAILED)  # like diff(1): 1 when the renderings differ
-
-
-@policy.command("apply")
+# -- policy apply (a running controller; the other policy commands are in cli_policy.py) --------
+@click.command("apply")
 @click.argument("file", type=click.Path(dir_okay=False))
 @_CONTROLLER_OPT
 @click.option("--dry-run", is_flag=True, help="Validate and print the diff; change nothing.")
@@ -732,10 +542,13 @@ def _register_plugins() -> None:
     from controller.cli_certs import certs
     from controller.cli_ina import ina
     from controller.cli_p4 import p4
+    from controller.cli_policy import policy
 
     main.add_command(p4)
     main.add_command(ina)
     main.add_command(certs)
+    policy.add_command(policy_apply)
+    main.add_command(policy)
 
 
 _register_plugins()

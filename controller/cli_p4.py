@@ -46,7 +46,7 @@ def entities(topology: str, policy_file: str, switches: tuple[str, ...], qos: bo
     from controller.drivers.p4runtime.pipeline import TARGETS
     from controller.model.topology import load_topology
     from controller.plan.build import build_plan
-    from controller.policy.load import load_policy_checked
+    from controller.qos.validate import load_policy_checked
 
     target = TARGETS[target_name]
     try:

@@ -65,16 +65,36 @@ class UnitError(ValueError):
     """A quantity is missing its unit, has an unknown unit, or is negative."""
 
 
+#: Per kind of quantity: (base unit's name, its units from small to large for examples).
+_SCALES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "rate": ("bit/s", ("bps", "Kbps", "Mbps", "Gbps", "Tbps")),
+    "duration": ("microseconds", ("us", "ms", "s")),
+    "size": ("bytes", ("B", "KB", "MB", "GB")),
+    "length": ("metres", ("m", "km")),
+}
+
+
+def no_unit_example(value: float, table: dict[str, float], what: str, example: str) -> str:
+    """The example a "no unit" message gives for the bare number ``value``: a unit of the
+    value's magnitude. A number of 1000 or more is read in the base unit (bit/s, bytes, µs, m)
+    and written with the prefix that makes it 1-999 (``12000000`` → ``'12Mbps'``); a smaller one
+    keeps its digits with ``example``, the unit such numbers are usually meant in (``15`` →
+    ``'15Mbps'``, the rate of the labs' links, not ``'15Gbps'``)."""
+    base, units = _SCALES[what]
+    if abs(value) < 1000:
+        return f"e.g. '{value:g}{example}'"
+    unit = max((u for u in units if table[u] <= abs(value)), key=lambda u: table[u])
+    return f"e.g. '{value / table[unit]:g}{unit}' if {value!r} is in {base}"
+
+
 def _parse(value: object, table: dict[str, float], what: str, example: str,
            most: float, most_text: str) -> float:
     if isinstance(value, float) and not math.isfinite(value):
         raise UnitError(f"expected a finite {what} such as '10{example}', got {value!r}")
     if isinstance(value, int | float) and not isinstance(value, bool):
-        # the example keeps the number only where the unit cannot make it absurd
-        num = value if abs(value) <= 1000 else 10
         raise UnitError(
             f"{value!r} has no unit; write the {what} with one of "
-            f"{', '.join(sorted(set(table)))} (e.g. '{num}{example}')"
+            f"{', '.join(sorted(set(table)))} ({no_unit_example(value, table, what, example)})"
         )
     if not isinstance(value, str):
         raise UnitError(f"expected a {what} such as '10{example}', got {value!r}")
@@ -95,7 +115,7 @@ def _parse(value: object, table: dict[str, float], what: str, example: str,
 def parse_rate_bps(value: object) -> int:
     """Parse a rate (``'40Mbps'``) to bits/s (int), at most :data:`MAX_RATE_BPS`.
     Raises :class:`UnitError`."""
-    return round(_parse(value, RATE_UNITS_BPS, "rate", "Gbps", MAX_RATE_BPS, "1000Tbps"))
+    return round(_parse(value, RATE_UNITS_BPS, "rate", "Mbps", MAX_RATE_BPS, "1000Tbps"))
 
 
 def parse_duration_us(value: object) -> float:

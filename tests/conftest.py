@@ -34,7 +34,7 @@ def assert_located_error(path: Path, expected: str) -> None:
     """Loading the policy at ``path`` fails with a problem at ``FILE:expected``
     (``LINE:COL: field: message`` or its beginning)."""
     from controller.errors import ConfigError
-    from controller.policy import load_policy
+    from controller.qos.validate import load_valid_policy as load_policy
 
     with pytest.raises(ConfigError) as ei:
         load_policy(path)

@@ -8,7 +8,7 @@ import pytest
 
 from controller.errors import ConfigError
 from controller.model.topology import load_topology
-from controller.policy import load_policy
+from controller.qos.validate import load_valid_policy as load_policy
 from mininet_labs.lab.experiment import load_experiment
 from mininet_labs.lab.results import (
     flows_per_link,

@@ -21,12 +21,13 @@ from controller.drivers.ovs.qos import (
     decide_claim,
     describe_owner,
     digest,
-    qos_rendering,
     released_ids,
+    rendered_documents,
 )
 from controller.errors import ConfigError
 from controller.model.topology import load_topology
-from controller.policy import load_policy
+from controller.qos.validate import load_valid_policy as load_policy
+from controller.render import render_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPO = ROOT / "mininet_labs" / "topologies" / "leafspine_1x2x2.yaml"
@@ -87,7 +88,8 @@ class FakeTc:
 def setup():
     fabric = load_topology(TOPO)
     policy = load_policy(POLICY, fabric)
-    rendering = qos_rendering(fabric, policy, str(POLICY))
+    # the driver receives rendered documents: what `policy render --target openflow` writes
+    rendering = render_policy(policy, fabric, "openflow", str(POLICY), require_classes=True)
     bridges = {s.dpid: s.name for s in fabric.switches}
     ports = {s.name: {p: f"{s.name}-eth{p}" for p in
                       sorted({ln.a_port for ln in fabric.links if ln.a == s.name}
@@ -98,8 +100,10 @@ def setup():
 
 def test_rendering_covers_every_fabric_port(setup):
     fabric, rendering, _, ports = setup
-    assert set(rendering) == {s.name for s in fabric.switches}
-    for name, doc in rendering.items():
+    docs = rendered_documents(rendering)
+    assert set(rendering) == {f"{s.name}.json" for s in fabric.switches}
+    assert set(docs) == {s.name for s in fabric.switches}
+    for name, doc in docs.items():
         assert {int(p) for p in doc["ports"]} == set(ports[name])
         for pdoc in doc["ports"].values():
             q = pdoc["ovsdb_qos"]
@@ -111,7 +115,7 @@ def test_waits_for_bridges_and_ports_then_applies_once(setup):
     fabric, rendering, bridges, ports = setup
     db = FakeDb({}, {})
     tc = FakeTc()
-    app = OvsQosApplier(fabric, rendering, "unix:fake", db=db, tc=tc)
+    app = OvsQosApplier(rendering, "unix:fake", db=db, tc=tc)
     done = app.reconcile()
     assert all(v.startswith("waiting: no bridge") for v in done.values())
     assert db.applied == [] and tc.applied == []
@@ -136,7 +140,7 @@ def test_waits_for_bridges_and_ports_then_applies_once(setup):
 def test_filters_lost_are_restored_without_touching_ovsdb(setup):
     fabric, rendering, bridges, ports = setup
     db, tc = FakeDb(bridges, ports), FakeTc()
-    app = OvsQosApplier(fabric, rendering, "unix:fake", db=db, tc=tc)
+    app = OvsQosApplier(rendering, "unix:fake", db=db, tc=tc)
     app.reconcile()
     n_db = len(db.applied)
     del tc.state["spine1-eth2"]  # e.g. someone ran `tc qdisc del`
@@ -148,7 +152,7 @@ def test_filters_lost_are_restored_without_touching_ovsdb(setup):
 def test_changed_settings_replace_only_the_ports_that_differ(setup):
     fabric, rendering, bridges, ports = setup
     db, tc = FakeDb(bridges, ports), FakeTc()
-    app = OvsQosApplier(fabric, rendering, "unix:fake", db=db, tc=tc)
+    app = OvsQosApplier(rendering, "unix:fake", db=db, tc=tc)
     app.reconcile()
     db.digests[("leaf2", 3)] = "something-else"  # a row someone edited by hand
     assert app.reconcile() == {"leaf2": "applied"}
@@ -192,11 +196,11 @@ def test_policy_without_classes_or_with_pfc_is_refused():
     fabric = load_topology(ROOT / "mininet_labs" / "topologies" / "leafspine_2x4x2.yaml")
     pol = load_policy(ROOT / "policies" / "pinned_two_rings.yaml", fabric)
     with pytest.raises(ConfigError, match="traffic_classes: applying QoS needs traffic classes"):
-        qos_rendering(fabric, pol, "p.yaml")
+        render_policy(pol, fabric, "openflow", "p.yaml", require_classes=True)
     big = load_topology(ROOT / "tests" / "golden" / "topo_ai_100g.yaml")
     roce = load_policy(ROOT / "policies" / "qos_roce.yaml", big)
     with pytest.raises(ConfigError, match="target openflow supports 0"):
-        qos_rendering(big, roce, "roce.yaml")
+        render_policy(roce, big, "openflow", "roce.yaml")
 
 
 def test_controller_refuses_apply_qos_without_classes(capsys):
@@ -248,9 +252,9 @@ def test_second_applier_yields_to_a_live_owner_and_takes_over_a_dead_one(setup, 
     db = FakeDb(bridges, ports)
     tc_a = tc_b = FakeTc()  # one kernel: the same qdiscs
     now = {"a": 1000.0, "b": 1000.0}
-    app_a = OvsQosApplier(fabric, rendering, "unix:fake", owner=A, clock=lambda: now["a"],
+    app_a = OvsQosApplier(rendering, "unix:fake", owner=A, clock=lambda: now["a"],
                           db=db, tc=tc_a)
-    app_b = OvsQosApplier(fabric, rendering, "unix:fake", owner=B, clock=lambda: now["b"],
+    app_b = OvsQosApplier(rendering, "unix:fake", owner=B, clock=lambda: now["b"],
                           db=db, tc=tc_b)
     assert app_a.stale_after_s == 5.0  # 5 polls of 1 s
     assert set(app_a.reconcile().values()) == {"applied"}
@@ -264,14 +268,14 @@ def test_second_applier_yields_to_a_live_owner_and_takes_over_a_dead_one(setup, 
         app_a.reconcile()
         done = app_b.reconcile()
         assert done == {s: f"yielded: bridge {s} is managed by pid 4242 on host hostA"
-                        for s in rendering}
+                        for s in rendered_documents(rendering)}
     n_tc = len(tc_a.applied)
     assert len(db.applied) == n_db and len(tc_b.applied) == n_tc
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == len(rendering)
     assert all(r.getMessage().startswith(f"[{s}] QoS not applied: bridge {s} is managed by "
                                          "another aifabric controller (pid 4242 on host hostA")
-               for r, s in zip(errors, sorted(rendering), strict=True))
+               for r, s in zip(errors, sorted(rendered_documents(rendering)), strict=True))
     # A dies (no more heartbeats): B takes over once the heartbeat is older than 5 s
     now["b"] += 5.5
     caplog.clear()
@@ -284,15 +288,15 @@ def test_second_applier_yields_to_a_live_owner_and_takes_over_a_dead_one(setup, 
     # A comes back: now it is A that yields
     now["a"] = now["b"]
     assert set(app_a.reconcile().values()) == {
-        f"yielded: bridge {s} is managed by pid 777 on host hostB" for s in rendering}
+        f"yielded: bridge {s} is managed by pid 777 on host hostB" for s in rendered_documents(rendering)}
 
 
 def test_clean_stop_releases_the_bridges_for_an_immediate_successor(setup, caplog):
     fabric, rendering, bridges, ports = setup
     db, tc = FakeDb(bridges, ports), FakeTc()
-    app_a = OvsQosApplier(fabric, rendering, "unix:fake", owner=A, clock=lambda: 10.0,
+    app_a = OvsQosApplier(rendering, "unix:fake", owner=A, clock=lambda: 10.0,
                           db=db, tc=tc)
-    app_b = OvsQosApplier(fabric, rendering, "unix:fake", owner=B, clock=lambda: 11.0,
+    app_b = OvsQosApplier(rendering, "unix:fake", owner=B, clock=lambda: 11.0,
                           db=db, tc=tc)
     app_a.reconcile()
     assert app_b.reconcile()["leaf1"].startswith("yielded")
@@ -305,3 +309,24 @@ def test_clean_stop_releases_the_bridges_for_an_immediate_successor(setup, caplo
     assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
     assert "[leaf1] QoS: bridge leaf1 released by pid 4242 on host hostA; managing it now" in \
         caplog.text
+
+
+def test_the_driver_applies_exactly_what_policy_render_writes(setup, tmp_path):
+    """Issue 12, honest layers: the driver receives rendered documents. The files `aifabric
+    policy render --target openflow --out DIR` writes drive it as well as the runtime's call."""
+    from click.testing import CliRunner
+
+    from controller.cli import main
+
+    fabric, rendering, bridges, ports = setup
+    res = CliRunner().invoke(main, ["policy", "render", str(POLICY), "-t", str(TOPO),
+                                    "--target", "openflow", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    files = {p.name: p.read_text() for p in sorted((tmp_path / "r").iterdir())}
+    assert files == rendering
+    db, tc = FakeDb(bridges, ports), FakeTc()
+    app = OvsQosApplier(files, "unix:fake", db=db, tc=tc)
+    assert set(app.reconcile().values()) == {"applied"}
+    assert sorted(s for s, _ in db.applied) == sorted(s.name for s in fabric.switches)
+    with pytest.raises(ValueError, match="not an openflow QoS document"):
+        OvsQosApplier({"x.json": "{}"}, "unix:fake", db=db, tc=tc)

@@ -28,7 +28,7 @@ from controller.drivers.p4runtime.pipeline import P4INFO_TXT, queue_index
 from controller.drivers.p4runtime.reconcile import Update, reconcile
 from controller.model import load_topology
 from controller.plan.build import build_plan
-from controller.policy import load_policy
+from controller.qos.validate import load_valid_policy as load_policy
 from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason, thrift_cli_command
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
 

@@ -35,7 +35,7 @@ def test_entities_command_refuses_unknown_switch_and_bad_policy(write):
 
 def test_entities_with_qos_adds_priority_and_ecn_tables():
     r = CliRunner().invoke(p4, ["entities", "-t", str(ROOT / "tests/golden/topo_ai_100g.yaml"),
-                                "-p", str(ROOT / "tests/golden/qos_lossy.yaml"), "-s", "leaf1",
+                                "-p", str(ROOT / "tests/golden/qos_strict.yaml"), "-s", "leaf1",
                                 "--qos"])
     assert r.exit_code == 0, r.output
     tables = {e["table"] for e in json.loads(r.stdout)["leaf1"]["entries"]}

@@ -26,9 +26,9 @@ from controller.plan.model import (
     Match,
     SwitchPlan,
 )
-from controller.policy import load_policy
-from controller.policy.load import load_policy_checked
 from controller.qos.compile import compile_qos
+from controller.qos.validate import load_policy_checked
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.render.bmv2 import render_bmv2
 from controller.te.collectives import expand_policy
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY, ROOT
@@ -187,7 +187,7 @@ def test_canonical_values():
 def test_qos_rendering_becomes_priority_and_ecn_entries():
     topo = ROOT / "tests" / "golden" / "topo_ai_100g.yaml"
     fab = load_topology(topo)
-    pol = load_policy_checked(ROOT / "tests" / "golden" / "qos_lossy.yaml", fab, "bmv2").policy
+    pol = load_policy_checked(ROOT / "tests" / "golden" / "qos_strict.yaml", fab, "bmv2").policy
     docs = render_bmv2(compile_qos(pol, fab))
     doc = docs["leaf1.json"]
     entries = enc.qos_entries("leaf1", doc)

@@ -20,9 +20,9 @@ from controller.drivers.p4runtime.pipeline import (
 )
 from controller.model import load_topology
 from controller.plan.build import build_plan
-from controller.policy import load_policy
-from controller.policy.load import load_policy_checked
 from controller.qos.compile import compile_qos
+from controller.qos.validate import load_policy_checked
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.render.bmv2 import render_bmv2
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY, ROOT
 
@@ -65,7 +65,7 @@ def test_counters_registers_and_packet_metadata(schema):
 
 def test_bmv2_qos_rendering_uses_names_the_program_has(schema):
     fab = load_topology(ROOT / "tests" / "golden" / "topo_ai_100g.yaml")
-    pol = load_policy_checked(ROOT / "tests" / "golden" / "qos_lossy.yaml", fab, "bmv2").policy
+    pol = load_policy_checked(ROOT / "tests" / "golden" / "qos_strict.yaml", fab, "bmv2").policy
     for name, doc in render_bmv2(compile_qos(pol, fab)).items():
         for e in qos_entries(name, doc):  # refuses unknown names / widths
             codec.to_finsy(e).encode(schema)  # the real P4Runtime encoding accepts it

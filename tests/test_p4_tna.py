@@ -43,9 +43,9 @@ from controller.drivers.p4runtime.pipeline import (
 )
 from controller.model import load_topology
 from controller.plan.build import build_plan
-from controller.policy import load_policy
-from controller.policy.load import load_policy_checked
 from controller.qos.compile import compile_qos
+from controller.qos.validate import load_policy_checked
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.render.tofino import render_tofino
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY, ROOT
 from tests.test_p4_schema import assert_round_trips

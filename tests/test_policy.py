@@ -2,7 +2,7 @@ import pytest
 
 from controller.errors import ConfigError
 from controller.model import load_topology
-from controller.policy import load_policy
+from controller.qos.validate import load_valid_policy as load_policy
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY, ROOT
 
 

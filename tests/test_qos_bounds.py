@@ -11,11 +11,11 @@ from click.testing import CliRunner
 from controller.cli import main
 from controller.errors import ConfigError
 from controller.model import load_topology
-from controller.policy import load_policy
-from controller.policy.load import load_policy_checked
 from controller.policy.model import MAX_POLICY_RATE_BPS
 from controller.qos.compile import compile_qos
 from controller.qos.formulas import queue_bytes_for_time
+from controller.qos.validate import load_policy_checked
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.render.openflow import render_openflow
 from tests.conftest import ROOT
 
@@ -66,13 +66,15 @@ def test_rate_limit_above_the_meter_limit_is_refused(write):
         load_policy(path)
 
 
-def test_the_highest_rate_limit_renders_a_32_bit_meter(write):
+def test_the_highest_rate_limit_is_accepted_and_caps_at_the_port_rate(write):
     fabric = load_topology(TOPO)
     pol = load_policy(write(variant(("rate_limit: 1Gbps", "rate_limit: 4294967295kbps"))), fabric)
     assert pol.traffic_classes[2].rate_limit_bps == MAX_POLICY_RATE_BPS
-    meters = [b["rate_kbps"] for d in render_openflow(compile_qos(pol, fabric)).values()
-              for m in d["meters"] for b in m["bands"]]
-    assert meters and max(meters) == 2**32 - 1
+    # the queue's max-rate is min(port rate, rate_limit): a 4.29 Tbit/s limit caps at the port
+    caps = {int(p["ovsdb_qos"]["queues"]["6"]["other_config"]["max-rate"]) ==
+            int(p["ovsdb_qos"]["other_config"]["max-rate"])
+            for d in render_openflow(compile_qos(pol, fabric)).values() for p in d["ports"].values()}
+    assert caps == {True}
 
 
 @pytest.mark.parametrize(("old", "new", "where"), [
@@ -119,10 +121,9 @@ def test_bfifo_limit_is_checked_at_the_drain_rate_and_only_for_bfifo_targets(wri
     load_policy_checked(write(deep), fabric, "openflow")
     too_deep = variant(("queue_depth: 150us", "queue_depth: 100ms"), ("size: 64MB", "size: 8GB"))
     path = write(too_deep)
-    for target in (None, "openflow"):
-        with pytest.raises(ConfigError, match="the largest tc bfifo limit"):
-            load_policy_checked(path, fabric, target)
-    for target in ("bmv2", "tofino", "sonic"):
+    with pytest.raises(ConfigError, match="the largest tc bfifo limit"):
+        load_policy_checked(path, fabric, "openflow")
+    for target in (None, "tofino", "sonic"):  # a target's limit only with that target
         load_policy_checked(path, fabric, target)
     res = cli("policy", "render", path, "-t", TOPO, "--target", "tofino")
     assert res.exit_code == 0, res.output
@@ -162,8 +163,8 @@ def test_bmv2_ecn_threshold_in_packets_must_fit_19_bits(write):
 def test_auto_ecn_thresholds_are_checked_per_link_rate(write):
     # the golden auto thresholds are far below the limit on every target
     fabric = load_topology(TOPO)
-    for target in ("bmv2", "tofino"):
-        load_policy_checked(LOSSY, fabric, target)
+    load_policy_checked(LOSSY, fabric, "tofino")
+    load_policy_checked(LOSSY.with_name("qos_strict.yaml"), fabric, "bmv2")  # bmv2: DCTCP only
 
 
 # -- 5: queue depth positive; queue limit above the buffer warns -----------------------------------

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 from controller.cli import main
 from controller.errors import ConfigError
 from controller.model import load_topology
-from controller.policy import load_policy
-from controller.policy.load import load_policy_checked
 from controller.policy.model import MIN_SHAPER_RATE_BPS, TC_LIMIT_MAX_BYTES
 from controller.qos.compile import compile_qos
 from controller.qos.formulas import queue_bytes_for_time
+from controller.qos.validate import load_policy_checked
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.render.openflow import render_openflow
 from tests.conftest import ROOT, assert_located_error
 
@@ -67,6 +67,9 @@ def test_rate_at_the_floor_and_port_override_are_accepted(write):
     text = variant("    - {switch: spine2, port: 1, rate: 200Gbps}",
                    "    - {switch: spine2, rate: 200Gbps}\n"
                    "    - {switch: spine2, port: 1, rate: 589824bps}")
+    # at 589.824 kbit/s, 150 us is an 11-byte queue: ECN could never mark there (checked per
+    # port at its drain rate), so this shaping test leaves the ecn section out
+    text = text[:text.index("ecn:")] + text[text.index("buffers:"):]
     pol = load_policy(write(text), load_topology(AI_TOPOLOGY))
     plan = compile_qos(pol, load_topology(AI_TOPOLOGY))
     spine2 = next(s for s in plan.switches if s.name == "spine2")
@@ -92,12 +95,14 @@ def test_queue_depth_whose_bfifo_limit_overflows_u32_is_rejected(write, tmp_path
     assert queue_bytes_for_time(400e9, 85_000) <= TC_LIMIT_MAX_BYTES < queue_bytes_for_time(400e9, 100_000)
     fabric = load_topology(AI_TOPOLOGY)
     path = write(variant("queue_depth: 150us", "queue_depth: 100ms"), "deep.yaml")
+    load_policy(path, fabric)  # only a target whose queues are tc bfifos cannot hold it
     with pytest.raises(ConfigError) as ei:
-        load_policy(path, fabric)
+        load_policy(path, fabric, "openflow")
     assert (f"{path}:19:16: buffers.queue_depth: queue depth 100000us at 400Gbps (switch 'leaf1' "
             "port 3) is a queue limit of 5000000000B, above 4294967295B, the largest tc bfifo "
             "limit (rule: a queue limit fits in 32 bits)") in str(ei.value), str(ei.value)
-    res = CliRunner().invoke(main, ["policy", "check", str(path), "-t", str(AI_TOPOLOGY)])
+    res = CliRunner().invoke(main, ["policy", "check", str(path), "-t", str(AI_TOPOLOGY),
+                                    "--target", "openflow"])
     assert res.exit_code == 2, res.output
     assert f"{path}:19:16: buffers.queue_depth: queue depth 100000us" in res.stderr
     # the largest depth that fits renders a bfifo limit within 32 bits
@@ -133,16 +138,18 @@ TWO_STRICT = variant(
 def test_several_strict_classes_warn_about_the_openflow_approximation(write):
     path = write(TWO_STRICT)
     fabric = load_topology(AI_TOPOLOGY)
-    got = [str(w) for w in load_policy_checked(path, fabric).warnings]
+    got = [str(w) for w in load_policy_checked(path, fabric, "openflow").warnings]
     assert (f"{path}:9:61: warning: traffic_classes[3].scheduling: 2 strict-priority classes "
             "('control', 'urgent'): on the openflow target (Open vSwitch linux-htb, which has no "
             "strict priority) each gets the same guaranteed rate, (port rate - 1% kept for the "
             "dwrr classes) / 2, capped at its rate_limit or shaper, and all get HTB priority 0."
             ) in " ".join(got), got
-    assert [str(w) for w in load_policy_checked(path, fabric, "openflow").warnings] == got
+    # a target's own findings only with that target
+    assert not any("strict-priority classes" in str(w)
+                   for w in load_policy_checked(path, fabric).warnings)
     sonic = [str(w) for w in load_policy_checked(path, fabric, "sonic").warnings]
     assert not any("strict-priority classes" in w for w in sonic), sonic  # real strict priority
-    one_strict = [str(w) for w in load_policy_checked(LOSSY, fabric).warnings]
+    one_strict = [str(w) for w in load_policy_checked(LOSSY, fabric, "openflow").warnings]
     assert not any("strict-priority classes" in w for w in one_strict), one_strict
     # what the warning states is what the rendering does
     plan = compile_qos(load_policy(path, fabric), fabric)
@@ -157,6 +164,6 @@ def test_several_strict_classes_warn_about_the_openflow_approximation(write):
 def test_policy_check_prints_the_strict_warning_and_exits_0(tmp_path):
     p = tmp_path / "strict.yaml"
     p.write_text(TWO_STRICT)
-    res = CliRunner().invoke(main, ["policy", "check", str(p)])
+    res = CliRunner().invoke(main, ["policy", "check", str(p), "--target", "openflow"])
     assert res.exit_code == 0, res.output
     assert f"{p}:9:61: warning: traffic_classes[3].scheduling: 2 strict-priority classes" in res.stderr

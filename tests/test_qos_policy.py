@@ -4,8 +4,8 @@ import pytest
 
 from controller.errors import ConfigError
 from controller.model import load_topology
-from controller.policy import load_policy
-from controller.policy.load import load_policy_checked
+from controller.qos.validate import load_policy_checked
+from controller.qos.validate import load_valid_policy as load_policy
 from tests.conftest import ROOT, assert_located_error
 
 QOS_POLICY = ROOT / "policies" / "qos_roce.yaml"
@@ -88,8 +88,9 @@ def test_threshold_above_queue_limit(write):
     path = write(variant("queue_depth: 150us", "queue_depth: 20us"), "qos.yaml")
     with pytest.raises(ConfigError) as ei:
         load_policy(path, load_topology(AI_TOPOLOGY))
-    assert (f"{path}:41:27: ecn.classes[0].mode: kmax 500KB on 100Gbps links is above the queue "
-            "limit 250KB (20us at link rate)") in str(ei.value)
+    assert (f"{path}:41:27: ecn.classes[0].mode: kmax 500KB on switch 'leaf1' port 1 (draining "
+            "at 100Gbps) is above its queue limit 250KB (20us at 100Gbps): the queue never gets "
+            "that deep (rule: a threshold is below the queue limit)") in str(ei.value)
 
 
 def test_lossless_priorities_beyond_target_rejected():
@@ -97,7 +98,9 @@ def test_lossless_priorities_beyond_target_rejected():
     with pytest.raises(ConfigError, match=r"qos_roce.yaml:30:24: pfc.lossless_priorities: 1 "
                        r"lossless priorities, but target bmv2 supports 0"):
         load_policy_checked(QOS_POLICY, fabric, "bmv2")
-    assert load_policy_checked(QOS_POLICY, fabric, "sonic").warnings == ()
+    # sonic takes it; its one warning: its tables limit no queue (queue_depth bounds ECN only)
+    assert [w.field for w in load_policy_checked(QOS_POLICY, fabric, "sonic").warnings] == [
+        "buffers.queue_depth"]
 
 
 def test_warnings_for_risky_but_legal_settings(write):
@@ -109,5 +112,5 @@ def test_warnings_for_risky_but_legal_settings(write):
     assert any(":30:3: warning: pfc: no PFC watchdog" in w for w in got), got
     assert any("buffers.queue_depth: queue depth 300us is outside the 100-200us" in w
                for w in got), got
-    assert any("ecn.classes[1].k: k 9.216KB is below C*RTT/7 = 17.86KB on 100Gbps links" in w
-               for w in got), got
+    assert any("ecn.classes[1].k: k 9.216KB is below C*RTT/7 = 17.86KB on switch 'leaf1' port 1 "
+               "(draining at 100Gbps)" in w for w in got), got

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from controller.model import load_topology
-from controller.policy.load import load_policy_checked
 from controller.qos.compile import compile_qos
+from controller.qos.validate import load_policy_checked
 from controller.render import render
 from tests.conftest import ROOT
 
@@ -20,7 +20,8 @@ GOLDEN = ROOT / "tests" / "golden"
 TOPO = GOLDEN / "topo_ai_100g.yaml"
 ROCE = ROOT / "policies" / "qos_roce.yaml"
 LOSSY = GOLDEN / "qos_lossy.yaml"
-CASES = [("openflow", LOSSY), ("bmv2", LOSSY), ("tofino", LOSSY), ("sonic", LOSSY),
+STRICT = GOLDEN / "qos_strict.yaml"  # strict classes, DCTCP, no port shaper: renders on bmv2
+CASES = [("openflow", LOSSY), ("bmv2", STRICT), ("tofino", LOSSY), ("sonic", LOSSY),
          ("tofino", ROCE), ("sonic", ROCE)]
 UPDATE = os.environ.get("AIFABRIC_UPDATE_GOLDEN") == "1"
 
@@ -49,7 +50,7 @@ def test_rendering_matches_golden(target, policy):
 
 @pytest.mark.parametrize("target", ["openflow", "bmv2", "tofino", "sonic"])
 def test_rendering_is_deterministic(target):
-    assert rendered(target, LOSSY) == rendered(target, LOSSY)
+    assert rendered(target, STRICT) == rendered(target, STRICT)
 
 
 def test_sonic_roce_tables_carry_the_derived_numbers():
@@ -68,7 +69,7 @@ def test_sonic_roce_tables_carry_the_derived_numbers():
                                           "restoration_time": "400"}
 
 
-def test_openflow_queues_and_meters():
+def test_openflow_queues_and_per_port_caps():
     doc = json.loads(rendered("openflow", LOSSY)["spine2.json"])
     port1 = doc["ports"]["1"]
     assert port1["ovsdb_qos"]["other_config"]["max-rate"] == "200000000000"  # port shaper
@@ -86,8 +87,9 @@ def test_openflow_queues_and_meters():
             "match": "ip dsfield 0x68 0xfc", "flowid": "1:4"} in port1["tc_filters"]
     # 150 us at 200 Gb/s = 3.75 MB per queue
     assert {"parent": "1:4", "kind": "bfifo", "limit_bytes": 3_750_000} in port1["leaf_qdiscs"]
-    assert doc["meters"] == [{"meter_id": 1, "class": "control", "flags": ["kbps"],
-                              "bands": [{"type": "drop", "rate_kbps": 1000000}]}]
+    # rate_limit is per egress port: the queue's max-rate; no switch-wide OpenFlow meter
+    assert "meters" not in doc and all("meter_id" not in c for c in doc["classifier"])
+    assert q["6"]["max-rate"] == "1000000000"
 
 
 def test_lossless_policy_is_not_rendered_for_targets_without_pfc():

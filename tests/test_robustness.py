@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from controller.cli import main
 from controller.errors import ConfigError
 from controller.model import load_topology
-from controller.policy import load_policy
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.yamlsrc import MAX_NODES
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 

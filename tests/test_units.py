@@ -67,3 +67,24 @@ def test_the_ceilings_themselves_are_accepted():
     assert parse_size_bytes("1000000GB") == MAX_SIZE_BYTES
     assert parse_rate_bps("1000Tbps") == MAX_RATE_BPS
     assert parse_length_m("100000km") == MAX_LENGTH_M
+
+
+@pytest.mark.parametrize(("parse", "value", "example"), [
+    # the issue's case: a bare 15 where the labs' links are 15 Mbit/s
+    (parse_rate_bps, 15, "(e.g. '15Mbps')"),
+    # a number of 1000 or more is read in the base unit and given the prefix of its magnitude
+    (parse_rate_bps, 12_000_000, "(e.g. '12Mbps' if 12000000 is in bit/s)"),
+    (parse_rate_bps, 400_000_000_000, "(e.g. '400Gbps' if 400000000000 is in bit/s)"),
+    (parse_size_bytes, 1500, "(e.g. '1.5KB' if 1500 is in bytes)"),
+    (parse_duration_us, 20_000, "(e.g. '20ms' if 20000 is in microseconds)"),
+    (parse_length_m, 300, "(e.g. '300m')"),
+    (parse_length_m, 2500, "(e.g. '2.5km' if 2500 is in metres)"),
+])
+def test_no_unit_examples_use_a_unit_of_the_values_magnitude(parse, value, example):
+    with pytest.raises(UnitError) as ei:
+        parse(value)
+    assert str(ei.value).startswith(f"{value} has no unit; write the ")
+    assert str(ei.value).endswith(example)
+    if "if" in example:  # the example means what the bare number means in the base unit
+        suggested = example.split("'")[1]
+        assert parse(suggested) == pytest.approx(value)

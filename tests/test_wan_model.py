@@ -8,8 +8,8 @@ import pytest
 from controller.errors import ConfigError, PlanInvariantError
 from controller.model import load_topology
 from controller.plan.build import build_plan
-from controller.policy import load_policy
 from controller.qos.compile import compile_qos
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.render.openflow import STRICT_FLOOR, render_openflow
 from controller.te.collectives import expand_policy
 from controller.te.invariants import check_path

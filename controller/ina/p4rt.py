@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import finsy as fy
 
@@ -44,6 +45,13 @@ from controller.ina.program import (
 from controller.ina.wire import reset_frame
 
 LOG = logging.getLogger("aifabric.ina")
+_E = TypeVar("_E")
+
+
+def _read(sw: fy.Switch, entity: _E) -> AsyncIterator[_E]:
+    """``sw.read(entity)`` as the async iterator it is: finsy declares ``Switch.read``'s
+    overloads ``async def ... -> AsyncGenerator``, which a type checker reads as a coroutine."""
+    return cast(AsyncIterator[_E], sw.read(entity))
 
 
 @dataclass(frozen=True)
@@ -109,7 +117,7 @@ class InaSwitch:
     async def jobs(self) -> dict[int, JobRecord]:
         """Every job on the switch, from its ``ina_jobs`` entries."""
         out = {}
-        async for e in self._sw.read(fy.P4TableEntry(INA_JOBS.name)):
+        async for e in _read(self._sw, fy.P4TableEntry(INA_JOBS.name)):
             jid = _int(e.match["job_id"]) if e.match else 0
             a = e.action
             assert isinstance(a, fy.P4TableAction) and a.args is not None
@@ -121,14 +129,14 @@ class InaSwitch:
         """Packets counted for ``job_id`` by each per-job counter."""
         out = {}
         for name in JOB_COUNTERS:
-            async for c in self._sw.read(fy.P4CounterEntry(name, index=job_id)):
+            async for c in _read(self._sw, fy.P4CounterEntry(name, index=job_id)):
                 out[name] = c.data.packet_count if c.data is not None else 0
         return out
 
     async def drops(self) -> dict[str, int]:
         """Packets dropped by reason (all jobs)."""
         out = dict.fromkeys(DROP_REASONS, 0)
-        async for c in self._sw.read(fy.P4CounterEntry(DROP_COUNTER)):
+        async for c in _read(self._sw, fy.P4CounterEntry(DROP_COUNTER)):
             if c.index is not None and c.data is not None and c.index < len(DROP_REASONS):
                 out[DROP_REASONS[c.index]] = c.data.packet_count
         return out
@@ -196,7 +204,7 @@ class InaSwitch:
             raise JobError(f"{self.name}: no job {job_id}")
         mine: list[fy.P4TableEntry] = []
         for t in (INA_WORKERS.name, INA_DST.name):
-            async for e in self._sw.read(fy.P4TableEntry(t)):
+            async for e in _read(self._sw, fy.P4TableEntry(t)):
                 if e.match is not None and _int(e.match["job_id"]) == job_id:
                     mine.append(e)
         await self._sw.write([-fy.P4TableEntry(INA_JOBS.name,
@@ -208,7 +216,8 @@ class InaSwitch:
                  rec.region.base + rec.region.size - 1)
 
     async def _delete_entities(self, ents: JobEntities, *, missing_ok: bool) -> None:
-        updates = [-_finsy_entry(t) for t in ents.entries]
+        updates: list[fy.P4TableEntry | fy.P4MulticastGroupEntry] = [
+            -_finsy_entry(t) for t in ents.entries]
         updates.append(-fy.P4MulticastGroupEntry(ents.mcast_group))
         for u in updates:  # one by one: some may never have been written
             try:

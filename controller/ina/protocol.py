@@ -9,6 +9,18 @@ copy), and reassembles the results. Results that do not belong to the slot's cur
 (wrong copy bit, offset, job, or a duplicate already consumed) are counted and ignored, so the
 call is idempotent with respect to duplicated and late packets.
 
+Worker count (the census). Every worker scales its fixed-point values by the job's worker count
+(:func:`controller.ina.quant.headroom_bits`), and the switch sums until it has the job's count of
+contributions; a worker told another count would get a wrong sum (n = 4 and n = 8 in one job sum
+to 4.5 or 9.0 instead of 6.0) and could wrap int32. So the job set-up carries the count: the
+bootstrap round of every slot, which every worker sends before any data, carries in its first
+three lanes 1, n and n² (n: this worker's count); the switch sums them as it sums data. The
+result holds the number of contributions the switch waited for (its ``n_workers``), Σn and Σn².
+Each worker checks, before it sends a single data packet, that the switch counted n
+contributions and that Σn = n·n and Σn² = n·n² (equality in Cauchy-Schwarz: every count equal to
+n), and raises :class:`WorkerCountMismatch` otherwise: every worker of the job refuses, and no
+gradient is summed. The P4 program needs no change (it sums every lane of every packet).
+
 Usage (the transport is the caller's)::
 
     p = AllreduceProtocol(params, x, next_ver, timeout_s=0.02)
@@ -28,6 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from controller.ina import chunks, quant
+from controller.ina.job import JobSpec
 from controller.ina.program import ELEMS, FLAG_BOOT, FLAG_RESULT, FLAG_RETX, MAX_WORKERS
 from controller.ina.wire import InaPacket
 
@@ -42,6 +55,12 @@ class JobParams:
     n_workers: int
     pool_size: int
     elems: int = ELEMS
+
+    @classmethod
+    def from_job(cls, spec: JobSpec, worker_id: int) -> JobParams:
+        """The parameters of worker ``worker_id`` of the job ``spec`` (the job file the
+        controller set the switch up from): the count is the job's, not the worker's own."""
+        return cls(spec.job_id, worker_id, len(spec.workers), spec.pool_size, spec.elems)
 
     def __post_init__(self) -> None:
         if not 1 <= self.n_workers <= MAX_WORKERS:
@@ -69,6 +88,37 @@ class Stats:
 
 class RetriesExhausted(RuntimeError):
     """A slot's packet was retransmitted ``max_retries`` times without a result."""
+
+
+class WorkerCountMismatch(ValueError):
+    """The workers of a job, or a worker and the switch, disagree on the job's worker count
+    (found by the census of the bootstrap round, before any data was sent)."""
+
+
+#: Lanes of a bootstrap packet that carry the census: 1, n, n² (see the module docstring).
+CENSUS_LANES = 3
+
+
+def census(n_workers: int, elems: int) -> NDArray[np.int32]:
+    """The data of a bootstrap packet of a worker told ``n_workers``: 1, n, n², then zeros."""
+    data = np.zeros(elems, dtype=np.int32)
+    data[:CENSUS_LANES] = (1, n_workers, n_workers * n_workers)
+    return data
+
+
+def census_problem(params: JobParams, data: NDArray[np.int32]) -> str | None:
+    """Why the summed census ``data`` of a bootstrap result shows a count mismatch, or None."""
+    n = params.n_workers
+    k, sum_n, sum_n2 = (int(v) for v in data[:CENSUS_LANES])
+    if k == n and sum_n == n * n and sum_n2 == n * n * n:
+        return None
+    mean = f"{sum_n / k:.3g}" if k else "-"
+    return (f"job {params.job_id} worker {params.worker_id}: worker count mismatch: this worker "
+            f"was told {n} workers, but the switch completed the job's set-up round with {k} "
+            f"contributions whose counts sum to {sum_n} (mean {mean}; all equal to {n} would sum "
+            f"to {k * n}). Every worker and the switch's job must use the same count: build "
+            "JobParams from the job file (JobParams.from_job). Nothing was summed: no data "
+            "packet was sent")
 
 
 @dataclass
@@ -130,7 +180,7 @@ class AllreduceProtocol:
         p, s = self.params, self.slots[j]
         rd = chunks.round_of(j, s.round, self.blocks, p.pool_size)
         if rd.data_block is None:
-            data = np.zeros(p.elems, dtype=np.int32)
+            data = census(p.n_workers, p.elems)
             flags, offset = FLAG_BOOT, (rd.exp_block or 0) * p.elems
         else:
             b = rd.data_block
@@ -153,7 +203,14 @@ class AllreduceProtocol:
         return out
 
     def receive(self, pkt: InaPacket, now: float) -> list[InaPacket]:
-        """Consume a packet from the switch; returns the packets to send next (0 or 1)."""
+        """Consume a packet from the switch; returns the packets to send next (0 or 1).
+
+        Raises
+        ------
+        WorkerCountMismatch
+            A bootstrap result's census shows that the job's workers or the switch use another
+            worker count (module docstring); raised before this worker sends any data.
+        """
         p = self.params
         self.stats.received += 1
         j = pkt.slot
@@ -164,6 +221,10 @@ class AllreduceProtocol:
             return []
         s = self.slots[j]
         rd = chunks.round_of(j, s.round, self.blocks, p.pool_size)
+        if rd.data_block is None:  # the bootstrap round's result: the census, before any data
+            problem = census_problem(p, pkt.data)
+            if problem is not None:
+                raise WorkerCountMismatch(problem)
         if rd.exp_block is not None:
             if pkt.exp == quant.EXP_NONE:
                 self.stats.ignored += 1
@@ -199,7 +260,8 @@ class AllreduceProtocol:
                 raise RetriesExhausted(
                     f"job {self.params.job_id} worker {self.params.worker_id}: slot {j} copy "
                     f"{s.ver} unanswered after {s.tries} retransmissions of {self.timeout_s} s "
-                    "(is the job set up on the switch, and every worker running?)")
+                    "(is the job set up on the switch, and are as many workers running as its worker "
+                    "count?)")
             s.tries += 1
             s.deadline = now + self.timeout_s
             out.append(s.packet.with_(flags=s.packet.flags | FLAG_RETX))

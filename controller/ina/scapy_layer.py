@@ -11,6 +11,8 @@ use it to build test frames and to dissect captures::
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from scapy.fields import BitField, ByteField, FieldListField, IntField, ShortField, SignedIntField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
@@ -31,7 +33,9 @@ class INA(Packet):
         IntField("offset", 0),
         ByteField("exp", 0),
         ByteField("rsvd", 0),
-        FieldListField("data", [0] * ELEMS, SignedIntField("d", 0), count_from=lambda _p: ELEMS),
+        # scapy types the default as a list of fields; it is the list of default values
+        FieldListField("data", cast(Any, [0] * ELEMS), SignedIntField("d", 0),
+                       count_from=lambda _p: ELEMS),
     ]
 
 

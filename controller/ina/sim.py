@@ -44,16 +44,19 @@ class SimResult:
 def simulate(arrays: list[NDArray[np.float32]], pool_size: int = 8, *, job_id: int = 1,
              links: SimLinks | None = None, timeout_s: float = 0.01, seed: int = 0,
              switch: ReferenceSwitch | None = None, next_ver: list[list[int]] | None = None,
-             max_events: int = 10_000_000) -> SimResult:
+             max_events: int = 10_000_000, worker_counts: list[int] | None = None) -> SimResult:
     """All-reduce ``arrays`` (one per worker) through a :class:`ReferenceSwitch`.
 
     Worker ``w`` sits on switch port ``w + 1``. Pass ``switch`` and ``next_ver`` from a previous
-    result to run consecutive calls on the same job.
+    result to run consecutive calls on the same job. ``worker_counts``: the worker count each
+    worker is told (default: the number of arrays, which is also the switch job's count).
 
     Raises
     ------
     RuntimeError
         The event budget ran out (a livelock would otherwise hang the test).
+    controller.ina.protocol.WorkerCountMismatch
+        A worker's count differs from the others' or the switch's (found before any data).
     """
     links = links or SimLinks()
     n = len(arrays)
@@ -63,8 +66,9 @@ def simulate(arrays: list[NDArray[np.float32]], pool_size: int = 8, *, job_id: i
         switch.add_job(job_id, SwitchJob(base=0, pool_size=pool_size, n_workers=n,
                                          mcast_grp=job_id + 1), {w: w + 1 for w in range(n)})
     next_ver = next_ver or [[0] * pool_size for _ in range(n)]
-    protos = [AllreduceProtocol(JobParams(job_id, w, n, pool_size), arrays[w], next_ver[w],
-                                timeout_s=timeout_s) for w in range(n)]
+    counts = worker_counts or [n] * n
+    protos = [AllreduceProtocol(JobParams(job_id, w, counts[w], pool_size), arrays[w],
+                                next_ver[w], timeout_s=timeout_s) for w in range(n)]
     seq = itertools.count()
     events: list[tuple[float, int, str, int, bytes]] = []  # (time, seq, kind, worker, payload)
     lost = 0

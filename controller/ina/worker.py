@@ -50,7 +50,9 @@ class InaCommunicator:
     Parameters
     ----------
     params : JobParams
-        Must match the job on the switch (pool size, number of workers, this worker's id).
+        Must match the job on the switch (pool size, number of workers, this worker's id);
+        :meth:`JobParams.from_job` builds it from the job file. A worker count that differs
+        from the switch's or another worker's is refused before any data is sent.
     switch : (str, int)
         Where aggregation packets go (any address routed to the switch; port 48864).
     bind : (str, int)
@@ -104,6 +106,9 @@ class InaCommunicator:
         ------
         controller.ina.protocol.RetriesExhausted
             A slot got no answer after ``max_retries`` retransmissions.
+        controller.ina.protocol.WorkerCountMismatch
+            The job's workers or the switch use another worker count (found in the bootstrap
+            round's census, before any data is sent).
         ValueError
             ``x`` holds NaN or inf.
         """

@@ -1,8 +1,12 @@
-"""Load a policy file, with every problem reported as ``FILE:LINE:COL: field: message``."""
+"""Load a policy file, with every problem reported as ``FILE:LINE:COL: field: message``.
+
+The schema and the routing/collective cross-checks live here. Checks that need QoS derivations
+(headroom, queue limits, target limits) are one layer up, in :mod:`controller.qos.validate`
+(policy < qos: this package imports nothing from ``controller.qos``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from controller.errors import ConfigError, ConfigProblem
@@ -11,57 +15,49 @@ from controller.policy.model import Policy
 from controller.yamlsrc import Document, load_document, validate
 
 
-@dataclass(frozen=True)
-class CheckedPolicy:
-    """A valid policy and the warnings (legal but risky settings) found in it, located."""
-
-    policy: Policy
-    warnings: tuple[ConfigProblem, ...]
-
-
-def check_policy_document(
-    doc: Document, fabric: Fabric | None = None, target: str | None = None
-) -> CheckedPolicy:
-    """Validate a parsed policy, run the QoS checks (:mod:`controller.qos.checks`) and, with
-    ``fabric``, the cross-checks against it; with ``target``, also that target's limits.
-
-    Raises
-    ------
-    ConfigError
-        Every error found (warnings are not errors), each located ``FILE:LINE:COL``.
-    """
-    from controller.qos.checks import qos_findings
-
-    policy = validate(Policy, doc)
-    problems: list[ConfigProblem] = []
-    warnings: list[ConfigProblem] = []
-    if policy.has_qos or target is not None:
-        for finding in qos_findings(policy, fabric, target):
-            located = doc.problem(finding.path, finding.message, severity=finding.severity)
-            (problems if finding.severity == "error" else warnings).append(located)
-    if fabric is not None:
-        problems += _fabric_problems(doc, policy, fabric)
-    if problems:
-        raise ConfigError(sorted(problems, key=lambda p: (p.line, p.column)))
-    return CheckedPolicy(policy, tuple(sorted(warnings, key=lambda p: (p.line, p.column))))
-
-
 def policy_from_document(doc: Document, fabric: Fabric | None = None) -> Policy:
-    """Validate a parsed policy; with ``fabric``, also check it against that fabric.
+    """Validate a parsed policy against its schema; with ``fabric``, also against that fabric.
 
-    Cross-checks: every rank names a host of the fabric; a collective's flows with the same
-    (src, dst, l4, dscp) are declared by one collective only; the QoS checks of
-    :func:`check_policy_document` (whose warnings this drops).
+    Cross-checks (:func:`fabric_problems`): every rank names a host of the fabric, every
+    hash-seed role exists, hierarchical all-reduces have the same number of ranks per site, and a
+    collective's flows with the same (src, dst, l4, dscp) are declared by one collective only.
+    The QoS checks live a layer up (:func:`controller.qos.validate.check_policy_document`,
+    which runs these too): use that to validate a policy whole.
 
     Raises
     ------
     ConfigError
         Every problem found, each located in the file.
     """
-    return check_policy_document(doc, fabric).policy
+    policy = validate(Policy, doc)
+    if fabric is not None:
+        problems = fabric_problems(doc, policy, fabric)
+        if problems:
+            raise ConfigError(sorted(problems, key=lambda p: (p.line, p.column)))
+    return policy
 
 
-def _fabric_problems(doc: Document, policy: Policy, fabric: Fabric) -> list[ConfigProblem]:
+def named_topology(doc: Document, policy: Policy) -> Path | None:
+    """The topology file ``policy`` names (its ``topology`` key, relative to the policy file),
+    or None when it names none.
+
+    Raises
+    ------
+    ConfigError
+        The named file does not exist (located at the ``topology`` value).
+    """
+    if policy.topology is None:
+        return None
+    path = Path(doc.file).parent / policy.topology
+    if not path.is_file():
+        raise ConfigError([doc.problem(("topology",), f"no topology file {policy.topology!r} "
+                                       f"(looked for {path})")])
+    return path
+
+
+def fabric_problems(doc: Document, policy: Policy, fabric: Fabric) -> list[ConfigProblem]:
+    """The routing/collective cross-checks of ``policy`` against ``fabric``, located (see
+    :func:`policy_from_document`)."""
     problems: list[ConfigProblem] = []
     roles = sorted({s.role for s in fabric.switches})
     for role in policy.routing.ecmp.hash_seeds.given():
@@ -118,12 +114,6 @@ def _fabric_problems(doc: Document, policy: Policy, fabric: Fabric) -> list[Conf
 
 
 def load_policy(path: str | Path, fabric: Fabric | None = None) -> Policy:
-    """Read and validate a policy YAML file (see :func:`policy_from_document`)."""
+    """Read a policy YAML file and validate it (see :func:`policy_from_document`; the QoS checks
+    are :func:`controller.qos.validate.load_policy_checked`'s)."""
     return policy_from_document(load_document(path), fabric)
-
-
-def load_policy_checked(
-    path: str | Path, fabric: Fabric | None = None, target: str | None = None
-) -> CheckedPolicy:
-    """Read a policy YAML file; return it with its warnings (see :func:`check_policy_document`)."""
-    return check_policy_document(load_document(path), fabric, target)

@@ -176,9 +176,9 @@ MAX_POLICY_RATE_BPS = (2**32 - 1) * 1000
 """The highest rate a policy's ``rate_limit``, shaper or DCI-shaper accepts: 4,294,967,295 kbit/s
 (about 4.295 Tbit/s).
 
-Why this value: a ``rate_limit`` becomes an OpenFlow 1.3 meter band, whose ``rate`` is a
-``uint32`` in kbit/s (``struct ofp_meter_band_header``, OpenFlow 1.3.5 §7.3.4.5); any higher
-rate cannot be written. Using the same ceiling for every rate field keeps one rule, and it
+Why this value: it is the largest rate an OpenFlow 1.3 meter band can hold (a ``uint32`` in
+kbit/s, ``struct ofp_meter_band_header``, OpenFlow 1.3.5 §7.3.4.5), the narrowest rate field of
+the targets aifabric writes to. Using the same ceiling for every rate field keeps one rule, and it
 costs nothing: no Ethernet port is faster than 1.6 Tbit/s (IEEE 802.3dj), and a shaper above
 its port's rate shapes nothing (the fabric-aware checks refuse that)."""
 TC_LIMIT_MAX_BYTES = 2**32 - 1
@@ -443,7 +443,7 @@ class PortShaper(_Strict):
     """Shape one switch port (``port``) or all its ports (no ``port``) to ``rate`` (bits/s, at
     least :data:`MIN_SHAPER_RATE_BPS`). An entry with a ``port`` overrides its switch's entry
     without one; two entries for the same switch and ``port`` are an error
-    (:func:`controller.qos.checks.qos_findings`)."""
+    (:func:`controller.qos.validate.qos_findings`)."""
 
     switch: str
     port: Annotated[int, Field(ge=1)] | None = None
@@ -541,9 +541,15 @@ class Wan(_Strict):
 
 
 class Policy(_Strict):
-    """A whole policy file."""
+    """A whole policy file.
+
+    ``topology`` (optional): the topology file the policy is written for, a path relative to the
+    policy file. ``aifabric policy check|explain|render|diff`` use it when no ``--topology`` is
+    given (``--topology`` overrides it); :func:`controller.policy.load.named_topology` resolves it.
+    """
 
     version: Literal[1] = 1
+    topology: Annotated[str, Field(min_length=1)] | None = None
     routing: Routing
     collectives: tuple[Collective, ...] = ()
     traffic_classes: tuple[TrafficClass, ...] = ()

@@ -1,8 +1,10 @@
 """Cross-section checks of the QoS sections. Pure: findings carry YAML paths, not positions.
 
-:func:`qos_findings` returns every :class:`Finding` (errors and warnings); the policy loader turns
-paths into ``FILE:LINE:COL`` and refuses the policy when any finding is an error, so nothing is
-rendered or applied. Each message ends with the rule it enforces, ``(rule: ...)``.
+:func:`policy_findings` returns every :class:`Finding` (errors and warnings) that holds for any
+target; :mod:`controller.qos.target_checks` adds those of one render target, and
+:func:`controller.qos.validate.qos_findings` runs both. The loader turns paths into
+``FILE:LINE:COL`` and refuses the policy when any finding is an error, so nothing is rendered or
+applied. Each message ends with the rule it enforces, ``(rule: ...)``.
 """
 
 from __future__ import annotations
@@ -10,22 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.model.topology import Fabric
-from controller.policy.model import TC_LIMIT_MAX_BYTES, Policy
+from controller.policy.model import Policy
 from controller.qos import formulas as f
-from controller.qos.compile import ecn_profile, port_headroom, port_shapers, shaper_of, switch_ports
-from controller.qos.targets import OPENFLOW_STRICT_FLOOR as STRICT_FLOOR
-from controller.qos.targets import TARGETS, TOFINO_CELL_BYTES
+from controller.qos.compile import ecn_profile, port_headroom, port_queues, switch_ports
 from controller.units import format_rate, format_size
 
 YamlPath = tuple[str | int, ...]
 QUEUE_DEPTH_GUIDANCE_US = (100.0, 200.0)  # operator guidance for AI fabrics: 100–200 µs
-ECN_THRESHOLD_BITS = 19
-"""Width of the ``mark_ecn`` threshold parameter of both P4 programs: ``threshold_pkts`` of
-``p4/fabric/fabric.p4`` (BMv2) and ``threshold_cells`` of ``p4/fabric/tna/fabric_tna.p4`` (Tofino);
-both compare against the traffic manager's 19-bit queue depth."""
-BFIFO_TARGETS = (None, "openflow")
-"""The targets whose queues are Linux ``bfifo`` qdiscs with a 32-bit byte limit (no target: the
-default rendering is openflow)."""
 
 
 @dataclass(frozen=True)
@@ -43,19 +36,9 @@ def _threshold_fields(i: int, mode: str) -> tuple[YamlPath, str]:
     return ("ecn", "classes", i, key), key
 
 
-def qos_findings(policy: Policy, fabric: Fabric | None = None,
-                 target: str | None = None) -> list[Finding]:
-    """All QoS findings for ``policy`` (with ``fabric``: also per-port; with ``target``: also the
-    target's limits, see :mod:`controller.qos.targets`). Warnings about how the ``openflow``
-    rendering approximates the policy, and the 32-bit ``bfifo`` queue limit, come with no
-    ``target`` or ``target == "openflow"`` (:data:`BFIFO_TARGETS`); the 19-bit ECN threshold of
-    the P4 programs with ``target`` ``bmv2`` or ``tofino``.
-
-    Raises
-    ------
-    KeyError
-        ``target`` is not a known target name.
-    """
+def policy_findings(policy: Policy, fabric: Fabric | None = None) -> list[Finding]:
+    """The QoS findings of ``policy`` that hold for every target (with ``fabric``: also per
+    port). The target's own are :func:`controller.qos.target_checks.target_findings`."""
     out: list[Finding] = []
     out += _class_findings(policy)
     out += _pfc_findings(policy)
@@ -63,25 +46,10 @@ def qos_findings(policy: Policy, fabric: Fabric | None = None,
     out += _buffer_findings(policy)
     out += _shaping_findings(policy, fabric)
     out += _wan_findings(policy, fabric)
-    if target in (None, "openflow"):
-        out += _openflow_strict_findings(policy)
     if fabric is not None:
         out += _fabric_findings(policy, fabric)
+        out += _headroom_findings(policy, fabric)
         out += _buffer_size_findings(policy, fabric)
-        if target in BFIFO_TARGETS:
-            out += _queue_limit_findings(policy, fabric)
-    if target in ("bmv2", "tofino"):
-        out += _ecn_width_findings(policy, fabric, target)
-    if target is not None:
-        caps = TARGETS[target]
-        lossless = policy.pfc.lossless_priorities if policy.pfc is not None else ()
-        if len(lossless) > caps.max_lossless_priorities:
-            out.append(Finding(
-                ("pfc", "lossless_priorities"),
-                f"{len(lossless)} lossless priorities, but target {target} supports "
-                f"{caps.max_lossless_priorities} ({caps.why}) "
-                "(rule: no more lossless priorities than the target supports)",
-            ))
     return out
 
 
@@ -261,64 +229,17 @@ def _shaping_findings(policy: Policy, fabric: Fabric | None) -> list[Finding]:
     return out
 
 
-def _openflow_strict_findings(policy: Policy) -> list[Finding]:
-    """A warning when several classes are strict-priority: the openflow rendering (Open vSwitch
-    linux-htb) has no strict priority and approximates it (:mod:`controller.render.openflow`)."""
-    strict = [(i, tc) for i, tc in enumerate(policy.traffic_classes) if tc.scheduling == "strict"]
-    if len(strict) < 2:
-        return []
-    n = len(strict)
-    names = ", ".join(repr(tc.name) for _, tc in strict)
-    dwrr = any(tc.scheduling == "dwrr" for tc in policy.traffic_classes)
-    share = (f"(port rate - {STRICT_FLOOR:.0%} kept for the dwrr classes) / {n}" if dwrr
-             else f"port rate / {n}")
-    return [Finding(
-        ("traffic_classes", strict[1][0], "scheduling"),
-        f"{n} strict-priority classes ({names}): on the openflow target (Open vSwitch linux-htb, "
-        "which has no strict priority) each gets the same guaranteed rate, "
-        f"{share}, capped at its rate_limit or shaper, and all get HTB priority 0. They go "
-        "before the dwrr classes (priority 1) for spare bandwidth, but not in queue order among "
-        "themselves: a higher queue does not pre-empt a lower one, and spare bandwidth is shared "
-        "between them in proportion to their guaranteed rates", "warning")]
-
-
-def _queue_limit_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
-    """``buffers.queue_depth`` at the rate each port drains at (min(its shaper, its link)) must
-    give a queue limit tc's ``bfifo`` can hold (:data:`TC_LIMIT_MAX_BYTES`, 32 bits). Only for
-    the targets that use a ``bfifo`` (:data:`BFIFO_TARGETS`). Ports of the policy's
-    ``wan.links`` take ``wan.links[].queue`` instead (checked by the model)."""
-    worst = _deepest_queue(policy, fabric)
-    if worst is None or worst[0] <= TC_LIMIT_MAX_BYTES:
-        return []
-    b = policy.buffers
-    assert b is not None
-    limit, sw, port, rate = worst
-    return [Finding(("buffers", "queue_depth"),
-                    f"queue depth {b.queue_depth_us:g}us at {format_rate(rate)} (switch {sw!r} "
-                    f"port {port}) is a queue limit of {limit}B, above {TC_LIMIT_MAX_BYTES}B, the "
-                    "largest tc bfifo limit (rule: a queue limit fits in 32 bits)")]
-
-
 def _deepest_queue(policy: Policy, fabric: Fabric) -> tuple[int, str, int, int] | None:
     """(queue limit bytes, switch, port, drain rate) of the port with the longest queue limit
     ``buffers.queue_depth`` gives (rate: min(the port's shaper, its link), as
     :func:`controller.qos.compile.compile_qos` computes it); None without buffers or ports.
     DCI ports of ``wan.links`` are left out (their queue is ``wan.links[].queue``)."""
-    b = policy.buffers
-    if b is None:
-        return None
-    shapers = port_shapers(policy)
-    wan = {frozenset(wl.between) for wl in (policy.wan.links if policy.wan else ())}
     worst: tuple[int, str, int, int] | None = None
-    for sw, ports in sorted(switch_ports(fabric, policy).items()):
-        for p in ports:
-            if frozenset((sw, p.peer)) in wan:
-                continue
-            shaper = shaper_of(shapers, sw, p.port)
-            rate = min(shaper.rate_bps, p.rate_bps) if shaper is not None else p.rate_bps
-            limit = f.queue_bytes_for_time(rate, b.queue_depth_us)
-            if worst is None or limit > worst[0]:
-                worst = (limit, sw, p.port, rate)
+    for sw, p, q in port_queues(policy, fabric):
+        if q.wan or q.limit_bytes is None:
+            continue
+        if worst is None or q.limit_bytes > worst[0]:
+            worst = (q.limit_bytes, sw, p.port, q.drain_bps)
     return worst
 
 
@@ -337,41 +258,6 @@ def _buffer_size_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
                     "bounds the queue", "warning")]
 
 
-def _ecn_width_findings(policy: Policy, fabric: Fabric | None, target: str) -> list[Finding]:
-    """The ECN marking threshold each class renders to must fit the P4 programs' 19-bit
-    ``mark_ecn`` parameter (:data:`ECN_THRESHOLD_BITS`): ``bmv2`` counts packets,
-    ⌈Kmin / MTU⌉ (:mod:`controller.render.bmv2`); ``tofino`` counts cells, ⌈Kmin / 80 B⌉
-    (:data:`controller.qos.targets.TOFINO_CELL_BYTES`). Thresholds derived per link rate
-    (``auto``) are checked at every link rate of ``fabric`` (not at all without one)."""
-    if policy.ecn is None:
-        return []
-    mtu = policy.pfc.mtu_bytes if policy.pfc is not None else 1500  # render.common.mtu_bytes
-    unit, unit_bytes = ("packets", mtu) if target == "bmv2" else ("cells", TOFINO_CELL_BYTES)
-    top = 2**ECN_THRESHOLD_BITS - 1
-    rates: list[int] = []
-    if fabric is not None:
-        rates = sorted({p.rate_bps for ps in switch_ports(fabric, policy).values() for p in ps})
-    out: list[Finding] = []
-    for i, ec in enumerate(policy.ecn.classes):
-        if ec.auto:
-            path: YamlPath = ("ecn", "classes", i, "mode")
-            kmins = [(ecn_profile(ec, policy, r).kmin_bytes, f" on {format_rate(r)} links")
-                     for r in rates]
-        else:
-            path = ("ecn", "classes", i, "k" if ec.mode == "dctcp" else "kmin")
-            kmins = [(ecn_profile(ec, policy, 0).kmin_bytes, "")]
-        for kmin, where in kmins:
-            n = max(1, -(-kmin // unit_bytes))
-            if n > top:
-                key = "k" if ec.mode == "dctcp" else "kmin"
-                out.append(Finding(path, f"{key} {format_size(kmin)}{where} is {n} {unit} of "
-                                   f"{unit_bytes}B on target {target}, above {top}, the largest "
-                                   f"{ECN_THRESHOLD_BITS}-bit mark_ecn threshold (rule: an ECN "
-                                   "threshold fits the P4 program's queue-depth width)"))
-                break
-    return out
-
-
 def _fabric_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
     out: list[Finding] = []
     if policy.pfc is not None:
@@ -380,7 +266,6 @@ def _fabric_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
                 out.append(Finding(("pfc", "links", i, "between"), f"no link {o.between[0]}-"
                                    f"{o.between[1]} in topology {fabric.name!r}"))
     all_ports = switch_ports(fabric, policy)
-    rates = sorted({p.rate_bps for ports in all_ports.values() for p in ports})
     b = policy.buffers
     # buffer budget per switch (headroom from the formulas, or as given)
     n_pg = len(policy.pfc.lossless_priorities) if policy.pfc is not None else 0
@@ -407,39 +292,83 @@ def _fabric_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
                                "lossless PGs x ports + reserved <= buffer)"))
     if policy.ecn is None:
         return out
+    # per distinct (drain rate, queue limit) of a port: thresholds are derived at the drain rate
+    queues = sorted({(q.drain_bps, q.limit_bytes, q.wan, sw, p.port)
+                     for sw, p, q in port_queues(policy, fabric)},
+                    key=lambda t: (t[0], t[1] or 0, t[3], t[4]))
+    seen: set[tuple[int, int | None]] = set()
     for i, ec in enumerate(policy.ecn.classes):
         path, key = _threshold_fields(i, ec.mode)
         if ec.auto:
             path = ("ecn", "classes", i, "mode")
-        for rate in rates:
+        for rate, limit, wan, sw, port in queues:
+            if (rate, limit) in seen:
+                continue
+            seen.add((rate, limit))
             red = ecn_profile(ec, policy, rate)
-            if b is not None:
-                limit = f.queue_bytes_for_time(rate, b.queue_depth_us)
-                if red.kmax_bytes > limit:
-                    out.append(Finding(path, f"{key} {format_size(red.kmax_bytes)} on "
-                                       f"{format_rate(rate)} links is above the queue limit "
-                                       f"{format_size(limit)} ({b.queue_depth_us:g}us at link "
-                                       "rate) (rule: a threshold is below the queue limit)"))
+            where = f"on switch {sw!r} port {port} (draining at {format_rate(rate)})"
+            if limit is not None and red.kmax_bytes > limit:
+                made = ("wan.links queue" if wan else
+                        f"{b.queue_depth_us:g}us at {format_rate(rate)}" if b else "")
+                out.append(Finding(path, f"{key} {format_size(red.kmax_bytes)} {where} is above "
+                                   f"its queue limit {format_size(limit)} ({made}): the queue "
+                                   "never gets that deep (rule: a threshold is below the queue "
+                                   "limit)"))
+                break
+            if b is not None and min_shared is not None and min_shared > 0:
+                dt_max = f.dynamic_threshold_max_queue_bytes(min_shared, b.alpha)
+                if red.kmax_bytes > dt_max:
+                    out.append(Finding(path, f"{key} {format_size(red.kmax_bytes)} {where} is "
+                                       f"above the longest queue the dynamic threshold allows, "
+                                       f"alpha*B/(1+alpha) = {format_size(dt_max)} (Choudhury & "
+                                       "Hahne 1998) (rule: a threshold is below the queue limit)"))
                     break
-                if min_shared is not None and min_shared > 0:
-                    dt_max = f.dynamic_threshold_max_queue_bytes(min_shared, b.alpha)
-                    if red.kmax_bytes > dt_max:
-                        out.append(Finding(path, f"{key} {format_size(red.kmax_bytes)} on "
-                                           f"{format_rate(rate)} links is above the longest queue "
-                                           f"the dynamic threshold allows, alpha*B/(1+alpha) = "
-                                           f"{format_size(dt_max)} (Choudhury & Hahne 1998) "
-                                           "(rule: a threshold is below the queue limit)"))
-                        break
             if ec.mode == "dctcp" and not ec.auto:
                 bound = f.dctcp_k_min_bytes(rate, policy.ecn.base_rtt_us)
                 if red.kmax_bytes < bound:
                     out.append(Finding(path, f"k {format_size(red.kmax_bytes)} is below "
-                                       f"C*RTT/7 = {format_size(bound)} on {format_rate(rate)} "
-                                       f"links (RTT {policy.ecn.base_rtt_us:g}us): the queue "
-                                       "can run empty and cost throughput (Alizadeh et al., "
-                                       "SIGCOMM 2010, §3.3)", "warning"))
+                                       f"C*RTT/7 = {format_size(bound)} {where} (RTT "
+                                       f"{policy.ecn.base_rtt_us:g}us): the queue can run empty "
+                                       "and cost throughput (Alizadeh et al., SIGCOMM 2010, "
+                                       "§3.3)", "warning"))
                     break
+        seen.clear()
     return out
+
+
+def _headroom_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
+    """An explicit ``buffers.headroom`` below the PFC headroom a lossless port needs
+    (:func:`controller.qos.formulas.pfc_headroom`) is an error showing the derived value and its
+    terms, for the port that needs the most. A frame arriving after XOFF beyond the headroom is
+    dropped on a lossless priority (IEEE 802.1Qbb; Cisco white paper C11-542809)."""
+    b, pfc = policy.buffers, policy.pfc
+    if b is None or pfc is None or not pfc.lossless_priorities or not isinstance(b.headroom_bytes,
+                                                                                  int):
+        return []
+    worst: tuple[int, str, int, f.HeadroomTerms] | None = None
+    for sw, ports in sorted(switch_ports(fabric, policy).items()):
+        for p in ports:
+            try:
+                terms = f.pfc_headroom(p.rate_bps, p.cable_m, pfc.mtu_bytes, pfc.lossless_mtu_bytes)
+            except ValueError:
+                continue  # no derivation above 400 Gb/s: the given value is all there is
+            if worst is None or terms.total_bytes > worst[0]:
+                worst = (terms.total_bytes, sw, p.port, terms)
+    if worst is None or b.headroom_bytes >= worst[0]:
+        return []
+    need, sw, port, t = worst
+    return [Finding(("buffers", "headroom"), f"headroom {b.headroom_bytes}B is below the "
+                    f"{need}B PFC needs on switch {sw!r} port {port} ({format_rate(t.rate_bps)}, "
+                    f"{t.cable_m:g}m): {headroom_terms(t)} (rule: an explicit headroom is at least "
+                    "the derived one; leave headroom: auto to use it)")]
+
+
+def headroom_terms(t: f.HeadroomTerms) -> str:
+    """The derivation of ``t`` as one line: its five terms and the source."""
+    return (f"MTU {t.receiver_mtu_bytes} + PFC frame {t.pfc_frame_bytes} + cable "
+            f"2x{t.cable_m:g}m x5.13ns/m x rate/8 = {t.cable_round_trip_bytes:.1f} + response "
+            f"{t.reaction_quanta}x512/8 = {t.sender_response_bytes} + lossless MTU "
+            f"{t.sender_mtu_bytes} = {t.total_bytes}B (Cisco C11-542809; IEEE 802.3 Annex 31B)")
 
 
 def _wan_findings(policy: Policy, fabric: Fabric | None) -> list[Finding]:

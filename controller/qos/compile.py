@@ -1,7 +1,7 @@
 """Compile the QoS sections of a policy against a fabric: per switch, per port numbers.
 
 :func:`compile_qos` is pure: (Policy, Fabric) → :class:`QosPlan`. It assumes the policy passed
-:func:`controller.qos.checks.qos_findings` without errors (the loader runs them); on an
+:func:`controller.qos.validate.qos_findings` without errors (the loader runs them); on an
 inconsistent policy it raises ValueError rather than guessing.
 
 Every number comes from :mod:`controller.qos.formulas`, whose docstrings cite the sources.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.model.topology import Fabric
-from controller.policy.model import EcnClass, Policy, PortShaper, TrafficClass
+from controller.policy.model import EcnClass, Policy, PortShaper, TrafficClass, WanLink
 from controller.qos import formulas as f
 
 
@@ -40,7 +40,8 @@ class PortQos:
     """Everything QoS on one port. ``headroom`` is None when the port has no lossless priority;
     ``headroom_bytes`` is the per-PG headroom used (derived or given). ``shaper_bps`` is the port
     shaper, if any. ``queue_limit_bytes`` is the queue-depth target at the rate the port drains
-    at (min(its shaper, the link rate); the link rate without a shaper)."""
+    at (min(its shaper, the link rate); the link rate without a shaper); ``ecn`` is derived at
+    that rate too (:attr:`drain_bps`): DCTCP's C and DCQCN's scaling are the bottleneck's rate."""
 
     port: Port
     headroom: f.HeadroomTerms | None
@@ -52,6 +53,11 @@ class PortQos:
     wan_shares: tuple[tuple[str, float], ...] | None = None
     """On a DCI port with ``wan.classes``: (class name, guaranteed fraction of ``shaper_bps``
     or the link rate), in policy order; None elsewhere."""
+
+    @property
+    def drain_bps(self) -> int:
+        """The rate the port's queues drain at: min(its shaper, its link rate), bits/s."""
+        return min(self.shaper_bps, self.port.rate_bps) if self.shaper_bps else self.port.rate_bps
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,43 @@ def buffer_plan(policy: Policy, ports: tuple[PortQos, ...]) -> BufferPlan | None
     return BufferPlan(bufs.size_bytes, reserved, headroom, shared, bufs.alpha_log2, dt)
 
 
+@dataclass(frozen=True)
+class PortQueue:
+    """How one port's queues drain: ``shaper_bps`` (its shaper, a DCI link's ``wan.links`` rate,
+    or None), ``drain_bps`` = min(shaper, link rate), ``limit_bytes`` (``wan.links[].queue`` on a
+    DCI port, else ``buffers.queue_depth`` at ``drain_bps``; None without either), ``wan`` (a
+    port of a ``wan.links`` entry)."""
+
+    shaper_bps: int | None
+    drain_bps: int
+    limit_bytes: int | None
+    wan: bool
+
+
+def port_queue(policy: Policy, shapers: dict[tuple[str, int | None], PortShaper],
+               wan_links: dict[frozenset[str], WanLink], switch: str, port: Port) -> PortQueue:
+    """The :class:`PortQueue` of ``switch`` port ``port`` (``shapers``: :func:`port_shapers`;
+    ``wan_links``: the policy's ``wan.links`` by their two ends)."""
+    wl = wan_links.get(frozenset((switch, port.peer)))
+    shaper = shaper_of(shapers, switch, port.port)
+    shaper_bps = wl.rate_bps if wl is not None else (shaper.rate_bps if shaper else None)
+    drain = min(shaper_bps, port.rate_bps) if shaper_bps else port.rate_bps
+    if wl is not None:
+        return PortQueue(shaper_bps, drain, wl.queue_bytes, True)
+    depth_us = policy.buffers.queue_depth_us if policy.buffers is not None else None
+    limit = f.queue_bytes_for_time(drain, depth_us) if depth_us else None
+    return PortQueue(shaper_bps, drain, limit, False)
+
+
+def port_queues(policy: Policy, fabric: Fabric) -> list[tuple[str, Port, PortQueue]]:
+    """``(switch, port, PortQueue)`` of every switch port, switches and ports in order, as
+    :func:`compile_qos` computes them (checks use this without compiling the whole plan)."""
+    shapers = port_shapers(policy)
+    wan_links = {frozenset(wl.between): wl for wl in (policy.wan.links if policy.wan else ())}
+    return [(sw, p, port_queue(policy, shapers, wan_links, sw, p))
+            for sw, ports in sorted(switch_ports(fabric, policy).items()) for p in ports]
+
+
 def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
     """Per-switch, per-port QoS of ``policy`` on ``fabric``.
 
@@ -178,35 +221,22 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
                        for wc in (policy.wan.classes if policy.wan else ())) or None
     wan_pairs = {frozenset((ln.a, ln.b)) for ln in fabric.wan_links}
     ecn_classes = policy.ecn.classes if policy.ecn is not None else ()
-    queue_us = policy.buffers.queue_depth_us if policy.buffers is not None else None
     switches: list[SwitchQos] = []
     all_ports = switch_ports(fabric, policy)
     for sw in sorted(fabric.switches, key=lambda s: s.name):
         pqs: list[PortQos] = []
         for port in all_ports[sw.name]:
             terms, head = port_headroom(policy, port)
+            q = port_queue(policy, shapers, wan_links, sw.name, port)
             ecn = tuple(
-                EcnSetting(ec.class_name, ec.mode, ecn_profile(ec, policy, port.rate_bps))
+                EcnSetting(ec.class_name, ec.mode, ecn_profile(ec, policy, q.drain_bps))
                 for ec in ecn_classes
             )
             shaper = shaper_of(shapers, sw.name, port.port)
-            pair = frozenset((sw.name, port.peer))
-            wl = wan_links.get(pair)
-            if wl is not None:  # a DCI port: the wan section's shaper and queue
-                pqs.append(PortQos(port, terms, head, ecn, wl.queue_bytes, wl.rate_bps, None,
-                                   wan_shares))
-                continue
-            # the queue drains at the shaper's rate where there is one (never above the link's)
-            drain = min(shaper.rate_bps, port.rate_bps) if shaper else port.rate_bps
-            limit = f.queue_bytes_for_time(drain, queue_us) if queue_us else None
-            pqs.append(
-                PortQos(
-                    port, terms, head, ecn, limit,
-                    shaper.rate_bps if shaper else None,
-                    shaper.burst_bytes if shaper else None,
-                    wan_shares if pair in wan_pairs else None,
-                )
-            )
+            dci = q.wan or frozenset((sw.name, port.peer)) in wan_pairs
+            pqs.append(PortQos(port, terms, head, ecn, q.limit_bytes, q.shaper_bps,
+                               None if q.wan or shaper is None else shaper.burst_bytes,
+                               wan_shares if dci else None))
         ports = tuple(pqs)
         switches.append(SwitchQos(sw.name, sw.dpid, ports, buffer_plan(policy, ports)))
     lossless = policy.pfc.lossless_priorities if policy.pfc is not None else ()

@@ -46,7 +46,9 @@ def explain_rows(policy: Policy, fabric: Fabric | None = None) -> list[Derivatio
     plan = compile_qos(policy, fabric)
     combos = sorted({(pq.port.rate_bps, pq.port.cable_m) for sw in plan.switches
                      for pq in sw.ports})
-    rates = sorted({r for r, _ in combos})
+    # ECN thresholds and queue limits are derived at the rate a port drains at (its shaper's,
+    # else its link's): controller.qos.compile.PortQos.drain_bps
+    rates = sorted({pq.drain_bps for sw in plan.switches for pq in sw.ports})
     if policy.pfc is not None and policy.pfc.lossless_priorities:
         for rate, cable in combos:
             t = f.pfc_headroom(rate, cable, policy.pfc.mtu_bytes, policy.pfc.lossless_mtu_bytes)

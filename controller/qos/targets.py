@@ -1,14 +1,33 @@
 """What each render target can do, as data (checked before anything is rendered).
 
-``max_lossless_priorities``: how many PFC (lossless) priorities the rendering can honour.
+Every field is a fact about the target (with its source); :mod:`controller.qos.target_checks`
+turns them into findings, so a policy is refused for a target that cannot honour one of its knobs
+rather than validated and then ignored.
 
-* ``openflow`` (Open vSwitch, linux-htb queues): 0 — OVS and the Linux qdiscs it configures do
-  not generate or obey IEEE 802.1Qbb PFC frames, so a lossless class cannot be honoured.
-* ``bmv2`` (simple_switch): 0 — the behavioural model has priority queues but no PFC.
-* ``tofino``: 8 — one per IEEE 802.1Qbb priority (the Tofino traffic manager maps each to an
-  ingress priority group).
-* ``sonic``: 2 — SONiC's default buffer templates provision lossless priority groups 3-4 only;
-  more lossless PGs need a platform-specific buffer template.
+* ``openflow`` (Open vSwitch, linux-htb queues, tc ``bfifo``): no PFC (OVS and the Linux qdiscs
+  neither send nor obey IEEE 802.1Qbb frames); linux-htb neither marks ECN nor has a shared
+  buffer; rates in bit/s (``other_config:max-rate``, ovs-vswitchd.conf.db(5)); queue limits in
+  bytes (``bfifo``). ECMP: the OpenFlow driver programs OpenFlow 1.3 ``select`` groups, whose
+  bucket choice Open vSwitch makes with its own default hash (since OVS 2.4 a symmetric hash of
+  Ethernet addresses, VLAN, EtherType, IP addresses and protocol and TCP/SCTP ports, basis 0; OVS
+  FAQ "How does OVS divide flows among buckets in an OpenFlow select group?"): the policy's
+  ``hash_fields`` and ``hash_seeds`` need OpenFlow 1.5 group properties (``selection_method=hash``,
+  ``fields(...)``, ``selection_method_param``) that it does not send yet.
+* ``bmv2`` (simple_switch with ``--priority-queues 8``): no PFC; strict priority queues only (the
+  highest non-empty priority is served first, ``bm::QueueingLogicPriRL::pop_back``), so no
+  weighted scheduling; ``set_queue_rate`` limits one priority queue in packets per second and a
+  port-level ``set_queue_rate`` sets that limit on each of the port's priority queues separately
+  (``QueueingLogicPriRL::set_rate``), so there is no port shaper; ``set_queue_depth`` counts
+  packets; each priority queue holds 64 packets until set otherwise (``egress_buffers(..., 64,
+  ...)`` in ``targets/simple_switch/simple_switch.cpp``); ``fabric.p4`` marks ECN at one
+  threshold (``enq_qdepth >= threshold_pkts``), so RED's Kmax/Pmax cannot be honoured.
+* ``tofino``: 8 lossless priorities (one per IEEE 802.1Qbb priority, each an ingress PPG); the
+  traffic manager counts queue depth in 80-byte cells.
+* ``sonic``: 2 lossless priorities (SONiC's default buffer templates provision lossless PGs 3-4
+  only); rates in bytes/s (``SCHEDULER`` ``pir``, ``meter_type: bytes``); the PFC watchdog takes
+  whole milliseconds, detection 100-5000 and restoration 100-60000 (sonic-utilities
+  ``pfcwd/main.py``, ``click.IntRange``); no queue limit in the rendered tables (egress queues
+  share the pool by ``dynamic_th``); routing is not rendered (aifabric renders SONiC's QoS only).
 """
 
 from __future__ import annotations
@@ -18,9 +37,33 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TargetCaps:
+    """One render target's abilities (see the module docstring for the sources).
+
+    ``rate_unit``: what its rate limits count, ``"bit"``, ``"byte"`` or ``"packet"`` (per second).
+    ``queue_unit``: what its queue depths count, ``"byte"``, ``"packet"`` or ``"cell"``.
+    ``default_queue_packets``: the depth of a queue the rendering leaves unset (None: not known
+    or not a packet count). ``programs_routing``: aifabric programs forwarding (ECMP) for it;
+    ``ecmp_hash_fields``/``ecmp_hash_seeds``: its driver honours ``routing.ecmp.hash_fields`` /
+    ``hash_seeds``. ``watchdog_ms``: ((min, max) detection, (min, max) restoration) in whole
+    milliseconds, or None when not rendered in ms.
+    """
+
     name: str
     max_lossless_priorities: int
     why: str
+    rate_unit: str = "bit"
+    queue_unit: str = "byte"
+    default_queue_packets: int | None = None
+    weighted_scheduling: bool = True
+    port_shaper: bool = True
+    red_marking: bool = True
+    ecn_marking: bool = True
+    shared_buffer: bool = True
+    queue_limit: bool = True
+    programs_routing: bool = True
+    ecmp_hash_fields: bool = True
+    ecmp_hash_seeds: bool = True
+    watchdog_ms: tuple[tuple[int, int], tuple[int, int]] | None = None
 
 
 #: Tofino 1 traffic-manager cell size in bytes: queue depths, and so ECN thresholds written to the
@@ -29,10 +72,21 @@ TOFINO_CELL_BYTES = 80
 #: Share of the port rate the ``openflow`` rendering keeps for the DWRR classes when strict
 #: classes exist (linux-htb has no strict priority; :mod:`controller.render.openflow`).
 OPENFLOW_STRICT_FLOOR = 0.01
+#: BMv2 simple_switch's depth of every priority queue until ``set_queue_depth`` (packets).
+BMV2_DEFAULT_QUEUE_PACKETS = 64
 
 TARGETS: dict[str, TargetCaps] = {
-    "openflow": TargetCaps("openflow", 0, "Open vSwitch has no PFC (IEEE 802.1Qbb)"),
-    "bmv2": TargetCaps("bmv2", 0, "BMv2 simple_switch has no PFC"),
-    "tofino": TargetCaps("tofino", 8, "IEEE 802.1Qbb defines 8 priorities"),
-    "sonic": TargetCaps("sonic", 2, "SONiC's default buffer templates make PGs 3-4 lossless"),
+    "openflow": TargetCaps(
+        "openflow", 0, "Open vSwitch has no PFC (IEEE 802.1Qbb)",
+        ecn_marking=False, red_marking=False, shared_buffer=False,
+        ecmp_hash_fields=False, ecmp_hash_seeds=False),
+    "bmv2": TargetCaps(
+        "bmv2", 0, "BMv2 simple_switch has no PFC", rate_unit="packet", queue_unit="packet",
+        default_queue_packets=BMV2_DEFAULT_QUEUE_PACKETS, weighted_scheduling=False,
+        port_shaper=False, red_marking=False, shared_buffer=False),
+    "tofino": TargetCaps("tofino", 8, "IEEE 802.1Qbb defines 8 priorities", queue_unit="cell"),
+    "sonic": TargetCaps(
+        "sonic", 2, "SONiC's default buffer templates make PGs 3-4 lossless", rate_unit="byte",
+        queue_limit=False, programs_routing=False,
+        watchdog_ms=((100, 5000), (100, 60000))),
 }

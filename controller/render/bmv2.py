@@ -18,8 +18,16 @@ Per switch (file ``<switch>.json``):
   the byte threshold (DCTCP ``k``, or RED ``kmin``: BMv2 has no probabilistic marking) is divided
   by the MTU and rounded up.
 * ``simple_switch``: the command-line option ``--priority-queues 8`` and ``runtime_cli`` commands
-  ``set_queue_depth <pkts> <port> <priority>`` (queue-depth target / MTU) and
-  ``set_queue_rate <pps> <port> <priority>`` for shaped or rate-limited classes (rate / MTU).
+  ``set_queue_depth <pkts> <port> <priority>`` (queue-depth target / MTU, rounded down: the queue
+  never holds more bytes of MTU-sized packets than the target) and
+  ``set_queue_rate <pps> <port> <priority>`` for shaped or rate-limited classes:
+  ⌈rate / (8 · MTU)⌉ packets/s (:func:`controller.qos.target_checks.bmv2_pps`). BMv2 limits
+  packets, not bits (``QueueingLogicPriRL::set_rate``): MTU-sized packets get at least the rate,
+  smaller ones proportionally less; ``policy check --target bmv2`` says how much.
+
+What BMv2 cannot do is refused before rendering (:mod:`controller.qos.target_checks`): DWRR
+weights and RED marking, and port shapers (``set_queue_rate`` limits each priority queue on its
+own, so a port rate would become one rate per queue) unless one queue carries all traffic.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import math
 from typing import Any
 
 from controller.qos.compile import QosPlan
+from controller.qos.target_checks import bmv2_pps
 from controller.render.common import class_shaper_bps, ecn_of, mtu_bytes
 
 
@@ -60,7 +69,7 @@ def render_bmv2(plan: QosPlan) -> dict[str, Any]:
                     cli.append(f"set_queue_depth {depth} {port} {tc.queue}")
                 rates = [r for r in (tc.rate_limit_bps, shaped.get(tc.name), pq.shaper_bps) if r]
                 if rates:
-                    pps = max(1, math.floor(min(rates) / (8 * mtu)))
+                    pps = bmv2_pps(min(rates), mtu)
                     cli.append(f"set_queue_rate {pps} {port} {tc.queue}")
         out[f"{sw.name}.json"] = {
             "switch": sw.name, "device_id": sw.dpid, "tables": tables,

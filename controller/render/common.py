@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from controller.policy.model import TrafficClass
+from controller.qos import target_checks
 from controller.qos.compile import EcnSetting, PortQos, QosPlan
 
 
@@ -29,4 +30,4 @@ def class_shaper_bps(plan: QosPlan) -> dict[str, int]:
 
 def mtu_bytes(plan: QosPlan) -> int:
     """The largest frame (pfc.mtu), or 1500 bytes without a pfc section."""
-    return plan.policy.pfc.mtu_bytes if plan.policy.pfc is not None else 1500
+    return target_checks.mtu_bytes(plan.policy)

@@ -35,13 +35,17 @@ Per switch (file ``<switch>.json``):
   default class ``1:1`` (queue 0). These do the classification on both OVS datapaths: on the
   userspace (netdev) datapath OpenFlow ``set_queue`` does not reach the kernel qdisc.
 * ``leaf_qdiscs``: one ``bfifo`` per queue whose ``limit`` (bytes) is the policy's queue-depth
-  target at the port rate (``buffers.queue_depth``), but at least two such frames; absent without
-  a ``buffers`` section (the kernel's default pfifo of ``txqueuelen`` packets stays).
+  target at the rate the port drains at (``buffers.queue_depth``; ``wan.links[].queue`` on a DCI
+  port), as the policy gives it: ``policy check --target openflow`` refuses a limit shorter than
+  one 9216-byte frame or longer than a 32-bit byte count; absent without a ``buffers`` section
+  (the kernel's default pfifo of ``txqueuelen`` packets stays).
 
-``classifier``: ``[{"ip_dscp", "queue", "meter_id"}]`` for OpenFlow ``set_queue`` (and
-``meter``) actions on targets where they steer (kernel datapath), and ``meters``: OpenFlow 1.3
-meters (``kbps``, one ``drop`` band) for classes with a ``rate_limit``; the queues' ``max-rate``
-enforces the same limit. ``unsupported`` lists what OVS cannot do (PFC, ECN marking).
+``classifier``: ``[{"ip_dscp", "queue"}]`` for OpenFlow ``set_queue`` actions on datapaths
+where they steer (the kernel datapath). A class's ``rate_limit`` is each of its queues'
+``max-rate``, i.e. per egress port as the policy means it. No OpenFlow meter is rendered: a meter
+is one switch-wide object shared by every flow entry that points at it (OpenFlow 1.3.5 §5.7,
+"Meter Table"), so it would cap a class per switch, summed over all its ports, not per port.
+``unsupported`` lists what OVS cannot do (PFC, ECN marking).
 """
 
 from __future__ import annotations
@@ -51,12 +55,13 @@ from typing import Any
 
 from controller.policy.model import TC_LIMIT_MAX_BYTES
 from controller.qos.compile import QosPlan
+from controller.qos.target_checks import OPENFLOW_FRAME_BYTES
 from controller.qos.targets import OPENFLOW_STRICT_FLOOR
 from controller.render.common import class_shaper_bps, mtu_bytes
 
 #: Share of the port rate the DWRR classes keep under strict traffic (qos.targets).
 STRICT_FLOOR = OPENFLOW_STRICT_FLOOR
-JUMBO_BYTES = 9216  # the largest frame common switches accept; OVS ports may carry jumbo frames
+JUMBO_BYTES = OPENFLOW_FRAME_BYTES  # the largest frame common switches accept (OVS ports may carry it)
 
 
 def render_openflow(plan: QosPlan) -> dict[str, Any]:
@@ -70,17 +75,7 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
     """
     classes = sorted(plan.classes, key=lambda c: c.queue)
     shaped = class_shaper_bps(plan)
-    meters: list[dict[str, Any]] = []
-    meter_of: dict[str, int] = {}
-    for tc in sorted(plan.classes, key=lambda c: c.name):
-        if tc.rate_limit_bps is not None:
-            meter_of[tc.name] = len(meters) + 1
-            meters.append({"meter_id": meter_of[tc.name], "class": tc.name, "flags": ["kbps"],
-                           "bands": [{"type": "drop", "rate_kbps": math.ceil(tc.rate_limit_bps / 1000)}]})
-    classifier = [
-        {"ip_dscp": d, "queue": tc.queue, "meter_id": meter_of.get(tc.name)}
-        for tc in classes for d in sorted(tc.dscp)
-    ]
+    classifier = [{"ip_dscp": d, "queue": tc.queue} for tc in classes for d in sorted(tc.dscp)]
     total_weight = sum(tc.weight or 0 for tc in classes if tc.scheduling == "dwrr")
     n_strict = sum(1 for tc in classes if tc.scheduling == "strict")
     frame = max(mtu_bytes(plan), JUMBO_BYTES)
@@ -135,7 +130,7 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
                             f"{sw.name} port {pq.port.port} is a queue limit of "
                             f"{pq.queue_limit_bytes}B, above {TC_LIMIT_MAX_BYTES}B")
                     leaves.append({"parent": f"1:{tc.queue + 1}", "kind": "bfifo",
-                                   "limit_bytes": max(pq.queue_limit_bytes, 2 * frame)})
+                                   "limit_bytes": pq.queue_limit_bytes})
             ports[str(pq.port.port)] = {
                 "peer": pq.port.peer,
                 **({"wan": True} if shares is not None else {}),
@@ -147,6 +142,6 @@ def render_openflow(plan: QosPlan) -> dict[str, Any]:
             }
         out[f"{sw.name}.json"] = {
             "switch": sw.name, "dpid": sw.dpid, "ports": ports, "classifier": classifier,
-            "meters": meters, "unsupported": unsupported,
+            "unsupported": unsupported,
         }
     return out

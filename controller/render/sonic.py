@@ -14,6 +14,34 @@ platform); every map is named ``AIFABRIC``; a lossless priority p uses priority 
 others PG 0; the lossless PG profile has ``xoff`` = the derived headroom, ``xon`` = two lossless
 MTUs of hysteresis, ``size`` = xon + xoff; pools: ``ingress_lossless_pool`` = buffer − reserved,
 ``egress_lossy_pool`` = the shared part, ``egress_lossless_pool`` = the whole buffer.
+
+Rates are bytes/s in SONiC (``pir`` with ``meter_type: bytes``): bits/s / 8 rounded up, so a
+limit is never below the policy's rate. PFC watchdog times are whole milliseconds (the target
+checks refuse values outside pfcwd's ranges).
+
+Explicit "off" states. ``config load`` merges a file into CONFIG_DB: ``sonic-cfggen
+--write-to-db`` calls ``ConfigDBConnector.mod_config``, which writes each key's fields with
+HMSET and keeps fields and keys the file leaves out (sonic-swss-common ``configdb``: "Extra
+entries/fields in the db which are not in the data are kept"). So a field that is absent when a
+feature is off would keep its old value. This rendering therefore writes every field it owns,
+with SONiC's value for "off" when the policy turns the feature off:
+
+* ``PORT_QOS_MAP|<port>.pfc_enable`` is ``""`` without lossless priorities (what
+  ``pfc config priority off`` writes when the last priority goes, sonic-utilities ``pfc/main.py``);
+* every ``QUEUE`` has a ``wred_profile``: the class's, or ``AIFABRIC_ECN_OFF`` (``ecn:
+  ecn_none``, WRED disabled for every colour) when the class has no ECN;
+* every port has a port scheduler: ``port_rate.<bps>`` with ``pir`` = its shaper, or its link
+  rate when unshaped (a port limited to its own line rate is not shaped);
+* schedulers are named by what they do (``scheduler.<class>``, ``scheduler.<class>.pir<B/s>``,
+  ``scheduler.<class>.wan<weight>``), so changing a class's shaping changes the ``QUEUE``'s
+  reference rather than leaving a stale ``pir`` in a referenced row.
+
+Keys that a new policy drops (``PFC_WD`` rows, buffer profiles and PGs, the DCI schedulers) can
+only be deleted: ``aifabric policy diff --target sonic --format patch`` emits the RFC 6902 JSON
+patch that takes a switch from the old rendering to the new one, for ``config apply-patch``.
+
+DCI ports (``wan.classes``): the listed classes' queues get DWRR weights equal to their shares
+(percent) and the others a 1 % cap, as the openflow rendering does.
 """
 
 from __future__ import annotations
@@ -21,9 +49,22 @@ from __future__ import annotations
 from typing import Any
 
 from controller.qos.compile import QosPlan
+from controller.qos.targets import OPENFLOW_STRICT_FLOOR
 from controller.render.common import class_shaper_bps, ecn_of
 
 MAP = "AIFABRIC"
+ECN_OFF = "AIFABRIC_ECN_OFF"
+#: A WRED profile that marks and drops nothing: SONiC's explicit "no ECN" for a queue.
+ECN_OFF_PROFILE = {"ecn": "ecn_none", "wred_green_enable": "false",
+                   "wred_yellow_enable": "false", "wred_red_enable": "false"}
+#: Share of a DCI port's rate a class not listed in ``wan.classes`` may use (the openflow
+#: rendering's floor, :data:`controller.qos.targets.OPENFLOW_STRICT_FLOOR`).
+WAN_UNLISTED_SHARE = OPENFLOW_STRICT_FLOOR
+
+
+def bytes_per_s(rate_bps: int) -> int:
+    """SONiC's ``pir`` (bytes/s) for ``rate_bps``, rounded up (never below the rate)."""
+    return -(-rate_bps // 8)
 
 
 def port_name(port: int) -> str:
@@ -42,13 +83,17 @@ def render_sonic(plan: QosPlan) -> dict[str, Any]:
         for d in tc.dscp:
             dscp_map[str(d)] = str(tc.tc)
     schedulers: dict[str, Any] = {}
+    sched_of: dict[str, str] = {}
     for tc in classes:
         s: dict[str, str] = {"type": "STRICT"} if tc.scheduling == "strict" else {
             "type": "DWRR", "weight": str(tc.weight)}
         rates = [r for r in (tc.rate_limit_bps, shaped.get(tc.name)) if r]
+        name = f"scheduler.{tc.name}"
         if rates:
-            s |= {"meter_type": "bytes", "pir": str(min(rates) // 8)}
-        schedulers[f"scheduler.{tc.name}"] = s
+            s |= {"meter_type": "bytes", "pir": str(bytes_per_s(min(rates)))}
+            name += f".pir{bytes_per_s(min(rates))}"
+        schedulers[name] = s
+        sched_of[tc.name] = name
     lossless_mtu = 0
     if pol.pfc is not None:
         lossless_mtu = pol.pfc.lossless_mtu_bytes or pol.pfc.mtu_bytes
@@ -75,19 +120,26 @@ def render_sonic(plan: QosPlan) -> dict[str, Any]:
         for pq in sw.ports:
             name = port_name(pq.port.port)
             entry = {"dscp_to_tc_map": MAP, "tc_to_queue_map": MAP, "tc_to_pg_map": MAP}
+            entry["pfc_enable"] = ",".join(map(str, lossless))  # "" is SONiC's "PFC off"
             if lossless:
-                entry |= {"pfc_to_queue_map": MAP, "pfc_enable": ",".join(map(str, lossless))}
-            if pq.shaper_bps:
-                sname = f"port_shaper.{pq.shaper_bps}"
-                sched[sname] = {"type": "STRICT", "meter_type": "bytes",
-                                "pir": str(pq.shaper_bps // 8)}
-                entry["scheduler"] = sname
+                entry["pfc_to_queue_map"] = MAP
+            port_rate = pq.drain_bps  # its shaper, or the link rate: unshaped
+            sname = f"port_rate.{port_rate}"
+            sched[sname] = {"type": "STRICT", "meter_type": "bytes",
+                            "pir": str(bytes_per_s(port_rate))}
+            entry["scheduler"] = sname
             port_qos[name] = entry
+            shares = dict(pq.wan_shares) if pq.wan_shares is not None else None
             for tc in classes:
-                q: dict[str, str] = {"scheduler": f"scheduler.{tc.name}"}
+                q: dict[str, str] = {"scheduler": sched_of[tc.name]}
+                if shares is not None:  # a DCI port: the wan section's shares
+                    q["scheduler"] = _wan_scheduler(sched, tc.name, shares, port_rate)
                 e = ecn_of(pq, tc.name)
-                if e is not None:
-                    wname = f"{tc.name.upper()}_{pq.port.rate_bps // 1_000_000}M"
+                if e is None:
+                    wred[ECN_OFF] = dict(ECN_OFF_PROFILE)
+                    q["wred_profile"] = ECN_OFF
+                else:
+                    wname = f"{tc.name.upper()}_{pq.drain_bps // 1_000_000}M"
                     lo, hi = str(e.red.kmin_bytes), str(e.red.kmax_bytes)
                     pct = str(max(1, round(e.red.pmax_percent)))
                     wred[wname] = {"ecn": "ecn_all"} | {
@@ -146,3 +198,19 @@ def render_sonic(plan: QosPlan) -> dict[str, Any]:
             doc["BUFFER_QUEUE"] = buffer_queue
         out[f"{sw.name}.config_db.json"] = doc
     return out
+
+
+def _wan_scheduler(sched: dict[str, Any], cls: str, shares: dict[str, float],
+                   port_rate_bps: int) -> str:
+    """Add the DCI-port scheduler of class ``cls`` to ``sched`` and return its name: DWRR with
+    the class's share (percent, at least 1) as weight; a class without a share gets weight 1
+    and a ``pir`` of :data:`WAN_UNLISTED_SHARE` of the port rate."""
+    if cls in shares:
+        weight = max(1, round(shares[cls] * 100))
+        name = f"scheduler.{cls}.wan{weight}"
+        sched[name] = {"type": "DWRR", "weight": str(weight)}
+        return name
+    pir = bytes_per_s(max(1, int(port_rate_bps * WAN_UNLISTED_SHARE)))
+    name = f"scheduler.{cls}.wancap{pir}"
+    sched[name] = {"type": "DWRR", "weight": "1", "meter_type": "bytes", "pir": str(pir)}
+    return name

@@ -17,6 +17,10 @@ which the program uses as both egress queue id and ingress CoS) and ``ecn_thresh
 queue depth in cells of :data:`TOFINO_CELL_BYTES` bytes (Tofino 1), so the threshold is the
 DCTCP ``k`` (or RED ``kmin``: the P4 program marks at one threshold) divided by the cell size,
 rounded up.
+
+On a DCI port with the policy's ``wan.classes`` the listed classes' queues are DWRR with their
+share (percent) as weight, and the other classes' are capped at 1 % of the port's rate, as the
+openflow and sonic renderings do.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import math
 from typing import Any
 
 from controller.qos.compile import QosPlan
-from controller.qos.targets import TOFINO_CELL_BYTES
+from controller.qos.targets import OPENFLOW_STRICT_FLOOR, TOFINO_CELL_BYTES
 from controller.render.common import class_shaper_bps, ecn_of
 
 
@@ -48,6 +52,7 @@ def render_tofino(plan: QosPlan) -> dict[str, Any]:
         ]
         for pq in sw.ports:
             queues = []
+            shares = dict(pq.wan_shares) if pq.wan_shares is not None else None
             for tc in classes:
                 e = ecn_of(pq, tc.name)
                 if e is not None:
@@ -59,9 +64,15 @@ def render_tofino(plan: QosPlan) -> dict[str, Any]:
                             1, math.ceil(e.red.kmin_bytes / TOFINO_CELL_BYTES))},
                     })
                 rates = [r for r in (tc.rate_limit_bps, shaped.get(tc.name)) if r]
+                scheduling, weight = tc.scheduling, tc.weight
+                if shares is not None:  # a DCI port: the wan section's shares as DWRR weights
+                    scheduling = "dwrr"
+                    weight = max(1, round(shares[tc.name] * 100)) if tc.name in shares else 1
+                    if tc.name not in shares:
+                        rates.append(max(1, int(pq.drain_bps * OPENFLOW_STRICT_FLOOR)))
                 queues.append({
                     "queue": tc.queue, "class": tc.name, "tc": tc.tc,
-                    "scheduling": tc.scheduling, "dwrr_weight": tc.weight,
+                    "scheduling": scheduling, "dwrr_weight": weight,
                     "max_rate_bps": min(rates) if rates else None,
                     "ecn": None if e is None else {
                         "mode": e.mode, "kmin_bytes": e.red.kmin_bytes,

@@ -38,7 +38,7 @@ from controller.drivers.p4runtime.pipeline import (
 from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
 from controller.model.topology import Fabric, load_topology
 from controller.plan.build import build_plan
-from controller.policy import load_policy
+from controller.qos.validate import load_policy_checked
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 LOG = logging.getLogger("aifabric.p4")
@@ -136,7 +136,7 @@ def run_p4_controller(topology: str, policy_file: str, targets_file: str, electi
     also an unknown ``target``, or ``tofino`` without a readable ``tofino_build``)."""
     try:
         fabric = load_topology(topology)
-        policy = load_policy(policy_file, fabric)
+        policy = load_policy_checked(policy_file, fabric).policy
         targets = load_targets(targets_file, fabric)
         p4t = TARGETS.get(target)
         if p4t is None:

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from controller.errors import ConfigError, PlanInvariantError
 from controller.model.topology import Fabric, load_topology
-from controller.policy import load_policy
+from controller.qos.validate import load_policy_checked
 from controller.runtime.state import ControllerRuntime
 from controller.te.reroute import Hysteresis
 
@@ -154,7 +154,7 @@ def run_controller(
     """
     try:
         fabric = load_topology(topology_path)
-        policy = load_policy(policy_path, fabric)
+        policy = load_policy_checked(policy_path, fabric).policy
     except ConfigError as exc:
         _print_problems(exc.problems, sys.stderr)
         return EXIT_INVALID
@@ -180,14 +180,15 @@ def run_controller(
         return EXIT_INVALID
     qos = None
     if apply_qos:
-        from controller.drivers.ovs.qos import OvsQosApplier, qos_rendering
+        from controller.drivers.ovs.qos import OvsQosApplier
+        from controller.render import render_policy
 
         try:
-            rendering = qos_rendering(fabric, policy, str(policy_path))
+            rendering = render_policy(policy, fabric, "openflow", str(policy_path), require_classes=True)
         except ConfigError as exc:
             _print_problems(exc.problems, sys.stderr)
             return EXIT_INVALID
-        qos = OvsQosApplier(fabric, rendering, ovsdb)
+        qos = OvsQosApplier(rendering, ovsdb)
     for line in summary_lines(fabric, runtime):
         print(line, flush=True)
     for line in adaptive_lines(runtime, stats_interval_s, rebalance):

@@ -53,7 +53,8 @@ from rich.console import Console
 from controller.errors import ConfigError
 from controller.model.topology import Fabric, load_topology
 from controller.plan.build import build_plan
-from controller.policy import Policy, load_policy
+from controller.policy import Policy
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.te.collectives import FlowDemand
 from controller.units import UnitError, parse_duration_us, parse_rate_bps, parse_size_bytes
 from controller.yamlsrc import Document, load_document, validate

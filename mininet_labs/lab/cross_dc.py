@@ -60,8 +60,9 @@ from rich.table import Table
 
 from controller.errors import ConfigError
 from controller.model.topology import Fabric, load_topology
-from controller.policy import Collective, Policy, load_policy
+from controller.policy import Collective, Policy
 from controller.policy.model import TrafficClass
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.te.collectives import hierarchical_groups
 from controller.units import UnitError, parse_size_bytes
 from controller.yamlsrc import Document, load_document, validate

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from controller.errors import ConfigError
 from controller.model.topology import Fabric, load_topology
-from controller.policy import Policy, load_policy
+from controller.policy import Policy
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.units import UnitError, parse_size_bytes
 from controller.yamlsrc import Document, load_document, validate
 

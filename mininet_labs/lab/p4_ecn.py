@@ -51,7 +51,8 @@ from rich.console import Console
 
 from controller.errors import ConfigError
 from controller.model.topology import Fabric, load_topology
-from controller.policy import Policy, load_policy
+from controller.policy import Policy
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.yamlsrc import load_document, validate
 from mininet_labs.lab import net as labnet
 from mininet_labs.lab.bmv2 import thrift_cli_command

@@ -52,7 +52,7 @@ from rich.console import Console
 
 from controller.errors import ConfigError
 from controller.model.topology import Fabric, load_topology
-from controller.policy import load_policy
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.units import format_rate
 from controller.yamlsrc import load_document, validate
 from mininet_labs.lab import net as labnet

@@ -60,8 +60,9 @@ from rich.table import Table
 
 from controller.errors import ConfigError
 from controller.model.topology import Fabric, load_topology
-from controller.policy import Collective, Policy, load_policy
+from controller.policy import Collective, Policy
 from controller.policy.model import TrafficClass
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.yamlsrc import Document, load_document, validate
 from mininet_labs.lab import net as labnet
 from mininet_labs.lab.environment import probe_kernel_features, versions

@@ -63,8 +63,9 @@ from rich.console import Console
 
 from controller.errors import ConfigError
 from controller.model.topology import Fabric, load_topology
-from controller.policy import Policy, load_policy
+from controller.policy import Policy
 from controller.policy.model import Collective
+from controller.qos.validate import load_valid_policy as load_policy
 from controller.telemetry.plots import busbw_plot, link_heatmap, traffic_heatmap
 from controller.yamlsrc import load_document, validate
 from mininet_labs.lab.adaptive_reroute import (

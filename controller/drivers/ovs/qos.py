@@ -43,8 +43,11 @@ applier keeps checking every ``poll_s`` and takes the switch over by itself once
 owner stops (claim released) or dies (heartbeat stale). :meth:`OvsQosApplier.reconcile` reports
 such a switch as ``yielded: ...``, and an INFO line says when it is taken over.
 
-PFC and ECN marking are not available on Open vSwitch; :func:`qos_rendering` keeps the list in
-``unsupported`` and :meth:`OvsQosApplier.summary` says so.
+The applier receives rendered documents only: the ``openflow`` rendering's files, exactly what
+``aifabric policy render --target openflow`` writes (:func:`controller.render.render_policy`
+compiles, checks and renders; the runtime calls it). PFC and ECN marking are not available on
+Open vSwitch; the rendering keeps the list in ``unsupported`` and :meth:`OvsQosApplier.summary`
+says so.
 """
 
 from __future__ import annotations
@@ -63,10 +66,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controller.errors import ConfigError, ConfigProblem
-from controller.model.topology import Fabric
-from controller.policy.model import Policy
-
 LOG = logging.getLogger("aifabric.qos")
 
 Runner = Callable[[Sequence[str]], str]
@@ -80,28 +79,26 @@ STALE_AFTER_POLLS = 5
 MIN_STALE_AFTER_S = 5.0
 
 
-def qos_rendering(fabric: Fabric, policy: Policy, source: str = "policy") -> dict[str, Any]:
-    """The ``openflow`` rendering of ``policy`` on ``fabric``: ``{switch: document}``.
+def rendered_documents(rendering: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``{switch: document}`` from the ``openflow`` rendering's files (``{file name: JSON
+    text}``, what ``aifabric policy render --target openflow`` writes, one ``<switch>.json`` per
+    switch; :func:`controller.render.render_policy`).
 
     Raises
     ------
-    ConfigError
-        The policy has no ``traffic_classes``, or a lossless priority (OVS has no PFC).
-        ``source`` names the policy file in the message.
+    ValueError
+        A file is not JSON or is not an openflow document (no ``switch``, ``dpid`` or ``ports``).
     """
-    from controller.qos.compile import compile_qos
-    from controller.render import render
-    from controller.render.openflow import render_openflow
-
-    if not policy.traffic_classes:
-        raise ConfigError([ConfigProblem(source, 0, 0, "traffic_classes",
-                                         "applying QoS needs traffic classes; the policy has none")])
-    plan = compile_qos(policy, fabric)
-    try:
-        render(plan, "openflow")  # the target checks (e.g. lossless priorities) live there
-    except ValueError as exc:
-        raise ConfigError([ConfigProblem(source, 0, 0, "pfc", str(exc))]) from None
-    return {doc["switch"]: doc for doc in render_openflow(plan).values()}
+    docs: dict[str, dict[str, Any]] = {}
+    for name, text in rendering.items():
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{name}: not JSON: {exc}") from None
+        if not isinstance(doc, dict) or not {"switch", "dpid", "ports"} <= set(doc):
+            raise ValueError(f"{name}: not an openflow QoS document (needs switch, dpid, ports)")
+        docs[doc["switch"]] = doc
+    return docs
 
 
 def digest(port_doc: dict[str, Any]) -> str:
@@ -258,7 +255,7 @@ class OvsdbQos:
         since it was read (OVSDB ``verify``): a compare-and-set."""
         from ovsdbapp.backend.ovs_idl.command import BaseCommand
 
-        class UpdateIds(BaseCommand):  # type: ignore[misc]
+        class UpdateIds(BaseCommand):
             def run_idl(self, txn: Any) -> None:
                 row = self.api.lookup("Bridge", bridge)
                 new = change(dict(row.external_ids))
@@ -347,10 +344,10 @@ class OvsQosApplier:
 
     Parameters
     ----------
-    fabric
-        The fabric; switches are matched to bridges by datapath id.
     rendering
-        :func:`qos_rendering` output.
+        The ``openflow`` rendering's files, ``{file name: JSON text}``
+        (:func:`controller.render.render_policy`; ``aifabric policy render --target openflow``
+        writes the same files). Switches are matched to bridges by the documents' ``dpid``.
     ovsdb
         OVSDB endpoint (``unix:/var/run/openvswitch/db.sock``, ``tcp:HOST:6640``). The tc part
         needs the interfaces on this host, so a remote OVSDB is only useful for the queues.
@@ -367,18 +364,17 @@ class OvsQosApplier:
         For tests: objects with the :class:`OvsdbQos` / :class:`TcFilters` methods.
     """
 
-    def __init__(self, fabric: Fabric, rendering: dict[str, Any], ovsdb: str, *,
+    def __init__(self, rendering: Mapping[str, str], ovsdb: str, *,
                  poll_s: float = 1.0, stale_after_s: float | None = None,
                  owner: str | None = None, clock: Callable[[], float] = time.time,
                  db: Any = None, tc: Any = None) -> None:
-        self.fabric = fabric
         self.owner = owner or owner_id()
         self.stale_after_s = (stale_after_s if stale_after_s is not None
                               else max(STALE_AFTER_POLLS * poll_s, MIN_STALE_AFTER_S))
         self.clock = clock
         self.claimed: dict[str, str] = {}  # switch -> bridge we hold
         self._yielded_to: dict[str, str] = {}  # switch -> the live owner we logged
-        self.rendering = rendering
+        self.rendering = rendered_documents(rendering)
         self.ovsdb = ovsdb
         self.poll_s = poll_s
         self._db = db
