@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mininet_labs.lab.wait import wait_until
+
 NS_PREFIX = "aifdci-"
 STATE_FILE = Path("/run/aifabric-lab/delay-lines.json")
 ETH_P_ALL = 0x0003
@@ -400,12 +402,19 @@ def start_delay_line(index: int, end_a: str, end_b: str, spec: DelaySpec, mtu_by
                                       stdin=subprocess.DEVNULL, env=env)
         log.close()
         _record(line.popen.pid)
-        deadline = time.monotonic() + 15
-        while not line.stats_path.exists():
-            if line.popen.poll() is not None or time.monotonic() > deadline:
-                tail = (out_dir / f"{name}.log").read_text(errors="replace")[-800:]
-                raise RuntimeError(f"the delay relay of {name} did not start:\n{tail}")
-            time.sleep(0.05)
+        relay = line.popen
+
+        def died() -> str | None:
+            if relay.poll() is None:
+                return None
+            tail = (out_dir / f"{name}.log").read_text(errors="replace")[-800:]
+            return f"the delay relay of {name} did not start:\n{tail}"
+
+        try:
+            wait_until(line.stats_path.exists, 15.0, f"the delay relay of {name}", every_s=0.05,
+                       abort=died)
+        except TimeoutError:
+            raise RuntimeError(died() or f"the delay relay of {name} did not start in 15 s") from None
     except BaseException:
         line.stop()
         raise

@@ -26,6 +26,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from mininet_labs.lab.wait import wait_until
+
 from controller.model.topology import Fabric
 
 LOG = logging.getLogger("aifabric.lab")
@@ -80,20 +82,23 @@ def waiting_lab_lock(notify: Callable[[str], None] | None = None,
     RuntimeError
         Still held by another lab after ``wait_s``.
     """
-    deadline = time.monotonic() + wait_s
-    told = False
-    while True:
-        stack = ExitStack()
+    told: list[str] = []
+    stack = ExitStack()
+
+    def acquired() -> bool:
         try:
             stack.enter_context(lab_lock())
-            break
+            return True
         except RuntimeError as exc:
-            if time.monotonic() > deadline:
-                raise
             if notify is not None and not told:
                 notify(f"waiting for the lab lock: {exc}")
-                told = True
-            time.sleep(5.0)
+            told.append(str(exc))
+            return False
+
+    try:
+        wait_until(acquired, wait_s, "the lab lock", every_s=5.0)
+    except TimeoutError:
+        raise RuntimeError(told[-1] if told else "the lab lock is held") from None
     with stack:
         yield
 
@@ -157,6 +162,10 @@ OUR_CMDLINES = ("mininet:", "mininet_labs.workloads", "run_controller", "aifabri
                 "ping -c")
 
 
+def _ours(pid: int) -> bool:
+    return _alive(pid) and any(k in _cmdline(pid) for k in OUR_CMDLINES)
+
+
 def kill_pid(pid: int, grace_s: float = 3.0, group: bool = False) -> None:
     """SIGTERM ``pid`` (its process group when ``group``), then SIGKILL after ``grace_s``."""
     send = (lambda s: os.killpg(pid, s)) if group else (lambda s: os.kill(pid, s))
@@ -164,15 +173,18 @@ def kill_pid(pid: int, grace_s: float = 3.0, group: bool = False) -> None:
         send(signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         return
-    end = time.monotonic() + grace_s
-    while time.monotonic() < end:
-        if not _alive(pid):
-            return
+    def gone() -> bool:
         try:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
-        time.sleep(0.05)
+        return not _alive(pid)
+
+    try:
+        wait_until(gone, grace_s, f"pid {pid} to exit", every_s=0.05)
+        return
+    except TimeoutError:
+        pass
     try:
         send(signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -205,10 +217,11 @@ def cleanup_leftovers(switch_names: Iterable[str]) -> list[str]:
             removed.append(f"controller pgid {pid}")
     # Mininet's net.stop() hangs up its node shells; give them a moment to go by themselves
     recorded = [p for k in ("workload_pids", "host_pids", "helper_pids") for p in st.get(k, [])]
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and any(
-            _alive(p) and any(k in _cmdline(p) for k in OUR_CMDLINES) for p in recorded):
-        time.sleep(0.05)
+    try:
+        wait_until(lambda: not any(_ours(p) for p in recorded), 2.0,
+                   "Mininet's node shells to exit", every_s=0.05)
+    except TimeoutError:
+        pass
     for kind in ("workload_pids", "host_pids", "helper_pids"):
         for pid in st.get(kind, []):
             if _alive(pid) and any(k in _cmdline(pid) for k in OUR_CMDLINES):
@@ -265,7 +278,7 @@ def remove_orphan_qos(switch_names: Iterable[str]) -> list[str]:
 
 
 # -- building the network ------------------------------------------------------------------------
-def _shaped_intf_class(burst_bytes: int | None = None) -> type:
+def shaped_intf_class(burst_bytes: int | None = None) -> type:
     """The interface class of shaped lab links; ``burst_bytes`` replaces Mininet's HTB burst of
     15k (and sets cburst to the same) when given."""
     from mininet.link import TCIntf
@@ -333,27 +346,32 @@ def socket_rx_buffer_default(nbytes: int) -> Iterator[None]:
         RMEM_DEFAULT.write_text(old)
 
 
-def build_network(fabric: Fabric, controller_port: int, mtu_bytes: int, queue_packets: int,
+def build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
                   htb_burst_bytes: int | None = None) -> Any:
-    """Build and start a Mininet network for ``fabric`` (switches point at 127.0.0.1:port);
-    ``htb_burst_bytes``: see :func:`_shaped_intf_class` (None: Mininet's 15k).
+    """Build and start a Mininet network of Open vSwitch bridges for ``fabric``, with no
+    controller yet (:func:`set_controller` points the bridges at one; until then, in
+    ``fail_mode=secure``, they forward nothing). ``htb_burst_bytes``: see
+    :func:`shaped_intf_class` (None: Mininet's 15k).
+
+    No Mininet controller node is created: Mininet's ``RemoteController.stop()`` does nothing,
+    so its shell outlived ``net.stop()`` and every clean run's teardown had to kill it ("host
+    pid N" in ``teardown_removed``).
 
     Returns the started ``mininet.net.Mininet``. The caller must call :func:`teardown`.
     """
     with socket_rx_buffer_default(OVS_RX_BUFFER_BYTES):
-        return _build_network(fabric, controller_port, mtu_bytes, queue_packets, htb_burst_bytes)
+        return _build_network(fabric, mtu_bytes, queue_packets, htb_burst_bytes)
 
 
-def _build_network(fabric: Fabric, controller_port: int, mtu_bytes: int,
-                   queue_packets: int, htb_burst_bytes: int | None = None) -> Any:
+def _build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
+                   htb_burst_bytes: int | None = None) -> Any:
     from mininet.link import Link
     from mininet.net import Mininet
-    from mininet.node import Host, OVSSwitch, RemoteController
+    from mininet.node import Host, OVSSwitch
 
-    intf_cls = _shaped_intf_class(htb_burst_bytes)
+    intf_cls = shaped_intf_class(htb_burst_bytes)
     net = Mininet(switch=OVSSwitch, host=Host, controller=None, link=Link, build=False,
                   autoSetMacs=False, autoStaticArp=False, waitConnected=False)
-    net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=controller_port)
     for s in fabric.switches:
         net.addSwitch(s.name, dpid=f"{s.dpid:016x}", datapath="user", protocols="OpenFlow13",
                       failMode="secure")
@@ -366,7 +384,7 @@ def _build_network(fabric: Fabric, controller_port: int, mtu_bytes: int,
         net.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port, cls1=intf_cls, cls2=intf_cls,
                     params1=p1, params2=p2)
     net.build()
-    record_pids("host_pids", [n.pid for n in (*net.hosts, *net.switches, *net.controllers)])
+    record_pids("host_pids", [n.pid for n in (*net.hosts, *net.switches)])
     net.start()
     for s in net.switches:
         _sh(["ovs-vsctl", "set", "Bridge", s.name, f"external_ids:{MARK}={fabric.name}"])
@@ -384,14 +402,31 @@ def _build_network(fabric: Fabric, controller_port: int, mtu_bytes: int,
     return net
 
 
-def set_controller(net: Any, port: int) -> None:
-    """Point every switch at ``tcp:127.0.0.1:port`` (one ovs-vsctl transaction)."""
+#: OVS Controller row: the longest wait between reconnection attempts, ms. 1000 is the least
+#: OVS accepts (ovs-vswitchd.conf.db(5), Controller ``max_backoff``; default 8000, which let
+#: switches come back up to 8 s after a restarted controller listened).
+MAX_BACKOFF_MS = 1000
+#: OVS Controller row: idle time before OVS probes the connection, ms (default 5000).
+INACTIVITY_PROBE_MS = 5000
+
+
+def controller_rows(switches: Iterable[str], port: int) -> list[str]:
+    """The ``ovs-vsctl`` arguments (one transaction) that point every bridge of ``switches`` at
+    ``tcp:127.0.0.1:port`` through a new Controller row with :data:`MAX_BACKOFF_MS` and
+    :data:`INACTIVITY_PROBE_MS`, and keep ``fail_mode=secure`` (a bridge without its controller
+    forwards with the entries it has and learns nothing). The one place a lab configures
+    controllers."""
     args: list[str] = []
-    for s in net.switches:
-        args += ["--", "set-controller", s.name, f"tcp:127.0.0.1:{port}"]
-    _sh(["ovs-vsctl", *args], check=True)
-    for s in net.switches:
-        _sh(["ovs-vsctl", "set", "Controller", s.name, "max_backoff=1000"])
+    for i, sw in enumerate(switches):
+        args += ["--", f"--id=@c{i}", "create", "Controller", f"target=\"tcp:127.0.0.1:{port}\"",
+                 f"max_backoff={MAX_BACKOFF_MS}", f"inactivity_probe={INACTIVITY_PROBE_MS}",
+                 "--", "set", "Bridge", sw, f"controller=[@c{i}]", "fail_mode=secure"]
+    return args
+
+
+def set_controller(net: Any, port: int) -> None:
+    """Point every switch of ``net`` at ``tcp:127.0.0.1:port`` (:func:`controller_rows`)."""
+    _sh(["ovs-vsctl", *controller_rows([s.name for s in net.switches], port)], check=True)
 
 
 def clear_switch_state(net: Any) -> None:
@@ -409,7 +444,7 @@ def flush_arp(net: Any) -> None:
 def ping_all(net: Any, fabric: Fabric, timeout_s: float) -> float:
     """Wait until every host reaches every other host; returns the seconds it took.
 
-    Each round pings all pairs concurrently (one ``ping -c1 -W1`` per pair).
+    Each round pings all pairs still missing concurrently (one ``ping -c1 -W1`` per pair).
 
     Raises
     ------
@@ -419,7 +454,8 @@ def ping_all(net: Any, fabric: Fabric, timeout_s: float) -> float:
     t0 = time.monotonic()
     todo = {(a.name, b.name) for a in fabric.hosts for b in fabric.hosts if a.name != b.name}
     hosts = {h.name: h for h in net.hosts}
-    while True:
+
+    def one_round() -> bool:
         procs = []
         for src in sorted({a for a, _ in todo}):
             dsts = [b for a, b in todo if a == src]
@@ -434,16 +470,17 @@ def ping_all(net: Any, fabric: Fabric, timeout_s: float) -> float:
             for d in out.split():
                 todo.discard((src, d))
         forget_pids("helper_pids", [p.pid for _, p in procs])
-        if not todo:
-            return time.monotonic() - t0
-        if time.monotonic() - t0 > timeout_s:
-            pairs = ", ".join(f"{a}->{b}" for a, b in sorted(todo)[:12])
-            more = f" (+{len(todo) - 12} more)" if len(todo) > 12 else ""
-            raise TimeoutError(
-                f"after {timeout_s:.0f}s, {len(todo)} host pair(s) cannot ping: {pairs}{more}; "
-                "see the controller log"
-            )
-        time.sleep(0.5)
+        return not todo
+
+    try:
+        wait_until(one_round, timeout_s, "every host to reach every other", every_s=0.5)
+    except TimeoutError:
+        pairs = ", ".join(f"{a}->{b}" for a, b in sorted(todo)[:12])
+        more = f" (+{len(todo) - 12} more)" if len(todo) > 12 else ""
+        raise TimeoutError(
+            f"after {timeout_s:.0f}s, {len(todo)} host pair(s) cannot ping: {pairs}{more}; "
+            "see the controller log") from None
+    return time.monotonic() - t0
 
 
 def teardown(net: Any | None, switch_names: Iterable[str]) -> list[str]:
