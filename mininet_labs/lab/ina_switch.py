@@ -48,7 +48,7 @@ def bmv2_switch_class() -> type:
     """
     from mininet.node import Switch
 
-    class Bmv2NetnsSwitch(Switch):  # type: ignore[misc]
+    class Bmv2NetnsSwitch(Switch):
         """simple_switch_grpc in the node's namespace (module docstring)."""
 
         def __init__(self, name: str, grpc_socket: Path, device_id: int = 1,

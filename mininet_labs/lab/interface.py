@@ -133,6 +133,10 @@ class Lab:
     def setup(self, ctx: RunContext) -> None:
         """Once, after the network is up (e.g. splice delay lines, program a switch)."""
 
+    def teardown(self, ctx: RunContext) -> None:
+        """Before the network goes (also after an error): stop what :meth:`setup` started, and
+        put what results.json should keep in ``ctx.state["results"]`` (a dict)."""
+
     def cleanup(self) -> list[str]:
         """What the lab's own extras left after a crash (e.g. delay lines); for ``lab cleanup``
         and the runner's teardown."""

@@ -26,9 +26,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from mininet_labs.lab.wait import wait_until
-
 from controller.model.topology import Fabric
+from mininet_labs.lab.wait import wait_until
 
 LOG = logging.getLogger("aifabric.lab")
 MARK = "aifabric-lab"
@@ -285,7 +284,7 @@ def shaped_intf_class(burst_bytes: int | None = None) -> type:
 
     burst = "" if burst_bytes is None else f"burst {int(burst_bytes)} cburst {int(burst_bytes)}"
 
-    class ShapedIntf(TCIntf):  # type: ignore[misc]
+    class ShapedIntf(TCIntf):
         """TCIntf whose queue limit is a pfifo under the HTB class (no netem on this kernel) and
         whose HTB quantum fits a jumbo frame (avoids "quantum is big" warnings). Delay, jitter
         and loss are refused rather than silently ignored.

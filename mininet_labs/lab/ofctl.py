@@ -5,7 +5,8 @@ adds itself. Everything the controller knows (paths, link bytes) is read through
 A flow line of ``ovs-ofctl -O OpenFlow13 dump-flows`` is ``key=value`` fields separated by
 ``, `` up to the match, then ``actions=...`` (ovs-fields(7), ovs-actions(7))::
 
-    cookie=0x1, duration=2.1s, table=0, n_packets=3, n_bytes=180, priority=500,ip,nw_src=10.0.0.1,nw_dst=10.0.0.3 actions=output:3
+    cookie=0x1, duration=2.1s, table=0, n_packets=3, n_bytes=180, priority=500,ip,
+    nw_src=10.0.0.1,nw_dst=10.0.0.3 actions=output:3        (one line)
 """
 
 from __future__ import annotations

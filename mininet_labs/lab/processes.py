@@ -143,6 +143,26 @@ class ControllerSession:
         empty), as the controller has it in force (GetPaths)."""
         return {(f.src, f.dst): tuple(f.hops) for f in self.client.paths(collective).flows}
 
+    def watch(self) -> EventLog:
+        """Its event stream (WatchEvents), read on a thread from now on."""
+        return EventLog(self.client)
+
+    def failure(self, step: str, exc: BaseException) -> str:
+        """One line for a gRPC error (or an unreachable metrics endpoint) met while ``step``:
+        ``controller exited (code -9) while watching events`` when the controller is gone (a
+        failed call can arrive a moment before the dead process can be reaped: waits 1 s),
+        else the call's status code and details."""
+        try:
+            rc: int | None = self.popen.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            rc = None
+        if rc is not None:
+            return f"controller exited (code {rc}) while {step}"
+        code_of, details_of = getattr(exc, "code", None), getattr(exc, "details", None)
+        code = code_of() if callable(code_of) else None
+        details = details_of() if callable(details_of) else str(exc)
+        return f"gRPC error while {step}: {getattr(code, 'name', type(exc).__name__)}: {details}"
+
     def scrape(self) -> str:
         """One Prometheus scrape of its metrics endpoint."""
         import urllib.request
@@ -151,6 +171,48 @@ class ControllerSession:
             raise RuntimeError("this controller was started without telemetry (no metrics)")
         with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
             return str(r.read().decode())
+
+
+class EventLog:
+    """Reads a WatchEvents stream on a thread; every event with its arrival time (s, epoch).
+    The stream ending with an error (other than our own cancel) is kept in ``error``;
+    :meth:`raise_if_failed` re-raises it in the caller's thread."""
+
+    def __init__(self, client: Any) -> None:
+        import threading
+
+        self.call = client.watch()
+        self.events: list[tuple[float, Any]] = []
+        self.error: BaseException | None = None
+        self._closing = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import grpc
+
+        try:
+            for ev in self.call:
+                self.events.append((time.time(), ev))
+        except grpc.RpcError as exc:
+            if not self._closing and exc.code() != grpc.StatusCode.CANCELLED:
+                self.error = exc
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def first(self, kind: str, since: float, **match: str) -> tuple[float, Any] | None:
+        """The first event of ``kind`` that arrived at or after ``since`` with these fields."""
+        for t, ev in list(self.events):
+            if t >= since and ev.kind == kind and all(getattr(ev, k) == v for k, v in match.items()):
+                return t, ev
+        return None
+
+    def close(self) -> None:
+        self._closing = True
+        self.call.cancel()
+        self.thread.join(2)
 
 
 def start_controller(topology: Path, policy: Path, log_path: Path, timeout_s: float,

@@ -112,7 +112,8 @@ class _Network:
 
 
 @contextmanager
-def _network(lab: Lab, exp: Experiment, out: Path, timings: dict[str, Any]) -> Iterator[_Network]:
+def _network(lab: Lab, exp: Experiment, out: Path, timings: dict[str, Any],
+             holder: _Network) -> Iterator[_Network]:
     """The lab's network for the duration of the block, never leaked (also after an error or
     SIGTERM): leftovers of a killed run removed first, always torn down after."""
     import shutil
@@ -123,7 +124,6 @@ def _network(lab: Lab, exp: Experiment, out: Path, timings: dict[str, Any]) -> I
     setLogLevel("error")
     # a BMv2 network has no Open vSwitch bridges: clean up no bridge by name then
     names = [s.name for s in exp.fabric.switches] if lab.network == "ovs" else []
-    holder = _Network()
     if lab.network == "none":
         yield holder
         return
@@ -197,6 +197,53 @@ def _start_variant_controller(lab: Lab, exp: Experiment, variant: Variant, net: 
     return ctl
 
 
+def _run_variants(lab: Lab, exp: Experiment, net: Any, ctx: RunContext, out: Path,
+                  console: Console, variants_out: list[dict[str, Any]],
+                  records: list[dict[str, Any]]) -> None:
+    """Every variant of the lab in order: its controller (started, all hosts reachable), an
+    unrecorded warm-up run, its runs; the controller stopped after (also after an error)."""
+    for variant in lab.variants(exp):
+        vt: dict[str, Any] = {}
+        vrec: dict[str, Any] = {"name": variant.name, "timings": vt}
+        variants_out.append(vrec)
+        ctl = None
+        try:
+            if variant.controller is not None:
+                ctl = _start_variant_controller(lab, exp, variant, net, out,
+                                                console, vt)
+            vctx = RunContext(exp, net, variant, ctl, out / variant.name,
+                              ctx.procs, console, ctx.state)
+            vctx.out.mkdir(parents=True, exist_ok=True)
+            if variant.warmup is not None:
+                t = time.monotonic()
+                lab.run(RunContext(exp, net, variant, ctl, out / "warmup" /
+                                   variant.name, ctx.procs, console, ctx.state),
+                        variant.warmup)
+                vt["warmup_s"] = round(time.monotonic() - t, 2)
+            for key in variant.runs:
+                t = time.monotonic()
+                rec = {"variant": variant.name, **lab.run(vctx, key)}
+                rec.setdefault("wall_s", round(time.monotonic() - t, 2))
+                records.append(rec)
+                if ctl is not None and ctl.exited() is not None:
+                    raise RuntimeError(
+                        f"[{variant.name}] the controller exited (code {ctl.exited()}) "
+                        f"during a run; the run is not valid (log {ctl.log_path})")
+                for item in lab.run_report(exp, rec):
+                    _print(console, item)
+        finally:
+            if ctl is not None:
+                vrec["controller_exit"] = ctl.stop()
+
+
+def _print(console: Console, item: Any) -> None:
+    """A line as it is (no rich markup: ``[fifo]`` is text), a table as a table."""
+    if isinstance(item, str):
+        console.print(item, markup=False)
+    else:
+        console.print(item)
+
+
 def _verdict_line(v: Verdict) -> str:
     return (f"{v.name}: {'yes' if v.held else 'NO'} ({v.detail})"
             + (" [timing-sensitive]" if v.timing_sensitive else ""))
@@ -238,44 +285,29 @@ def run_experiment(experiment_path: str | Path, out_dir: str | Path,
         note = scale_note(exp.scale)
         if note:
             console.print(note, markup=False)
-        with _network(lab, exp, out, timings) as netw:
-            ctx = RunContext(exp, netw.mininet, Variant("setup", None), None, out,
-                             HostProcesses(), console)
-            t = time.monotonic()
-            lab.setup(ctx)
-            timings["setup_s"] = round(time.monotonic() - t, 2)
-            for variant in lab.variants(exp):
-                vt: dict[str, Any] = {}
-                vrec: dict[str, Any] = {"name": variant.name, "timings": vt}
-                variants_out.append(vrec)
-                ctl = None
+        netw = _Network()
+        ctx = RunContext(exp, None, Variant("setup", None), None, out, HostProcesses(), console)
+        try:
+            with _network(lab, exp, out, timings, netw):
+                ctx.net = netw.mininet
                 try:
-                    if variant.controller is not None:
-                        ctl = _start_variant_controller(lab, exp, variant, netw.mininet, out,
-                                                        console, vt)
-                    vctx = RunContext(exp, netw.mininet, variant, ctl, out / variant.name,
-                                      ctx.procs, console, ctx.state)
-                    vctx.out.mkdir(parents=True, exist_ok=True)
-                    if variant.warmup is not None:
-                        t = time.monotonic()
-                        lab.run(RunContext(exp, netw.mininet, variant, ctl, out / "warmup" /
-                                           variant.name, ctx.procs, console, ctx.state),
-                                variant.warmup)
-                        vt["warmup_s"] = round(time.monotonic() - t, 2)
-                    for key in variant.runs:
-                        t = time.monotonic()
-                        rec = {"variant": variant.name, **lab.run(vctx, key)}
-                        rec.setdefault("wall_s", round(time.monotonic() - t, 2))
-                        records.append(rec)
-                        if ctl is not None and ctl.exited() is not None:
-                            raise RuntimeError(
-                                f"[{variant.name}] the controller exited (code {ctl.exited()}) "
-                                f"during a run; the run is not valid (log {ctl.log_path})")
-                        for item in lab.run_report(exp, rec):
-                            console.print(item)
+                    t = time.monotonic()
+                    lab.setup(ctx)
+                    timings["setup_s"] = round(time.monotonic() - t, 2)
+                    _run_variants(lab, exp, netw.mininet, ctx, out, console, variants_out,
+                                  records)
                 finally:
-                    if ctl is not None:
-                        vrec["controller_exit"] = ctl.stop()
+                    lab.teardown(ctx)
+        except RuntimeError as exc:
+            path = out / "results.json"
+            path.write_text(json.dumps({
+                "experiment": {"kind": exp.spec.kind, "name": exp.spec.name,
+                               "file": str(exp.path)},
+                "error": str(exc).splitlines()[0], "variants": variants_out, "runs": records,
+                "setup": ctx.state.get("results", {}), "environment": env,
+                "timings": timings, "teardown_removed": netw.removed}, indent=1, default=str))
+            raise RuntimeError(f"{exc}; the network was torn down (partial results in "
+                               f"{path})") from None
     timings["total_s"] = round(time.monotonic() - t_start, 2)
     env["load_average_end"] = _load_average()
     summary = lab.summarize(exp, records)
@@ -296,6 +328,7 @@ def run_experiment(experiment_path: str | Path, out_dir: str | Path,
                               "timing_sensitive": v.timing_sensitive} for v in verdicts},
         "environment": env,
         "timings": timings,
+        "setup": ctx.state.get("results", {}),
         "teardown_removed": netw.removed,
     }
     results_path = out / "results.json"
@@ -306,7 +339,7 @@ def run_experiment(experiment_path: str | Path, out_dir: str | Path,
     if note:
         console.print(note, markup=False)
     for item in lab.report(exp, records, summary):
-        console.print(item, markup=False) if isinstance(item, str) else console.print(item)
+        _print(console, item)
     for v in verdicts:
         console.print(_verdict_line(v), markup=False)
     console.print(f"load average (1, 5, 15 min) at start {env['load_average_start']}, at end "

@@ -19,8 +19,8 @@ class WaitTimeout(TimeoutError):
     """What :func:`wait_until` raises when the condition did not hold in time."""
 
 
-def wait_until(condition: Callable[[], T], timeout_s: float, what: str, every_s: float = 0.1,
-               abort: Callable[[], str | None] | None = None) -> T:
+def wait_until(condition: Callable[[], T | None], timeout_s: float, what: str,
+               every_s: float = 0.1, abort: Callable[[], str | None] | None = None) -> T:
     """Call ``condition`` every ``every_s`` seconds until it returns a true value; return it.
 
     Parameters

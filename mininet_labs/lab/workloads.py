@@ -30,7 +30,7 @@ from pydantic import Field, field_validator
 
 from controller.policy import Collective
 from mininet_labs.analysis.collectives import ring_bound_bps
-from mininet_labs.analysis.nccl import COLLECTIVES, sweep_entry
+from mininet_labs.analysis.nccl import sweep_entry
 from mininet_labs.lab.collectives import RingRun, finish_ring, start_ring
 from mininet_labs.lab.interface import RunContext
 from mininet_labs.lab.processes import Job
@@ -48,7 +48,7 @@ class TorchAllreduceSpec(StrictModel):
     kind: Literal["torch-allreduce"]
     sizes: Annotated[tuple[int, ...], Field(min_length=1)]
     collectives: Annotated[tuple[Literal["all_reduce", "all_gather", "reduce_scatter"], ...],
-                           Field(min_length=1)] = COLLECTIVES
+                           Field(min_length=1)] = ("all_reduce", "all_gather", "reduce_scatter")
     iters: Annotated[int, Field(ge=1, le=1000)] = 5
     warmup: Annotated[int, Field(ge=0, le=100)] = 1
     register_group: bool = Field(default=True, alias="register")

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -93,7 +93,7 @@ MAX_P4_SWITCHES = 12
 
 class EcmpVsPinned(Lab):
     kind = "ecmp-vs-pinned"
-    spec_model = Spec
+    spec_model: ClassVar[type[Any]] = Spec
     network = "ovs"
     plot_names = ("busbw.png",)
 
