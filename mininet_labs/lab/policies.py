@@ -19,7 +19,7 @@ def policy_variant(text: str, *, mode: str | None = None, keep: Collection[str] 
 
     >>> t = "routing: {mode: pinned}\\ncollectives:\\n- {name: a}\\n- {name: b}\\n"
     >>> print(policy_variant(t, mode="ecmp", keep={"b"}, source="p.yaml"))
-    # p.yaml with routing.mode = ecmp, collectives ['b'] (written by the lab)
+    # p.yaml, changed by the lab: routing.mode = ecmp; only collectives ['b']
     routing: {mode: ecmp}
     collectives:
     - {name: b}
@@ -35,7 +35,7 @@ def policy_variant(text: str, *, mode: str | None = None, keep: Collection[str] 
         what.append(f"routing.mode = {mode}")
     if keep is not None:
         data["collectives"] = [c for c in data.get("collectives", []) if c["name"] in keep]
-        what.append(f"collectives {sorted(keep)}")
+        what.append(f"only collectives {sorted(keep)}")
     gone = [k for k in drop_keys if k in data]
     for k in gone:
         data.pop(k)
@@ -47,6 +47,6 @@ def policy_variant(text: str, *, mode: str | None = None, keep: Collection[str] 
     if gone:
         what.append("without " + ", ".join(gone))
     buf = io.StringIO()
-    buf.write(f"# {source} with {', '.join(what) or 'no change'} (written by the lab)\n")
+    buf.write(f"# {source}, changed by the lab: {'; '.join(what) or 'nothing'}\n")
     yaml.dump(data, buf)
     return buf.getvalue()

@@ -89,6 +89,11 @@ class TorchDdpSpec(StrictModel):
         return sum(a * b + b for a, b in zip(self.layers, self.layers[1:], strict=False))
 
 
+def registers(workload: Any) -> bool:
+    """Whether the workload's ranks register their process group with the controller."""
+    return bool(getattr(workload, "register_group", False))
+
+
 def torch_requirements(workload: Any) -> list[Requirement]:
     """What a workload adds to a lab's requirements (torch for the torch workloads)."""
     return [torch_installed()] if workload.kind.startswith("torch-") else []
@@ -124,7 +129,7 @@ def start_collectives(ctx: RunContext, colls: Sequence[Collective], w: Any, seed
         return [start_ring(ctx, c, seed=seed, nbytes=w.bytes, out_dir=out / c.name, stream=i,
                            chunk_bytes=w.chunk_bytes, dscp=c.dscp) for i, c in enumerate(colls)]
     target = None
-    if w.register_group and ctx.controller is not None and ctx.variant.name == "pinned":
+    if registers(w) and ctx.controller is not None and ctx.variant.name == "pinned":
         target = ctx.state["grpc_bridge"].target
     started = []
     for i, c in enumerate(colls):
@@ -136,6 +141,19 @@ def start_collectives(ctx: RunContext, colls: Sequence[Collective], w: Any, seed
                                         label=f"{c.name} rank {r}", env=env))
         started.append((c, jobs, target is not None))
     return started
+
+
+def unregister(ctx: RunContext, collective: str) -> None:
+    """Take a run's registration back (the next run registers the same host pairs again); a
+    registration that never happened (the run failed first) is no error."""
+    import grpc
+
+    assert ctx.controller is not None
+    try:
+        ctx.controller.client.unregister(collective)
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.NOT_FOUND:
+            raise
 
 
 def finish_collectives(ctx: RunContext, started: list[Any], w: Any) -> list[dict[str, Any]]:
@@ -150,6 +168,8 @@ def finish_collectives(ctx: RunContext, started: list[Any], w: Any) -> list[dict
     all_jobs: list[Job] = [j for _, jobs, _ in started for j in jobs]
     late = ctx.procs.wait_all(all_jobs, w.timeout_s)
     for c, jobs, registered in started:
+        if registered and ctx.controller is not None:
+            unregister(ctx, f"{ctx.exp.spec.name}.{c.name}")
         docs, errs = ctx.procs.reports(jobs)
         errs = [e for e in late if e.startswith(f"{c.name} ")] + errs
         entries.append(sweep_entry(c.name, list(c.ranks), docs, errs,

@@ -29,6 +29,7 @@ bit-identical on every rank and equal between the modes of one seed.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -41,6 +42,7 @@ from controller.yamlsrc import Document
 from mininet_labs.analysis.collectives import TARGET_RATIO, flows_per_link, plot_busbw, run_table
 from mininet_labs.analysis.compare import compare_modes, comparison_table, verdicts_of
 from mininet_labs.lab.counters import PortCounters
+from mininet_labs.lab.grpc_bridge import UnixBridge
 from mininet_labs.lab.interface import ControllerConfig, Lab, RunContext, Variant, Verdict
 from mininet_labs.lab.policies import policy_variant
 from mininet_labs.lab.schema import (
@@ -56,6 +58,7 @@ from mininet_labs.lab.workloads import (
     TorchAllreduceSpec,
     TorchDdpSpec,
     finish_collectives,
+    registers,
     start_collectives,
     torch_requirements,
 )
@@ -122,11 +125,24 @@ class EcmpVsPinned(Lab):
     def requirements(self, exp: Any) -> list[Any]:
         return torch_requirements(exp.spec.workload)
 
+    def setup(self, ctx: RunContext) -> None:
+        if registers(ctx.exp.spec.workload):
+            path = Path(f"/run/aifabric-lab/grpc-{os.getpid()}.sock")
+            ctx.state["grpc_bridge"] = UnixBridge(path).start()
+
+    def teardown(self, ctx: RunContext) -> None:
+        bridge = ctx.state.pop("grpc_bridge", None)
+        if bridge is not None:
+            bridge.stop()
+
     def variants(self, exp: Any) -> list[Variant]:
         s = exp.spec
         out = []
         for mode in s.modes:
-            text = policy_variant(exp.policy_text, mode=mode, source=str(exp.policy_path))
+            # ranks that register their process group bring the collectives themselves
+            keep = set() if mode == "pinned" and registers(s.workload) else None
+            text = policy_variant(exp.policy_text, mode=mode, keep=keep,
+                                  source=str(exp.policy_path))
             cfg = (ControllerConfig(text, southbound="p4runtime") if self.network == "bmv2"
                    else ControllerConfig(text, telemetry=True))
             out.append(Variant(mode, cfg, runs=tuple(s.seeds), warmup=s.seeds[0]))
@@ -139,6 +155,8 @@ class EcmpVsPinned(Lab):
         before_ports = counters.read(counters.switch_ports()) if counters else None
         before = (ctx.controller.link_bytes(after_wall_s=time.time())
                   if counters is None and ctx.controller is not None else None)
+        if "grpc_bridge" in ctx.state and ctx.controller is not None:
+            ctx.state["grpc_bridge"].upstream = ctx.controller.grpc_target
         t0 = time.time()
         started = start_collectives(ctx, exp.policy.collectives, w, seed,
                                     ctx.out / f"seed{seed}")

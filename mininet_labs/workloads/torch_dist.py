@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -68,6 +69,15 @@ def _init(a: argparse.Namespace) -> dict[str, Any]:
                "paths": {f"{f.src}->{f.dst}": list(f.hops) for f in reply.flows},
                "wait_s": round(time.perf_counter() - t0, 3)}
     return reg
+
+
+def _leave() -> None:
+    """Leave together: a last barrier, after which nothing is sent. The process then exits
+    without tearing gloo down (:func:`main` ends with ``os._exit``): ``destroy_process_group``
+    left one rank in three hanging on this machine once its peers were gone."""
+    import torch.distributed as dist
+
+    dist.barrier()
 
 
 def _max_over_ranks(x: float) -> float:
@@ -131,7 +141,7 @@ def sweep(a: argparse.Namespace) -> dict[str, Any]:
                             "busbw_factor": BUSBW_FACTOR[coll](n), "iters": a.iters,
                             "warmup": a.warmup, "correct": ok})
     end = time.time()
-    dist.destroy_process_group()
+    _leave()
     return {"rank": r, "world": n, "kind": "allreduce", "start": start, "end": end,
             "results": results, **reg}
 
@@ -169,8 +179,9 @@ def train(a: argparse.Namespace) -> dict[str, Any]:
     model = DistributedDataParallel(mlp(a.layers), bucket_cap_mb=a.bucket_cap_mb)
     timing: dict[str, list[float]] = {"launch": [], "done": []}
 
-    def timed_allreduce(state: Any, bucket: Any) -> Any:
-        """torch's default all-reduce hook (divide by the world size, then sum), timed."""
+    def timed_allreduce(state, bucket):  # type: ignore[no-untyped-def]
+        """torch's default all-reduce hook (divide by the world size, then sum), timed. No
+        annotations: DDP checks that ``bucket`` is unannotated or ``dist.GradBucket``."""
         timing["launch"].append(time.perf_counter())
         buf = bucket.buffer()
         buf.div_(n)
@@ -208,7 +219,7 @@ def train(a: argparse.Namespace) -> dict[str, Any]:
     for s in steps:  # the slowest rank's all-reduce time per step
         s["allreduce_s_max"] = _max_over_ranks(s["allreduce_s"])
         s["step_s_max"] = _max_over_ranks(s["step_s"])
-    dist.destroy_process_group()
+    _leave()
     return {"rank": r, "world": n, "kind": "ddp", "start": start, "end": end,
             "n_params": n_params, "grad_bytes": n_params * 4, "steps": steps,
             "weights_digest": digest, "digests_equal": len(set(digests)) == 1,
@@ -256,4 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # see _leave: no gloo teardown at interpreter exit
