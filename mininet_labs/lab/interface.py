@@ -111,8 +111,13 @@ class Lab:
     # -- loading (no root, nothing started) ----------------------------------------------------
     def load(self, doc: Document) -> Experiment:
         """Validate the document and load what it names (raises ConfigError, located)."""
-        exp = load_fabric_experiment(doc, self.spec_model, shaped=self.network in ("ovs", "bmv2"))
+        exp = load_fabric_experiment(doc, self.spec_model, shaped=self.network in ("ovs", "bmv2"),
+                                     check_fabric=self.check_fabric)
         return self.prepare(doc, exp)
+
+    def check_fabric(self, doc: Document, fabric: Any) -> None:
+        """What the lab needs of the topology, checked before the policy is read (raises
+        ConfigError located in ``doc``)."""
 
     def prepare(self, doc: Document, exp: Experiment) -> Experiment:
         """Cross-checks and derived values (raises ConfigError located in ``doc``)."""

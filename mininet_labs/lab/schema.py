@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -290,10 +291,15 @@ def load_policy_for(doc: Document, spec: Any, fabric: Fabric, original_fabric_pa
                                       fabric), text
 
 
-def load_fabric_experiment(doc: Document, model: type[Any], shaped: bool = True) -> Experiment:
-    """Validate a :class:`FabricExperimentSpec` document and load its topology and policy."""
+def load_fabric_experiment(doc: Document, model: type[Any], shaped: bool = True,
+                           check_fabric: Callable[[Document, Fabric], None] | None = None
+                           ) -> Experiment:
+    """Validate a :class:`FabricExperimentSpec` document and load its topology and policy
+    (``check_fabric``: the lab's checks of the topology, before the policy is read)."""
     spec = validate_spec(model, doc)
     topo_path, fabric, topo_text = load_fabric(doc, spec, shaped)
+    if check_fabric is not None:
+        check_fabric(doc, fabric)
     pol_path, policy, pol_text = load_policy_for(doc, spec, fabric, topo_path)
     return Experiment(spec=spec, path=Path(doc.file), fabric=fabric, topology_path=topo_path,
                       policy_path=pol_path, policy=policy, topology_text=topo_text,

@@ -192,9 +192,7 @@ class CrossDc(Lab):
     spec_model = Spec
     plot_names = ("cross_dc.png",)
 
-    def prepare(self, doc: Document, exp: Experiment) -> CrossDcExperiment:
-        spec, fabric, policy = exp.spec, exp.fabric, exp.policy
-        assert policy is not None
+    def check_fabric(self, doc: Document, fabric: Any) -> None:
         if not fabric.wan_links:
             raise ConfigError([doc.problem(("topology",), f"{fabric.name} has no wan_links (use "
                                                           "kind: multi-site)")])
@@ -206,6 +204,10 @@ class CrossDc(Lab):
             raise ConfigError([doc.problem(("topology",), f"interface names longer than 15 "
                                                           f"characters: {', '.join(too_long)}; "
                                                           "use shorter site names")])
+
+    def prepare(self, doc: Document, exp: Experiment) -> CrossDcExperiment:
+        spec, fabric, policy = exp.spec, exp.fabric, exp.policy
+        assert policy is not None
         names = [c.name for c in policy.collectives]
         cname = spec.collective or (names[0] if len(names) == 1 else None)
         coll = next((c for c in policy.collectives if c.name == cname), None)

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Discriminator, Field, Tag, field_validator
 
 from controller.errors import ConfigError
 from controller.units import format_rate
@@ -63,8 +63,21 @@ from mininet_labs.lab.workloads import (
     torch_requirements,
 )
 
-Workload = Annotated[RingWorkloadSpec | TorchAllreduceSpec | TorchDdpSpec,
-                     Field(discriminator="kind")]
+
+def _workload_tag(v: Any) -> str | None:
+    """The union tag of a workload: ``kind[<its kind>]`` (a tag with ``[`` is how
+    :mod:`controller.yamlsrc` knows to leave it out of an error's YAML path)."""
+    kind = v.get("kind") if isinstance(v, dict) else getattr(v, "kind", None)
+    return f"kind[{kind}]" if kind in WORKLOADS else None
+
+
+WORKLOADS = ("ring-allreduce", "torch-allreduce", "torch-ddp")
+Workload = Annotated[
+    Annotated[RingWorkloadSpec, Tag("kind[ring-allreduce]")]
+    | Annotated[TorchAllreduceSpec, Tag("kind[torch-allreduce]")]
+    | Annotated[TorchDdpSpec, Tag("kind[torch-ddp]")],
+    Discriminator(_workload_tag, custom_error_type="workload_kind",
+                  custom_error_message=f"kind must be one of {', '.join(WORKLOADS)}")]
 
 
 class Spec(FabricExperimentSpec):
