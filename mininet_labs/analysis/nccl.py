@@ -47,7 +47,8 @@ def bandwidths(size_bytes: int, time_s: float, collective: str, n: int) -> tuple
 def _failed(name: str, hosts: list[str], bound_bps: int, errors: list[str], kind: str,
             registered: bool) -> dict[str, Any]:
     return {"collective": name, "hosts": hosts, "ranks": len(hosts), "workload": kind,
-            "registered": registered, "bound_bps": bound_bps, "cct_s": None, "busbw_bps": None,
+            "registered": registered, "bound_bps": bound_bps, "cct_s": None, "algbw_bps": None,
+            "busbw_bps": None,
             "busbw_over_bound": None, "flow_bytes": None, "correct": False, "errors": errors}
 
 
@@ -94,18 +95,18 @@ def sweep_entry(name: str, hosts: list[str], docs: Sequence[dict[str, Any]],
         head = max(pick, key=lambda r: r["size_bytes"])
         return {**base, "sweep": rows, "headline": f"{head['collective']} "
                 f"{head['size_bytes']} B", "bytes": head["size_bytes"], "cct_s": head["time_s"],
-                "busbw_bps": head["busbw_bps"], "busbw_over_bound": head["busbw_over_bound"],
+                "algbw_bps": head["algbw_bps"], "busbw_bps": head["busbw_bps"], "busbw_over_bound": head["busbw_over_bound"],
                 "flow_bytes": flow, "correct": reg_ok and all(r["correct"] for r in rows)}
     steps = [{"step": i, "step_s": s["step_s_max"], "allreduce_s": s["allreduce_s_max"],
               "loss": s["loss"]} for i, s in enumerate(docs[0]["steps"])]
     grad = int(docs[0]["grad_bytes"])
     timed = steps[1:] or steps
     t = mean(s["allreduce_s"] for s in timed)
-    _, busbw = bandwidths(grad, t, "all_reduce", n)
+    algbw, busbw = bandwidths(grad, t, "all_reduce", n)
     digests = {d["weights_digest"] for d in docs}
     return {**base, "steps": steps, "n_params": docs[0]["n_params"], "bytes": grad,
             "cct_s": t, "step_s_mean": mean(s["step_s"] for s in timed),
-            "busbw_bps": round(busbw), "busbw_over_bound": round(busbw / bound_bps, 4),
+            "algbw_bps": round(algbw), "busbw_bps": round(busbw), "busbw_over_bound": round(busbw / bound_bps, 4),
             "flow_bytes": len(steps) * grad * busbw_factor("all_reduce", n),
             "weights_digest": digests.pop() if len(digests) == 1 else None,
             "weights_identical_across_ranks": len({d["weights_digest"] for d in docs}) == 1,
