@@ -248,3 +248,29 @@ def test_lab_check_refuses_an_invalid_file(write, capsys):
 def test_ring_bound_is_slowest_link():
     fab = load_topology(TOPO)
     assert ring_bound_bps(fab, load_policy(POLICY, fab).collectives[0]) == 15_000_000
+
+
+def test_the_documented_minimal_lab_loads_and_plans_its_variants(tmp_path, monkeypatch):
+    """mininet_labs/README.md's "Writing a lab" example, as written, is a working lab."""
+    import re
+    import sys
+    import types
+
+    from mininet_labs.lab import kinds
+
+    text = (ROOT / "mininet_labs" / "README.md").read_text()
+    py, yml = re.findall(r"```python\n(.*?)```", text, re.S)[0], \
+        re.findall(r"```yaml\n(.*?)```", text, re.S)[0]
+    mod = types.ModuleType("one_ring_example")
+    exec(compile(py, "README.md", "exec"), mod.__dict__)  # noqa: S102 - our own documentation
+    monkeypatch.setitem(sys.modules, "one_ring_example", mod)
+    monkeypatch.setitem(kinds.KINDS, "one-ring", "one_ring_example:LAB")
+    f = tmp_path / "one_ring.yaml"
+    f.write_text(yml.replace("../topologies/", f"{TOPO.parent}/")
+                 .replace("../../policies/", f"{POLICY.parent}/"))
+    lab, exp = load(f)
+    assert lab.kind == "one-ring" and exp.spec.workload.bytes == 4_000_000
+    assert [v.name for v in lab.variants(exp)] == ["ecmp", "pinned"]
+    rec = [{"ring": {"correct": True}}, {"ring": {"correct": False}}]
+    (v,) = lab.verdicts(exp, rec, {})
+    assert not v.held and v.detail == "1 of 2 rings correct"

@@ -95,7 +95,8 @@ def sweep_entry(name: str, hosts: list[str], docs: Sequence[dict[str, Any]],
         head = max(pick, key=lambda r: r["size_bytes"])
         return {**base, "sweep": rows, "headline": f"{head['collective']} "
                 f"{head['size_bytes']} B", "bytes": head["size_bytes"], "cct_s": head["time_s"],
-                "algbw_bps": head["algbw_bps"], "busbw_bps": head["busbw_bps"], "busbw_over_bound": head["busbw_over_bound"],
+                "algbw_bps": head["algbw_bps"], "busbw_bps": head["busbw_bps"],
+                "busbw_over_bound": head["busbw_over_bound"],
                 "flow_bytes": flow, "correct": reg_ok and all(r["correct"] for r in rows)}
     steps = [{"step": i, "step_s": s["step_s_max"], "allreduce_s": s["allreduce_s_max"],
               "loss": s["loss"]} for i, s in enumerate(docs[0]["steps"])]
@@ -106,7 +107,8 @@ def sweep_entry(name: str, hosts: list[str], docs: Sequence[dict[str, Any]],
     digests = {d["weights_digest"] for d in docs}
     return {**base, "steps": steps, "n_params": docs[0]["n_params"], "bytes": grad,
             "cct_s": t, "step_s_mean": mean(s["step_s"] for s in timed),
-            "algbw_bps": round(algbw), "busbw_bps": round(busbw), "busbw_over_bound": round(busbw / bound_bps, 4),
+            "algbw_bps": round(algbw), "busbw_bps": round(busbw),
+            "busbw_over_bound": round(busbw / bound_bps, 4),
             "flow_bytes": len(steps) * grad * busbw_factor("all_reduce", n),
             "weights_digest": digests.pop() if len(digests) == 1 else None,
             "weights_identical_across_ranks": len({d["weights_digest"] for d in docs}) == 1,

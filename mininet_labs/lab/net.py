@@ -157,6 +157,7 @@ def _cmdline(pid: int) -> str:
 
 
 OUR_CMDLINES = ("mininet:", "mininet_labs.workloads", "run_controller", "aifabric controller",
+                "controller.cli p4 controller", "iperf3 -",
                 "controller.cli controller", "mininet_labs.lab.delay",
                 "ping -c")
 
