@@ -153,7 +153,7 @@ class EcmpVsPinned(Lab):
         out = []
         for mode in s.modes:
             # ranks that register their process group bring the collectives themselves
-            keep = set() if mode == "pinned" and registers(s.workload) else None
+            keep: set[str] | None = set() if mode == "pinned" and registers(s.workload) else None
             text = policy_variant(exp.policy_text, mode=mode, keep=keep,
                                   source=str(exp.policy_path))
             cfg = (ControllerConfig(text, southbound="p4runtime") if self.network == "bmv2"

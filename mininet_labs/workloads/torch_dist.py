@@ -179,7 +179,7 @@ def train(a: argparse.Namespace) -> dict[str, Any]:
     model = DistributedDataParallel(mlp(a.layers), bucket_cap_mb=a.bucket_cap_mb)
     timing: dict[str, list[float]] = {"launch": [], "done": []}
 
-    def timed_allreduce(state, bucket):  # type: ignore[no-untyped-def]
+    def timed_allreduce(state, bucket):
         """torch's default all-reduce hook (divide by the world size, then sum), timed. No
         annotations: DDP checks that ``bucket`` is unannotated or ``dist.GradBucket``."""
         timing["launch"].append(time.perf_counter())
