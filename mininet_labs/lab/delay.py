@@ -253,16 +253,11 @@ def bytes_in_window(stats: dict[str, Any], direction: str, start: float, end: fl
                     dscps: set[int] | None = None) -> float:
     """Bytes delivered in ``direction`` between ``start`` and ``end`` (s since the epoch) by
     frames whose DSCP is in ``dscps`` (None: all frames), bins cut pro rata at the window's edges."""
-    w = float(stats["bin_s"])
-    total = 0.0
-    for dscp, rows in stats["bins"].get(direction, {}).items():
-        if dscps is not None and (dscp == "non-ip" or int(dscp) not in dscps):
-            continue
-        for t0, nbytes, _ in rows:
-            overlap = min(end, t0 + w) - max(start, t0)
-            if overlap > 0:
-                total += nbytes * overlap / w
-    return total
+    from mininet_labs.analysis.series import binned_in_window
+
+    return sum(binned_in_window(rows, float(stats["bin_s"]), start, end)
+               for dscp, rows in stats["bins"].get(direction, {}).items()
+               if dscps is None or (dscp != "non-ip" and int(dscp) in dscps))
 
 
 # -- building a delay line (root) ---------------------------------------------------------------
