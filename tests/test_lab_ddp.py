@@ -46,7 +46,9 @@ def test_ddp_lab_registers_pins_and_keeps_the_math(tmp_path):
         reg = c["registration"]
         assert c["registered"] and reg["in_force"], c
         assert reg["collective"] == f"ddp-ecmp-vs-pinned.{c['collective']}"
-        assert len(reg["paths"]) == 4  # rank i -> rank i+1 of a 4-rank ring, by host pair
+        # the ring in the direction gloo sends (rank i -> rank i-1), by host pair
+        hosts = c["hosts"]
+        assert sorted(reg["paths"]) == sorted(f"{hosts[i]}->{hosts[i - 1]}" for i in range(4))
     for c in ecmp["collectives"]:
         assert not c["registered"]  # the controller refuses registrations under ECMP
     assert pinned["max_flows_per_fabric_link"] < 1.5, pinned["fabric_link_load_flows"]

@@ -14,9 +14,10 @@ group with the controller through the northbound client
 (:func:`controller.northbound.client.register_process_group`) and trains only once the pinned
 entries are in force. The hosts reach the controller's gRPC port, which listens on 127.0.0.1 of
 the root namespace, through a Unix socket (:mod:`mininet_labs.lab.grpc_bridge`: namespaces share
-the file system). gloo listens on ephemeral ports, so pinned entries match host pairs (IPv4
-source and destination), not ports; and under ECMP each run hashes differently, whatever the
-seed.
+the file system). gloo's ring all-reduce sends rank i → rank i − 1, so that is the ring the
+ranks register (:func:`mininet_labs.workloads.torch_dist.gloo_ring_order`). gloo listens on
+ephemeral ports, so pinned entries match host pairs (IPv4 source and destination), not ports;
+and under ECMP each run hashes differently, whatever the seed.
 """
 
 from __future__ import annotations

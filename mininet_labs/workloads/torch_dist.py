@@ -25,8 +25,10 @@ Both read ``MASTER_ADDR``/``MASTER_PORT`` (rank 0's host; TCP store) and gloo re
 ``GLOO_SOCKET_IFNAME`` from the environment. ``--register HOST:PORT|unix:PATH --job J --name C``:
 before the first collective every rank calls
 :func:`controller.northbound.client.register_process_group`, so the controller pins the ring's
-flows (rank i → rank i+1, by host address: gloo's ports are ephemeral) and every rank waits
-until they are in force. The report (``--out``) is JSON; on failure ``{"rank", "error"}``.
+flows in the direction gloo sends (:func:`gloo_ring_order`), by host address (gloo's ports are
+ephemeral), and every rank waits until they are in force. DDP starts without its initial
+broadcast of the weights (``init_sync=False``): every rank builds the same weights from the seed.
+The report (``--out``) is JSON; on failure ``{"rank", "error"}``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,30 @@ BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n,
                 "reduce_scatter": lambda n: (n - 1) / n}
 
 
+def gloo_ring_order(ranks: Sequence[str]) -> list[str]:
+    """The ranks in the order gloo's ring all-reduce sends: rank i sends to rank i − 1 (measured
+    on the lab fabric: with rank i → i + 1 pinned, the pinned flows carried ~1 % of the data and
+    the reverse ones the rest), so the ring to pin is r0 → r(n−1) → … → r1 → r0.
+
+    >>> gloo_ring_order(["h1", "h3", "h5", "h7"])
+    ['h1', 'h7', 'h5', 'h3']
+    """
+    return [ranks[0], *reversed(ranks[1:])]
+
+
+def gloo_ring_client(target: str) -> Any:
+    """A :class:`~controller.northbound.client.FabricClient` for ``target`` whose ``register``
+    pins the ring in gloo's direction (:func:`gloo_ring_order`): ``register_process_group``
+    hands it the ranks in process-group order, rank i → rank i + 1."""
+    from controller.northbound.client import FabricClient
+
+    class GlooRingClient(FabricClient):
+        def register(self, job: str, name: str, ranks: Sequence[str], **kwargs: Any) -> Any:
+            return super().register(job, name, gloo_ring_order(list(ranks)), **kwargs)
+
+    return GlooRingClient(target, timeout_s=60.0)
+
+
 def _init(a: argparse.Namespace) -> dict[str, Any]:
     """Join the process group; register it with the controller when asked."""
     import torch
@@ -58,10 +84,10 @@ def _init(a: argparse.Namespace) -> dict[str, Any]:
                             timeout=timedelta(seconds=a.timeout_s))
     reg: dict[str, Any] = {"registered": False}
     if a.register:
-        from controller.northbound.client import FabricClient, register_process_group
+        from controller.northbound.client import register_process_group
 
         t0 = time.perf_counter()
-        with FabricClient(a.register, timeout_s=60.0) as fabric:
+        with gloo_ring_client(a.register) as fabric:
             reply = register_process_group(fabric, job=a.job, name=a.name, address=a.address)
         reg = {"registered": True, "collective": reply.collective,
                "in_force": reply.confirmation.in_force,
@@ -175,8 +201,9 @@ def train(a: argparse.Namespace) -> dict[str, Any]:
 
     reg = _init(a)
     n, r = a.world, a.rank
-    torch.manual_seed(a.seed)  # the same initial weights on every rank
-    model = DistributedDataParallel(mlp(a.layers), bucket_cap_mb=a.bucket_cap_mb)
+    torch.manual_seed(a.seed)  # the same initial weights on every rank: no broadcast needed
+    model = DistributedDataParallel(mlp(a.layers), bucket_cap_mb=a.bucket_cap_mb,
+                                    init_sync=False, broadcast_buffers=False)
     timing: dict[str, list[float]] = {"launch": [], "done": []}
 
     def timed_allreduce(state, bucket):
