@@ -1,22 +1,9 @@
 """The experiment interface: what a lab module gives the one runner (:mod:`mininet_labs.lab.runner`).
 
-A lab is a :class:`Lab` subclass holding only what is special about it::
-
-    class MyLab(Lab):
-        kind = "my-lab"                       # the experiment file's ``kind``
-        spec_model = MySpec                   # a FabricExperimentSpec subclass (pydantic)
-        network = "ovs"                       # "ovs", "bmv2", "bmv2-star" or "none"
-
-        def variants(self, exp):              # what to run, in order
-            return [Variant("ecmp", ControllerConfig(policy_variant(exp, mode="ecmp")),
-                            runs=(1, 2, 3))]
-
-        def run(self, ctx, key):              # one run on the live network -> its record
-            ring = start_ring(ctx, exp.policy.collectives[0], seed=key, ...)
-            return {"seed": key, "collective": finish_ring(ctx, ring)}
-
-        def verdicts(self, exp, records):     # pure: records -> Verdicts
-            return [Verdict("all_correct", all(...), "4 of 4 rings correct")]
+A lab is a :class:`Lab` subclass holding only what is special about it: its schema
+(``spec_model``), its network (``network``), its variants (each with the controller it runs
+under and the keys of its runs), one run on the live network (:meth:`Lab.run`), and its
+verdicts from the run records (pure). ``mininet_labs/README.md`` has a complete minimal lab.
 
 The runner does the rest, the same way for every lab: lock → requirements → network →
 variants (per variant: controller started and all hosts reachable, then every run) → results
