@@ -154,7 +154,7 @@ def unregister(ctx: RunContext, collective: str) -> None:
         ctx.controller.client.unregister(collective)
     except grpc.RpcError as exc:
         if exc.code() != grpc.StatusCode.NOT_FOUND:
-            raise
+            raise RuntimeError(ctx.controller.failure(f"unregistering {collective}", exc)) from None
 
 
 def finish_collectives(ctx: RunContext, started: list[Any], w: Any) -> list[dict[str, Any]]:
@@ -173,6 +173,8 @@ def finish_collectives(ctx: RunContext, started: list[Any], w: Any) -> list[dict
             unregister(ctx, f"{ctx.exp.spec.name}.{c.name}")
         docs, errs = ctx.procs.reports(jobs)
         errs = [e for e in late if e.startswith(f"{c.name} ")] + errs
+        errs += [f"{j.label} exited with code {j.popen.returncode}" for j in jobs
+                 if j.popen.returncode not in (0, 1)]  # 1: the report says why
         entries.append(sweep_entry(c.name, list(c.ranks), docs, errs,
                                    ring_bound_bps(ctx.exp.fabric, c), w.kind, registered))
     return entries
