@@ -67,7 +67,7 @@ def _running_lab(tmp_path: Path) -> Iterator[tuple[Any, Any, Path]]:
     net = ctl = None
     log = tmp_path / "controller.log"
     try:
-        with labnet.lab_lock():
+        with labnet.waiting_lab_lock():  # another lab on this machine: wait for it
             labnet.cleanup_leftovers(names)
             net = labnet.build_network(fabric, 9000, 20)
             ctl = start_controller(TOPO, POLICY, log, 30)
