@@ -66,18 +66,20 @@ def _running_lab(tmp_path: Path) -> Iterator[tuple[Any, Any, Path]]:
     names = [s.name for s in fabric.switches]
     net = ctl = None
     log = tmp_path / "controller.log"
-    try:
-        with labnet.waiting_lab_lock():  # another lab on this machine: wait for it
+    # everything, teardown included, inside the lock: a teardown while another lab holds it
+    # would kill that lab's recorded processes (the state file is machine-wide)
+    with labnet.waiting_lab_lock():  # another lab on this machine: wait for it
+        try:
             labnet.cleanup_leftovers(names)
             net = labnet.build_network(fabric, 9000, 20)
             ctl = start_controller(TOPO, POLICY, log, 30)
             labnet.set_controller(net, ctl.port)
             labnet.ping_all(net, fabric, 30)
             yield fabric, net, log
-    finally:
-        if ctl is not None:
-            assert ctl.stop() == 0
-        labnet.teardown(net, names)
+        finally:
+            rc = ctl.stop() if ctl is not None else 0
+            labnet.teardown(net, names)
+    assert rc == 0
     assert _our_processes() == []
 
 

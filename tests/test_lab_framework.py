@@ -274,3 +274,20 @@ def test_the_documented_minimal_lab_loads_and_plans_its_variants(tmp_path, monke
     rec = [{"ring": {"correct": True}}, {"ring": {"correct": False}}]
     (v,) = lab.verdicts(exp, rec, {})
     assert not v.held and v.detail == "1 of 2 rings correct"
+
+
+def test_no_clean_up_without_the_lab_lock(tmp_path, monkeypatch):
+    """The state file is machine-wide: cleaning up without the lock would kill the processes of
+    the lab that holds it."""
+    from mininet_labs.lab import net
+
+    monkeypatch.setattr(net, "LOCK_FILE", tmp_path / "lock")
+    monkeypatch.setattr(net, "STATE_FILE", tmp_path / "state.json")
+    net.save_state({"workload_pids": [999999]})
+    with pytest.raises(RuntimeError, match="needs the lab lock"):
+        net.cleanup_leftovers([])
+    assert net.teardown(None, []) == []  # and leaves the recorded pids alone
+    assert net.load_state() == {"workload_pids": [999999]}
+    with net.lab_lock():
+        assert net.cleanup_leftovers([]) == []  # pid 999999 is gone: nothing to kill
+    assert net.load_state() == {}

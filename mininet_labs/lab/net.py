@@ -33,6 +33,7 @@ LOG = logging.getLogger("aifabric.lab")
 MARK = "aifabric-lab"
 STATE_FILE = Path("/run/aifabric-lab/state.json")
 LOCK_FILE = Path("/run/aifabric-lab/lock")
+_held = False  # whether this process holds the lab lock (see cleanup_leftovers)
 
 
 @contextmanager
@@ -62,9 +63,12 @@ def lab_lock() -> Iterator[None]:
         fh.truncate()
         fh.write(str(os.getpid()))
         fh.flush()
+        global _held
+        _held = True
         try:
             yield
         finally:
+            _held = False
             fh.seek(0)
             fh.truncate()
             fcntl.flock(fh, fcntl.LOCK_UN)
@@ -208,7 +212,18 @@ def our_bridges(switch_names: Iterable[str]) -> list[str]:
 
 def cleanup_leftovers(switch_names: Iterable[str]) -> list[str]:
     """Remove what an earlier, crashed run of ours left: recorded processes, our bridges and
-    their userspace tap devices, and our veths. Returns what was removed (for the log)."""
+    their userspace tap devices, and our veths. Returns what was removed (for the log).
+
+    Raises
+    ------
+    RuntimeError
+        This process does not hold the lab lock: the state file is machine-wide, so a clean-up
+        without the lock would kill the processes of the lab that holds it (a test whose
+        ``finally`` tore down after failing to take the lock once killed another lab's
+        controller, ranks and Mininet shells).
+    """
+    if not _held:
+        raise RuntimeError("cleanup_leftovers needs the lab lock (lab_lock / waiting_lab_lock)")
     removed: list[str] = []
     st = load_state()
     for pid in st.get("controller_pgids", []):
@@ -491,6 +506,9 @@ def teardown(net: Any | None, switch_names: Iterable[str]) -> list[str]:
             net.stop()
         except Exception as exc:  # noqa: BLE001 - teardown must go on
             LOG.warning("net.stop() failed: %s", exc)
+    if not _held:  # never clean up another lab's recorded processes
+        LOG.warning("teardown without the lab lock: recorded processes left alone")
+        return leftovers
     try:
         leftovers = cleanup_leftovers(switch_names)
     except Exception as exc:  # noqa: BLE001
