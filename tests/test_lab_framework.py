@@ -279,15 +279,21 @@ def test_the_documented_minimal_lab_loads_and_plans_its_variants(tmp_path, monke
 def test_no_clean_up_without_the_lab_lock(tmp_path, monkeypatch):
     """The state file is machine-wide: cleaning up without the lock would kill the processes of
     the lab that holds it."""
+    import os
+
     from mininet_labs.lab import net
 
     monkeypatch.setattr(net, "LOCK_FILE", tmp_path / "lock")
-    monkeypatch.setattr(net, "STATE_FILE", tmp_path / "state.json")
+    monkeypatch.setattr(net, "STATE_DIR", tmp_path)
     net.save_state({"workload_pids": [999999]})
     with pytest.raises(RuntimeError, match="needs the lab lock"):
         net.cleanup_leftovers([])
     assert net.teardown(None, []) == []  # and leaves the recorded pids alone
     assert net.load_state() == {"workload_pids": [999999]}
+    # another lab process's state (alive: this test's parent) is never touched; a dead one's is
+    (tmp_path / f"state-{os.getppid()}.json").write_text('{"workload_pids": [999998]}')
+    (tmp_path / "state-999997.json").write_text('{"workload_pids": [999996]}')
     with net.lab_lock():
-        assert net.cleanup_leftovers([]) == []  # pid 999999 is gone: nothing to kill
+        assert net.cleanup_leftovers([]) == []  # the recorded pids are gone: nothing to kill
     assert net.load_state() == {}
+    assert sorted(p.name for p in tmp_path.glob("state-*.json")) == [f"state-{os.getppid()}.json"]

@@ -10,7 +10,8 @@
 
 Teardown never uses ``mn -c``: it deletes only the bridges it created (they carry the
 ``external_ids:aifabric-lab`` mark, and have this fabric's switch names) and kills only processes
-whose ids it recorded in the state file :data:`STATE_FILE`.
+whose ids it recorded in its state file (:func:`state_file`: one per lab process, so a clean-up
+only ever sees the processes of its own run or of runs whose process is gone).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mininet_labs.lab.wait import wait_until
 
 LOG = logging.getLogger("aifabric.lab")
 MARK = "aifabric-lab"
-STATE_FILE = Path("/run/aifabric-lab/state.json")
+STATE_DIR = Path("/run/aifabric-lab")
 LOCK_FILE = Path("/run/aifabric-lab/lock")
 _held = False  # whether this process holds the lab lock (see cleanup_leftovers)
 
@@ -114,18 +115,37 @@ def _sh(cmd: Sequence[str], check: bool = False, timeout: float = 30) -> subproc
 
 
 # -- state of a run, so a later run can clean up after a crash ---------------------------------
-def load_state() -> dict[str, Any]:
+def state_file(pid: int | None = None) -> Path:
+    """The state file of the lab process ``pid`` (default: this one): the pids it started."""
+    return STATE_DIR / f"state-{pid or os.getpid()}.json"
+
+
+def load_state(path: Path | None = None) -> dict[str, Any]:
     try:
-        return json.loads(STATE_FILE.read_text())
+        return dict(json.loads((path or state_file()).read_text()))
     except (OSError, ValueError):
         return {}
 
 
 def save_state(state: dict[str, Any]) -> None:
-    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
-    tmp = STATE_FILE.with_suffix(".tmp")
+    path = state_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not state:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state))
-    tmp.replace(STATE_FILE)
+    tmp.replace(path)
+
+
+def _states_to_clean() -> list[Path]:
+    """This process's state file and those of lab processes that are gone (a killed run's)."""
+    out = []
+    for path in sorted(STATE_DIR.glob("state-*.json")):
+        owner = path.stem.removeprefix("state-")
+        if owner.isdigit() and (int(owner) == os.getpid() or not _alive(int(owner))):
+            out.append(path)
+    return out
 
 
 def record_pids(kind: str, pids: Iterable[int]) -> None:
@@ -225,7 +245,11 @@ def cleanup_leftovers(switch_names: Iterable[str]) -> list[str]:
     if not _held:
         raise RuntimeError("cleanup_leftovers needs the lab lock (lab_lock / waiting_lab_lock)")
     removed: list[str] = []
-    st = load_state()
+    files = _states_to_clean()
+    st: dict[str, list[int]] = {}
+    for path in files:
+        for kind, pids in load_state(path).items():
+            st.setdefault(kind, []).extend(pids)
     for pid in st.get("controller_pgids", []):
         if _alive(pid) and any(k in _cmdline(pid) for k in OUR_CMDLINES):
             kill_pid(pid, group=True)
@@ -258,7 +282,8 @@ def cleanup_leftovers(switch_names: Iterable[str]) -> list[str]:
             _sh(["ip", "link", "del", dev])
             removed.append(f"link {dev}")
     removed += remove_orphan_qos(names)
-    save_state({})
+    for path in files:
+        path.unlink(missing_ok=True)
     return removed
 
 
