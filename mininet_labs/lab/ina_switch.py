@@ -94,6 +94,9 @@ def bmv2_switch_class() -> type:
             self.proc = self.popen(["nice", "-n", "5", *cmd], stdout=subprocess.DEVNULL,
                                    stderr=err, stdin=subprocess.DEVNULL)
             err.close()
+            from mininet_labs.lab.net import record_pids
+
+            record_pids("helper_pids", [self.proc.pid])  # so a crashed run's clean-up stops it
             def died() -> str | None:
                 if self.proc is not None and self.proc.poll() is not None:
                     tail = (self.log_dir / f"{self.name}.err").read_text(errors="replace")[-2000:]

@@ -181,7 +181,7 @@ def _cmdline(pid: int) -> str:
 
 
 OUR_CMDLINES = ("mininet:", "mininet_labs.workloads", "run_controller", "aifabric controller",
-                "controller.cli p4 controller", "iperf3 -",
+                "controller.cli p4 controller", "iperf3 -", "simple_switch_grpc",
                 "controller.cli controller", "mininet_labs.lab.delay",
                 "ping -c")
 
