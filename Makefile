@@ -28,14 +28,18 @@ debs:
 	else echo "Debian packages: all present"; fi
 
 # A virtual environment that sees Debian's Mininet (pure Python, linked into site-packages).
+# torch (the labs' torch workloads, extra .[torch]) is pinned: on these machines 2.13.0 is a CPU
+# wheel on local disk, while a plain `torch` would pull a multi-GB CUDA build.
+TORCH        ?= torch==2.13.0
 venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q '$(TORCH)'
+	@$(PY) -m pip install -q -e '.[dev,torch]'
 	@site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
 	  ln -sfn /usr/lib/python3/dist-packages/mininet "$$site/mininet"
-	@$(PY) -c 'import mininet.net, os_ken, controller; print("venv ready:", __import__("sys").version.split()[0])'
+	@$(PY) -c 'import mininet.net, os_ken, torch, controller; print("venv ready:", __import__("sys").version.split()[0], "torch", torch.__version__)'
 	@touch $(STAMP)
 
 # Open vSwitch with the userspace datapath needs no kernel module; start it when it is not running.

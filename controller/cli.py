@@ -465,11 +465,11 @@ def lab() -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Results directory (default: results/<experiment file stem>).")
 def lab_run(experiment: str, out_dir: str | None) -> None:
-    """Run EXPERIMENT.yaml in Mininet; write results.json and a PNG plot to --out.
+    """Run EXPERIMENT.yaml in Mininet; write results.json and the lab's plots to --out.
 
-    Exit 0 when every collective's result was correct and the experiment's verdicts held, 1
-    when a run failed, a result was wrong or a verdict did not hold (the last line says which),
-    2 for invalid input (nothing started), 130 when interrupted (torn down first).
+    Exit 0 when every verdict held, 1 when a run failed, a result was wrong or a verdict did not
+    hold (the last line names them), 2 for invalid input (nothing started), 130 when
+    interrupted (torn down first).
     """
     from mininet_labs.lab.__main__ import main as lab_main
 
@@ -480,7 +480,10 @@ def lab_run(experiment: str, out_dir: str | None) -> None:
 @lab.command("check")
 @click.argument("experiment", type=click.Path(dir_okay=False))
 def lab_check(experiment: str) -> None:
-    """Validate EXPERIMENT.yaml with its topology and policy, without running anything."""
+    """Validate EXPERIMENT.yaml with its topology and policy, and check every requirement of its
+    lab on this machine (root, Mininet, Open vSwitch, BMv2, torch, tools, kernel features),
+    without running anything. Exit 0 when it could run here, 1 naming what is missing, 2 when
+    the file is invalid."""
     from mininet_labs.lab.__main__ import main as lab_main
 
     sys.exit(lab_main(["check", experiment]))

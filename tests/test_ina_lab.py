@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import time
 from pathlib import Path
 
 import pytest
 
 from controller.errors import ConfigError
-from mininet_labs.lab.ina import expected_bytes, lab_missing, load_experiment
+from mininet_labs.analysis.ina import expected_bytes
+from mininet_labs.lab import requirements as req
+from mininet_labs.lab.runner import load, requirements_of
 
 EXPERIMENT = Path(__file__).resolve().parents[1] / "mininet_labs" / "experiments" / "ina_allreduce.yaml"
+
+
+def load_experiment(path):
+    return load(path)[1]
 
 
 def test_experiment_file_gives_four_workers_on_one_switch():
@@ -47,28 +51,16 @@ def test_bad_experiment_is_located(tmp_path):
     assert "workers" in text and "link_rate" in text
 
 
-LOCK_WAIT_S = 600.0
-_why = "; ".join(lab_missing() + ([] if os.geteuid() == 0 else ["not running as root"])) or None
+_why = "; ".join(req.missing(requirements_of(*load(EXPERIMENT)))) or None
 
 
 @pytest.mark.mininet
 @pytest.mark.skipif(_why is not None, reason=f"ina-allreduce lab unavailable: {_why}")
 def test_lab_all_reduces_exactly_with_and_without_loss(tmp_path):
-    from mininet_labs.lab.ina import run_experiment
+    from mininet_labs.lab.runner import run_experiment
 
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while True:  # one lab at a time on this machine: wait for the lab lock, never break it
-        try:
-            res = run_experiment(EXPERIMENT, tmp_path)
-            break
-        except RuntimeError as exc:
-            if "another aifabric lab is running" not in str(exc):
-                raise
-            if time.monotonic() > deadline:
-                pytest.fail(f"another lab held the lab lock for {LOCK_WAIT_S:.0f} s ({exc}); let it "
-                            "finish or stop it (aifabric lab cleanup EXPERIMENT), then rerun")
-            time.sleep(5)
-    runs = res.data["runs"]
+    res = run_experiment(EXPERIMENT, tmp_path)  # waits for the lab lock like every lab
+    runs = {r["run"]: r for r in res.data["runs"]}
     print(json.dumps(res.data["summary"], indent=1))
     for v in ("clean", "lossy"):
         r = runs[v]

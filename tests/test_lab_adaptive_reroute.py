@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from controller.errors import ConfigError
-from mininet_labs.lab.adaptive_reroute import describe, load_experiment, phases, series
+from mininet_labs.analysis.adaptive import phases, series
+from mininet_labs.lab.runner import load
 from tests.test_lab_mininet import REASON, _our_processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +37,14 @@ expect: {{move_within: 5s, recovered_busbw_over_bound: 0.8, recover_within: 8s}}
 lab: {{queue_packets: 20, htb_burst: 90KB}}
 {extra}""")
     return p
+
+
+def load_experiment(path):
+    return load(path)[1]
+
+
+def describe(exp):
+    return load(SHIPPED)[0].describe(exp)
 
 
 def test_shipped_experiment_is_valid():
@@ -70,11 +79,11 @@ def test_series_and_phases_from_counters():
     rates = [15, 15, 15, 15, 3, 3, 3, 3, 6, 15, 15, 15, 15, 15]
     victim = [15, 15, 15, 15, 1, 1, 1, 1, 6, 15, 15, 15, 15, 15]
     outs = [3] * 8 + [4] * 6
-    samples, tot, vic = [(0.0, [0, 0, 0, 0], 0, 3)], 0, 0
+    samples, tot, vic = [(0.0, ([0, 0, 0, 0], 0, 3))], 0, 0
     for i, (r, v, o) in enumerate(zip(rates, victim, outs, strict=True)):
         tot += int(r * 1e6 * 0.5 / 8)
         vic += int(v * 1e6 * 0.5 / 8)
-        samples.append((0.5 * (i + 1), [tot, tot, vic, tot], 0, o))
+        samples.append((0.5 * (i + 1), ([tot, tot, vic, tot], 0, o)))
     rows = series(samples, 0.0)
     assert [round(r["rank_rx_bps"][2] / 1e6) for r in rows] == victim
     for r in rows:  # the busbw phases below: all ranks at the others' rate
@@ -94,11 +103,11 @@ def test_series_and_phases_from_counters():
 @pytest.mark.mininet
 @pytest.mark.skipif(REASON is not None, reason=f"Mininet lab unavailable: {REASON}")
 def test_background_load_moves_the_collective_and_busbw_recovers(tmp_path):
-    from mininet_labs.lab.adaptive_reroute import run_experiment
+    from mininet_labs.lab.runner import run_experiment
 
     res = run_experiment(_exp(tmp_path), tmp_path / "out")
     data = json.loads(res.results_path.read_text())
-    (m,) = data["modes"]
+    (m,) = data["runs"]
     c = m["collective"]
     bound = c["bound_bps"]
     assert c["correct"] and c["digests_equal"], c["errors"]
@@ -117,6 +126,7 @@ def test_background_load_moves_the_collective_and_busbw_recovers(tmp_path):
     assert m["background_end_s"] > m["first_rank_end_s"]
     assert m["recovered_after_relief_s"] is not None and m["recovered_after_relief_s"] <= 8.0
     assert m["busbw_after_bps"] > 0.8 * bound
-    assert res.ok, data["verdicts"]
+    assert res.verdicts["all_correct"] and res.verdicts["adaptive_recovered"], data["verdicts"]
+    assert data["teardown_removed"] == []
     assert res.plot_path.stat().st_size > 5000
     assert _our_processes() == []

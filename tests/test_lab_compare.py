@@ -1,6 +1,6 @@
 """The side-by-side verdicts of an experiment, on synthetic runs (no Mininet)."""
 
-from mininet_labs.lab.compare import compare_modes, verdict_lines
+from mininet_labs.analysis.compare import compare_modes, verdicts_of
 
 
 def _run(mode, seed, ratios, max_flows, correct=True):
@@ -30,7 +30,10 @@ def test_collisions_speedup_and_target():
     assert row["speedup"] == round((10 / 0.48) / (10 / 0.92), 3)
     # seed 1: pinned 0.94 < ecmp 0.96 but within the pinned runs' own spread (0.03)
     assert v["pinned_never_worse"]
-    assert any("5 of" not in line and "1 of 2 seeds [2]" in line for line in verdict_lines(c))
+    v = {x.name: x for x in verdicts_of(c, runs)}
+    assert v["ecmp_collisions_seen"].held and "1 of 2 seeds [2]" in v["ecmp_collisions_seen"].detail
+    assert v["pinned_meets_target"].timing_sensitive and not v["all_correct"].timing_sensitive
+    assert "weights_identical_across_ranks" not in v  # no DDP job in these runs
 
 
 def test_pinned_worse_beyond_noise_and_below_target_are_reported():
@@ -45,11 +48,32 @@ def test_pinned_worse_beyond_noise_and_below_target_are_reported():
     assert not v["pinned_never_worse"]
     assert not v["pinned_meets_target"]
     assert not v["all_correct"]
-    text = "\n".join(verdict_lines(c))
-    assert "all results correct sums: NO" in text and ">= 0.85 x bound: NO" in text
-    assert "seed 1 a: pinned 0.600 vs ecmp 0.960 (no collision in that seed" in text
+    v = {x.name: x for x in verdicts_of(c, runs)}
+    assert not v["all_correct"].held and not v["pinned_meets_target"].held
+    assert not v["pinned_never_worse"].held and "worse: seed 1 a" in v["pinned_never_worse"].detail
 
 
 def test_single_mode_experiment_has_no_rows():
     c = compare_modes([_run("pinned", 1, {"a": 0.9}, 1.0)], 0.85)
     assert c["rows"] == [] and c["verdicts"]["pinned_meets_target"]
+
+
+def _ddp(mode, seed, digest, identical=True):
+    return {"mode": mode, "seed": seed, "max_flows_per_fabric_link": 1.0, "collectives": [
+        {"collective": "a", "busbw_over_bound": 0.9, "cct_s": 1.0, "correct": identical,
+         "weights_digest": digest if identical else None,
+         "weights_identical_across_ranks": identical}]}
+
+
+def test_ddp_weights_must_match_across_ranks_and_modes():
+    runs = [_ddp("ecmp", 1, "aa"), _ddp("pinned", 1, "aa"), _ddp("ecmp", 2, "bb"),
+            _ddp("pinned", 2, "bb")]
+    v = {x.name: x for x in verdicts_of(compare_modes(runs, 0.85), runs)}
+    assert v["weights_identical_across_ranks"].held and v["weights_equal_ecmp_vs_pinned"].held
+    runs[3] = _ddp("pinned", 2, "cc")  # the network changed the math: caught
+    v = {x.name: x for x in verdicts_of(compare_modes(runs, 0.85), runs)}
+    assert not v["weights_equal_ecmp_vs_pinned"].held
+    assert "seed 2 a: bb vs cc" in v["weights_equal_ecmp_vs_pinned"].detail
+    runs[0] = _ddp("ecmp", 1, None, identical=False)  # ranks disagreed
+    v = {x.name: x for x in verdicts_of(compare_modes(runs, 0.85), runs)}
+    assert not v["weights_identical_across_ranks"].held

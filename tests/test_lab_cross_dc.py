@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from controller.errors import ConfigError
-from mininet_labs.lab.cross_dc import describe, load_experiment
-from mininet_labs.lab.kinds import module_for
+from mininet_labs.lab.runner import load
 from tests.test_lab_mininet import REASON, _our_processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,9 +32,17 @@ def _local_copy(tmp_path: Path, text: str | None = None) -> Path:
     return p
 
 
-def test_experiment_is_valid_and_picks_its_runner():
-    exp = load_experiment(EXPERIMENT)
-    assert module_for(EXPERIMENT).__name__ == "mininet_labs.lab.cross_dc"
+def load_experiment(path):
+    return load(path)[1]
+
+
+def describe(exp):
+    return load(EXPERIMENT)[0].describe(exp)
+
+
+def test_experiment_is_valid_and_picks_its_lab():
+    lab, exp = load(EXPERIMENT)
+    assert type(lab).__module__ == "mininet_labs.labs.cross_dc"
     assert exp.site_rings == (("h1", "h2", "h3"), ("h5", "h6", "h7"))
     assert exp.shard_rings == (("h1", "h5"), ("h2", "h6"), ("h3", "h7"))
     assert exp.configured_share == pytest.approx(0.8)
@@ -68,28 +75,30 @@ def test_uneven_sites_are_refused(tmp_path):
 @pytest.mark.mininet
 @pytest.mark.skipif(REASON is not None, reason=f"Mininet lab unavailable: {REASON}")
 def test_cross_dc_lab_end_to_end(tmp_path):
-    from mininet_labs.lab.cross_dc import run_experiment
+    from mininet_labs.lab.runner import run_experiment
 
     exp = _local_copy(tmp_path, EXPERIMENT.read_text().replace("bytes: 1500KB", "bytes: 900KB"))
     res = run_experiment(exp, tmp_path / "out")
     d = res.data
-    s, v = d["summary"], d["summary"]["verdicts"]
+    s, v = d["summary"], res.verdicts
     assert v["all_correct"], d["runs"]
-    assert d["delay_element"]["used"] in ("relay", "netem")
-    assert d["delay_element"]["used"] == ("netem" if d["delay_element"]["netem_available"]
-                                          else "relay")
+    delay = d["setup"]["delay_element"]
+    assert delay["used"] in ("relay", "netem")
+    assert delay["used"] == ("netem" if delay["netem_available"] else "relay")
+    assert len(delay["lines"]) == 1
     e = s["expected_wan_payload_bytes"]
-    quiet = {r["algorithm"]: r for r in d["runs"] if not r["bulk"]}
+    quiet = {r["algorithm"]: r for r in d["runs"] if "algorithm" in r and not r["bulk"]}
     for alg in ("flat", "hierarchical"):
         # the ranks' own payload counts are the exact expectation; the frames add headers/ACKs
         assert abs(quiet[alg]["wan_payload_bytes"] - e[alg]) <= 64
         assert e[alg] <= quiet[alg]["wan_frame_bytes"] <= e[alg] * 1.05
     assert v["hierarchical_per_connection_le_flat_over_k"], s
     assert v["priority_keeps_configured_share"], s
+    assert s["dci_rtt"]["median_ms"] >= s["dci_rtt"]["configured_ms"]
     # the WAN's RTT was there: a quiet flat ring cannot finish faster than its DCI bytes allow
-    line = d["wan_links"][0]
+    line = s["wan_links"][0]
     assert quiet["flat"]["cct_s"] >= e["flat"] / 2 * 8 / line["rate_bps"]
-    assert res.ok
+    assert res.ok, d["verdicts"]
     json.loads(res.results_path.read_text())
     assert _our_processes() == []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from controller.errors import ConfigError
-from mininet_labs.lab.experiment import load_experiment
-from mininet_labs.lab.net import _shaped_intf_class
+from mininet_labs.lab.net import shaped_intf_class
+from mininet_labs.lab.runner import load
 from tests.conftest import ROOT
 
 MAIN = ROOT / "mininet_labs" / "experiments" / "ecmp_vs_pinned.yaml"
 
 
 def _htb_class(burst):
-    intf = object.__new__(_shaped_intf_class(burst))
+    intf = object.__new__(shaped_intf_class(burst))
     cmds, _ = intf.bwCmds(bw=15)
     return next(c for c in cmds if " class add " in c)
 
@@ -25,13 +25,13 @@ def test_burst_replaces_mininets_15k_only_when_given():
 
 
 def test_main_experiment_sets_ten_jumbo_frames(tmp_path):
-    assert load_experiment(MAIN).spec.lab.htb_burst_bytes == 90_000
+    assert load(MAIN)[1].spec.lab.htb_burst_bytes == 90_000
     bad = tmp_path / "e.yaml"
     bad.write_text(MAIN.read_text().replace("htb_burst: 90KB", "htb_burst: 1KB")
                    .replace("../topologies/", f"{MAIN.parent.parent}/topologies/")
                    .replace("../../policies/", f"{ROOT}/policies/"))
     with pytest.raises(ConfigError, match=r"htb_burst: 1KB is 1000 bytes; the HTB burst must"):
-        load_experiment(bad)
+        load(bad)
     bad.write_text(bad.read_text().replace("htb_burst: 1KB", "htb_burst: 90"))
     with pytest.raises(ConfigError, match=r"htb_burst: .*unit"):  # no unit: not read as bytes
-        load_experiment(bad)
+        load(bad)

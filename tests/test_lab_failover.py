@@ -59,26 +59,27 @@ def _running_lab(tmp_path: Path) -> Iterator[tuple[Any, Any, Path]]:
 
     from controller.model.topology import load_topology
     from mininet_labs.lab import net as labnet
-    from mininet_labs.lab.processes import free_port, start_controller
+    from mininet_labs.lab.processes import start_controller
 
     setLogLevel("error")
     fabric = load_topology(TOPO)
     names = [s.name for s in fabric.switches]
     net = ctl = None
     log = tmp_path / "controller.log"
-    try:
-        with labnet.lab_lock():
+    # everything, teardown included, inside the lock: a teardown while another lab holds it
+    # would kill that lab's recorded processes (the state file is machine-wide)
+    with labnet.waiting_lab_lock():  # another lab on this machine: wait for it
+        try:
             labnet.cleanup_leftovers(names)
-            net = labnet.build_network(fabric, free_port(), 9000, 20)
-            port = free_port()
-            ctl = start_controller(TOPO, POLICY, port, log, 30)
-            labnet.set_controller(net, port)
+            net = labnet.build_network(fabric, 9000, 20)
+            ctl = start_controller(TOPO, POLICY, log, 30)
+            labnet.set_controller(net, ctl.port)
             labnet.ping_all(net, fabric, 30)
             yield fabric, net, log
-    finally:
-        if ctl is not None:
-            assert ctl.stop() == 0
-        labnet.teardown(net, names)
+        finally:
+            rc = ctl.stop() if ctl is not None else 0
+            labnet.teardown(net, names)
+    assert rc == 0
     assert _our_processes() == []
 
 
@@ -86,6 +87,16 @@ def test_link_down_repins_and_link_up_restores(tmp_path):
     from mininet_labs.lab import net as labnet
 
     with _running_lab(tmp_path) as (fabric, net, log):
+        # every lab bridge keeps forwarding without its controller (fail_mode=secure) and retries
+        # a lost controller every second (max_backoff 1000 ms, the least OVS accepts; default
+        # 8000: ovs-vswitchd.conf.db(5), Controller table)
+        for sw in ("leaf1", "spine2"):
+            def get(*args: str) -> str:
+                return subprocess.run(["ovs-vsctl", "get", *args], capture_output=True,
+                                      text=True, check=True).stdout.strip()
+            assert get("Bridge", sw, "fail_mode") == "secure"
+            assert get("Controller", sw, "max_backoff") == str(labnet.MAX_BACKOFF_MS) == "1000"
+            assert get("Controller", sw, "inactivity_probe") == "5000"
         h1, h3 = fabric.host_by_name["h1"].ipv4, fabric.host_by_name["h3"].ipv4
         up_spine1 = fabric.port_towards("leaf1", "spine1")
         up_spine2 = fabric.port_towards("leaf1", "spine2")

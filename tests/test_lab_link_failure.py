@@ -13,7 +13,8 @@ import pytest
 
 from controller.errors import ConfigError
 from controller.model.topology import load_topology
-from mininet_labs.lab.link_failure import describe, load_experiment
+from mininet_labs.analysis.failure import failure_outage
+from mininet_labs.lab.runner import load
 from mininet_labs.workloads.udp_probe import analyse, decode_packet, encode_packet, payload
 from tests.test_lab_mininet import REASON, _our_processes
 
@@ -21,6 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 TOPO = ROOT / "mininet_labs" / "topologies" / "leafspine_2x4x2.yaml"
 POLICY = ROOT / "policies" / "pinned_two_rings.yaml"
 SHIPPED = ROOT / "mininet_labs" / "experiments" / "link_failure.yaml"
+
+
+def load_experiment(path):
+    return load(path)[1]
+
+
+def describe(exp):
+    return load(SHIPPED)[0].describe(exp)
 
 
 def test_packet_round_trip_and_corruption():
@@ -81,7 +90,7 @@ def test_shipped_experiment_and_errors(tmp_path):
 @pytest.mark.mininet
 @pytest.mark.skipif(REASON is not None, reason=f"Mininet lab unavailable: {REASON}")
 def test_link_failure_gap_is_measured_and_bounded(tmp_path):
-    from mininet_labs.lab.link_failure import run_experiment
+    from mininet_labs.lab.runner import run_experiment
 
     exp = tmp_path / "lf.yaml"
     exp.write_text(f"""\
@@ -101,8 +110,8 @@ lab: {{queue_packets: 20}}
     res = run_experiment(exp, tmp_path / "out")
     data = json.loads(res.results_path.read_text())
     fabric = load_topology(TOPO)
-    assert [c["case"] for c in data["cases"]] == ["uplink-ff", "downlink-repin"]
-    for c in data["cases"]:
+    assert [c["case"] for c in data["runs"]] == ["uplink-ff", "downlink-repin"]
+    for c in data["runs"]:
         for x in c["collectives"]:
             assert x["correct"] and x["digests_equal"], x["errors"]
         p = c["probe"]
@@ -114,18 +123,18 @@ lab: {{queue_packets: 20}}
         assert c["resumed_after_failure_ms"] is not None and c["resumed_after_failure_ms"] < 1000
         assert c["gap_ms"] < 1000.0, c
         assert c["controller_port_events"], "the controller never heard of the failure"
-        # the probe's flow left the failed link (checked against the failed port itself: in one
-        # CI run the controller already had the flow on the other uplink when "before" was read)
+        # the controller's path of the probe's flow left the failed link (GetPaths)
+        a, b = c["link"]
+        hops = c["probe_path_after"]
+        assert hops and not [1 for u, v in zip(hops, hops[1:], strict=False) if {u, v} == {a, b}], c
         if c["link_role"] == "source-uplink":
-            a, b = c["link"]
             assert c["probe_output_after"] != fabric.port_towards(a, b), c
-    assert res.ok, data["verdicts"]
+    v = res.verdicts
+    assert v["all_correct"] and v["probe_intact"] and v["repinned_off_failed_link"], data["verdicts"]
     assert _our_processes() == []
 
 
 def test_failure_outage_is_the_one_spanning_the_failure():
-    from mininet_labs.lab.link_failure import failure_outage
-
     ms = 1_000_000
     # congestion drops at 20-22 ms and a longer run at 300-399 ms; the link went down at 100 ms
     lost = set(range(20, 23)) | set(range(100, 140)) | set(range(300, 400))

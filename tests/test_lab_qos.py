@@ -29,7 +29,7 @@ def _aifabric_qos_rows() -> list[str]:
 
 
 def test_qos_lab_gives_the_collective_its_configured_share(tmp_path):
-    from mininet_labs.lab.qos_priority import run_experiment
+    from mininet_labs.lab.runner import run_experiment
 
     exp = tmp_path / "qos.yaml"
     text = EXPERIMENT.read_text()
@@ -51,9 +51,9 @@ def test_qos_lab_gives_the_collective_its_configured_share(tmp_path):
     # the port really ran at the link rate in both variants (the shaper is in force)
     for r in res.data["runs"]:
         assert 0.85 <= r["switch_side"]["port_tx_bps"] / 15e6 <= 1.05, r
-    assert res.ok
-    assert res.plot_path.stat().st_size > 0
-    assert "ecn_marking" in res.data["not_exercised"]
+    assert res.verdicts["all_correct"] and res.verdicts["qos_faster_than_fifo"], res.data["verdicts"]
+    assert res.plot_path is not None and res.plot_path.stat().st_size > 0
+    assert "ecn_marking" in s["not_exercised"]
     # the controller's OVSDB rows went with the bridges; no process is left
     assert _aifabric_qos_rows() == []
     assert _our_processes() == []

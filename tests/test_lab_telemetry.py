@@ -9,7 +9,7 @@ import json
 import subprocess
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,13 +18,22 @@ import pytest
 
 from controller.errors import ConfigError
 from controller.model.topology import load_topology
-from mininet_labs.lab.telemetry import counter_check, describe, load_experiment
+from mininet_labs.analysis.telemetry import counter_check
+from mininet_labs.lab.runner import load
 from tests.test_lab_mininet import REASON, _our_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPO = ROOT / "mininet_labs" / "topologies" / "leafspine_2x4x2.yaml"
 POLICY = ROOT / "policies" / "pinned_two_rings.yaml"
 SHIPPED = ROOT / "mininet_labs" / "experiments" / "telemetry.yaml"
+
+
+def load_experiment(path):
+    return load(path)[1]
+
+
+def describe(exp):
+    return load(SHIPPED)[0].describe(exp)
 
 
 def test_shipped_experiment_and_errors(tmp_path):
@@ -52,33 +61,33 @@ def test_counter_check_flags_a_link_off_the_paths():
 @pytest.mark.mininet
 @pytest.mark.skipif(REASON is not None, reason=f"Mininet lab unavailable: {REASON}")
 def test_telemetry_lab_end_to_end(tmp_path):
-    from mininet_labs.lab.telemetry import run_experiment
+    from mininet_labs.lab.runner import run_experiment
 
     exp = tmp_path / "tel.yaml"
     exp.write_text(SHIPPED.read_text().replace("../topologies/", f"{TOPO.parent}/")
                    .replace("../../policies/", f"{POLICY.parent}/").replace("6MB", "3MB"))
     res = run_experiment(exp, tmp_path / "out")
     data = json.loads(res.results_path.read_text())
-    v = data["verdicts"]
-    assert v["ring_correct"] and v["registered_in_force"] and v["ovs_matches_getpaths"], data
-    assert data["counters"]["ovs"]["max_error_of_flow"] <= 0.05, data["counters"]["ovs"]
-    assert data["counters"]["controller"]["max_error_of_flow"] <= 0.05
-    assert data["metrics"]["missing_mid_run"] == []
-    f = data["failure"]
+    v, run = res.verdicts, data["runs"][0]
+    assert v["ring_correct"] and v["registered_in_force"] and v["ovs_matches_getpaths"], data["verdicts"]
+    assert run["counters"]["ovs"]["max_error_of_flow"] <= 0.05, run["counters"]["ovs"]
+    assert run["counters"]["controller"]["max_error_of_flow"] <= 0.05
+    assert run["metrics"]["missing_mid_run"] == []
+    f = run["failure"]
     assert f["event_after_s"] is not None and f["event_after_s"] <= 1.0, f
     assert f["alert_metric_after_s"] is not None and f["alert_metric_after_s"] <= 1.0, f
     assert f["paths_avoid_failed_link"]
     for png in ("link_utilisation.png", "traffic_matrix.png", "busbw_time.png"):
         assert (tmp_path / "out" / png).stat().st_size > 10_000
-    assert res.ok, v
-    assert data["controller_exit"] == 0
+    assert res.ok, data["verdicts"]
+    assert data["variants"][0]["controller_exit"] == 0
+    assert data["teardown_removed"] == []
     assert _our_processes() == []
 
 
 # -- the controller killed mid-run: a one-line error, teardown, no traceback (no Mininet) --------
 class FakeRpcError(grpc.RpcError):
-    """What a call on a channel whose server died raises (``_MultiThreadedRendezvous`` and
-    ``_InactiveRpcError`` are RpcErrors with ``code()`` and ``details()``)."""
+    """What a call on a channel whose server died raises."""
 
     def code(self):
         return grpc.StatusCode.UNAVAILABLE
@@ -91,8 +100,7 @@ class FakeStream:
     """A WatchEvents call whose stream breaks once ``fail`` is set, like a killed server's."""
 
     def __init__(self, fail: threading.Event) -> None:
-        self.fail = fail
-        self.cancelled = False
+        self.fail, self.cancelled = fail, False
 
     def __iter__(self):
         self.fail.wait(5)
@@ -105,25 +113,34 @@ class FakeStream:
         self.fail.set()
 
 
-class FakeClient:
-    """FabricClient whose controller is SIGKILLed (``ctl.kill()``) before ``die_in`` is called."""
+class FakePopen:
+    def __init__(self) -> None:
+        self.dead = threading.Event()
 
-    def __init__(self, ctl, die_in: str) -> None:
-        self.ctl, self.die_in = ctl, die_in
-        self.stream = FakeStream(ctl.dead)
-        self.closed = False
+    def poll(self):
+        return -9 if self.dead.is_set() else None
+
+    def wait(self, timeout=None):
+        if not self.dead.wait(timeout):
+            raise subprocess.TimeoutExpired("aifabric controller", timeout)
+        return -9
+
+
+class FakeClient:
+    """The controller is SIGKILLed (``popen.dead``) when ``die_in`` is called."""
+
+    def __init__(self, popen: FakePopen, die_in: str) -> None:
+        self.popen, self.die_in = popen, die_in
+        self.stream = FakeStream(popen.dead)
 
     def watch(self):
         return self.stream
 
     def register(self, *args, **kwargs):
+        self.popen.dead.set()
         if self.die_in == "register":
-            self.ctl.kill()
             raise FakeRpcError()
-        if self.die_in == "stream":
-            self.ctl.kill()
-            self.stream.fail.wait(5)
-            time.sleep(0.2)  # the event thread notes the broken stream
+        time.sleep(0.2)  # the event thread notes the broken stream
         return SimpleNamespace(collective="lab.ring-b", confirmation=SimpleNamespace(
             in_force=True, apply_ms=1.0, switches_updated=[], switches_pending=[]))
 
@@ -131,103 +148,66 @@ class FakeClient:
         return SimpleNamespace(flows=[])
 
     def close(self):
-        self.closed = True
-
-
-class FakeController:
-    def __init__(self, log_path: Path) -> None:
-        self.dead = threading.Event()
-        self.log_path = log_path
-        self.stopped = False
-        self.popen = SimpleNamespace(wait=self._wait, poll=lambda: -9 if self.dead.is_set() else None)
-
-    def kill(self):
-        self.dead.set()
-
-    def _wait(self, timeout=None):
-        if not self.dead.wait(timeout):
-            raise subprocess.TimeoutExpired("aifabric controller", timeout)
-        return -9
-
-    def stop(self):
-        self.stopped = True
-        return -9 if self.dead.is_set() else 0
-
-
-@pytest.fixture()
-def killed_lab(tmp_path, monkeypatch):
-    """Run the telemetry lab's ``run_experiment`` with everything Mininet faked out; returns
-    ``run(die_in) -> (exception, teardown calls, client, controller)``."""
-    import controller.northbound.client as nb_client
-    from mininet_labs.lab import net as labnet
-    from mininet_labs.lab import telemetry
-
-    exp = tmp_path / "tel.yaml"
-    exp.write_text(SHIPPED.read_text().replace("../topologies/", f"{TOPO.parent}/")
-                   .replace("../../policies/", f"{POLICY.parent}/"))
-    torn: list[object] = []
-    made: dict[str, object] = {}
-    monkeypatch.setattr(telemetry, "requirements_missing", lambda: [])
-    monkeypatch.setattr(telemetry, "environment", lambda: {})
-    monkeypatch.setattr(labnet, "waiting_lab_lock", lambda notify=None: nullcontext())
-    monkeypatch.setattr(labnet, "cleanup_leftovers", lambda names: [])
-    monkeypatch.setattr(labnet, "build_network", lambda *a: "net")
-    monkeypatch.setattr(labnet, "teardown",
-                        lambda net, names: torn.append(net) or ["bridge leaf1"])
-
-    def start(topology, policy, mininet, fabric, log, lab, extra):
-        made["ctl"].log_path = log
-        return made["ctl"]
-
-    monkeypatch.setattr(telemetry, "start_mode_controller", start)
-
-    def run(die_in: str):
-        made["ctl"] = FakeController(tmp_path / "out" / "controller.log")
-
-        def client(target):
-            made["client"] = FakeClient(made["ctl"], die_in)
-            return made["client"]
-
-        monkeypatch.setattr(nb_client, "FabricClient", client)
-        caught: list[object] = []
-        monkeypatch.setattr(threading, "excepthook", caught.append)  # no thread traceback either
-        with pytest.raises(RuntimeError) as ei:
-            telemetry.run_experiment(exp, tmp_path / "out")
-        assert caught == []
-        return ei.value, torn, made["client"], made["ctl"]
-
-    return run
+        pass
 
 
 @pytest.mark.parametrize(("die_in", "message"), [
     ("register", "controller exited (code -9) while registering ring-b"),
     ("stream", "controller exited (code -9) while watching events"),
 ])
-def test_controller_killed_mid_run_is_one_line_and_torn_down(killed_lab, tmp_path, die_in,
-                                                             message):
-    exc, torn, client, ctl = killed_lab(die_in)
-    assert str(exc).startswith(message + "; the network was torn down")
-    assert "\n" not in str(exc) and exc.__cause__ is None and exc.__context__ is None
-    assert torn == ["net"] and ctl.stopped and client.closed and client.stream.cancelled
-    data = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert data["error"] == message
-    assert data["controller_exit"] == -9 and data["teardown_removed"] == ["bridge leaf1"]
+def test_controller_killed_mid_run_is_one_line(tmp_path, die_in, message):
+    from mininet_labs.lab.interface import RunContext, Variant
+    from mininet_labs.lab.processes import ControllerSession, HostProcesses
+    from mininet_labs.labs.telemetry import LAB
+
+    _, exp = load(SHIPPED)
+    popen = FakePopen()
+    ctl = ControllerSession(popen, 6653, tmp_path / "c.log", [], grpc_target="127.0.0.1:1")
+    ctl._client = FakeClient(popen, die_in)
+    ctx = RunContext(exp, SimpleNamespace(), Variant("telemetry", None), ctl, tmp_path,
+                     HostProcesses(), None)
+    caught: list[object] = []
+    old_hook, threading.excepthook = threading.excepthook, caught.append  # no thread traceback
+    try:
+        with pytest.raises(RuntimeError) as ei:
+            LAB.run(ctx, None)
+    finally:
+        threading.excepthook = old_hook
+    assert str(ei.value) == message
+    assert ei.value.__cause__ is None and caught == []
+    assert ctl._client.stream.cancelled
 
 
-def test_lab_command_prints_the_error_without_traceback(killed_lab, tmp_path, capsys, monkeypatch):
+def test_a_failed_run_writes_its_error_tears_down_and_prints_one_line(tmp_path, monkeypatch,
+                                                                     capsys):
     from mininet_labs.lab import __main__ as lab_main
-    from mininet_labs.lab import telemetry
+    from mininet_labs.lab import runner
 
-    real = telemetry.run_experiment
+    torn: list[bool] = []
 
-    def run(path, out, console=None):  # the command's path, with the fakes above
-        return real(tmp_path / "tel.yaml", out, console)
+    @contextmanager
+    def network(lab, exp, out, timings, holder):
+        holder.mininet = SimpleNamespace()
+        try:
+            yield holder
+        finally:
+            holder.removed = ["bridge leaf1"]
+            torn.append(True)
 
-    killed_lab("register")  # installs the fakes (and checks one run)
-    monkeypatch.setattr(telemetry, "run_experiment", run)
-    capsys.readouterr()
-    rc = lab_main.main(["run", str(SHIPPED), "--out", str(tmp_path / "out2")])
+    def boom(*args, **kwargs):
+        raise RuntimeError("controller exited (code -9) while registering ring-b")
+
+    monkeypatch.setattr(runner, "_network", network)
+    monkeypatch.setattr(runner, "requirements_of", lambda lab, exp: [])
+    monkeypatch.setattr(runner, "_environment", lambda lab: {"cpus": 2})
+    monkeypatch.setattr(runner.labnet, "waiting_lab_lock", lambda notify=None: nullcontext())
+    monkeypatch.setattr(runner, "_run_variants", boom)
+    rc = lab_main.main(["run", str(SHIPPED), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert rc == 1
-    assert err.startswith("lab failed: controller exited (code -9) while registering ring-b; ")
+    assert rc == 1 and torn == [True]
+    assert err.startswith("lab failed: controller exited (code -9) while registering ring-b; "
+                          "the network was torn down")
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["error"] == "controller exited (code -9) while registering ring-b"
+    assert data["teardown_removed"] == ["bridge leaf1"]

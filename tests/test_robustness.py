@@ -82,7 +82,7 @@ def test_bad_listen_is_a_usage_error(listen):
 
 
 def test_lab_refuses_fabrics_too_big_for_one_machine(tmp_path):
-    from mininet_labs.lab.experiment import load_experiment
+    from mininet_labs.lab.runner import load as load_experiment
 
     topo = tmp_path / "big.yaml"
     topo.write_text("name: big\nkind: fat-tree\nk: 8\nlinks:\n  host: {rate: 1Gbps, latency: 1us}\n"

@@ -1,12 +1,8 @@
-"""Mininet labs: build the fabric of a topology file under Mininet, run the aifabric controller
-as its own process, run real workloads on the hosts and measure them.
+"""Mininet labs: the one runner (:mod:`mininet_labs.lab.runner`), the experiment interface
+(:mod:`mininet_labs.lab.interface`) and what every lab shares (network, processes, counters,
+probes, requirements). The labs themselves are in :mod:`mininet_labs.labs`; their pure analysis
+in :mod:`mininet_labs.analysis`.
 
-Entry point: :func:`run_experiment` (``python -m mininet_labs.lab run EXPERIMENT.yaml --out DIR``).
+Entry point: ``aifabric lab run EXPERIMENT.yaml --out DIR`` (``python -m mininet_labs.lab``).
 The controller never imports this package; Mininet is imported only when a lab runs.
 """
-
-from mininet_labs.lab.experiment import Experiment, ExperimentSpec, load_experiment
-from mininet_labs.lab.runner import Results, requirements_missing, run_experiment
-
-__all__ = ["Experiment", "ExperimentSpec", "Results", "load_experiment", "requirements_missing",
-           "run_experiment"]

@@ -1,7 +1,8 @@
-"""``python -m mininet_labs.lab run EXPERIMENT.yaml --out DIR``.
+"""``python -m mininet_labs.lab run|check|cleanup EXPERIMENT.yaml`` (also ``aifabric lab ...``).
 
-Exit codes: 0 every collective correct, 1 a run failed or a result was incorrect, 2 invalid
-input (``FILE:LINE:COL: field: message``), 130 interrupted.
+Exit codes: 0 every verdict held (run) / valid and runnable here (check); 1 a run failed, a
+result was wrong or a verdict did not hold (run) / something this lab needs is missing (check);
+2 invalid input (``FILE:LINE:COL: field: message``); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -21,71 +22,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = sub.add_parser("run", help="run an experiment under Mininet (needs root)")
     run.add_argument("experiment")
     run.add_argument("--out", required=True, help="output directory")
-    check = sub.add_parser("check", help="validate an experiment file without running it")
-    check.add_argument("experiment")
+    chk = sub.add_parser("check", help="validate an experiment and check what it needs here")
+    chk.add_argument("experiment")
     clean = sub.add_parser("cleanup", help="remove what a crashed run of this experiment left "
                                            "(its bridges, links and recorded processes only)")
     clean.add_argument("experiment")
     a = p.parse_args(argv)
     # Tables stay readable when stdout is a file or a pipe (rich would assume 80 columns).
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    from mininet_labs.lab.kinds import module_for
-    from mininet_labs.lab.runner import LabAborted
+    from mininet_labs.lab import runner
 
     try:
-        kind = module_for(a.experiment)
         if a.cmd == "check":
-            exp = kind.load_experiment(a.experiment)
-            console.print(f"{a.experiment}: {kind.describe(exp)}", markup=False)
-            return 0
+            return check(a.experiment, console)
         if a.cmd == "cleanup":
-            from mininet_labs.lab.net import cleanup_leftovers
-
-            exp = kind.load_experiment(a.experiment)
-            from mininet_labs.lab.net import lab_lock
-
-            with lab_lock():
-                removed = cleanup_leftovers([s.name for s in exp.fabric.switches])
-                from mininet_labs.lab.delay import cleanup_leftovers as cleanup_delay_lines
-
-                removed += cleanup_delay_lines()
+            removed = runner.cleanup(a.experiment)
             console.print("removed: " + (", ".join(removed) if removed else "nothing"),
                           markup=False)
             return 0
-        res = kind.run_experiment(a.experiment, a.out, console)
+        res = runner.run_experiment(a.experiment, a.out, console)
     except ConfigError as exc:
         for prob in exc.problems:
             print(str(prob), file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, LabAborted):
+    except (KeyboardInterrupt, runner.LabAborted):
         print("interrupted; the network was torn down", file=sys.stderr)
         return 130
     except RuntimeError as exc:
         print(f"lab failed: {exc}", file=sys.stderr)
         return 1
     t = res.data["timings"]["total_s"]
-    console.print(f"wrote {res.results_path} and {res.plot_path} in {t:.0f}s; "
-                  f"{outcome(res.ok, res.data)}", markup=False)
+    failed = [k for k, v in res.verdicts.items() if not v]
+    plot = f" and {res.plot_path}" if res.plot_path else ""
+    console.print(f"wrote {res.results_path}{plot} in {t:.0f}s; "
+                  + ("every verdict held" if res.ok else "NOT EVERY VERDICT HELD: "
+                     + ", ".join(failed)), markup=False)
     return 0 if res.ok else 1
 
 
-def _all_correct(data: dict) -> bool | None:
-    """The run's ``all_correct`` verdict wherever its kind records it (None: not recorded)."""
-    for v in (data.get("verdicts"), data.get("comparison", {}).get("verdicts"),
-              data.get("summary", {}).get("verdicts")):
-        if isinstance(v, dict) and "all_correct" in v:
-            return bool(v["all_correct"])
-    return None
+def check(path: str, console: Console) -> int:
+    """Validate the experiment (exit 2 when invalid), then check and print every requirement of
+    its lab on this machine (exit 1 naming what is missing)."""
+    from mininet_labs.lab import runner
+    from mininet_labs.lab.requirements import status
+    from mininet_labs.lab.schema import scale_note
 
-
-def outcome(ok: bool, data: dict) -> str:
-    """The last words of ``lab run``: correct results and met verdicts, or what failed."""
-    if ok:
-        return "all results correct"
-    if _all_correct(data):
-        return ("all results correct, but NOT EVERY VERDICT HELD (see \"verdicts\" in "
-                "results.json)")
-    return "SOME RESULTS INCORRECT"
+    lab, exp = runner.load(path)
+    console.print(f"{path}: ok ({lab.describe(exp)})", markup=False)
+    note = scale_note(exp.scale)
+    if note:
+        console.print(note, markup=False)
+    missing = 0
+    for name, why in status(runner.requirements_of(lab, exp)):
+        missing += why is not None
+        console.print(f"  {name}: {'ok' if why is None else 'MISSING: ' + why}", markup=False)
+    if missing:
+        console.print(f"{missing} requirement(s) missing: this lab cannot run here", markup=False)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

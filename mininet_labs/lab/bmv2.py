@@ -24,13 +24,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.drivers.p4runtime.pipeline import CPU_PORT, PRIORITY_QUEUES
+from mininet_labs.lab.wait import wait_until
 
 GRPC_PORT = 9559
 
@@ -202,17 +202,26 @@ class NetnsSwitch:
 
     def _wait_grpc(self, timeout_s: float) -> None:
         host, port = self.grpc_address.rsplit(":", 1)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                err = (self.workdir / f"bmv2-{self.tag}.err").read_text(errors="replace")
-                raise RuntimeError(f"simple_switch_grpc exited {self.proc.returncode}: {err[-2000:]}")
+
+        def up() -> bool:
             try:
                 with socket.create_connection((host, int(port)), timeout=0.5):
-                    return
+                    return True
             except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"simple_switch_grpc gRPC {self.grpc_address} not up in {timeout_s} s")
+                return False
+
+        def died() -> str | None:
+            if self.proc is not None and self.proc.poll() is not None:
+                err = (self.workdir / f"bmv2-{self.tag}.err").read_text(errors="replace")
+                return f"simple_switch_grpc exited {self.proc.returncode}: {err[-2000:]}"
+            return None
+
+        try:
+            wait_until(up, timeout_s, f"simple_switch_grpc gRPC {self.grpc_address}", every_s=0.2,
+                       abort=died)
+        except TimeoutError:
+            raise RuntimeError(f"simple_switch_grpc gRPC {self.grpc_address} not up in "
+                               f"{timeout_s} s") from None
 
     def thrift(self, commands: str, timeout_s: float = 30.0) -> str:
         """Run ``simple_switch_CLI`` commands (one a line) against this switch's Thrift server

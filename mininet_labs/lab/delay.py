@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mininet_labs.lab.wait import wait_until
+
 NS_PREFIX = "aifdci-"
 STATE_FILE = Path("/run/aifabric-lab/delay-lines.json")
 ETH_P_ALL = 0x0003
@@ -251,16 +253,11 @@ def bytes_in_window(stats: dict[str, Any], direction: str, start: float, end: fl
                     dscps: set[int] | None = None) -> float:
     """Bytes delivered in ``direction`` between ``start`` and ``end`` (s since the epoch) by
     frames whose DSCP is in ``dscps`` (None: all frames), bins cut pro rata at the window's edges."""
-    w = float(stats["bin_s"])
-    total = 0.0
-    for dscp, rows in stats["bins"].get(direction, {}).items():
-        if dscps is not None and (dscp == "non-ip" or int(dscp) not in dscps):
-            continue
-        for t0, nbytes, _ in rows:
-            overlap = min(end, t0 + w) - max(start, t0)
-            if overlap > 0:
-                total += nbytes * overlap / w
-    return total
+    from mininet_labs.analysis.series import binned_in_window
+
+    return sum(binned_in_window(rows, float(stats["bin_s"]), start, end)
+               for dscp, rows in stats["bins"].get(direction, {}).items()
+               if dscps is None or (dscp != "non-ip" and int(dscp) in dscps))
 
 
 # -- building a delay line (root) ---------------------------------------------------------------
@@ -400,12 +397,19 @@ def start_delay_line(index: int, end_a: str, end_b: str, spec: DelaySpec, mtu_by
                                       stdin=subprocess.DEVNULL, env=env)
         log.close()
         _record(line.popen.pid)
-        deadline = time.monotonic() + 15
-        while not line.stats_path.exists():
-            if line.popen.poll() is not None or time.monotonic() > deadline:
-                tail = (out_dir / f"{name}.log").read_text(errors="replace")[-800:]
-                raise RuntimeError(f"the delay relay of {name} did not start:\n{tail}")
-            time.sleep(0.05)
+        relay = line.popen
+
+        def died() -> str | None:
+            if relay.poll() is None:
+                return None
+            tail = (out_dir / f"{name}.log").read_text(errors="replace")[-800:]
+            return f"the delay relay of {name} did not start:\n{tail}"
+
+        try:
+            wait_until(line.stats_path.exists, 15.0, f"the delay relay of {name}", every_s=0.05,
+                       abort=died)
+        except TimeoutError:
+            raise RuntimeError(died() or f"the delay relay of {name} did not start in 15 s") from None
     except BaseException:
         line.stop()
         raise

@@ -90,6 +90,7 @@ def versions() -> dict[str, Any]:
         "ovs": _first_line(["ovs-vsctl", "--version"]),
         "mininet": mininet_version,
         "os_ken": _dist("os-ken"),
+        "torch": _dist("torch"),
         "numpy": numpy.__version__,
         "iproute2": _first_line(["ip", "-V"]),
         "cpus": os.cpu_count(),

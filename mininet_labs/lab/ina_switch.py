@@ -20,11 +20,11 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 from mininet_labs.lab.bmv2 import bmv2_binary, switch_command
+from mininet_labs.lab.wait import wait_until
 
 
 def grpc_reachable(sock_path: Path) -> bool:
@@ -48,7 +48,7 @@ def bmv2_switch_class() -> type:
     """
     from mininet.node import Switch
 
-    class Bmv2NetnsSwitch(Switch):  # type: ignore[misc]
+    class Bmv2NetnsSwitch(Switch):
         """simple_switch_grpc in the node's namespace (module docstring)."""
 
         def __init__(self, name: str, grpc_socket: Path, device_id: int = 1,
@@ -94,17 +94,23 @@ def bmv2_switch_class() -> type:
             self.proc = self.popen(["nice", "-n", "5", *cmd], stdout=subprocess.DEVNULL,
                                    stderr=err, stdin=subprocess.DEVNULL)
             err.close()
-            deadline = time.monotonic() + self.start_timeout_s
-            while not grpc_reachable(self.grpc_socket):
-                if self.proc.poll() is not None:
+            from mininet_labs.lab.net import record_pids
+
+            record_pids("helper_pids", [self.proc.pid])  # so a crashed run's clean-up stops it
+            def died() -> str | None:
+                if self.proc is not None and self.proc.poll() is not None:
                     tail = (self.log_dir / f"{self.name}.err").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"{self.name}: simple_switch_grpc exited "
-                                       f"{self.proc.returncode}: {tail}")
-                if time.monotonic() > deadline:
-                    self.stop_bmv2()
-                    raise RuntimeError(f"{self.name}: P4Runtime server not up on "
-                                       f"{self.grpc_address} in {self.start_timeout_s} s")
-                time.sleep(0.2)
+                    return f"{self.name}: simple_switch_grpc exited {self.proc.returncode}: {tail}"
+                return None
+
+            try:
+                wait_until(lambda: grpc_reachable(self.grpc_socket), self.start_timeout_s,
+                           f"{self.name}'s P4Runtime server on {self.grpc_address}", every_s=0.2,
+                           abort=died)
+            except TimeoutError:
+                self.stop_bmv2()
+                raise RuntimeError(f"{self.name}: P4Runtime server not up on "
+                                   f"{self.grpc_address} in {self.start_timeout_s} s") from None
 
         def stop_bmv2(self) -> int | None:
             """SIGTERM our simple_switch_grpc (its process group), SIGKILL after 5 s."""

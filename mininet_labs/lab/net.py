@@ -10,7 +10,8 @@
 
 Teardown never uses ``mn -c``: it deletes only the bridges it created (they carry the
 ``external_ids:aifabric-lab`` mark, and have this fabric's switch names) and kills only processes
-whose ids it recorded in the state file :data:`STATE_FILE`.
+whose ids it recorded in its state file (:func:`state_file`: one per lab process, so a clean-up
+only ever sees the processes of its own run or of runs whose process is gone).
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from controller.model.topology import Fabric
+from mininet_labs.lab.wait import wait_until
 
 LOG = logging.getLogger("aifabric.lab")
 MARK = "aifabric-lab"
-STATE_FILE = Path("/run/aifabric-lab/state.json")
+STATE_DIR = Path("/run/aifabric-lab")
 LOCK_FILE = Path("/run/aifabric-lab/lock")
+_held = False  # whether this process holds the lab lock (see cleanup_leftovers)
 
 
 @contextmanager
@@ -61,9 +64,12 @@ def lab_lock() -> Iterator[None]:
         fh.truncate()
         fh.write(str(os.getpid()))
         fh.flush()
+        global _held
+        _held = True
         try:
             yield
         finally:
+            _held = False
             fh.seek(0)
             fh.truncate()
             fcntl.flock(fh, fcntl.LOCK_UN)
@@ -80,20 +86,23 @@ def waiting_lab_lock(notify: Callable[[str], None] | None = None,
     RuntimeError
         Still held by another lab after ``wait_s``.
     """
-    deadline = time.monotonic() + wait_s
-    told = False
-    while True:
-        stack = ExitStack()
+    told: list[str] = []
+    stack = ExitStack()
+
+    def acquired() -> bool:
         try:
             stack.enter_context(lab_lock())
-            break
+            return True
         except RuntimeError as exc:
-            if time.monotonic() > deadline:
-                raise
             if notify is not None and not told:
                 notify(f"waiting for the lab lock: {exc}")
-                told = True
-            time.sleep(5.0)
+            told.append(str(exc))
+            return False
+
+    try:
+        wait_until(acquired, wait_s, "the lab lock", every_s=5.0)
+    except TimeoutError:
+        raise RuntimeError(told[-1] if told else "the lab lock is held") from None
     with stack:
         yield
 
@@ -106,18 +115,37 @@ def _sh(cmd: Sequence[str], check: bool = False, timeout: float = 30) -> subproc
 
 
 # -- state of a run, so a later run can clean up after a crash ---------------------------------
-def load_state() -> dict[str, Any]:
+def state_file(pid: int | None = None) -> Path:
+    """The state file of the lab process ``pid`` (default: this one): the pids it started."""
+    return STATE_DIR / f"state-{pid or os.getpid()}.json"
+
+
+def load_state(path: Path | None = None) -> dict[str, Any]:
     try:
-        return json.loads(STATE_FILE.read_text())
+        return dict(json.loads((path or state_file()).read_text()))
     except (OSError, ValueError):
         return {}
 
 
 def save_state(state: dict[str, Any]) -> None:
-    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
-    tmp = STATE_FILE.with_suffix(".tmp")
+    path = state_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not state:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state))
-    tmp.replace(STATE_FILE)
+    tmp.replace(path)
+
+
+def _states_to_clean() -> list[Path]:
+    """This process's state file and those of lab processes that are gone (a killed run's)."""
+    out = []
+    for path in sorted(STATE_DIR.glob("state-*.json")):
+        owner = path.stem.removeprefix("state-")
+        if owner.isdigit() and (int(owner) == os.getpid() or not _alive(int(owner))):
+            out.append(path)
+    return out
 
 
 def record_pids(kind: str, pids: Iterable[int]) -> None:
@@ -153,8 +181,13 @@ def _cmdline(pid: int) -> str:
 
 
 OUR_CMDLINES = ("mininet:", "mininet_labs.workloads", "run_controller", "aifabric controller",
+                "controller.cli p4 controller", "iperf3 -", "simple_switch_grpc",
                 "controller.cli controller", "mininet_labs.lab.delay",
                 "ping -c")
+
+
+def _ours(pid: int) -> bool:
+    return _alive(pid) and any(k in _cmdline(pid) for k in OUR_CMDLINES)
 
 
 def kill_pid(pid: int, grace_s: float = 3.0, group: bool = False) -> None:
@@ -164,15 +197,18 @@ def kill_pid(pid: int, grace_s: float = 3.0, group: bool = False) -> None:
         send(signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         return
-    end = time.monotonic() + grace_s
-    while time.monotonic() < end:
-        if not _alive(pid):
-            return
+    def gone() -> bool:
         try:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
-        time.sleep(0.05)
+        return not _alive(pid)
+
+    try:
+        wait_until(gone, grace_s, f"pid {pid} to exit", every_s=0.05)
+        return
+    except TimeoutError:
+        pass
     try:
         send(signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -196,19 +232,35 @@ def our_bridges(switch_names: Iterable[str]) -> list[str]:
 
 def cleanup_leftovers(switch_names: Iterable[str]) -> list[str]:
     """Remove what an earlier, crashed run of ours left: recorded processes, our bridges and
-    their userspace tap devices, and our veths. Returns what was removed (for the log)."""
+    their userspace tap devices, and our veths. Returns what was removed (for the log).
+
+    Raises
+    ------
+    RuntimeError
+        This process does not hold the lab lock: the state file is machine-wide, so a clean-up
+        without the lock would kill the processes of the lab that holds it (a test whose
+        ``finally`` tore down after failing to take the lock once killed another lab's
+        controller, ranks and Mininet shells).
+    """
+    if not _held:
+        raise RuntimeError("cleanup_leftovers needs the lab lock (lab_lock / waiting_lab_lock)")
     removed: list[str] = []
-    st = load_state()
+    files = _states_to_clean()
+    st: dict[str, list[int]] = {}
+    for path in files:
+        for kind, pids in load_state(path).items():
+            st.setdefault(kind, []).extend(pids)
     for pid in st.get("controller_pgids", []):
         if _alive(pid) and any(k in _cmdline(pid) for k in OUR_CMDLINES):
             kill_pid(pid, group=True)
             removed.append(f"controller pgid {pid}")
     # Mininet's net.stop() hangs up its node shells; give them a moment to go by themselves
     recorded = [p for k in ("workload_pids", "host_pids", "helper_pids") for p in st.get(k, [])]
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and any(
-            _alive(p) and any(k in _cmdline(p) for k in OUR_CMDLINES) for p in recorded):
-        time.sleep(0.05)
+    try:
+        wait_until(lambda: not any(_ours(p) for p in recorded), 2.0,
+                   "Mininet's node shells to exit", every_s=0.05)
+    except TimeoutError:
+        pass
     for kind in ("workload_pids", "host_pids", "helper_pids"):
         for pid in st.get(kind, []):
             if _alive(pid) and any(k in _cmdline(pid) for k in OUR_CMDLINES):
@@ -230,7 +282,8 @@ def cleanup_leftovers(switch_names: Iterable[str]) -> list[str]:
             _sh(["ip", "link", "del", dev])
             removed.append(f"link {dev}")
     removed += remove_orphan_qos(names)
-    save_state({})
+    for path in files:
+        path.unlink(missing_ok=True)
     return removed
 
 
@@ -265,14 +318,14 @@ def remove_orphan_qos(switch_names: Iterable[str]) -> list[str]:
 
 
 # -- building the network ------------------------------------------------------------------------
-def _shaped_intf_class(burst_bytes: int | None = None) -> type:
+def shaped_intf_class(burst_bytes: int | None = None) -> type:
     """The interface class of shaped lab links; ``burst_bytes`` replaces Mininet's HTB burst of
     15k (and sets cburst to the same) when given."""
     from mininet.link import TCIntf
 
     burst = "" if burst_bytes is None else f"burst {int(burst_bytes)} cburst {int(burst_bytes)}"
 
-    class ShapedIntf(TCIntf):  # type: ignore[misc]
+    class ShapedIntf(TCIntf):
         """TCIntf whose queue limit is a pfifo under the HTB class (no netem on this kernel) and
         whose HTB quantum fits a jumbo frame (avoids "quantum is big" warnings). Delay, jitter
         and loss are refused rather than silently ignored.
@@ -333,27 +386,32 @@ def socket_rx_buffer_default(nbytes: int) -> Iterator[None]:
         RMEM_DEFAULT.write_text(old)
 
 
-def build_network(fabric: Fabric, controller_port: int, mtu_bytes: int, queue_packets: int,
+def build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
                   htb_burst_bytes: int | None = None) -> Any:
-    """Build and start a Mininet network for ``fabric`` (switches point at 127.0.0.1:port);
-    ``htb_burst_bytes``: see :func:`_shaped_intf_class` (None: Mininet's 15k).
+    """Build and start a Mininet network of Open vSwitch bridges for ``fabric``, with no
+    controller yet (:func:`set_controller` points the bridges at one; until then, in
+    ``fail_mode=secure``, they forward nothing). ``htb_burst_bytes``: see
+    :func:`shaped_intf_class` (None: Mininet's 15k).
+
+    No Mininet controller node is created: Mininet's ``RemoteController.stop()`` does nothing,
+    so its shell outlived ``net.stop()`` and every clean run's teardown had to kill it ("host
+    pid N" in ``teardown_removed``).
 
     Returns the started ``mininet.net.Mininet``. The caller must call :func:`teardown`.
     """
     with socket_rx_buffer_default(OVS_RX_BUFFER_BYTES):
-        return _build_network(fabric, controller_port, mtu_bytes, queue_packets, htb_burst_bytes)
+        return _build_network(fabric, mtu_bytes, queue_packets, htb_burst_bytes)
 
 
-def _build_network(fabric: Fabric, controller_port: int, mtu_bytes: int,
-                   queue_packets: int, htb_burst_bytes: int | None = None) -> Any:
+def _build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
+                   htb_burst_bytes: int | None = None) -> Any:
     from mininet.link import Link
     from mininet.net import Mininet
-    from mininet.node import Host, OVSSwitch, RemoteController
+    from mininet.node import Host, OVSSwitch
 
-    intf_cls = _shaped_intf_class(htb_burst_bytes)
+    intf_cls = shaped_intf_class(htb_burst_bytes)
     net = Mininet(switch=OVSSwitch, host=Host, controller=None, link=Link, build=False,
                   autoSetMacs=False, autoStaticArp=False, waitConnected=False)
-    net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=controller_port)
     for s in fabric.switches:
         net.addSwitch(s.name, dpid=f"{s.dpid:016x}", datapath="user", protocols="OpenFlow13",
                       failMode="secure")
@@ -366,7 +424,7 @@ def _build_network(fabric: Fabric, controller_port: int, mtu_bytes: int,
         net.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port, cls1=intf_cls, cls2=intf_cls,
                     params1=p1, params2=p2)
     net.build()
-    record_pids("host_pids", [n.pid for n in (*net.hosts, *net.switches, *net.controllers)])
+    record_pids("host_pids", [n.pid for n in (*net.hosts, *net.switches)])
     net.start()
     for s in net.switches:
         _sh(["ovs-vsctl", "set", "Bridge", s.name, f"external_ids:{MARK}={fabric.name}"])
@@ -384,14 +442,31 @@ def _build_network(fabric: Fabric, controller_port: int, mtu_bytes: int,
     return net
 
 
-def set_controller(net: Any, port: int) -> None:
-    """Point every switch at ``tcp:127.0.0.1:port`` (one ovs-vsctl transaction)."""
+#: OVS Controller row: the longest wait between reconnection attempts, ms. 1000 is the least
+#: OVS accepts (ovs-vswitchd.conf.db(5), Controller ``max_backoff``; default 8000, which let
+#: switches come back up to 8 s after a restarted controller listened).
+MAX_BACKOFF_MS = 1000
+#: OVS Controller row: idle time before OVS probes the connection, ms (default 5000).
+INACTIVITY_PROBE_MS = 5000
+
+
+def controller_rows(switches: Iterable[str], port: int) -> list[str]:
+    """The ``ovs-vsctl`` arguments (one transaction) that point every bridge of ``switches`` at
+    ``tcp:127.0.0.1:port`` through a new Controller row with :data:`MAX_BACKOFF_MS` and
+    :data:`INACTIVITY_PROBE_MS`, and keep ``fail_mode=secure`` (a bridge without its controller
+    forwards with the entries it has and learns nothing). The one place a lab configures
+    controllers."""
     args: list[str] = []
-    for s in net.switches:
-        args += ["--", "set-controller", s.name, f"tcp:127.0.0.1:{port}"]
-    _sh(["ovs-vsctl", *args], check=True)
-    for s in net.switches:
-        _sh(["ovs-vsctl", "set", "Controller", s.name, "max_backoff=1000"])
+    for i, sw in enumerate(switches):
+        args += ["--", f"--id=@c{i}", "create", "Controller", f"target=\"tcp:127.0.0.1:{port}\"",
+                 f"max_backoff={MAX_BACKOFF_MS}", f"inactivity_probe={INACTIVITY_PROBE_MS}",
+                 "--", "set", "Bridge", sw, f"controller=[@c{i}]", "fail_mode=secure"]
+    return args
+
+
+def set_controller(net: Any, port: int) -> None:
+    """Point every switch of ``net`` at ``tcp:127.0.0.1:port`` (:func:`controller_rows`)."""
+    _sh(["ovs-vsctl", *controller_rows([s.name for s in net.switches], port)], check=True)
 
 
 def clear_switch_state(net: Any) -> None:
@@ -409,7 +484,7 @@ def flush_arp(net: Any) -> None:
 def ping_all(net: Any, fabric: Fabric, timeout_s: float) -> float:
     """Wait until every host reaches every other host; returns the seconds it took.
 
-    Each round pings all pairs concurrently (one ``ping -c1 -W1`` per pair).
+    Each round pings all pairs still missing concurrently (one ``ping -c1 -W1`` per pair).
 
     Raises
     ------
@@ -419,7 +494,8 @@ def ping_all(net: Any, fabric: Fabric, timeout_s: float) -> float:
     t0 = time.monotonic()
     todo = {(a.name, b.name) for a in fabric.hosts for b in fabric.hosts if a.name != b.name}
     hosts = {h.name: h for h in net.hosts}
-    while True:
+
+    def one_round() -> bool:
         procs = []
         for src in sorted({a for a, _ in todo}):
             dsts = [b for a, b in todo if a == src]
@@ -434,16 +510,17 @@ def ping_all(net: Any, fabric: Fabric, timeout_s: float) -> float:
             for d in out.split():
                 todo.discard((src, d))
         forget_pids("helper_pids", [p.pid for _, p in procs])
-        if not todo:
-            return time.monotonic() - t0
-        if time.monotonic() - t0 > timeout_s:
-            pairs = ", ".join(f"{a}->{b}" for a, b in sorted(todo)[:12])
-            more = f" (+{len(todo) - 12} more)" if len(todo) > 12 else ""
-            raise TimeoutError(
-                f"after {timeout_s:.0f}s, {len(todo)} host pair(s) cannot ping: {pairs}{more}; "
-                "see the controller log"
-            )
-        time.sleep(0.5)
+        return not todo
+
+    try:
+        wait_until(one_round, timeout_s, "every host to reach every other", every_s=0.5)
+    except TimeoutError:
+        pairs = ", ".join(f"{a}->{b}" for a, b in sorted(todo)[:12])
+        more = f" (+{len(todo) - 12} more)" if len(todo) > 12 else ""
+        raise TimeoutError(
+            f"after {timeout_s:.0f}s, {len(todo)} host pair(s) cannot ping: {pairs}{more}; "
+            "see the controller log") from None
+    return time.monotonic() - t0
 
 
 def teardown(net: Any | None, switch_names: Iterable[str]) -> list[str]:
@@ -454,6 +531,9 @@ def teardown(net: Any | None, switch_names: Iterable[str]) -> list[str]:
             net.stop()
         except Exception as exc:  # noqa: BLE001 - teardown must go on
             LOG.warning("net.stop() failed: %s", exc)
+    if not _held:  # never clean up another lab's recorded processes
+        LOG.warning("teardown without the lab lock: recorded processes left alone")
+        return leftovers
     try:
         leftovers = cleanup_leftovers(switch_names)
     except Exception as exc:  # noqa: BLE001

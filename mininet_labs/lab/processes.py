@@ -1,25 +1,32 @@
-"""Processes a lab starts: the aifabric controller (its own process group) and the rank processes.
+"""The processes a lab starts, and the one way it starts, waits for and stops them.
 
-The controller runs as ``aifabric controller --topology T --policy P --listen 127.0.0.1:PORT``
-when that console script offers the subcommand, else as
-``python -c '... run_controller(T, P, "127.0.0.1", PORT)'`` (the same function).
+* :class:`ControllerSession`: ``aifabric controller`` (OpenFlow) or ``aifabric p4 controller``
+  (P4Runtime) in its own session and process group, log in ``OUT/controller-<variant>.log``; with
+  telemetry, its gRPC API (:class:`controller.northbound.client.FabricClient`) and metrics URL,
+  through which labs measure what the controller knows (link bytes, pinned paths, events).
+* :class:`HostProcesses`: workload processes inside Mininet hosts, each with a log and, usually, a
+  JSON report; :meth:`HostProcesses.wait_all` waits for a group with one deadline and kills what
+  is late; :meth:`HostProcesses.reports` reads the reports (a report with ``error`` is a failure).
+
+Every pid is recorded in the state file of :mod:`mininet_labs.lab.net` while it runs, so a later
+``lab cleanup`` can stop what a killed run left, and forgotten once it is reaped.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mininet_labs.lab.net import forget_pids, kill_pid, record_pids
+from mininet_labs.lab.wait import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,43 +38,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _env() -> dict[str, str]:
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of every process a lab starts: the repository on PYTHONPATH, unbuffered."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"]
                                           if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
     return env
-
-
-def controller_command(topology: Path, policy: Path, port: int,
-                       extra_args: Sequence[str] = ()) -> list[str]:
-    """The command line that starts the controller (``aifabric controller ...``).
-
-    ``extra_args`` are appended (e.g. ``["--apply-qos"]``)."""
-    return [sys.executable, "-m", "controller.cli", "controller", "--topology", str(topology),
-            "--policy", str(policy), "--listen", f"127.0.0.1:{port}", *extra_args]
-
-
-@dataclass
-class ControllerProcess:
-    popen: subprocess.Popen[Any]
-    port: int
-    log_path: Path
-    command: list[str]
-
-    def stop(self) -> int | None:
-        """SIGTERM the process group, SIGKILL after 5 s; returns the exit code (None if killed)."""
-        pid = self.popen.pid
-        if self.popen.poll() is None:
-            kill_pid(pid, grace_s=5.0, group=True)
-        else:
-            kill_pid(pid, grace_s=0.5, group=True)  # stray children in its group
-        try:
-            rc = self.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            rc = None
-        forget_pids("controller_pgids", [pid])
-        return rc
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
@@ -77,83 +55,286 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def start_controller(topology: Path, policy: Path, port: int, log_path: Path,
-                     timeout_s: float, extra_args: Sequence[str] = ()) -> ControllerProcess:
-    """Start the controller in its own session and wait until it listens on ``port``.
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
-    ``extra_args`` go to ``aifabric controller`` (see ``aifabric controller --help``).
+
+@dataclass
+class ControllerSession:
+    """A running controller (see the module docstring). ``port``: its OpenFlow port (0 for P4);
+    ``grpc_target``/``metrics_url``: set when it serves telemetry."""
+
+    popen: subprocess.Popen[Any]
+    port: int
+    log_path: Path
+    command: list[str]
+    grpc_target: str | None = None
+    metrics_url: str | None = None
+    _client: Any = field(default=None, repr=False)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def exited(self) -> int | None:
+        """The exit code once it has exited, else None."""
+        return self.popen.poll()
+
+    def why_dead(self) -> str | None:
+        """A one-line reason when it has exited (for :func:`wait_until`'s ``abort``)."""
+        rc = self.popen.poll()
+        if rc is None:
+            return None
+        return f"the controller exited with code {rc} (log {self.log_path}):\n{log_tail(self.log_path)}"
+
+    def stop(self) -> int | None:
+        """SIGTERM the process group, SIGKILL after 5 s; returns the exit code (None if killed)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        pid = self.popen.pid
+        kill_pid(pid, grace_s=5.0 if self.popen.poll() is None else 0.5, group=True)
+        try:
+            rc = self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        forget_pids("controller_pgids", [pid])
+        return rc
+
+    def wait_log(self, text: str, timeout_s: float) -> None:
+        """Wait until ``text`` appears in its log (raises WaitTimeout / RuntimeError if it died)."""
+        wait_until(lambda: text in self.log_path.read_text(errors="replace"), timeout_s,
+                   f"{text!r} in {self.log_path}", every_s=0.2, abort=self.why_dead)
+
+    # -- what the controller knows (telemetry) ---------------------------------------------------
+    @property
+    def client(self) -> Any:
+        """Its :class:`~controller.northbound.client.FabricClient` (needs ``telemetry``)."""
+        if self.grpc_target is None:
+            raise RuntimeError("this controller was started without telemetry (no gRPC API)")
+        if self._client is None:
+            from controller.northbound.client import FabricClient
+
+            self._client = FabricClient(self.grpc_target)
+        return self._client
+
+    def link_bytes(self, after_wall_s: float | None = None, timeout_s: float = 15.0
+                   ) -> dict[str, int]:
+        """Bytes each directed link ``"u->v"`` carried since the controller started, from its
+        port statistics (GetStatus ``links[].bytes_total``). ``after_wall_s``: first wait until
+        every switch was sampled after that wall-clock time (the counters then include all
+        traffic sent before it)."""
+        if after_wall_s is not None:
+            def fresh() -> Any:
+                st = self.client.status()
+                now = time.time()
+                if all(s.last_sample_age_s >= 0 and now - s.last_sample_age_s > after_wall_s
+                       for s in st.switches):
+                    return st
+                return None
+
+            st = wait_until(fresh, timeout_s, "a statistics sample of every switch",
+                            every_s=0.2, abort=self.why_dead)
+        else:
+            st = self.client.status()
+        return {f"{ln.src}->{ln.dst}": int(ln.bytes_total) for ln in st.links}
+
+    def paths(self, collective: str = "") -> dict[tuple[str, str], tuple[str, ...]]:
+        """Pinned path (hops) of every flow ``(src host, dst host)`` of ``collective`` (all when
+        empty), as the controller has it in force (GetPaths)."""
+        return {(f.src, f.dst): tuple(f.hops) for f in self.client.paths(collective).flows}
+
+    def watch(self) -> EventLog:
+        """Its event stream (WatchEvents), read on a thread from now on."""
+        return EventLog(self.client)
+
+    def failure(self, step: str, exc: BaseException) -> str:
+        """One line for a gRPC error (or an unreachable metrics endpoint) met while ``step``:
+        ``controller exited (code -9) while watching events`` when the controller is gone (a
+        failed call can arrive a moment before the dead process can be reaped: waits 1 s),
+        else the call's status code and details."""
+        try:
+            rc: int | None = self.popen.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            rc = None
+        if rc is not None:
+            return f"controller exited (code {rc}) while {step}"
+        code_of, details_of = getattr(exc, "code", None), getattr(exc, "details", None)
+        code = code_of() if callable(code_of) else None
+        details = details_of() if callable(details_of) else str(exc)
+        return f"gRPC error while {step}: {getattr(code, 'name', type(exc).__name__)}: {details}"
+
+    def scrape(self) -> str:
+        """One Prometheus scrape of its metrics endpoint."""
+        import urllib.request
+
+        if self.metrics_url is None:
+            raise RuntimeError("this controller was started without telemetry (no metrics)")
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
+            return str(r.read().decode())
+
+
+class EventLog:
+    """Reads a WatchEvents stream on a thread; every event with its arrival time (s, epoch).
+    The stream ending with an error (other than our own cancel) is kept in ``error``;
+    :meth:`raise_if_failed` re-raises it in the caller's thread."""
+
+    def __init__(self, client: Any) -> None:
+        import threading
+
+        self.call = client.watch()
+        self.events: list[tuple[float, Any]] = []
+        self.error: BaseException | None = None
+        self._closing = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import grpc
+
+        try:
+            for ev in self.call:
+                self.events.append((time.time(), ev))
+        except grpc.RpcError as exc:
+            if not self._closing and exc.code() != grpc.StatusCode.CANCELLED:
+                self.error = exc
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def first(self, kind: str, since: float, **match: str) -> tuple[float, Any] | None:
+        """The first event of ``kind`` that arrived at or after ``since`` with these fields."""
+        for t, ev in list(self.events):
+            if t >= since and ev.kind == kind and all(getattr(ev, k) == v for k, v in match.items()):
+                return t, ev
+        return None
+
+    def close(self) -> None:
+        self._closing = True
+        self.call.cancel()
+        self.thread.join(2)
+
+
+def start_controller(topology: Path, policy: Path, log_path: Path, timeout_s: float,
+                     args: Sequence[str] = (), telemetry: bool = False,
+                     stats_interval_s: float = 1.0, southbound: str = "openflow",
+                     targets: Path | None = None, n_switches: int = 0) -> ControllerSession:
+    """Start a controller in its own session and wait until it is ready: an OpenFlow controller
+    listens on a free port (and on its gRPC port with ``telemetry``); a P4 controller logs that
+    all ``n_switches`` switches are programmed.
 
     Raises
     ------
     RuntimeError
-        The controller exited or did not listen within ``timeout_s``; the message carries the
-        tail of its log.
+        It exited or was not ready within ``timeout_s``; the message carries its log's tail.
     """
-    cmd = controller_command(topology, policy, port, extra_args)
+    grpc_target = metrics_url = None
+    if southbound == "p4runtime":
+        port = 0
+        cmd = [sys.executable, "-m", "controller.cli", "p4", "controller", "-t", str(topology),
+               "-p", str(policy), "--targets", str(targets), *args]
+    else:
+        port = free_port()
+        cmd = [sys.executable, "-m", "controller.cli", "controller", "--topology", str(topology),
+               "--policy", str(policy), "--listen", f"127.0.0.1:{port}", *args]
+        if telemetry:
+            gport, mport = free_port(), free_port()
+            grpc_target, metrics_url = f"127.0.0.1:{gport}", f"http://127.0.0.1:{mport}/metrics"
+            if "--stats-interval" not in args:
+                cmd += ["--stats-interval", f"{stats_interval_s:g}"]
+            cmd += ["--grpc-listen", grpc_target, "--metrics-listen", f"127.0.0.1:{mport}"]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "w")  # noqa: SIM115 - owned by the child from here on
-    log.write("# " + " ".join(cmd) + "\n")
-    log.flush()
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         cwd=REPO_ROOT, env=_env(), start_new_session=True)
-    log.close()
+    with open(log_path, "w") as log:
+        log.write("# " + " ".join(cmd) + "\n")
+        log.flush()
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             cwd=REPO_ROOT, env=child_env(), start_new_session=True)
     record_pids("controller_pgids", [p.pid])
-    proc = ControllerProcess(p, port, log_path, cmd)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            proc.stop()
-            raise RuntimeError(f"the controller exited with code {p.returncode} before listening "
-                               f"(log {log_path}):\n{log_tail(log_path)}")
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc
-        time.sleep(0.2)
-    proc.stop()
-    raise RuntimeError(f"the controller did not listen on 127.0.0.1:{port} within {timeout_s:.0f}s "
-                       f"(log {log_path}):\n{log_tail(log_path)}")
-
-
-def rank_command(rank: int, peers: list[str], nbytes: int, seed: int, stream: int, src_port: int,
-                 dst_port: int, chunk_bytes: int, out: Path, dscp: int | None = None) -> list[str]:
-    """The command line of one rank process (run inside its Mininet host)."""
-    return [sys.executable, "-m", "mininet_labs.workloads.ring_allreduce", "--rank", str(rank),
-            "--peers", ",".join(peers), "--bytes", str(nbytes), "--seed", str(seed),
-            "--stream", str(stream), "--src-port", str(src_port), "--dst-port", str(dst_port),
-            "--chunk-bytes", str(chunk_bytes), "--out", str(out),
-            *([] if dscp is None else ["--dscp", str(dscp)])]
-
-
-def start_in_host(host: Any, cmd: list[str], log_path: Path) -> subprocess.Popen[Any]:
-    """Start ``cmd`` in Mininet ``host``'s namespace, output to ``log_path``."""
-    log = open(log_path, "w")  # noqa: SIM115
-    p = host.popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                   cwd=str(REPO_ROOT), env=_env())
-    log.close()
-    record_pids("workload_pids", [p.pid])
-    return p
-
-
-def stop_process(p: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
-    """SIGTERM a workload process started by :func:`start_in_host`, wait ``timeout_s`` seconds,
-    then kill it; forget its recorded pid."""
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
+    ctl = ControllerSession(p, port, log_path, cmd, grpc_target, metrics_url)
     try:
-        p.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_pid(p.pid, grace_s=1.0)
-        p.wait(timeout=5)
-    forget_pids("workload_pids", [p.pid])
+        if southbound == "p4runtime":
+            ctl.wait_log(f"all {n_switches} switches programmed", timeout_s)
+        else:
+            wait_until(lambda: _listening(port) and (
+                grpc_target is None or _listening(int(grpc_target.rsplit(":", 1)[1]))),
+                timeout_s, f"the controller to listen on 127.0.0.1:{port}", every_s=0.2,
+                abort=ctl.why_dead)
+    except (TimeoutError, RuntimeError) as exc:
+        ctl.stop()
+        raise RuntimeError(f"{exc} (log {log_path}):\n{log_tail(log_path)}"
+                           if "log " not in str(exc) else str(exc)) from None
+    return ctl
 
 
-def python_has(module: str) -> bool:
-    """Whether the running interpreter can import ``module``."""
-    import importlib.util
+@dataclass
+class Job:
+    """One process in a Mininet host: ``label`` for messages, its log and JSON report."""
 
-    return importlib.util.find_spec(module) is not None
+    label: str
+    popen: subprocess.Popen[Any]
+    log: Path
+    report: Path | None = None
 
 
-def which(tool: str) -> str | None:
-    return shutil.which(tool)
+class HostProcesses:
+    """Starts, waits for and stops workload processes in Mininet hosts (module docstring)."""
+
+    def start(self, host: Any, cmd: list[str], log: Path, report: Path | None = None,
+              label: str = "", env: dict[str, str] | None = None) -> Job:
+        """Run ``cmd`` in ``host``'s namespace from the repository root, output to ``log``;
+        ``report`` (removed first) is where the process writes its JSON."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        if report is not None:
+            report.unlink(missing_ok=True)
+        with open(log, "w") as fh:
+            p = host.popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                           cwd=str(REPO_ROOT), env=child_env(env))
+        record_pids("workload_pids", [p.pid])
+        return Job(label or f"{host.name}: {cmd[2] if len(cmd) > 2 else cmd[0]}", p, log, report)
+
+    def wait_all(self, jobs: Sequence[Job], timeout_s: float) -> list[str]:
+        """Wait for every job, all within one deadline of ``timeout_s``; kill the late ones.
+        Returns one error per job that timed out."""
+        deadline = time.monotonic() + timeout_s
+        errors = []
+        for j in jobs:
+            try:
+                j.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                kill_pid(j.popen.pid, grace_s=1.0)
+                j.popen.wait(timeout=5)
+                errors.append(f"{j.label} timed out after {timeout_s:.0f}s")
+            forget_pids("workload_pids", [j.popen.pid])
+        return errors
+
+    def stop(self, *jobs: Job | None, grace_s: float = 5.0) -> None:
+        """SIGTERM each running job (it writes its report), SIGKILL after ``grace_s``."""
+        for j in jobs:
+            if j is None:
+                continue
+            if j.popen.poll() is None:
+                kill_pid(j.popen.pid, grace_s=grace_s)
+            try:
+                j.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            forget_pids("workload_pids", [j.popen.pid])
+
+    @staticmethod
+    def reports(jobs: Sequence[Job]) -> tuple[list[dict[str, Any]], list[str]]:
+        """The JSON reports of finished jobs, and one error per job without a usable one (no
+        file, not JSON, or ``{"error": ...}``)."""
+        docs, errors = [], []
+        for j in jobs:
+            if j.report is None:
+                continue
+            try:
+                d = json.loads(j.report.read_text())
+            except (OSError, ValueError):
+                errors.append(f"{j.label}: no report (exit {j.popen.returncode}, see {j.log})")
+                continue
+            if isinstance(d, dict) and "error" in d:
+                errors.append(f"{j.label}: {d['error']}")
+                continue
+            docs.append(d)
+        return docs, errors

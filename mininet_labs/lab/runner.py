@@ -1,10 +1,20 @@
-"""Run an experiment: one Mininet network; per mode a fresh controller; per seed every collective
-at once; results in ``OUT/results.json`` and ``OUT/busbw.png``.
+"""The one runner of every experiment: lock → requirements → network → variants → results →
+verdicts → plots, the same way for every lab (:mod:`mininet_labs.lab.interface`).
 
 Layout of ``OUT``::
 
-    results.json  busbw.png  policy-<mode>.yaml  controller-<mode>.log
-    <mode>/seed<S>/<collective>/rank<i>.json, rank<i>.log
+    results.json  <plots>  controller-<variant>.log  policy-<variant>.yaml  [topology.yaml]
+    <variant>/...   (what each run writes: rank reports and logs, probe records, ...)
+
+results.json: ``experiment`` (kind, name, files, the validated spec), ``topology``, ``scale``
+(``factor`` and, when scaled, the note that every rate is 1/N of the modelled fabric's),
+``variants`` (name, controller command and exit code, timings), ``runs`` (every record, with its
+``variant``), ``summary`` (the lab's numbers), ``verdicts`` (``{name: {held, detail,
+timing_sensitive}}``), ``environment`` (kernel features, versions, the load average when the run
+started and ended), ``timings``, ``teardown_removed`` (what teardown still found and removed;
+empty after a clean run), ``plots``.
+
+``ok`` (exit 0 of ``lab run``) means every verdict held.
 """
 
 from __future__ import annotations
@@ -12,45 +22,22 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from controller.model.topology import Fabric
-from controller.units import format_rate
 from controller.yamlsrc import load_document
 from mininet_labs.lab import net as labnet
-from mininet_labs.lab.compare import compare_modes, comparison_table, verdict_lines
-from mininet_labs.lab.environment import probe_kernel_features, versions
-from mininet_labs.lab.experiment import Experiment, LabSpec, describe, load_experiment
-from mininet_labs.lab.processes import (
-    ControllerProcess,
-    free_port,
-    rank_command,
-    start_controller,
-    start_in_host,
-)
-from mininet_labs.lab.results import (
-    TARGET_RATIO,
-    collective_entry,
-    failed_entry,
-    flows_per_link,
-    link_loads,
-    parse_dump_ports,
-    plot_busbw,
-    ring_bound_bps,
-    run_table,
-)
-from mininet_labs.workloads.ring_allreduce import busbw_factor, source_port, summarize
-
-DEFAULT_DST_PORT = 5201
+from mininet_labs.lab import requirements as req
+from mininet_labs.lab.interface import Lab, RunContext, Variant, Verdict
+from mininet_labs.lab.kinds import lab_for
+from mininet_labs.lab.processes import ControllerSession, HostProcesses, start_controller
+from mininet_labs.lab.schema import Experiment, scale_note
 
 
 class LabAborted(Exception):
@@ -59,144 +46,35 @@ class LabAborted(Exception):
 
 @dataclass
 class Results:
-    """What every kind's ``run_experiment`` returns: the results document, where it and its
-    plot were written, and whether the run met its checks (``ok``)."""
+    """What :func:`run_experiment` returns: the results document, where it and its first plot
+    were written, and whether every verdict held (``ok``)."""
 
     data: dict[str, Any]
     out_dir: Path
     results_path: Path
-    plot_path: Path
+    plot_path: Path | None
     ok: bool = field(default=False)
 
     @property
-    def all_correct(self) -> bool:
-        return all(c["correct"] for r in self.data["runs"] for c in r["collectives"])
+    def verdicts(self) -> dict[str, bool]:
+        return {k: bool(v["held"]) for k, v in self.data["verdicts"].items()}
 
 
-__all__ = ["describe", "load_experiment", "run_experiment", "run_seed", "LabAborted", "sigterm_raises"]
+def load(path: str | Path) -> tuple[Lab, Experiment]:
+    """The lab of the experiment file at ``path`` and the validated experiment (raises
+    ConfigError, located; nothing is started)."""
+    doc = load_document(path)
+    lab = lab_for(doc)
+    return lab, lab.load(doc)
 
 
-def requirements_missing() -> list[str]:
-    """Why a lab cannot run here (empty when it can): root, OVS, Mininet, tc, ethtool."""
-    import importlib.util
-    import shutil
-
-    missing = []
-    if os.geteuid() != 0:
-        missing.append("not running as root")
-    for tool in ("ovs-vsctl", "ovs-ofctl", "mnexec", "tc", "ethtool", "ping"):
-        if not shutil.which(tool):
-            missing.append(f"{tool} not found")
-    if importlib.util.find_spec("mininet") is None:
-        missing.append("python cannot import mininet (symlink Debian's "
-                       "/usr/lib/python3/dist-packages/mininet into the venv)")
-    if shutil.which("ovs-vsctl") and subprocess.run(["ovs-vsctl", "show"], capture_output=True,
-                                                    timeout=10).returncode != 0:
-        missing.append("Open vSwitch is not running (ovs-vsctl show fails)")
-    return missing
-
-
-def policy_for_mode(exp: Experiment, mode: str, out_dir: Path) -> Path:
-    """Write the experiment's policy with ``routing.mode`` set to ``mode`` into ``out_dir``."""
-    from ruamel.yaml import YAML
-
-    yaml = YAML(typ="rt")
-    data = yaml.load(exp.policy_path.read_text())
-    data["routing"]["mode"] = mode
-    path = out_dir / f"policy-{mode}.yaml"
-    with path.open("w") as f:
-        f.write(f"# {exp.policy_path} with routing.mode = {mode} (written by the lab)\n")
-        yaml.dump(data, f)
-    load_document(path)  # the copy must still parse
-    return path
-
-
-def collective_ports(exp: Experiment, seed: int) -> dict[str, tuple[list[int], int]]:
-    """Per collective: (source port of each rank's outgoing connection, destination port)."""
-    out = {}
-    for ci, coll in enumerate(exp.policy.collectives):
-        dst = coll.l4.dst_port if coll.l4 and coll.l4.dst_port else DEFAULT_DST_PORT + ci
-        src = [source_port(seed, coll.name, r) for r in range(len(coll.ranks))]
-        out[coll.name] = (src, dst)
-    return out
-
-
-def _snapshot_ports(switches: list[str]) -> dict[str, dict[int, int]]:
-    snap = {}
-    for sw in switches:
-        r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", sw], capture_output=True,
-                           text=True, timeout=10)
-        snap[sw] = parse_dump_ports(r.stdout)
-    return snap
-
-
-def run_seed(exp: Experiment, mininet: Any, mode: str, seed: int, out_dir: Path,
-             console: Console) -> dict[str, Any]:
-    """Run every collective of the policy concurrently for one seed; returns the run record."""
-    w = exp.spec.workload
-    hosts = {h.name: h for h in mininet.hosts}
-    ports = collective_ports(exp, seed)
-    procs: list[tuple[str, int, subprocess.Popen[Any], Path]] = []
-    before = _snapshot_ports([s.name for s in mininet.switches])
-    t0 = time.time()
-    for ci, coll in enumerate(exp.policy.collectives):
-        cdir = out_dir / mode / f"seed{seed}" / coll.name
-        cdir.mkdir(parents=True, exist_ok=True)
-        src, dst = ports[coll.name]
-        peers = [exp.fabric.host_by_name[h].ipv4 for h in coll.ranks]
-        for r, hname in enumerate(coll.ranks):
-            out = cdir / f"rank{r}.json"
-            out.unlink(missing_ok=True)
-            cmd = rank_command(r, peers, w.bytes, seed, ci, src[r], dst, w.chunk_bytes, out,
-                               coll.dscp)
-            procs.append((coll.name, r, start_in_host(hosts[hname], cmd, cdir / f"rank{r}.log"),
-                          out))
-    deadline = time.monotonic() + w.timeout_s
-    errors: dict[str, list[str]] = {}
-    for name, r, p, _ in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            labnet.kill_pid(p.pid, grace_s=1.0)
-            p.wait(timeout=5)
-            errors.setdefault(name, []).append(f"rank {r} timed out after {w.timeout_s:.0f}s")
-        labnet.forget_pids("workload_pids", [p.pid])
-    wall = time.time() - t0
-    after = _snapshot_ports([s.name for s in mininet.switches])
-    entries = []
-    for coll in exp.policy.collectives:
-        src, dst = ports[coll.name]
-        bound = ring_bound_bps(exp.fabric, coll)
-        reports = []
-        for name, r, p, out in procs:
-            if name != coll.name:
-                continue
-            try:
-                rep = json.loads(out.read_text())
-            except (OSError, ValueError):
-                errors.setdefault(name, []).append(f"rank {r}: no report (exit {p.returncode}, "
-                                                   f"see {out.with_suffix('.log')})")
-                continue
-            if "error" in rep:
-                errors.setdefault(name, []).append(f"rank {r}: {rep['error']}")
-                continue
-            reports.append(rep)
-        errs = errors.get(coll.name, [])
-        if len(reports) == len(coll.ranks) and not errs:
-            entries.append(collective_entry(coll.name, coll.ranks, summarize(reports), bound, src,
-                                            dst))
-        else:
-            entries.append(failed_entry(coll.name, coll.ranks, w.bytes, bound, src, dst, errs))
-    flow_bytes = w.bytes * busbw_factor(len(exp.policy.collectives[0].ranks))
-    per_link = flows_per_link(link_loads(exp.fabric, before, after), flow_bytes, exp.fabric)
-    max_flows = max(per_link.values(), default=None)
-    return {"mode": mode, "seed": seed, "wall_s": round(wall, 3), "collectives": entries,
-            "fabric_link_load_flows": per_link, "max_flows_per_fabric_link": max_flows}
+def requirements_of(lab: Lab, exp: Experiment) -> list[req.Requirement]:
+    return [*req.for_network(lab.network), *lab.requirements(exp)]
 
 
 @contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """Turn SIGTERM into an exception in the main thread so ``finally`` blocks tear down."""
+    """Turn SIGTERM into :class:`LabAborted` in the main thread so ``finally`` blocks tear down."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -213,83 +91,182 @@ def sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-_sigterm_raises = sigterm_raises  # the old private name, still imported by some labs
+def _load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _environment(lab: Lab) -> dict[str, Any]:
+    from mininet_labs.lab.environment import probe_kernel_features, versions
+
+    feats = probe_kernel_features() if lab.network != "none" else {}
+    return {"kernel_features": feats,
+            "kernel_features_missing": sorted(k for k, v in feats.items() if not v),
+            "versions": versions(), "cpus": os.cpu_count(), "load_average_start": _load_average()}
 
 
 @dataclass
-class LabNetwork:
-    """The network of :func:`lab_network`: the started ``mininet.net.Mininet`` (None until it
-    is built) and, after the block, what teardown found still running or present and removed."""
-
+class _Network:
     mininet: Any = None
     removed: list[str] = field(default_factory=list)
+    sock_dir: Path | None = None
 
 
 @contextmanager
-def lab_network(fabric: Fabric, lab: LabSpec, console: Console,
-                timings: dict[str, Any]) -> Iterator[LabNetwork]:
-    """A lab's Mininet network for the duration of the block, never leaked.
+def _network(lab: Lab, exp: Experiment, out: Path, timings: dict[str, Any],
+             holder: _Network) -> Iterator[_Network]:
+    """The lab's network for the duration of the block, never leaked (also after an error or
+    SIGTERM): leftovers of a killed run removed first, always torn down after."""
+    import shutil
+    import tempfile
 
-    Takes the lab lock (saying so on ``console`` while it waits), turns SIGTERM into
-    :class:`LabAborted`, removes what a killed run of ``fabric`` left, builds and starts the
-    network with ``lab``'s settings (MTU, queue, HTB burst; switches point at
-    a free local port), and always tears it down, also after an error or a signal. Records
-    ``timings["mininet_start_s"]`` and ``timings["teardown_s"]`` (seconds).
-    """
-    names = [s.name for s in fabric.switches]
-    with labnet.waiting_lab_lock(lambda m: console.print(m, markup=False)), sigterm_raises():
-        from mininet.log import setLogLevel
+    from mininet.log import setLogLevel
 
-        setLogLevel("error")
-        net = LabNetwork()
+    setLogLevel("error")
+    # a BMv2 network has no Open vSwitch bridges: clean up no bridge by name then
+    names = [s.name for s in exp.fabric.switches] if lab.network == "ovs" else []
+    if lab.network == "none":
+        yield holder
+        return
+    try:
+        holder.removed = labnet.cleanup_leftovers(names) + lab.cleanup()
+        t = time.monotonic()
+        if lab.network == "ovs":
+            s = exp.spec.lab
+            holder.mininet = labnet.build_network(exp.fabric, s.mtu_bytes, s.queue_packets,
+                                                  s.htb_burst_bytes)
+        else:
+            from mininet_labs.lab.p4net import build_fabric
+
+            holder.sock_dir = Path(tempfile.mkdtemp(prefix="aifp4-"))  # Unix socket paths ≤ 107 B
+            holder.mininet = build_fabric(exp.fabric, holder.sock_dir, out / "bmv2", exp.spec.lab,
+                                          shaped=lab.network == "bmv2")
+        timings["network_start_s"] = round(time.monotonic() - t, 2)
+        if holder.removed:
+            timings["leftovers_of_an_earlier_run"] = holder.removed
+        holder.removed = []
+        yield holder
+    finally:
+        t = time.monotonic()
+        holder.removed = labnet.teardown(holder.mininet, names) + lab.cleanup()
+        if holder.sock_dir is not None:
+            shutil.rmtree(holder.sock_dir, ignore_errors=True)
+        timings["teardown_s"] = round(time.monotonic() - t, 2)
+
+
+def _start_variant_controller(lab: Lab, exp: Experiment, variant: Variant, net: Any, out: Path,
+                              console: Console, vt: dict[str, Any]) -> ControllerSession:
+    cfg = variant.controller
+    assert cfg is not None
+    policy = out / f"policy-{variant.name}.yaml"
+    policy.write_text(cfg.policy_text)
+    load_document(policy)  # the lab's rewrite must still parse
+    topology = exp.topology_path
+    if exp.scale > 1 and exp.topology_text is not None:
+        topology = out / "topology.yaml"
+        topology.write_text(exp.topology_text)
+    assert topology is not None
+    console.print(f"[{variant.name}] starting the controller", markup=False)
+    t = time.monotonic()
+    if cfg.southbound == "p4runtime":
+        from mininet_labs.lab.p4net import grpc_targets
+
+        targets = out / "targets.json"
+        targets.write_text(json.dumps(grpc_targets(net), indent=1))
+        ctl = start_controller(topology, policy, out / f"controller-{variant.name}.log",
+                               exp.spec.lab.controller_start_timeout_s, cfg.args,
+                               southbound="p4runtime", targets=targets,
+                               n_switches=len(exp.fabric.switches))
+    else:
+        labnet.clear_switch_state(net)
+        labnet.flush_arp(net)
+        ctl = start_controller(topology, policy, out / f"controller-{variant.name}.log",
+                               exp.spec.lab.controller_start_timeout_s, cfg.args,
+                               telemetry=cfg.telemetry, stats_interval_s=cfg.stats_interval_s)
+        labnet.set_controller(net, ctl.port)
+    vt["controller_start_s"] = round(time.monotonic() - t, 2)
+    vt["controller_command"] = ctl.command
+    try:
+        t = time.monotonic()
+        labnet.ping_all(net, exp.fabric, exp.spec.lab.reachability_timeout_s)
+        vt["reachability_s"] = round(time.monotonic() - t, 2)
+        for line in cfg.wait_log:
+            ctl.wait_log(line, 30.0)
+    except (TimeoutError, RuntimeError) as exc:
+        ctl.stop()
+        raise RuntimeError(f"[{variant.name}] {exc} (log {ctl.log_path})") from None
+    return ctl
+
+
+def _run_variants(lab: Lab, exp: Experiment, net: Any, ctx: RunContext, out: Path,
+                  console: Console, variants_out: list[dict[str, Any]],
+                  records: list[dict[str, Any]]) -> None:
+    """Every variant of the lab in order: its controller (started, all hosts reachable), an
+    unrecorded warm-up run, its runs; the controller stopped after (also after an error)."""
+    for variant in lab.variants(exp):
+        vt: dict[str, Any] = {}
+        vrec: dict[str, Any] = {"name": variant.name, "timings": vt}
+        variants_out.append(vrec)
+        ctl = None
         try:
-            labnet.cleanup_leftovers(names)
-            t = time.monotonic()
-            net.mininet = labnet.build_network(fabric, free_port(), lab.mtu_bytes,
-                                               lab.queue_packets, lab.htb_burst_bytes)
-            timings["mininet_start_s"] = round(time.monotonic() - t, 2)
-            yield net
+            if variant.controller is not None:
+                ctl = _start_variant_controller(lab, exp, variant, net, out,
+                                                console, vt)
+            vctx = RunContext(exp, net, variant, ctl, out / variant.name,
+                              ctx.procs, console, ctx.state)
+            vctx.out.mkdir(parents=True, exist_ok=True)
+            if variant.warmup is not None:
+                t = time.monotonic()
+                lab.run(RunContext(exp, net, variant, ctl, out / "warmup" /
+                                   variant.name, ctx.procs, console, ctx.state),
+                        variant.warmup)
+                vt["warmup_s"] = round(time.monotonic() - t, 2)
+            for key in variant.runs:
+                t = time.monotonic()
+                rec = {"variant": variant.name, **lab.run(vctx, key)}
+                rec.setdefault("wall_s", round(time.monotonic() - t, 2))
+                records.append(rec)
+                if ctl is not None and ctl.exited() is not None:
+                    raise RuntimeError(
+                        f"[{variant.name}] the controller exited (code {ctl.exited()}) "
+                        f"during a run; the run is not valid (log {ctl.log_path})")
+                for item in lab.run_report(exp, rec):
+                    _print(console, item)
         finally:
-            t = time.monotonic()
-            net.removed = labnet.teardown(net.mininet, names)
-            timings["teardown_s"] = round(time.monotonic() - t, 2)
+            if ctl is not None:
+                vrec["controller_exit"] = ctl.stop()
+
+
+def _print(console: Console, item: Any) -> None:
+    """A line as it is (no rich markup: ``[fifo]`` is text), a table as a table."""
+    if isinstance(item, str):
+        console.print(item, markup=False)
+    else:
+        console.print(item)
+
+
+def _verdict_line(v: Verdict) -> str:
+    return (f"{v.name}: {'yes' if v.held else 'NO'} ({v.detail})"
+            + (" [timing-sensitive]" if v.timing_sensitive else ""))
 
 
 def run_experiment(experiment_path: str | Path, out_dir: str | Path,
-                   console: Console | None = None,
-                   on_run: Callable[[dict[str, Any]], None] | None = None) -> Results:
-    """Run an experiment file end to end and write ``OUT/results.json`` and ``OUT/busbw.png``.
-
-    Parameters
-    ----------
-    experiment_path
-        The experiment YAML (see :mod:`mininet_labs.lab.experiment`).
-    out_dir
-        Created if missing; per-rank reports and logs go below it.
-    console
-        Where tables and progress go (default: a new rich Console).
-    on_run
-        Called with every (mode, seed) run record as soon as it is complete.
-
-    Returns
-    -------
-    Results
-        ``ok`` is true when every collective of every run was correct.
+                   console: Console | None = None) -> Results:
+    """Run an experiment file end to end; write ``OUT/results.json`` and the lab's plots.
 
     Raises
     ------
     ConfigError
-        The experiment (or its topology/policy) is invalid; nothing was started.
+        The experiment (or a file it names) is invalid; nothing was started.
     RuntimeError
-        The lab cannot run here (not root, no OVS, ...), the controller failed to start, or
-        hosts did not become reachable. The network is torn down before this propagates.
+        The lab cannot run here (every missing requirement named), or a step failed (a
+        controller did not start, hosts did not reach each other). The network is torn down
+        before this propagates.
+    LabAborted
+        SIGTERM; torn down first.
     """
     console = console or Console()
     t_start = time.monotonic()
-    exp = load_experiment(experiment_path)
-    missing = requirements_missing()
-    if missing:
-        raise RuntimeError("cannot run a Mininet lab here: " + "; ".join(missing))
+    lab, exp = load(experiment_path)
     out = Path(out_dir).resolve()  # the controller runs from the repository root
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -297,137 +274,84 @@ def run_experiment(experiment_path: str | Path, out_dir: str | Path,
         (out / ".write-test").unlink()
     except OSError as exc:
         raise RuntimeError(f"cannot write results to {out}: {exc.strerror or exc}") from None
-    with labnet.lab_lock():
-        return _run_locked(exp, out, console, t_start, on_run)
-
-
-def _run_locked(exp: Experiment, out: Path, console: Console, t_start: float,
-                on_run: Callable[[dict[str, Any]], None] | None) -> Results:
-    """The body of :func:`run_experiment`, run while holding the lab lock."""
-    from mininet.log import setLogLevel
-
-    setLogLevel("error")
-    switch_names = [s.name for s in exp.fabric.switches]
-    timings: dict[str, Any] = {"modes": {}}
-    runs: list[dict[str, Any]] = []
-    features = probe_kernel_features()
-    env = {"kernel_features": features,
-           "kernel_features_missing": sorted(k for k, v in features.items() if not v),
-           "versions": versions(), "seeds": list(exp.spec.seeds)}
-    mininet = None
-    ctl: ControllerProcess | None = None
-    leftovers: list[str] = []
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                        console=console, transient=True)
-    with sigterm_raises():
+    timings: dict[str, Any] = {}
+    variants_out: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    with labnet.waiting_lab_lock(lambda m: console.print(m, markup=False)), sigterm_raises():
+        missing = req.missing(requirements_of(lab, exp))
+        if missing:
+            raise RuntimeError(f"cannot run {exp.spec.kind} here: " + "; ".join(missing))
+        env = _environment(lab)
+        note = scale_note(exp.scale)
+        if note:
+            console.print(note, markup=False)
+        netw = _Network()
+        ctx = RunContext(exp, None, Variant("setup", None), None, out, HostProcesses(), console)
         try:
-            with progress:
-                task = progress.add_task("removing leftovers of an earlier run", total=None)
-                removed = labnet.cleanup_leftovers(switch_names)
-                if removed:
-                    console.print(f"removed leftovers of an earlier run: {', '.join(removed)}")
-                progress.update(task, description=f"starting Mininet ({len(exp.fabric.switches)} "
-                                                  f"switches, {len(exp.fabric.hosts)} hosts)")
-                t = time.monotonic()
-                port = free_port()
-                mininet = labnet.build_network(exp.fabric, port, exp.spec.lab.mtu_bytes,
-                                               exp.spec.lab.queue_packets,
-                                               exp.spec.lab.htb_burst_bytes)
-                timings["mininet_start_s"] = round(time.monotonic() - t, 2)
-                progress.remove_task(task)
-            for mode in exp.spec.modes:
-                mt: dict[str, Any] = {}
-                timings["modes"][mode] = mt
-                pol = policy_for_mode(exp, mode, out)
-                with progress:
-                    task = progress.add_task(f"[{mode}] starting the controller", total=None)
+            with _network(lab, exp, out, timings, netw):
+                ctx.net = netw.mininet
+                try:
                     t = time.monotonic()
-                    labnet.clear_switch_state(mininet)
-                    labnet.flush_arp(mininet)
-                    port = free_port()
-                    ctl = start_controller(exp.topology_path, pol, port,
-                                           out / f"controller-{mode}.log",
-                                           exp.spec.lab.controller_start_timeout_s)
-                    labnet.set_controller(mininet, port)
-                    mt["controller_start_s"] = round(time.monotonic() - t, 2)
-                    progress.update(task, description=f"[{mode}] waiting until all "
-                                                      f"{len(exp.fabric.hosts)} hosts reach "
-                                                      "each other")
-                    t = time.monotonic()
-                    try:
-                        labnet.ping_all(mininet, exp.fabric, exp.spec.lab.reachability_timeout_s)
-                    except TimeoutError as exc:
-                        raise RuntimeError(f"[{mode}] {exc} ({ctl.log_path})") from None
-                    mt["reachability_s"] = round(time.monotonic() - t, 2)
-                    # One unrecorded warm-up collective per mode, as nccl-tests runs warm-up
-                    # iterations: the first transfer after reprogramming measured up to 20%
-                    # lower (OVS datapath caches refilling, ARP, TCP slow start).
-                    progress.update(task, description=f"[{mode}] warm-up (not recorded)")
-                    t = time.monotonic()
-                    run_seed(exp, mininet, mode, exp.spec.seeds[0], out / "warmup", console)
-                    mt["warmup_s"] = round(time.monotonic() - t, 2)
-                    progress.remove_task(task)
-                for seed in exp.spec.seeds:
-                    with progress:
-                        task = progress.add_task(
-                            f"[{mode}] seed {seed}: {len(exp.policy.collectives)} ring "
-                            f"all-reduce(s) of {exp.spec.workload.bytes} bytes", total=None)
-                        rec = run_seed(exp, mininet, mode, seed, out, console)
-                        progress.remove_task(task)
-                    if ctl.popen.poll() is not None:
-                        raise RuntimeError(
-                            f"[{mode}] the controller exited (code {ctl.popen.returncode}) during "
-                            f"seed {seed}; the run is not valid (log {ctl.log_path})")
-                    runs.append(rec)
-                    mt[f"seed{seed}_s"] = rec["wall_s"]
-                    console.print(run_table(mode, seed, rec["collectives"],
-                                            rec["max_flows_per_fabric_link"]))
-                    console.print()
-                    if on_run:
-                        on_run(rec)
-                rc = ctl.stop()
-                mt["controller_exit"] = rc
-                ctl = None
-        finally:
-            if ctl is not None:
-                ctl.stop()
-            t = time.monotonic()
-            leftovers = labnet.teardown(mininet, switch_names)
-            timings["teardown_s"] = round(time.monotonic() - t, 2)
+                    lab.setup(ctx)
+                    timings["setup_s"] = round(time.monotonic() - t, 2)
+                    _run_variants(lab, exp, netw.mininet, ctx, out, console, variants_out,
+                                  records)
+                finally:
+                    lab.teardown(ctx)
+        except RuntimeError as exc:
+            path = out / "results.json"
+            path.write_text(json.dumps({
+                "experiment": {"kind": exp.spec.kind, "name": exp.spec.name,
+                               "file": str(exp.path)},
+                "error": str(exc).splitlines()[0], "variants": variants_out, "runs": records,
+                "setup": ctx.state.get("results", {}), "environment": env,
+                "timings": timings, "teardown_removed": netw.removed}, indent=1, default=str))
+            raise RuntimeError(f"{exc}; the network was torn down (partial results in "
+                               f"{path})") from None
     timings["total_s"] = round(time.monotonic() - t_start, 2)
-    bounds = {c.name: ring_bound_bps(exp.fabric, c) for c in exp.policy.collectives}
-    data = {
-        "experiment": {
-            "name": exp.spec.name, "file": str(exp.path), "topology": str(exp.topology_path),
-            "policy": str(exp.policy_path), "modes": list(exp.spec.modes),
-            "seeds": list(exp.spec.seeds),
-            "workload": {"kind": exp.spec.workload.kind, "bytes": exp.spec.workload.bytes,
-                         "chunk_bytes": exp.spec.workload.chunk_bytes},
-            "lab": exp.spec.lab.model_dump(),
-        },
+    env["load_average_end"] = _load_average()
+    summary = lab.summarize(exp, records)
+    verdicts = lab.verdicts(exp, records, summary)
+    data: dict[str, Any] = {
+        "experiment": {"kind": exp.spec.kind, "name": exp.spec.name, "file": str(exp.path),
+                       "topology": str(exp.topology_path) if exp.topology_path else None,
+                       "policy": str(exp.policy_path) if exp.policy_path else None,
+                       "spec": exp.spec.model_dump(mode="json")},
         "topology": {"name": exp.fabric.name, "kind": exp.fabric.kind,
                      "switches": len(exp.fabric.switches), "hosts": len(exp.fabric.hosts),
                      "links": len(exp.fabric.links)},
-        "link_rate_bps": min(ln.capacity_bps for ln in exp.fabric.links),
-        "bounds_bps": bounds,
-        "target_ratio": TARGET_RATIO,
-        "runs": runs,
-        "comparison": compare_modes(runs, TARGET_RATIO),
+        "scale": {"factor": exp.scale, **({"note": note} if note else {})},
+        "variants": variants_out,
+        "runs": records,
+        "summary": summary,
+        "verdicts": {v.name: {"held": v.held, "detail": v.detail,
+                              "timing_sensitive": v.timing_sensitive} for v in verdicts},
         "environment": env,
         "timings": timings,
-        "teardown_removed": leftovers,
+        "setup": ctx.state.get("results", {}),
+        "teardown_removed": netw.removed,
     }
     results_path = out / "results.json"
-    plot_path = out / "busbw.png"
     results_path.write_text(json.dumps(data, indent=1))
-    plot_busbw(runs, plot_path, f"{exp.spec.name}: {exp.fabric.name}, "
-                                f"{format_rate(data['link_rate_bps'])} links, "
-                                f"{exp.spec.workload.bytes / 1e6:g} MB all-reduce")
-    cmp = data["comparison"]
-    if cmp["rows"]:
-        console.print(comparison_table(cmp))
-    for line in verdict_lines(cmp):
-        console.print(line, markup=False)
-    res = Results(data, out, results_path, plot_path)
-    res.ok = res.all_correct
-    return res
+    plots = lab.plots(exp, records, summary, out)
+    data["plots"] = [str(p) for p in plots]
+    results_path.write_text(json.dumps(data, indent=1))
+    if note:
+        console.print(note, markup=False)
+    for item in lab.report(exp, records, summary):
+        _print(console, item)
+    for v in verdicts:
+        console.print(_verdict_line(v), markup=False)
+    console.print(f"load average (1, 5, 15 min) at start {env['load_average_start']}, at end "
+                  f"{env['load_average_end']} on {env['cpus']} CPUs", markup=False)
+    return Results(data, out, results_path, plots[0] if plots else None,
+                   ok=bool(verdicts) and all(v.held for v in verdicts))
+
+
+def cleanup(experiment_path: str | Path) -> list[str]:
+    """Remove what a killed run of this experiment left (its bridges, recorded processes, the
+    lab's own extras); never anything of another experiment. Holds the lab lock."""
+    lab, exp = load(experiment_path)
+    names = [s.name for s in exp.fabric.switches] if lab.network == "ovs" else []
+    with labnet.lab_lock():
+        return labnet.cleanup_leftovers(names) + lab.cleanup()

@@ -67,7 +67,7 @@ def receive(port: int, connections: int, out: Path, bin_s: float, seconds: float
                 with lock:
                     bins[int(time.time() / bin_s)] += n
 
-    threads = []
+    threads: list[threading.Thread] = []
     while not stop.is_set() and len(threads) < connections:
         try:
             conn, _ = lsock.accept()
@@ -97,7 +97,7 @@ def receive(port: int, connections: int, out: Path, bin_s: float, seconds: float
 def send(dst: str, port: int, connections: int, dscp: int | None, seconds: float,
          stop: threading.Event) -> int:
     """Send on ``connections`` TCP connections until ``stop`` or ``seconds``; returns bytes sent."""
-    socks = []
+    socks: list[socket.socket] = []
     deadline = time.monotonic() + 20.0
     while len(socks) < connections:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -134,20 +134,6 @@ def send(dst: str, port: int, connections: int, dscp: int | None, seconds: float
     for s in socks:
         s.close()
     return sum(sent)
-
-
-def rate_in_window_bps(report: dict[str, Any], start: float, end: float) -> float:
-    """Mean received rate (bit/s) between wall-clock times ``start`` and ``end`` (s since the
-    epoch), counting each bin in proportion to its overlap with the window."""
-    if end <= start:
-        raise ValueError("the window is empty")
-    w = report["bin_s"]
-    total = 0.0
-    for t0, n in report["bins"]:
-        overlap = min(end, t0 + w) - max(start, t0)
-        if overlap > 0:
-            total += n * overlap / w
-    return total * 8 / (end - start)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,9 +1,9 @@
-"""Pure helpers for lab results: link-rate bounds, per-link load from port counters, the
-results document, the rich table and the busbw plot."""
+"""Pure analysis of collectives on a fabric: link-rate bounds, per-link load in units of one
+flow, a collective's results entry (nccl-tests algbw/busbw), the per-run table and the busbw plot.
+No Mininet, no processes: testable anywhere."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,45 +41,12 @@ def ring_bound_bps(fabric: Fabric, coll: Collective) -> int:
     return slowest
 
 
-_PORT_RX = re.compile(r"port\s+(\w+):\s+rx pkts=\d+, bytes=(\d+)")
-_PORT_TX = re.compile(r"tx pkts=\d+, bytes=(\d+)")
-
-
-def parse_dump_ports(text: str) -> dict[int, int]:
-    """``ovs-ofctl dump-ports`` output → {port number: tx bytes} (LOCAL and '?' skipped)."""
-    out: dict[int, int] = {}
-    port: int | None = None
-    for line in text.splitlines():
-        m = _PORT_RX.search(line)
-        if m:
-            port = int(m.group(1)) if m.group(1).isdigit() else None
-            continue
-        m = _PORT_TX.search(line)
-        if m and port is not None:
-            out[port] = int(m.group(1))
-            port = None
-    return out
-
-
-def link_loads(fabric: Fabric, before: Mapping[str, Mapping[int, int]],
-               after: Mapping[str, Mapping[int, int]]) -> dict[str, int]:
-    """Bytes sent per switch egress direction ``'sw->peer'`` between two counter snapshots."""
-    out: dict[str, int] = {}
-    for sw, ports in after.items():
-        for port, tx in ports.items():
-            peer = fabric.port_map.get((sw, port))
-            if peer is None:
-                continue
-            out[f"{sw}->{peer[0]}"] = tx - before.get(sw, {}).get(port, 0)
-    return out
-
-
 def flows_per_link(loads: Mapping[str, int], flow_bytes: float, fabric: Fabric) -> dict[str, float]:
     """Fabric-link directions (switch to switch) → carried bytes in units of one ring flow."""
     return {
         k: round(v / flow_bytes, 2)
         for k, v in loads.items()
-        if not fabric.is_host(k.split("->")[1]) and flow_bytes > 0
+        if flow_bytes > 0 and not any(fabric.is_host(x) for x in k.split("->"))
     }
 
 
@@ -102,6 +69,7 @@ def collective_entry(name: str, hosts: Sequence[str], res: CollectiveResult, bou
         "bound_bps": bound_bps,
         "busbw_over_bound": round(res.busbw_bps / bound_bps, 4),
         "busbw_factor": busbw_factor(res.ranks),
+        "flow_bytes": res.bytes * busbw_factor(res.ranks),
         "correct": res.correct,
         "digests_equal": res.digests_equal,
         "max_abs_err": res.max_abs_err,
@@ -116,13 +84,14 @@ def failed_entry(name: str, hosts: Sequence[str], nbytes: int, bound_bps: int,
         "src_ports": list(src_ports), "dst_port": dst_port, "bytes": nbytes, "cct_s": None,
         "algbw_bps": None, "busbw_bps": None, "algbw_GBps": None, "busbw_GBps": None,
         "bound_bps": bound_bps, "busbw_over_bound": None, "busbw_factor": busbw_factor(len(hosts)),
+        "flow_bytes": nbytes * busbw_factor(len(hosts)),
         "correct": False, "digests_equal": False, "max_abs_err": None, "errors": list(errors),
     }
 
 
 def run_table(mode: str, seed: int, entries: Sequence[Mapping[str, Any]],
-              max_flows: float | None) -> Any:
-    """A rich Table of one (mode, seed) run."""
+              max_flows: float | None, note: str | None = None) -> Any:
+    """A rich Table of one (mode, seed) run (``note``: the scale note, as its caption)."""
     from rich.table import Table
 
     title = f"mode {mode}, seed {seed}"
@@ -137,14 +106,15 @@ def run_table(mode: str, seed: int, entries: Sequence[Mapping[str, Any]],
         style = "" if ratio is None else ("green" if ratio >= TARGET_RATIO else "yellow")
         t.add_row(
             e["collective"],
-            f"{e['bytes'] / 1e6:g}",
-            "-" if e["cct_s"] is None else f"{e['cct_s']:.2f}",
-            "-" if e["algbw_bps"] is None else f"{e['algbw_bps'] / 1e6:.1f}",
-            "-" if e["busbw_bps"] is None else f"{e['busbw_bps'] / 1e6:.1f}",
+            f"{(e.get('bytes') or 0) / 1e6:g}",
+            "-" if e.get("cct_s") is None else f"{e['cct_s']:.2f}",
+            "-" if e.get("algbw_bps") is None else f"{e['algbw_bps'] / 1e6:.1f}",
+            "-" if e.get("busbw_bps") is None else f"{e['busbw_bps'] / 1e6:.1f}",
             f"{e['bound_bps'] / 1e6:.1f}",
             "-" if ratio is None else f"[{style}]{ratio:.3f}[/]",
             "yes" if e["correct"] else "[red]NO[/]",
         )
+    t.caption = note
     return t
 
 

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from statistics import mean
 from typing import Any
 
+from mininet_labs.analysis.verdict import Verdict
+
 COLLISION_FLOWS = 1.5
 
 
@@ -106,34 +108,63 @@ def comparison_table(cmp: Mapping[str, Any]) -> Any:
     return t
 
 
-def verdict_lines(cmp: Mapping[str, Any]) -> list[str]:
-    """Plain-text conclusions, each with the numbers behind it."""
+def weights_equal_across_modes(runs: Sequence[Mapping[str, Any]], base: str = "ecmp",
+                               other: str = "pinned") -> tuple[bool, list[str]] | None:
+    """For DDP runs: whether the final weights' digest of every (seed, collective) is the same
+    under ``base`` and ``other`` routing (the network must not change the math); None when no
+    run carries weights. Returns ``(held, mismatches)``."""
+    got: dict[tuple[int, str], dict[str, str | None]] = {}
+    for run in runs:
+        for c in run["collectives"]:
+            if "weights_identical_across_ranks" in c:
+                got.setdefault((run["seed"], c["collective"]), {})[run["mode"]] = \
+                    c.get("weights_digest")
+    if not got:
+        return None
+    bad = [f"seed {s} {c}: {d.get(base)} vs {d.get(other)}" for (s, c), d in sorted(got.items())
+           if base in d and other in d and (d[base] is None or d[base] != d[other])]
+    return not bad, bad
+
+
+def verdicts_of(cmp: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> list[Verdict]:
+    """The verdicts of an ECMP-vs-pinned comparison (:func:`compare_modes`), with the numbers:
+    all results correct; the pinned mode's busbw at least the target fraction of the bound on
+    every sample (timing-sensitive: a loaded CPU slows the userspace datapath); ECMP hash
+    collisions seen; pinned never worse than ECMP in the same seed beyond the pinned runs'
+    spread (timing-sensitive); and, for DDP, the final weights identical on every rank and
+    equal between the modes of one seed."""
     b, o, v = cmp["base"], cmp["other"], cmp["verdicts"]
-    n_seeds = len({r["seed"] for r in cmp["rows"]})
-    lines = [f"all results correct sums: {'yes' if v['all_correct'] else 'NO'}"]
+    n_seeds = len({r["seed"] for r in runs})
+    out = [Verdict("all_correct", bool(v["all_correct"]),
+                   f"{sum(bool(c.get('correct')) for r in runs for c in r['collectives'])} of "
+                   f"{sum(len(r['collectives']) for r in runs)} collectives correct")]
     if v[f"{o}_min_busbw_over_bound"] is not None:
-        lines.append(
-            f"{o} busbw >= {v['target_ratio']:.2f} x bound: "
-            f"{'yes' if v[f'{o}_meets_target'] else 'NO'} "
-            f"(min {v[f'{o}_min_busbw_over_bound']:.3f}, mean {v[f'{o}_mean_busbw_over_bound']:.3f})"
-        )
-    if v[f"{b}_mean_busbw_over_bound"] is not None:
-        lines.append(
-            f"{b}: hash collisions on {len(v[f'{b}_seeds_with_collision'])} of {n_seeds} seeds "
-            f"{v[f'{b}_seeds_with_collision']}; busbw/bound mean "
-            f"{v[f'{b}_mean_busbw_over_bound']:.3f}, worst {v[f'{b}_worst_busbw_over_bound']:.3f}"
-        )
+        out.append(Verdict(f"{o}_meets_target", bool(v[f"{o}_meets_target"]),
+                           f"{o} busbw/bound min {v[f'{o}_min_busbw_over_bound']:.3f}, mean "
+                           f"{v[f'{o}_mean_busbw_over_bound']:.3f}, target "
+                           f"{v['target_ratio']:.2f}", timing_sensitive=True))
+    if v[f"{b}_mean_busbw_over_bound"] is not None and cmp["rows"]:
+        seen = v[f"{b}_seeds_with_collision"]
+        out.append(Verdict(f"{b}_collisions_seen", bool(seen),
+                           f"hash collisions on {len(seen)} of {n_seeds} seeds {seen}; {b} "
+                           f"busbw/bound mean {v[f'{b}_mean_busbw_over_bound']:.3f}, worst "
+                           f"{v[f'{b}_worst_busbw_over_bound']:.3f}"))
     if cmp["rows"]:
-        lines.append(
-            f"{o} never worse than {b} in the same seed (beyond run-to-run noise "
-            f"{cmp['noise']:.3f}): {'yes' if v[f'{o}_never_worse'] else 'NO'}"
-        )
-        for r in cmp["rows"]:
-            if r[f"{o}_worse_beyond_noise"]:
-                lines.append(
-                    f"  seed {r['seed']} {r['collective']}: {o} {r[f'{o}_busbw_over_bound']:.3f} vs "
-                    f"{b} {r[f'{b}_busbw_over_bound']:.3f}"
-                    + (" (no collision in that seed: both modes put one ring flow on every link)"
-                       if not r[f"{b}_collision"] else "")
-                )
-    return lines
+        worse = [f"seed {r['seed']} {r['collective']}" for r in cmp["rows"]
+                 if r[f"{o}_worse_beyond_noise"]]
+        out.append(Verdict(f"{o}_never_worse", bool(v[f"{o}_never_worse"]),
+                           f"beyond the {o} runs' spread {cmp['noise']:.3f}"
+                           + (f"; worse: {', '.join(worse)}" if worse else ""),
+                           timing_sensitive=True))
+    ddp = [c for r in runs for c in r["collectives"] if "weights_identical_across_ranks" in c]
+    if ddp:
+        same = all(c["weights_identical_across_ranks"] for c in ddp)
+        out.append(Verdict("weights_identical_across_ranks", same,
+                           f"{sum(c['weights_identical_across_ranks'] for c in ddp)} of "
+                           f"{len(ddp)} DDP jobs ended with bit-identical weights on every rank"))
+        across = weights_equal_across_modes(runs, b, o)
+        if across is not None:
+            out.append(Verdict(f"weights_equal_{b}_vs_{o}", across[0],
+                               "equal final weights for every seed and collective"
+                               if across[0] else "; ".join(across[1][:4])))
+    return out

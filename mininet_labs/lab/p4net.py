@@ -1,0 +1,73 @@
+"""Mininet networks of BMv2 switches (one ``simple_switch_grpc`` per switch node, in its own
+network namespace, P4Runtime on a Unix socket: :mod:`mininet_labs.lab.ina_switch`).
+
+* :func:`build_fabric`: the switches and hosts of a generated fabric, links shaped with tc (HTB
+  at each link's rate, a pfifo of ``queue_packets``: the Open vSwitch labs' shaping,
+  :func:`mininet_labs.lab.net.shaped_intf_class`). BMv2's own egress queues stay unshaped:
+  ``set_queue_rate`` counts packets per second and would stack with the tc queue, so the tc
+  queue is the bottleneck, as with Open vSwitch.
+* :func:`build_star`: hosts on one switch, links not shaped.
+
+Hosts get static ARP, MTU, no TX checksum offload, no IPv6. The caller tears the network down
+(:func:`mininet_labs.lab.net.teardown`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from controller.model.topology import Fabric
+from mininet_labs.lab import net as labnet
+
+
+def _finish(net: Any, mtu_bytes: int) -> Any:
+    labnet.record_pids("host_pids", [n.pid for n in (*net.hosts, *net.switches)])
+    for n in (*net.hosts, *net.switches):
+        for intf in n.intfList():
+            if intf.name != "lo":
+                n.cmd(f"ip link set dev {intf.name} mtu {mtu_bytes}")
+    net.start()
+    net.staticArp()
+    for h in net.hosts:
+        eth = h.defaultIntf().name
+        h.cmd(f"ethtool -K {eth} tx off >/dev/null 2>&1")
+        h.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+    return net
+
+
+def build_fabric(fabric: Fabric, sock_dir: Path, log_dir: Path, lab: Any, shaped: bool = True
+                 ) -> Any:
+    """Hosts and one BMv2 node per switch of ``fabric`` (device id = dpid; P4Runtime on
+    ``sock_dir/<switch>.sock``), started. ``lab``: a :class:`~mininet_labs.lab.schema.Bmv2LabSpec`."""
+    from mininet.link import Link
+    from mininet.net import Mininet
+    from mininet.node import Host
+
+    from mininet_labs.lab.ina_switch import bmv2_switch_class
+
+    intf_cls = labnet.shaped_intf_class()
+    sw_cls = bmv2_switch_class()
+    net = Mininet(host=Host, controller=None, link=Link, build=False, autoSetMacs=False,
+                  autoStaticArp=False, waitConnected=False)
+    for s in fabric.switches:
+        net.addSwitch(s.name, cls=sw_cls, grpc_socket=sock_dir / f"{s.name}.sock",
+                      device_id=s.dpid, log_dir=log_dir, log_file=lab.bmv2_log,
+                      start_timeout_s=lab.switch_start_timeout_s)
+    for h in fabric.hosts:
+        net.addHost(h.name, ip=f"{h.ipv4}/8", mac=h.mac)
+    for ln in fabric.links:
+        if shaped:
+            shape = {"bw": ln.capacity_bps / 1e6, "max_queue_size": lab.queue_packets,
+                     "txo": False}
+            net.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port, cls1=intf_cls,
+                        cls2=intf_cls, params1=shape, params2=dict(shape))
+        else:
+            net.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port)
+    net.build()
+    return _finish(net, lab.mtu_bytes)
+
+
+def grpc_targets(net: Any) -> dict[str, str]:
+    """``{switch: "unix:PATH"}`` of every BMv2 node (the P4 controller's ``--targets``)."""
+    return {sw.name: sw.grpc_address for sw in net.switches}

@@ -1,0 +1,259 @@
+"""``kind: link-failure``: a fabric link on a pinned path goes down mid-collective; how long is
+traffic lost, and is every result still correct?
+
+Example (``mininet_labs/experiments/link_failure.yaml``)::
+
+    kind: link-failure
+    name: link-failure
+    topology: ../topologies/leafspine_2x4x2.yaml
+    policy: ../../policies/pinned_two_rings.yaml
+    workload: {kind: ring-allreduce, bytes: 12MB}   # every collective of the policy runs
+    probe: {src: h1, dst: h3, interval: 1ms, payload: 64B}
+    fail_after: 3s                                  # after the collectives' data started
+    cases:
+      - {name: uplink-fast-failover, link: source-uplink, fast_failover: true}
+      - {name: uplink-repin, link: source-uplink, fast_failover: false}
+      - {name: downlink-repin, link: destination-downlink, fast_failover: true}
+    expect: {max_gap: 1s}
+
+Per case: a fresh controller (``--fast-failover`` when the case asks), all pairs reachable;
+every collective starts; the lab's UDP probe runs from ``probe.src`` to ``probe.dst``, hosts of a
+pinned flow, so it matches that flow's pinned entries and follows its path. ``fail_after`` after
+the data starts, one link of that path goes down (both ends, ``ip link set down``: carrier loss
+for Open vSwitch; no ``sch_netem`` here, so failures are link-down events): ``source-uplink`` is
+the first fabric hop (source leaf → spine), where a fast-failover group has a backup uplink;
+``destination-downlink`` the last (spine → destination leaf), where only the controller's re-pin
+helps. The link comes back up after the collectives end. The probe flow's path before and after
+comes from the controller (GetPaths). The gap and the verdicts:
+:mod:`mininet_labs.analysis.failure`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from controller.errors import ConfigError
+from controller.plan.build import build_plan
+from controller.te.collectives import FlowDemand
+from controller.yamlsrc import Document
+from mininet_labs.analysis import failure
+from mininet_labs.analysis.verdict import Verdict
+from mininet_labs.lab.collectives import finish_ring, start_ring
+from mininet_labs.lab.counters import PortCounters
+from mininet_labs.lab.interface import ControllerConfig, Lab, RunContext, Variant
+from mininet_labs.lab.policies import policy_variant
+from mininet_labs.lab.probes import UdpStream
+from mininet_labs.lab.schema import (
+    Experiment,
+    FabricExperimentSpec,
+    RingWorkloadSpec,
+    Seconds,
+    Seed,
+    SizeBytes,
+    StrictModel,
+    check_host,
+)
+from mininet_labs.lab.wait import sleep_until, wait_until
+
+PROBE_PORT = 9200
+DATA_STARTED_BYTES = 256 * 1024
+
+
+class ProbeSpec(StrictModel):
+    """The probe: ``src`` → ``dst`` (the hosts of a pinned flow), one packet every
+    ``interval`` (≥ 200 µs) with ``payload`` bytes."""
+
+    src: str
+    dst: str
+    interval: Annotated[Seconds, Field(ge=200e-6, le=1.0)] = 1e-3
+    payload: Annotated[SizeBytes, Field(ge=0, le=1400)] = 64
+
+
+class CaseSpec(StrictModel):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    link: Literal["source-uplink", "destination-downlink"]
+    fast_failover: bool = False
+    max_gap: Annotated[Seconds | None, Field(gt=0)] = None
+
+
+class ExpectSpec(StrictModel):
+    """``max_gap``: a case passes when its probe gap is below this (a case may override it)."""
+
+    max_gap: Annotated[Seconds, Field(gt=0)] = 1.0
+
+
+class Spec(FabricExperimentSpec):
+    kind: Literal["link-failure"]
+    seed: Seed = 1
+    workload: RingWorkloadSpec
+    probe: ProbeSpec
+    fail_after: Annotated[Seconds, Field(ge=0, le=600)] = 3.0
+    cases: Annotated[tuple[CaseSpec, ...], Field(min_length=1)]
+    expect: ExpectSpec = ExpectSpec()
+
+    @field_validator("cases")
+    @classmethod
+    def _unique(cls, v: tuple[CaseSpec, ...]) -> tuple[CaseSpec, ...]:
+        names = [c.name for c in v]
+        if len(set(names)) != len(names):
+            raise ValueError("a case name is used twice")
+        return v
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailureExperiment(Experiment):
+    """``probe_flow``/``probe_path``: the pinned flow the probe follows and its planned path."""
+
+    probe_flow: FlowDemand
+    probe_path: tuple[str, ...]
+
+    def failed_link(self, which: str) -> tuple[str, str]:
+        """The link a case takes down: the probe path's first or last fabric hop."""
+        p = self.probe_path
+        return (p[1], p[2]) if which == "source-uplink" else (p[-3], p[-2])
+
+
+class LinkFailure(Lab):
+    kind = "link-failure"
+    spec_model = Spec
+    plot_names = ("gap.png",)
+
+    def prepare(self, doc: Document, exp: Experiment) -> FailureExperiment:
+        spec, fabric, policy = exp.spec, exp.fabric, exp.policy
+        assert policy is not None
+        pinned = policy.model_copy(update={"routing": policy.routing.model_copy(
+            update={"mode": "pinned"})})
+        for key in ("src", "dst"):
+            check_host(doc, fabric, ("probe", key), getattr(spec.probe, key))
+        pin = build_plan(fabric, pinned).pinning
+        hit = [(d, p) for d, p in (pin.paths.items() if pin else ())
+               if d.src == spec.probe.src and d.dst == spec.probe.dst and d.ip_proto is None
+               and d.dscp is None]
+        if not hit:
+            raise ConfigError([doc.problem(("probe",), f"no pinned flow {spec.probe.src}->"
+                                           f"{spec.probe.dst} without DSCP/L4 match in "
+                                           f"{exp.policy_path}: the probe would not follow a "
+                                           "pinned path")])
+        d, p = hit[0]
+        if len(p) < 5:
+            raise ConfigError([doc.problem(("probe",), f"{d.label} stays on one leaf "
+                                           f"({' '.join(p)}): no fabric link to fail")])
+        return FailureExperiment(**{**vars(exp), "policy": pinned}, probe_flow=d,
+                                 probe_path=tuple(p))
+
+    def describe(self, exp: Any) -> str:
+        cases = ", ".join(f"{c.name} ({'-'.join(exp.failed_link(c.link))}"
+                          f"{', fast failover' if c.fast_failover else ''})"
+                          for c in exp.spec.cases)
+        return (f"{exp.fabric.name}; probe {exp.probe_flow.label} on "
+                f"{' '.join(exp.probe_path)}; cases: {cases}")
+
+    def variants(self, exp: Any) -> list[Variant]:
+        text = policy_variant(exp.policy_text, mode="pinned", source=str(exp.policy_path))
+        return [Variant(c.name, ControllerConfig(
+            text, ("--fast-failover",) if c.fast_failover else (), telemetry=True), runs=(c,))
+            for c in exp.spec.cases]
+
+    def run(self, ctx: RunContext, case: Any) -> dict[str, Any]:
+        exp, s, fab = ctx.exp, ctx.exp.spec, ctx.exp.fabric
+        assert ctx.controller is not None
+        ctl = ctx.controller
+        a, b = exp.failed_link(case.link)
+        flow = (exp.probe_flow.src, exp.probe_flow.dst)
+        counters = PortCounters(ctx.net, fab)
+        rank_ports = [counters.access_port(h) for c in exp.policy.collectives for h in c.ranks]
+        probe = UdpStream(ctx, s.probe.src, s.probe.dst, PROBE_PORT, ctx.out, "probe")
+        link_down = False
+        rings = []
+        try:
+            probe.start_receiver()
+            rings = [start_ring(ctx, c, seed=s.seed, nbytes=s.workload.bytes, stream=i,
+                                out_dir=ctx.out / c.name, chunk_bytes=s.workload.chunk_bytes)
+                     for i, c in enumerate(exp.policy.collectives)]
+            base = sum(tx for _, tx in counters.read(rank_ports).values())
+            t_data = wait_until(
+                lambda: time.time() if sum(tx for _, tx in counters.read(rank_ports).values())
+                - base >= DATA_STARTED_BYTES else None,
+                s.workload.timeout_s, "the collectives' data to flow", every_s=0.02)
+            probe.start_sender(s.probe.interval * 1e6, s.probe.payload, s.workload.timeout_s)
+            before = ctl.paths().get(flow)
+            sleep_until(t_data + s.fail_after)
+            t_fail = time.time()
+            ctx.net.configLinkStatus(a, b, "down")
+            link_down = True
+            t_fail_done = time.time()
+            results = [finish_ring(ctx, ring, s.workload.timeout_s) for ring in rings]
+            after = ctl.paths().get(flow)
+            got = probe.finish()
+        finally:
+            probe.stop()
+            if link_down:
+                ctx.net.configLinkStatus(a, b, "up")
+        text = ctl.log_path.read_text(errors="replace")
+        limit = case.max_gap if case.max_gap is not None else s.expect.max_gap
+        rec = failure.failure_record(got["sent"], got["recv"], t_fail, t_fail_done, limit)
+        rec["probe"].update({"flow": exp.probe_flow.label, "path": list(exp.probe_path)})
+
+        def out_port(hops: tuple[str, ...] | None) -> int | None:
+            return fab.port_towards(hops[1], hops[2]) if hops else None
+
+        return {"case": case.name, "link": [a, b], "link_role": case.link,
+                "fast_failover": case.fast_failover, **rec,
+                "failure_at_s": round(t_fail - t_data, 3),
+                "failure_command_ms": round((t_fail_done - t_fail) * 1e3, 1),
+                "probe_path_before": list(before or ()), "probe_path_after": list(after or ()),
+                "probe_output_before": out_port(before), "probe_output_after": out_port(after),
+                "controller_port_events": [ln for ln in text.splitlines() if " down: " in ln],
+                "controller_updates": [ln for ln in text.splitlines() if "] sent " in ln],
+                "collectives": results}
+
+    def verdicts(self, exp: Any, records: list[dict[str, Any]],
+                 summary: dict[str, Any]) -> list[Verdict]:
+        correct = [x["correct"] for c in records for x in c["collectives"]]
+        return [
+            Verdict("all_correct", bool(correct) and all(correct),
+                    f"{sum(correct)} of {len(correct)} collectives correct"),
+            Verdict("probe_intact", all(c["probe"]["corrupt"] == 0 and c["probe"]["duplicates"] == 0
+                                        for c in records),
+                    "no corrupt or duplicated probe packet"),
+            Verdict("gaps_within_bound", all(c["gap_within_bound"] for c in records),
+                    ", ".join(f"{c['case']} {c['gap_ms']:.1f} ms (bound "
+                              f"{c['max_gap_ms_allowed']:.0f} ms)" for c in records),
+                    timing_sensitive=True),
+            Verdict("repinned_off_failed_link",
+                    all(c["probe_path_after"] and not any(
+                        {u, v} == set(c["link"]) for u, v in zip(
+                            c["probe_path_after"], c["probe_path_after"][1:], strict=False))
+                        for c in records),
+                    "the controller's path of the probe flow avoids the failed link after it")]
+
+    def summarize(self, exp: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"gaps_ms": {c["case"]: c["gap_ms"] for c in records},
+                "units": {"gap_ms": "ms, from the probe's send timestamps (resolution: one "
+                                    "interval)",
+                          "failure_at_s": "s after the collectives' data started",
+                          "resumed_after_failure_ms": "ms from the link-down command to the send "
+                                                      "time of the first probe packet delivered "
+                                                      "after it"},
+                "failure_emulation": "ip link set down on both ends of the link (carrier loss "
+                                     "seen by Open vSwitch); no sch_netem on this kernel, so no "
+                                     "delay or loss model"}
+
+    def report(self, exp: Any, records: list[dict[str, Any]], summary: dict[str, Any]
+               ) -> list[Any]:
+        return [failure.table(records)]
+
+    def plots(self, exp: Any, records: list[dict[str, Any]], summary: dict[str, Any],
+              out: Path) -> list[Path]:
+        path = out / "gap.png"
+        failure.plot(records, path, f"{exp.spec.name}: probe {exp.probe_flow.label}, "
+                                    f"{exp.spec.probe.interval * 1e3:g} ms interval")
+        return [path]
+
+
+LAB = LinkFailure()
