@@ -39,6 +39,11 @@ class FlowDemand:
         6 (TCP) or 17 (UDP) if the collective declares an ``l4`` match.
     l4_src, l4_dst : int or None
         Transport ports (1–65535) if declared.
+    subflow, subflows : int
+        Sub-flow j of ``subflows`` (the collective's ``connections_per_peer``): the transfer
+        between two peers split over that many connections (NCCL channels / queue pairs), each
+        carrying 1/``subflows`` of the bytes and told apart by ``l4_src`` or ``dscp``
+        (:mod:`controller.te.subflows`). 0 of 1 for an unsplit flow.
     """
 
     collective: str
@@ -49,11 +54,24 @@ class FlowDemand:
     ip_proto: int | None = None
     l4_src: int | None = None
     l4_dst: int | None = None
+    subflow: int = 0
+    subflows: int = 1
 
     @property
     def label(self) -> str:
-        """``"ring-a h1->h3"``: how logs and errors name the flow."""
-        return f"{self.collective} {self.src}->{self.dst}"
+        """``"ring-a h1->h3"`` (``"ring-a h1->h3 #2"`` for sub-flow 2): how logs and errors name
+        the flow."""
+        tail = f" #{self.subflow}" if self.subflows > 1 else ""
+        return f"{self.collective} {self.src}->{self.dst}{tail}"
+
+    @property
+    def parent(self) -> FlowDemand:
+        """The unsplit flow this sub-flow belongs to (itself when it is not split): same
+        collective, index and hosts; the fields that tell sub-flows apart cleared to the
+        collective's."""
+        if self.subflows == 1:
+            return self
+        return FlowDemand(self.collective, self.index, self.src, self.dst)
 
 
 def expand_collective(coll: Collective) -> tuple[FlowDemand, ...]:

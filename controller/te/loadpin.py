@@ -14,9 +14,12 @@ min-congestion routing, NP-hard (Raghavan & Thompson, Combinatorica 7(4), 1987, 
 
 Algorithm (:class:`PinState`):
 
-0. When all demands are equal, a level-by-level bipartite edge colouring
-   (:mod:`controller.te.colouring`) first places every flow it can without any two sharing a
-   fabric link; the rest go to the greedy.
+0. The flows of the equal-demand class with the largest total demand are first placed by a
+   level-by-level bipartite edge colouring, so that no two share a fabric link where the fabric
+   allows it: on a mirrored Clos by port columns without any path list
+   (:mod:`controller.te.closcolour`, equitable: a switch with more of these flows than alive
+   up-ports spreads them evenly, which is what sub-flows need), elsewhere over the candidates
+   (:mod:`controller.te.colouring`, only when every demand is equal). The rest go to the greedy.
 1. Greedy, largest demand first (then fewest candidates, then input order), each flow on the
    candidate minimising its own bottleneck utilisation after placement, ties broken by the
    smallest sum of utilisations along the candidate, then candidate order. The evaluation of
@@ -34,7 +37,12 @@ Algorithm (:class:`PinState`):
 Lower bound (:func:`load_lower_bound`): the larger of the mandatory load (links every candidate
 of a flow uses, e.g. access links) and cut bounds: the flows leaving (entering) a leaf with its
 hosts, or a pod, share that set's up links, so the busiest carries at least
-(Σ w + Σ b) / Σ c over them.
+(Σ w + Σ b) / Σ c over them — and, when those flows all have one demand w, the links one
+capacity c and no background, ⌈n_flows / n_links⌉ · w / c, since no flow splits (pigeonhole).
+
+Candidates are materialised lazily (:class:`PinState`): a flow placed by the colouring holds only
+its chosen link ids; its candidate array is built when the greedy or the local search first
+needs it, so planning 65,536 flows on a k = 64 fat-tree never holds 65,536 candidate arrays.
 
 Cost at scale (k = 32 fat-tree, 8,192 ring flows, bench/te_scale.py): candidate building (per
 leaf pair, :mod:`controller.te.pathindex`), the colouring (vectorised per level,
@@ -44,17 +52,23 @@ leaf pair, :mod:`controller.te.pathindex`), the colouring (vectorised per level,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from controller.model.topology import Fabric
+from controller.te.clos import ClosTables, heights_and_counts
+from controller.te.closcolour import colour_clos
 from controller.te.collectives import FlowDemand
 from controller.te.colouring import colour_levels
 from controller.te.pathindex import DirectedLink, Path, PathIndex
+from controller.te.placement import Placement
 
 DEFAULT_SEARCH_BUDGET = 2_000_000
+BATCH_FLOWS = 256
+"""From this many flows on, :meth:`PinState.add_many` counts candidates by port columns in one
+vectorised pass (:class:`ClosTables`) instead of building each flow's candidates."""
 DEFAULT_CHAIN_DEPTH = 8
 _CHAIN_WIDTH = 4  # candidates tried per flow in a chain step
 _EPS = 1e-9
@@ -74,17 +88,48 @@ class LoadPinning:
         max over directed links of load / capacity (dimensionless; 1.0 = full).
     lower_bound : float
         No pinning on these candidates has a smaller maximum utilisation.
+    placement : Placement or None
+        The same paths as link ids (:class:`controller.te.placement.Placement`): what
+        :mod:`controller.te.recovery` repairs and re-optimises.
     """
 
     paths: Mapping[FlowDemand, Path]
     link_load_bps: Mapping[DirectedLink, float]
     max_utilisation: float
     lower_bound: float
+    placement: Placement | None = field(default=None, compare=False, repr=False)
 
     @property
     def optimal(self) -> bool:
         """True when ``max_utilisation`` meets the lower bound (up to 1e-9)."""
         return self.max_utilisation <= self.lower_bound + _EPS
+
+
+class _LazyCands:
+    """``state.cands[i]``: flow i's fabric candidates (n_cand × hops link ids), built on first use
+    from the index (which caches them per leaf pair)."""
+
+    __slots__ = ("_got", "_state")
+
+    def __init__(self, state: PinState):
+        self._state = state
+        self._got: list[np.ndarray | None] = []
+
+    def __len__(self) -> int:
+        return len(self._got)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return (self[i] for i in range(len(self._got)))
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        got = self._got[i]
+        if got is None:
+            a, b = self._state.leaves[i]
+            got = self._got[i] = self._state.index.leaf_candidates(a, b)
+        return got
+
+    def append(self, c: np.ndarray | None) -> None:
+        self._got.append(c)
 
 
 class PinState:
@@ -103,6 +148,13 @@ class PinState:
         Base load plus the demand of every placed flow, bits/s.
     base_bps : numpy.ndarray of float64, shape (n_directed_links,)
         The base load alone, bits/s (read-only by convention).
+    cands : sequence of numpy.ndarray
+        ``cands[i]``: flow i's fabric candidates, (n_cand × hops) link ids, built on first use.
+    n_cands : list of int
+        Number of candidates of every flow (known without building them).
+    choice : list of int
+        Row of ``cands[i]`` flow i is on; -1 unplaced; -2 placed by :meth:`place_rows` with its
+        row not yet looked up (:meth:`current` resolves it).
     """
 
     def __init__(self, index: PathIndex, base_load_bps: np.ndarray | None = None):
@@ -115,11 +167,59 @@ class PinState:
         self.flows: list[FlowDemand] = []
         self.pos: dict[FlowDemand, int] = {}
         self.rate_bps: list[float] = []
-        self.cands: list[np.ndarray] = []  # inner (fabric) link ids, (n_cand, hops)
+        self.cands = _LazyCands(self)
+        self.n_cands: list[int] = []
+        self.leaves: list[tuple[str, str]] = []
         self.access: list[tuple[int, int]] = []
-        self.choice: list[int] = []  # -1: not placed
-        self.flows_on: dict[int, set[int]] = {}
+        self.choice: list[int] = []  # -1: not placed, -2: placed, row not looked up
+        self.rows: list[np.ndarray | None] = []  # chosen fabric link ids
+        self._flows_on: dict[int, set[int]] | None = None
         self.evaluations = 0
+        self.clos_ends: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    @property
+    def tables(self) -> ClosTables | None:
+        """The port tables of the index (:class:`ClosTables`) or None (not a mirrored Clos)."""
+        return ClosTables.of(self.index)
+
+    @property
+    def flows_on(self) -> dict[int, set[int]]:
+        """Fabric link id → positions of the placed flows on it (built on first use, then kept
+        up to date by every placement and removal)."""
+        if self._flows_on is None:
+            got: dict[int, set[int]] = {}
+            placed = [i for i, r in enumerate(self.rows) if r is not None and len(r)]
+            if placed:
+                lengths = np.fromiter((len(self.rows[i]) for i in placed),  # type: ignore[arg-type]
+                                      dtype=np.int64, count=len(placed))
+                ids = np.concatenate([self.rows[i] for i in placed])  # type: ignore[misc]
+                owner = np.repeat(np.asarray(placed, dtype=np.int64), lengths)
+                order = np.argsort(ids, kind="stable")
+                ids, owner = ids[order], owner[order]
+                cut = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1], True])
+                owners = owner.tolist()
+                for k, lid in enumerate(ids[cut[:-1]].tolist()):
+                    got[lid] = set(owners[cut[k]:cut[k + 1]])
+            self._flows_on = got
+        return self._flows_on
+
+    def ends(self, flows: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source leaf, destination leaf, meeting height) per flow as switch numbers of
+        :attr:`tables` (a mirrored Clos only), gathered from what :meth:`add_many` computed."""
+        t = self.tables
+        assert t is not None
+        n = len(self.flows)
+        u, v, h = (np.full(n, -1, dtype=np.int64) for _ in range(3))
+        for first, uu, vv, hh in self.clos_ends:
+            u[first:first + len(uu)], v[first:first + len(uu)] = uu, vv
+            h[first:first + len(uu)] = hh
+        idx = np.asarray(flows, dtype=np.int64)
+        miss = idx[h[idx] < 0]
+        if len(miss):
+            u[miss] = t.leaf_ids([self.leaves[i][0] for i in miss.tolist()])
+            v[miss] = t.leaf_ids([self.leaves[i][1] for i in miss.tolist()])
+            h[miss] = t.heights(u[miss], v[miss])
+        return u[idx], v[idx], h[idx]
 
     # -- flows ----------------------------------------------------------------------------------
     def add(self, demand: FlowDemand, rate_bps: float) -> int:
@@ -131,52 +231,123 @@ class PinState:
             Repeated demand, unknown host, non-positive rate, or no valley-free path over the
             links that are up (the message names the flow).
         """
-        if demand in self.pos:
-            raise ValueError(f"flow {demand.label} (index {demand.index}) is listed twice")
-        if not rate_bps > 0:
-            raise ValueError(f"flow {demand.label}: demand must be > 0 bit/s, got {rate_bps!r}")
+        return self.add_many([(demand, rate_bps)])[0]
+
+    def add_many(self, items: Iterable[tuple[FlowDemand, float]]) -> list[int]:
+        """:meth:`add` for many flows; on a mirrored Clos their candidates are counted by port
+        columns (:class:`ClosTables`) without being built. Nothing is added when one fails.
+        Raises ValueError as :meth:`add` does."""
+        todo = list(items)
+        if not todo:
+            return []
+        demands = [d for d, _ in todo]
+        rates = np.fromiter((r for _, r in todo), dtype=np.float64, count=len(todo))
+        if len(set(demands)) != len(demands) or any(d in self.pos for d in demands):
+            seen: set[FlowDemand] = set(self.pos)
+            for dup in demands:
+                if dup in seen:
+                    raise ValueError(f"flow {dup.label} (index {dup.index}) is listed twice")
+                seen.add(dup)
+        bad_rate = np.flatnonzero(~(rates > 0))
+        if len(bad_rate):
+            d = demands[int(bad_rate[0])]
+            raise ValueError(f"flow {d.label}: demand must be > 0 bit/s, "
+                             f"got {todo[int(bad_rate[0])][1]!r}")
+        hosts = _host_table(self.index)
+        num, leaf_name, up_id, down_id = hosts
         try:
-            a = self.index.access(demand.src)
-            b = self.index.access(demand.dst)
-            if demand.src == demand.dst:
-                raise ValueError(f"no path from host {demand.src} to itself")
-        except ValueError as exc:
-            raise ValueError(f"flow {demand.label}: {exc}") from None
-        inner = self.index.leaf_candidates(a[0], b[0]) if a and b else np.empty((0, 0), int)
-        if inner.shape[0] == 0:
-            raise ValueError(
-                f"flow {demand.label}: no valley-free path from {demand.src} to {demand.dst} over "
-                f"the links that are up ({len(self.index.down)} down)"
-            )
-        assert a is not None and b is not None
-        i = len(self.flows)
-        self.flows.append(demand)
-        self.pos[demand] = i
-        self.rate_bps.append(float(rate_bps))
-        self.cands.append(inner)
-        self.access.append((a[1], b[2]))
-        self.choice.append(-1)
-        return i
+            src = np.fromiter(map(num.__getitem__, (d.src for d in demands)), np.int64, len(todo))
+            dst = np.fromiter(map(num.__getitem__, (d.dst for d in demands)), np.int64, len(todo))
+        except KeyError as exc:
+            d = next(d for d in demands if d.src not in num or d.dst not in num)
+            host = d.src if d.src not in num else d.dst
+            raise ValueError(f"flow {d.label}: {host!r} is not a host of fabric "
+                             f"{self.index.fabric.name!r}") from exc
+        same = np.flatnonzero(src == dst)
+        if len(same):
+            d = demands[int(same[0])]
+            raise ValueError(f"flow {d.label}: no path from host {d.src} to itself")
+        up, down = up_id[src], down_id[dst]
+        dead = np.flatnonzero(~(self.index.is_up[up] & self.index.is_up[down]))
+        if len(dead):
+            self._no_path(demands[int(dead[0])])
+        la = [leaf_name[i] for i in src.tolist()]
+        lb = [leaf_name[i] for i in dst.tolist()]
+        built: list[np.ndarray | None]
+        t = self.tables if len(todo) >= BATCH_FLOWS else None
+        if t is not None:
+            u, v = t.leaf_ids(la), t.leaf_ids(lb)
+            h, n = heights_and_counts(t, u, v)
+            bad = np.flatnonzero(h < 0)
+            if len(bad):
+                self._no_path(demands[int(bad[0])])
+            counts = n.tolist()
+            built = [None] * len(todo)
+            self.clos_ends.append((len(self.flows), u, v, h))
+        else:
+            built, counts = [], []
+            for d, a, b in zip(demands, la, lb, strict=True):
+                inner = self.index.leaf_candidates(a, b)
+                if inner.shape[0] == 0:
+                    self._no_path(d)
+                counts.append(inner.shape[0])
+                built.append(inner)
+        first = len(self.flows)
+        self.flows.extend(demands)
+        self.pos.update(zip(demands, range(first, first + len(demands)), strict=True))
+        self.rate_bps.extend(rates.tolist())
+        for c in built:
+            self.cands.append(c)
+        self.n_cands.extend(counts)
+        self.leaves.extend(zip(la, lb, strict=True))
+        self.access.extend(zip(up.tolist(), down.tolist(), strict=True))
+        self.choice.extend([-1] * len(todo))
+        self.rows.extend([None] * len(todo))
+        return list(range(first, first + len(todo)))
+
+    def _no_path(self, demand: FlowDemand) -> None:
+        raise ValueError(
+            f"flow {demand.label}: no valley-free path from {demand.src} to {demand.dst} over "
+            f"the links that are up ({len(self.index.down)} down)"
+        )
 
     def links_of(self, i: int) -> np.ndarray:
         """Directed link ids of flow ``i``'s chosen path (access links included)."""
         up, down = self.access[i]
-        return np.concatenate(([up], self.cands[i][self.choice[i]], [down])).astype(np.int64)
+        row = self.rows[i]
+        assert row is not None, "flow is not placed"
+        return np.concatenate(([up], row, [down])).astype(np.int64)
 
     def path(self, i: int) -> Path:
         """Node path of flow ``i``'s chosen candidate."""
         return self.index.path_of(self.links_of(i))
 
+    def current(self, i: int) -> int:
+        """Row of ``cands[i]`` flow ``i`` is on (looked up once for flows placed by
+        :meth:`place_rows`); -1 when it is not placed."""
+        ci = self.choice[i]
+        if ci == -2:
+            row = self.rows[i]
+            assert row is not None
+            c = self.cands[i]
+            hit = np.flatnonzero((c == row).all(axis=1)) if c.shape[1] == len(row) else []
+            if not len(hit):
+                raise AssertionError(f"flow {self.flows[i].label}: its row is not a candidate")
+            ci = self.choice[i] = int(hit[0])
+        return ci
+
     def place(self, i: int, ci: int) -> None:
         """Put flow ``i`` on candidate ``ci`` (it must not be placed)."""
         assert self.choice[i] == -1
         self.choice[i] = ci
+        row = self.rows[i] = self.cands[i][ci]
         w = self.rate_bps[i]
         ids = self.links_of(i)
         np.add.at(self.load_bps, ids, w)
         self.util[ids] = self.load_bps[ids] * self.inv_cap[ids]
-        for lid in self.cands[i][ci].tolist():
-            self.flows_on.setdefault(lid, set()).add(i)
+        if self._flows_on is not None:
+            for lid in row.tolist():
+                self._flows_on.setdefault(lid, set()).add(i)
 
     def place_many(self, placements: Iterable[tuple[int, int]]) -> None:
         """:meth:`place` for many (flow, candidate) pairs at once: one scatter-add of all their
@@ -184,19 +355,32 @@ class PinState:
         pairs = list(placements)
         if not pairs:
             return
-        flows = np.asarray([i for i, _ in pairs], dtype=np.int64)
-        for i, ci in pairs:
+        for i, _ in pairs:
             assert self.choice[i] == -1
+        self._place(np.asarray([i for i, _ in pairs], dtype=np.int64),
+                    [self.cands[i][ci] for i, ci in pairs], [ci for _, ci in pairs])
+
+    def place_rows(self, flows: np.ndarray, rows: np.ndarray) -> None:
+        """Place unplaced ``flows`` on the fabric link-id ``rows`` (F × hops, one candidate of
+        each), e.g. a colouring's choice, without building their candidate arrays."""
+        for i in flows.tolist():
+            assert self.choice[i] == -1
+        self._place(np.asarray(flows, dtype=np.int64), list(rows), [-2] * len(flows))
+
+    def _place(self, flows: np.ndarray, inner: list[np.ndarray], choice: list[int]) -> None:
+        for i, row, ci in zip(flows.tolist(), inner, choice, strict=True):
             self.choice[i] = ci
-        inner = [self.cands[i][ci] for i, ci in pairs]
+            self.rows[i] = row
         lengths = np.fromiter(map(len, inner), dtype=np.int64, count=len(inner))
-        fabric_ids = np.concatenate(inner).astype(np.int64)
-        acc = np.asarray([self.access[i] for i, _ in pairs], dtype=np.int64).reshape(-1, 2)
+        fabric_ids = (np.concatenate(inner) if inner else np.empty(0)).astype(np.int64)
+        acc = np.asarray([self.access[i] for i in flows.tolist()], dtype=np.int64).reshape(-1, 2)
         rate = np.asarray(self.rate_bps, dtype=np.float64)[flows]
         ids = np.concatenate((acc[:, 0], fabric_ids, acc[:, 1]))
         np.add.at(self.load_bps, ids, np.concatenate((rate, np.repeat(rate, lengths), rate)))
         self.util[ids] = self.load_bps[ids] * self.inv_cap[ids]
-        flows_on = self.flows_on
+        flows_on = self._flows_on
+        if flows_on is None:
+            return
         for lid, i in zip(fabric_ids.tolist(), np.repeat(flows, lengths).tolist(), strict=True):
             got = flows_on.get(lid)
             if got is None:
@@ -207,14 +391,15 @@ class PinState:
     def paths(self) -> list[Path]:
         """Node path of every placed flow, in position order (vectorised per path length)."""
         by_hops: dict[int, list[int]] = {}
-        for i, c in enumerate(self.cands):
-            by_hops.setdefault(c.shape[1], []).append(i)
+        for i, r in enumerate(self.rows):
+            assert r is not None, f"flow {self.flows[i].label} is not placed"
+            by_hops.setdefault(len(r), []).append(i)
         out: list[Path] = [()] * len(self.flows)
         for hops, fl in by_hops.items():
             acc = np.asarray([self.access[i] for i in fl], dtype=np.int64).reshape(-1, 2)
             parts = [acc[:, :1]]
             if hops:
-                parts.append(np.stack([self.cands[i][self.choice[i]] for i in fl]))
+                parts.append(np.stack([self.rows[i] for i in fl]))  # type: ignore[misc]
             parts.append(acc[:, 1:])
             for i, p in zip(fl, self.index.paths_of_rows(np.hstack(parts)), strict=True):
                 out[i] = p
@@ -225,9 +410,13 @@ class PinState:
         ids = self.links_of(i)
         np.subtract.at(self.load_bps, ids, self.rate_bps[i])
         self.util[ids] = self.load_bps[ids] * self.inv_cap[ids]
-        for lid in self.cands[i][self.choice[i]].tolist():
-            self.flows_on[lid].discard(i)
+        row = self.rows[i]
+        assert row is not None
+        if self._flows_on is not None:
+            for lid in row.tolist():
+                self._flows_on[lid].discard(i)
         self.choice[i] = -1
+        self.rows[i] = None
 
     def best_candidate(self, i: int, exclude: int = -1) -> tuple[int, float]:
         """(candidate, its bottleneck utilisation if flow ``i`` were put there); ``i`` must be
@@ -254,7 +443,7 @@ class PinState:
 
     def greedy(self, flows: Iterable[int]) -> None:
         """Place ``flows`` (unplaced positions): largest demand, fewest candidates, first."""
-        order = sorted(flows, key=lambda i: (-self.rate_bps[i], self.cands[i].shape[0], i))
+        order = sorted(flows, key=lambda i: (-self.rate_bps[i], self.n_cands[i], i))
         for i in order:
             self.place(i, self.best_candidate(i)[0])
 
@@ -270,7 +459,8 @@ class PinState:
     ) -> int:
         """Relieve the hottest links by moves and ejection chains (module docstring); only flows
         in ``movable`` (all if None) move. Returns the number of flows whose path changed."""
-        before = list(self.choice)
+        before: dict[int, np.ndarray | None] = {}
+        self._moved = before
         left = [budget]
         while left[0] > 0:
             m = self.max_utilisation()
@@ -280,10 +470,14 @@ class PinState:
             self._journal: list[tuple[int, int]] = []
             if not any(self._relieve(lid, m, depth, frozenset(), left, movable) for lid in hot):
                 break
-        return sum(1 for a, b in zip(before, self.choice, strict=True) if a != b)
+        self._moved = {}
+        return sum(1 for f, r in before.items() if not _same(r, self.rows[f]))
 
     def _move(self, f: int, ci: int) -> None:
-        self._journal.append((f, self.choice[f]))
+        moved = getattr(self, "_moved", None)
+        if moved is not None and f not in moved:
+            moved[f] = self.rows[f]
+        self._journal.append((f, self.current(f)))
         self.remove(f)
         self.place(f, ci)
 
@@ -311,7 +505,7 @@ class PinState:
         on = [f for f in self.flows_on.get(lid, ()) if f not in chain
               and (movable is None or f in movable)]
         for f in sorted(on, key=lambda i: (-self.rate_bps[i], i)):
-            cur = self.choice[f]
+            cur = self.current(f)
             c = self.cands[f]
             self.remove(f)
             left[0] -= c.shape[0]
@@ -351,7 +545,43 @@ class PinState:
             loads,
             self.max_utilisation(),
             lower,
+            self.placement(),
         )
+
+    def placement(self) -> Placement:
+        """Every (placed) flow as a :class:`Placement` on this state's index and base load."""
+        assert all(r is not None for r in self.rows), "every flow must be placed"
+        inner = np.fromiter(map(len, self.rows), dtype=np.int64, count=len(self.rows))  # type: ignore[arg-type]
+        starts = np.concatenate(([0], np.cumsum(inner + 2))).astype(np.int64)
+        ids = np.empty(int(starts[-1]), dtype=np.int64)
+        acc = np.asarray(self.access, dtype=np.int64).reshape(-1, 2)
+        ids[starts[:-1]] = acc[:, 0]
+        ids[starts[1:] - 1] = acc[:, 1]
+        body = np.ones(len(ids), dtype=bool)
+        body[starts[:-1]] = False
+        body[starts[1:] - 1] = False
+        if body.any():
+            ids[body] = np.concatenate([r for r in self.rows if r is not None and len(r)])
+        return Placement(self.index, tuple(self.flows), np.asarray(self.rate_bps, np.float64),
+                         ids, starts, self.base_bps.copy())
+
+
+def _host_table(index: PathIndex) -> tuple[dict[str, int], list[str], np.ndarray, np.ndarray]:
+    """Per fabric (memoised): host name → number, and per host number its leaf's name and the
+    ids of its access link up (host → leaf) and down (leaf → host)."""
+    def build() -> tuple[dict[str, int], list[str], np.ndarray, np.ndarray]:
+        hosts = index.fabric.hosts
+        num = {h.name: i for i, h in enumerate(hosts)}
+        up = np.asarray([index.link_id[(h.name, h.leaf)] for h in hosts], dtype=np.int64)
+        return num, [h.leaf for h in hosts], up, up ^ 1
+
+    got = index.fabric_memo("host-table", build)
+    assert isinstance(got, tuple)
+    return got  # type: ignore[return-value]
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return a is not None and b is not None and np.array_equal(a, b)
 
 
 def _name_order(links: list[DirectedLink]) -> np.ndarray:
@@ -426,20 +656,55 @@ def pin_by_load(
     """
     idx = index if index is not None else PathIndex(fabric, down_links)
     state = PinState(idx, base_load_array(idx, base_load_bps))
-    leaf_of = {h.name: h.leaf for h in fabric.hosts}
-    idx.prefetch((leaf_of[d.src], leaf_of[d.dst]) for d in demands
-                 if d.src in leaf_of and d.dst in leaf_of)
-    for d, w in demands.items():
-        state.add(d, w)
-    rest: list[int] = list(range(len(state.flows)))
-    if state.rate_bps and len(set(state.rate_bps)) == 1:
-        rows = colour_levels(idx, state.cands)
-        state.place_many((i, ci) for i, ci in enumerate(rows) if ci >= 0)
-        rest = [i for i, ci in enumerate(rows) if ci < 0]
+    if state.tables is None:
+        leaf_of = {h.name: h.leaf for h in fabric.hosts}
+        idx.prefetch((leaf_of[d.src], leaf_of[d.dst]) for d in demands
+                     if d.src in leaf_of and d.dst in leaf_of)
+    state.add_many(demands.items())
+    rest = colour_first(state)
     state.greedy(rest)
     lower = load_lower_bound(state)
     state.local_search(lower, search_budget)
     return state.result(lower)
+
+
+def colour_first(state: PinState) -> list[int]:
+    """Place the flows of the equal-demand class with the largest total demand by edge
+    colouring (module docstring, step 0); returns the positions still unplaced, in order.
+
+    On a mirrored Clos (:class:`ClosTables`) the colouring is equitable and runs on port
+    columns (sub-flows of one flow — ``FlowDemand.subflow`` — are spread over different ports
+    where they can be); elsewhere it runs on the candidates and only when every demand is equal.
+    """
+    todo = [i for i, c in enumerate(state.choice) if c == -1]
+    if not todo:
+        return todo
+    rates = np.asarray(state.rate_bps, dtype=np.float64)[todo]
+    if state.tables is None:
+        if len(np.unique(rates)) != 1 or len(todo) != len(state.flows):
+            return todo
+        rows = colour_levels(state.index, list(state.cands))
+        state.place_many((i, ci) for i, ci in enumerate(rows) if ci >= 0)
+        return [i for i, ci in enumerate(rows) if ci < 0]
+    values, inverse = np.unique(rates, return_inverse=True)
+    total = np.bincount(inverse.ravel(), weights=rates)
+    pick = np.flatnonzero(inverse.ravel() == int(np.argmax(total)))
+    flows = np.asarray(todo, dtype=np.int64)[pick]
+    t = state.tables
+    u, v, h = state.ends(flows)
+    key = np.asarray([state.flows[i].subflow for i in flows.tolist()], dtype=np.int64)
+    seq = colour_clos(t, u, v, h, key)
+    placed = np.zeros(len(flows), dtype=bool)
+    for r in np.unique(h).tolist():
+        sel = np.flatnonzero((h == r) & ((seq[:, 0] >= 0) | (h == 0)))
+        if not len(sel):
+            continue
+        rows = (t.walk(u[sel], v[sel], seq[sel, :r]) if r > 0
+                else np.empty((len(sel), 0), dtype=np.int64))
+        state.place_rows(flows[sel], rows)
+        placed[sel] = True
+    done = set(flows[placed].tolist())
+    return [i for i in todo if i not in done]
 
 
 def load_lower_bound(state: PinState) -> float:
@@ -453,38 +718,65 @@ def load_lower_bound(state: PinState) -> float:
     mand = base.copy()
     np.add.at(mand, acc[:, 0], rate)
     np.add.at(mand, acc[:, 1], rate)
-    for i, c in enumerate(state.cands):
-        if c.shape[0] == 1:
-            mand[c[0]] += rate[i]
+    for i, n in enumerate(state.n_cands):
+        if n == 1:
+            mand[state.cands[i][0]] += rate[i]
     best = float((mand * state.inv_cap).max()) if len(mand) else 0.0
     tail, head, _, _ = idx.link_ends()
     groups = idx.fabric_memo("cut-groups", lambda: _cut_groups(idx))
     assert isinstance(groups, tuple)
     src, dst = tail[acc[:, 0]], head[acc[:, 1]]  # host node numbers
-    for g in groups:
+    for g, ids, gt, gh in groups:
         n_groups = int(g.max(initial=-1)) + 1
         if n_groups == 0:
             continue
-        gt, gh = g[tail], g[head]
-        cross = (gt != gh) & idx.is_up
+        up = idx.is_up[ids]
+        ids, gt, gh = ids[up], gt[up], gh[up]
+        l_cap, l_base = idx.capacity_bps[ids], base[ids]
         gs, gd = g[src], g[dst]
         leaves = gs != gd
         for ends, f_ends in ((gt, gs), (gh, gd)):  # out of a group, into a group
-            m = cross & (ends >= 0)
-            cap = np.bincount(ends[m], weights=idx.capacity_bps[m], minlength=n_groups)
-            load = np.bincount(ends[m], weights=base[m], minlength=n_groups)
+            m = ends >= 0
+            cap = np.bincount(ends[m], weights=l_cap[m], minlength=n_groups)
+            load = np.bincount(ends[m], weights=l_base[m], minlength=n_groups)
             fm = leaves & (f_ends >= 0)
             load += np.bincount(f_ends[fm], weights=rate[fm], minlength=n_groups)
             pos = cap > 0
             if pos.any():
                 best = max(best, float((load[pos] / cap[pos]).max()))
+                best = max(best, _integral_cut(ends[m], l_cap[m], l_base[m],
+                                               f_ends[fm], rate[fm], n_groups))
     return best
 
 
-def _cut_groups(idx: PathIndex) -> tuple[np.ndarray, np.ndarray]:
-    """Per node number of :meth:`PathIndex.link_ends`: its leaf group and its pod group (-1:
-    none). A leaf and its hosts form one leaf group; a pod's switches and their hosts one pod
-    group."""
+def _integral_cut(link_group: np.ndarray, cap: np.ndarray, base: np.ndarray,
+                  flow_group: np.ndarray, rate: np.ndarray, n_groups: int) -> float:
+    """The pigeonhole cut bound (module docstring): over the groups whose crossing flows share
+    one rate w, whose crossing links share one capacity c and carry no base load,
+    max ⌈n_flows / n_links⌉ · w / c (0 when no group qualifies)."""
+    if not len(flow_group) or not len(link_group):
+        return 0.0
+    n_links = np.bincount(link_group, minlength=n_groups)
+    n_flows = np.bincount(flow_group, minlength=n_groups)
+    lo_r, hi_r = np.full(n_groups, np.inf), np.full(n_groups, -np.inf)
+    np.minimum.at(lo_r, flow_group, rate)
+    np.maximum.at(hi_r, flow_group, rate)
+    lo_c, hi_c = np.full(n_groups, np.inf), np.full(n_groups, -np.inf)
+    np.minimum.at(lo_c, link_group, cap)
+    np.maximum.at(hi_c, link_group, cap)
+    busy = np.bincount(link_group, weights=base, minlength=n_groups)
+    ok = (n_links > 0) & (n_flows > 0) & (lo_r == hi_r) & (lo_c == hi_c) & (busy == 0)
+    if not ok.any():
+        return 0.0
+    per_link = -(-n_flows[ok] // n_links[ok])
+    return float((per_link * lo_r[ok] / lo_c[ok]).max())
+
+
+def _cut_groups(idx: PathIndex) -> tuple[tuple[np.ndarray, ...], ...]:
+    """Per family (leaf groups, pod groups): (group of every node number of
+    :meth:`PathIndex.link_ends` (-1: none), ids of the directed links between two groups (or a
+    group and no group), the group of their tails, of their heads). A leaf and its hosts form
+    one leaf group; a pod's switches and their hosts one pod group."""
     fabric = idx.fabric
     *_, names = idx.link_ends()
     num = {n: i for i, n in enumerate(names)}
@@ -501,4 +793,9 @@ def _cut_groups(idx: PathIndex) -> tuple[np.ndarray, np.ndarray]:
         leaf_g[num[h.name]] = leaf_g[num[h.leaf]] = g
         if h.leaf in pod_of:
             pod_g[num[h.name]] = pod_ids[pod_of[h.leaf]]
-    return leaf_g, pod_g
+    tail, head, _, _ = idx.link_ends()
+    out = []
+    for g in (leaf_g, pod_g):
+        ids = np.flatnonzero(g[tail] != g[head])
+        out.append((g, ids, g[tail[ids]], g[head[ids]]))
+    return tuple(out)

@@ -28,6 +28,7 @@ A *directed link id* ``i`` indexes :attr:`PathIndex.links` (``(u, v)`` pairs) an
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 
@@ -41,6 +42,7 @@ Path = tuple[str, ...]
 
 
 _ABSENT = 1 << 40  # distance of a node outside a cone
+_MISSING = object()
 
 
 class _LeafCone:
@@ -77,9 +79,10 @@ class _Shared:
     nodes numbered switches first then hosts (:meth:`PathIndex.link_ends`).
     """
 
-    __slots__ = ("ends", "memo", "peaks", "sig_of")
+    __slots__ = ("ends", "lock", "memo", "peaks", "sig_of")
 
     def __init__(self) -> None:
+        self.lock = threading.RLock()  # every cache fill of every index of one fabric
         self.memo: dict[str, object] = {}
         self.sig_of: dict[tuple[bytes, bool], int] = {}
         self.peaks: dict[tuple[int, int],
@@ -167,9 +170,10 @@ class PathIndex:
         ValueError
             ``down_links`` names a link the fabric does not have.
         """
-        extra = normalise_down_links(self.fabric, down_links)
-        if self._up_ptr is None:
-            self._build_up_csr()
+        extra = self._known(down_links)
+        with self._shared.lock:
+            if self._up_ptr is None:
+                self._build_up_csr()
         assert self._up_ptr is not None and self._up_nbr is not None and self._up_lid is not None
         new = object.__new__(PathIndex)
         new.fabric = self.fabric
@@ -190,6 +194,50 @@ class PathIndex:
         new._up_nbr, new._up_lid = self._up_nbr[keep], self._up_lid[keep]
         return new
 
+    def _known(self, links: Iterable[frozenset[str]]) -> DownLinks:
+        """``links`` checked against this fabric's links, as :func:`normalise_down_links` does
+        (same messages), by this index's link numbering (no pass over the fabric)."""
+        out: set[frozenset[str]] = set()
+        for pair in links:
+            fs = frozenset(pair)
+            if len(fs) != 2:
+                raise ValueError(f"a down link must name two distinct nodes, got {sorted(fs)!r}")
+            a, b = sorted(fs)
+            if (a, b) not in self.link_id:
+                raise ValueError(f"down link {a}-{b} is not a link of fabric {self.fabric.name!r}")
+            out.add(fs)
+        return frozenset(out)
+
+    def with_up(self, up_links: Iterable[frozenset[str]]) -> PathIndex:
+        """The index of this fabric with ``up_links`` (now up again) removed from :attr:`down`.
+
+        Shares link numbering, capacities and memos like :meth:`with_down`; its up-adjacency is
+        rebuilt from the link arrays (vectorised), cones and pairs on demand.
+
+        Raises
+        ------
+        ValueError
+            A link of ``up_links`` is unknown or not down.
+        """
+        back = self._known(up_links)
+        if not back <= self.down:
+            a, b = sorted(next(iter(back - self.down)))
+            raise ValueError(f"link {a}-{b} is not down")
+        new = object.__new__(PathIndex)
+        new.fabric = self.fabric
+        new.down = self.down - back
+        new.links, new.link_id, new.capacity_bps = self.links, self.link_id, self.capacity_bps
+        is_up = self.is_up.copy()
+        for pair in back:
+            a, b = sorted(pair)
+            is_up[[self.link_id[(a, b)], self.link_id[(b, a)]]] = True
+        new.is_up = is_up
+        new._names, new._node_id = self._names, self._node_id
+        new._cones, new._pairs, new._shared = {}, {}, self._shared
+        new._access = {}
+        new._up_ptr = new._up_nbr = new._up_lid = None
+        return new
+
     def link_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """Per directed link id: tail node, head node and the tail's port (cached, shared).
 
@@ -203,6 +251,10 @@ class PathIndex:
             Node name of each node number.
         """
         sh = self._shared
+        with sh.lock:
+            return self._link_ends(sh)
+
+    def _link_ends(self, sh: _Shared) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         if sh.ends is None:
             names = self._names + [h.name for h in self.fabric.hosts]
             num = {n: i for i, n in enumerate(names)}
@@ -223,6 +275,10 @@ class PathIndex:
         got = self._access.get(host, False)
         if got is not False:
             return got
+        with self._shared.lock:
+            return self._access_fill(host)
+
+    def _access_fill(self, host: str) -> tuple[str, int, int] | None:
         h = self.fabric.host_by_name.get(host)
         if h is None:
             raise ValueError(f"{host!r} is not a host of fabric {self.fabric.name!r}")
@@ -248,6 +304,14 @@ class PathIndex:
         got = self._pairs.get(key)
         if got is not None:
             return got
+        with self._shared.lock:
+            return self._leaf_candidates(key)
+
+    def _leaf_candidates(self, key: tuple[str, str]) -> np.ndarray:
+        src_leaf, dst_leaf = key
+        got = self._pairs.get(key)
+        if got is not None:
+            return got
         if src_leaf == dst_leaf:
             out = np.empty((1, 0), dtype=np.int64)
         else:
@@ -269,6 +333,10 @@ class PathIndex:
         leaf_pairs : iterable of (str, str)
             Leaf (switch) names; repeats and already cached pairs are skipped.
         """
+        with self._shared.lock:
+            self._prefetch(leaf_pairs)
+
+    def _prefetch(self, leaf_pairs: Iterable[tuple[str, str]]) -> None:
         todo = [key for key in dict.fromkeys(leaf_pairs) if key not in self._pairs]
         self._build_cones([lf for key in todo for lf in key])
         groups: dict[tuple[int, int], list[tuple[tuple[str, str], _LeafCone, _LeafCone]]] = {}
@@ -391,9 +459,13 @@ class PathIndex:
         """``build()`` computed once per fabric and shared by every index derived from this one
         (:meth:`with_down`); for values that depend on the fabric, not on what is down."""
         memo = self._shared.memo
-        if key not in memo:
-            memo[key] = build()
-        return memo[key]
+        got = memo.get(key, _MISSING)
+        if got is not _MISSING:
+            return got
+        with self._shared.lock:
+            if key not in memo:
+                memo[key] = build()
+            return memo[key]
 
     # -- internals ------------------------------------------------------------------------------
     def _cone(self, leaf: str) -> _LeafCone:
