@@ -291,16 +291,30 @@ def plan() -> None:
 @click.option("--topology", "-t", required=True, type=click.Path(dir_okay=False))
 @click.option("--policy", "-p", "policy_file", required=True, type=click.Path(dir_okay=False))
 @click.option("--switch", "-s", "switches", multiple=True, help="Print this switch's entries.")
-def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> None:
-    """Print pinned paths, the per-link pinned-flow counts, and per-switch entry counts."""
+@click.option("--p4info", "p4info", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Table sizes of every switch from this P4Info (the policy's tables section "
+                   "overrides them).")
+def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
+              p4info: str | None) -> None:
+    """Print pinned paths, the per-link pinned-flow counts, and per-switch entries against
+    table capacity."""
     from controller.model import load_topology
     from controller.plan.build import build_plan
+    from controller.plan.capacity import capacity_from_p4info
     from controller.policy import load_policy
 
     try:
         fabric = load_topology(topology)
         pol = load_policy(policy_file, fabric)
-        result = build_plan(fabric, pol)
+        caps = None
+        if p4info is not None:
+            try:
+                cap = capacity_from_p4info(Path(p4info).read_text(), f"P4Info {p4info}")
+            except ValueError as exc:
+                err_console.print(f"{p4info}: {exc}", markup=False)
+                sys.exit(EXIT_INVALID)
+            caps = {s.name: cap for s in fabric.switches}
+        result = build_plan(fabric, pol, capacity=caps)
     except ConfigError as exc:
         _report(exc)
         sys.exit(EXIT_INVALID)
@@ -318,7 +332,8 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
         pt = Table("collective", "flow", "path", title="pinned paths")
         for demand, path in sorted(result.pinning.paths.items(),
                                    key=lambda kv: (kv[0].collective, kv[0].index)):
-            pt.add_row(demand.collective, f"{demand.src}->{demand.dst}", " > ".join(path))
+            sub = f" #{demand.subflow}" if demand.subflows > 1 else ""
+            pt.add_row(demand.collective, f"{demand.src}->{demand.dst}{sub}", " > ".join(path))
         console.print(pt)
         lt = Table("directed link", "pinned flows", title="pinned flows per directed link")
         for (u, v), n in sorted(result.pinning.link_flows.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -328,10 +343,20 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
             f"max pinned flows on a directed link: {result.pinning.max_link_flows} "
             f"(lower bound {result.pinning.lower_bound})"
         )
-    et = Table("switch", "dpid", "flows", "groups", title="entries per switch")
+    tabs = result.tables.switches if result.tables is not None else {}
+    et = Table("switch", "dpid", "flows", "groups", "pinned", "pinned room", "capacity from",
+               title="entries per switch (pinned: needed -> kept; room: capacity - headroom)")
     for name, sp in sorted(result.plan.switches.items()):
-        et.add_row(name, f"{sp.dpid:#x}", str(len(sp.flows)), str(len(sp.groups)))
+        tu = tabs.get(name)
+        pinned = "-" if tu is None else (f"{tu.pinned_needed}" if tu.pinned_needed == tu.pinned
+                                         else f"{tu.pinned_needed} -> {tu.pinned}")
+        room = "-" if tu is None else ("unlimited" if tu.room is None else str(tu.room))
+        et.add_row(name, f"{sp.dpid:#x}", str(len(sp.flows)), str(len(sp.groups)), pinned, room,
+                   "-" if tu is None else tu.capacity.source)
     console.print(et)
+    if result.tables is not None:
+        for note in result.tables.notes:
+            console.print(note, markup=False)
     for name in switches:
         sp = result.plan.switches[name]
         console.print(f"[bold]{name}[/]")
