@@ -662,21 +662,39 @@ def te_simulate(scenario: str, out_dir: str | None) -> None:
     try:
         outcomes = evaluate(sc.fabric, sc.traffics, ecmp_seeds=sc.ecmp_seeds,
                             down_links=sc.down_links, background=sc.background,
-                            hashed=sc.hashed)
+                            hashed=sc.hashed, subflows=sc.subflows, queues=sc.queues,
+                            compute_gpu_s=sc.compute_gpu_s)
     except ValueError as exc:
         err_console.print(f"{scenario}: {exc}", markup=False)
         sys.exit(EXIT_INVALID)
     ecmp_model = ("ideal hashing" if sc.hashed is None else
                   f"hash of {', '.join(sc.hashed.config.fields)}; seeds "
                   + (", ".join(f"{r} {v}" for r, v in sc.hashed.config.seeds.items()) or "all 0"))
-    tab = Table("condition", "strategy", "mean slowdown", "max slowdown", "max link util",
-                "moved", title=f"{sc.name}: CCT / ideal (link-rate bound); ECMP: {ecmp_model}")
+    tab = Table("condition", "strategy", "mean slowdown", "max slowdown", "makespan/opt",
+                "Jain", "max link util", "moved",
+                title=f"{sc.name}: CCT / ideal (link-rate bound); makespan / splittable "
+                      f"optimum; ECMP: {ecmp_model}")
     for r in summarise(outcomes):
+        vs_opt = float(r["vs_optimum"])  # type: ignore[arg-type]
         tab.add_row(str(r["condition"]), str(r["strategy"]), f"{r['mean_slowdown']:.3f}",
-                    f"{r['max_slowdown']:.3f}", f"{r['max_utilisation']:.2f}", str(r["moved"]))
+                    f"{r['max_slowdown']:.3f}", "-" if vs_opt != vs_opt else f"{vs_opt:.3f}",
+                    f"{r['fairness']:.3f}", f"{r['max_utilisation']:.2f}", str(r["moved"]))
     console.print(tab)
+    if len(sc.traffics) > 1:
+        intact = [o for o in outcomes if o.condition == "intact"]
+        ecmp = [o for o in intact if o.strategy.startswith("ecmp#")]
+        cols: dict[str, dict[str, float]] = {}
+        if ecmp:
+            cols[f"ecmp mean ({len(ecmp)})"] = {t.name: sum(o.slowdown[t.name] for o in ecmp)
+                                                / len(ecmp) for t in sc.traffics}
+        cols.update({o.strategy: dict(o.slowdown) for o in intact
+                     if not o.strategy.startswith("ecmp#")})
+        jt = Table("job", "flows", *cols, title=f"{sc.name}: per-job CCT / ideal, intact")
+        for t in sc.traffics:
+            jt.add_row(t.name, str(len(t.flows)), *(f"{c[t.name]:.3f}" for c in cols.values()))
+        console.print(jt)
     out = Path(out_dir) if out_dir else Path("results") / Path(scenario).stem
-    for png in write_plots(outcomes, out):
+    for png in write_plots(outcomes, out, title=sc.name):
         console.print(f"wrote {png}", markup=False)
 
 

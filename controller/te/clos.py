@@ -31,7 +31,7 @@ comparison at scale (:mod:`controller.sim.strategies`: ECMP, static, spraying).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -88,6 +88,8 @@ class ClosTables:
         self.up_node[t[alive], col[alive]] = h[alive]
         self.max_height = max_height
         self._reach: dict[int, np.ndarray] = {}
+        self._classes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._chains: dict[int, np.ndarray] = {}
         self._leaf_num = index.fabric_memo(
             "switch-numbers", lambda: {s.name: i for i, s in enumerate(index.fabric.switches)})
 
@@ -163,6 +165,32 @@ class ClosTables:
             self._reach[r] = got
         return got
 
+    def chains(self, r: int) -> np.ndarray:
+        """Up-link ids along every port sequence of length ``r`` from every switch.
+
+        Returns
+        -------
+        numpy.ndarray of int32, shape (n_switches, W**r, r)
+            ``chains(r)[s, code, l]``: the link climbed at level l by sequence ``code`` (first
+            level most significant) from switch s; -1 where absent or down. Built once (42 MB
+            at k = 64, r = 2).
+        """
+        got = self._chains.get(r)
+        if got is None:
+            n = len(self.up_node)
+            if r == 1:
+                got = self.up_link.astype(np.int32)[:, :, None]
+            else:
+                below = self.chains(r - 1)
+                nxt = self.up_node
+                safe = np.where(nxt >= 0, nxt, 0)
+                rest = np.where((nxt >= 0)[:, :, None, None], below[safe], -1)  # n, W, W^(r-1), r-1
+                first = np.broadcast_to(self.up_link.astype(np.int32)[:, :, None, None],
+                                        (n, self.width, below.shape[1], 1))
+                got = np.concatenate((first, rest), axis=3).reshape(n, -1, r).astype(np.int32)
+            self._chains[r] = got
+        return got
+
     def meet_mask(self, u: np.ndarray, v: np.ndarray, r: int) -> np.ndarray:
         """Alive port sequences of length ``r`` from switches ``u`` and ``v`` that meet.
 
@@ -186,20 +214,42 @@ class ClosTables:
         out &= ok[:, None]
         return out
 
+    def classes(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """Switches grouped by their :meth:`reach` row at length ``r`` (a meeting mask depends
+        on the two rows alone, so it is computed once per pair of classes): (class of every
+        switch, one switch of each class). All edge switches of an intact fat-tree share one
+        class at r = 2; those of a pod one at r = 1."""
+        got = self._classes.get(r)
+        if got is None:
+            _, first, inv = np.unique(self.reach(r), axis=0, return_index=True,
+                                      return_inverse=True)
+            got = self._classes[r] = (inv.astype(np.int64).ravel(), first.astype(np.int64))
+        return got
+
+    def per_pair(self, u: np.ndarray, v: np.ndarray, r: int,
+                 fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """``fn(meet_mask(…))`` for every flow, evaluated once per distinct pair of switch
+        classes (:meth:`classes`) and gathered; rows of flows with u or v < 0 are
+        ``fn`` of an all-False mask."""
+        cls, rep = self.classes(r)
+        ok = (u >= 0) & (v >= 0)
+        n_cls = len(rep) + 1  # the last class: "no switch"
+        cu = np.where(ok, cls[np.where(ok, u, 0)], n_cls - 1)
+        cv = np.where(ok, cls[np.where(ok, v, 0)], n_cls - 1)
+        keys, inv = np.unique(cu * n_cls + cv, return_inverse=True)
+        ku, kv = keys // n_cls, keys % n_cls
+        valid = (ku < n_cls - 1) & (kv < n_cls - 1)
+        ru = np.where(valid, rep[np.minimum(ku, len(rep) - 1)], -1)
+        rv = np.where(valid, rep[np.minimum(kv, len(rep) - 1)], -1)
+        parts = [fn(self.meet_mask(ru[lo:lo + CHUNK_FLOWS], rv[lo:lo + CHUNK_FLOWS], r))
+                 for lo in range(0, len(keys), CHUNK_FLOWS)]
+        vals = np.concatenate(parts) if parts else fn(np.zeros((0, self.width ** r), bool))
+        return vals[inv.ravel()]
+
     def heights(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Lowest meeting height per flow (leaf switch numbers ``u`` → ``v``), -1 where no alive
-        sequence meets (no valley-free path). Shape (F,), int64; chunked."""
-        out = np.full(len(u), -1, dtype=np.int64)
-        for lo in range(0, len(u), CHUNK_FLOWS):
-            su, sv = u[lo:lo + CHUNK_FLOWS], v[lo:lo + CHUNK_FLOWS]
-            got = out[lo:lo + CHUNK_FLOWS]
-            for r in range(self.max_height + 1):
-                todo = np.flatnonzero(got < 0)
-                if not len(todo):
-                    break
-                hit = self.meet_mask(su[todo], sv[todo], r).any(axis=1)
-                got[todo[hit]] = r
-        return out
+        sequence meets (no valley-free path). Shape (F,), int64."""
+        return heights_and_counts(self, u, v)[0]
 
     def allowed_next(self, u: np.ndarray, v: np.ndarray, left: np.ndarray) -> np.ndarray:
         """Which port columns a flow at switches (``u``, ``v``) with ``left`` levels still to
@@ -210,14 +260,13 @@ class ClosTables:
         numpy.ndarray of bool, shape (F, W)
         """
         out = np.zeros((len(u), self.width), dtype=bool)
+        w = self.width
         for r in np.unique(left).tolist():
             if r <= 0:
                 continue
             sel = np.flatnonzero(left == r)
-            for lo in range(0, len(sel), CHUNK_FLOWS):
-                s = sel[lo:lo + CHUNK_FLOWS]
-                m = self.meet_mask(u[s], v[s], r).reshape(len(s), self.width, -1)
-                out[s] = m.any(axis=2)
+            out[sel] = self.per_pair(u[sel], v[sel], r,
+                                     lambda m: m.reshape(len(m), w, -1).any(axis=2))
         return out
 
     # -- sequences → links -----------------------------------------------------------------------
@@ -334,33 +383,36 @@ def pick_alive(tables: ClosTables, u: np.ndarray, v: np.ndarray, h: np.ndarray,
         if r <= 0:
             continue
         sel = np.flatnonzero(h == r)
-        for lo in range(0, len(sel), CHUNK_FLOWS):
-            s = sel[lo:lo + CHUNK_FLOWS]
-            m = tables.meet_mask(u[s], v[s], r)
-            csum = np.cumsum(m, axis=1)
-            n = csum[:, -1]
-            if count is not None:
-                count[s] = n
-            code = np.argmax(csum > rank[s, None], axis=1)
-            out[s, :r] = decode(code, tables.width, r)
+        cls, rep = tables.classes(r)
+        n_cls = len(rep)
+        keys, inv = np.unique(cls[u[sel]] * n_cls + cls[v[sel]], return_inverse=True)
+        inv = inv.ravel()
+        masks = tables.meet_mask(rep[keys // n_cls], rep[keys % n_cls], r)  # (pairs, W^r)
+        csum = np.cumsum(masks, axis=1)
+        if count is not None:
+            count[sel] = csum[inv, -1]
+        width = csum.shape[1]
+        # one sorted array over all pairs: pair k's row shifted by k·(width + 1)
+        flat = (csum + (np.arange(len(keys)) * (width + 1))[:, None]).ravel()
+        target = rank[sel] + inv * (width + 1)
+        code = np.searchsorted(flat, target, side="right") - inv * width
+        out[sel, :r] = decode(code, tables.width, r)
     return out
 
 
 def heights_and_counts(tables: ClosTables, u: np.ndarray, v: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray]:
-    """(:meth:`ClosTables.heights`, number of candidates) per flow in one pass: the count is the
-    number of meeting sequences at the flow's height (1 at height 0, 0 where h < 0)."""
+    """(:meth:`ClosTables.heights`, number of candidates) per flow: the count is the number of
+    meeting sequences at the flow's height (1 at height 0, 0 where h < 0). Each meeting mask is
+    computed once per pair of switch classes (:meth:`ClosTables.per_pair`)."""
     h = np.full(len(u), -1, dtype=np.int64)
     n = np.zeros(len(u), dtype=np.int64)
-    for lo in range(0, len(u), CHUNK_FLOWS):
-        su, sv = u[lo:lo + CHUNK_FLOWS], v[lo:lo + CHUNK_FLOWS]
-        gh, gn = h[lo:lo + CHUNK_FLOWS], n[lo:lo + CHUNK_FLOWS]
-        for r in range(tables.max_height + 1):
-            todo = np.flatnonzero(gh < 0)
-            if not len(todo):
-                break
-            cnt = tables.meet_mask(su[todo], sv[todo], r).sum(axis=1)
-            hit = cnt > 0
-            gh[todo[hit]] = r
-            gn[todo[hit]] = cnt[hit]
+    for r in range(tables.max_height + 1):
+        todo = np.flatnonzero(h < 0)
+        if not len(todo):
+            break
+        cnt = tables.per_pair(u[todo], v[todo], r, lambda m: m.sum(axis=1))
+        hit = cnt > 0
+        h[todo[hit]] = r
+        n[todo[hit]] = cnt[hit]
     return h, n

@@ -120,7 +120,7 @@ def _copies(node: np.ndarray, key: np.ndarray, cap: np.ndarray) -> np.ndarray:
 
 def colour_clos(tables: ClosTables, u: np.ndarray, v: np.ndarray, h: np.ndarray,
                 key: np.ndarray | None = None, initial: np.ndarray | None = None,
-                swap_budget: int = 200_000) -> np.ndarray:
+                swap_budget: int = 200_000, blocked: np.ndarray | None = None) -> np.ndarray:
     """Port columns for every flow such that each up-port carries as few flows as an equitable
     colouring allows (module docstring).
 
@@ -139,6 +139,10 @@ def colour_clos(tables: ClosTables, u: np.ndarray, v: np.ndarray, h: np.ndarray,
         -1 for none. Without it the bulk is coloured by Euler splitting.
     swap_budget : int
         Most edges the next-level swaps (:func:`_balance_next_level`) may visit per level.
+    blocked : numpy.ndarray of bool, shape (n_directed_links,), optional
+        Links these flows must not use (already full with other flows): a column is allowed
+        only where its up-link on the source side and its down-link on the destination side
+        are free, and a switch's capacity counts its free ports only.
 
     Returns
     -------
@@ -167,7 +171,14 @@ def colour_clos(tables: ClosTables, u: np.ndarray, v: np.ndarray, h: np.ndarray,
     d = 1
     while d < w:
         d *= 2
-    cap = (tables.up_link >= 0).sum(axis=1)
+    alive = tables.up_link >= 0
+    if blocked is None:
+        cap_up = cap_dn = alive.sum(axis=1)
+        free_up = free_dn = alive
+    else:
+        free_up = alive & ~blocked[np.where(alive, tables.up_link, 0)]
+        free_dn = alive & ~blocked[np.where(alive, tables.up_link ^ 1, 0)]
+        cap_up, cap_dn = free_up.sum(axis=1), free_dn.sum(axis=1)
     failed = h <= 0
     cu, cv = u.astype(np.int64).copy(), v.astype(np.int64).copy()
     for lvl in range(hmax):
@@ -175,13 +186,15 @@ def colour_clos(tables: ClosTables, u: np.ndarray, v: np.ndarray, h: np.ndarray,
         if not len(act):
             break
         allowed = tables.allowed_next(cu[act], cv[act], h[act] - lvl)
+        if blocked is not None:
+            allowed &= free_up[cu[act]] & free_dn[cv[act]]
         some = allowed.any(axis=1)
         failed[act[~some]] = True
         act, allowed = act[some], allowed[some]
         if not len(act):
             break
-        lc = _copies(cu[act], key[act], cap)
-        rc = _copies(cv[act], key[act], cap)
+        lc = _copies(cu[act], key[act], cap_up)
+        rc = _copies(cv[act], key[act], cap_dn)
         left, n_left = _compact(cu[act], lc)
         right, n_right = _compact(cv[act], rc)
         if initial is None or lvl >= initial.shape[1]:
@@ -197,7 +210,8 @@ def colour_clos(tables: ClosTables, u: np.ndarray, v: np.ndarray, h: np.ndarray,
             col = _insert(left, right + n_left, allowed, np.where(good, col, -1))
         if lvl + 1 < hmax:
             col = _balance_next_level(tables, cu[act], cv[act], h[act] - lvl, left,
-                                      right + n_left, allowed, col, cap, swap_budget)
+                                      right + n_left, allowed, col, (cap_up, cap_dn),
+                                      swap_budget)
         ok = col >= 0
         failed[act[~ok]] = True
         act, col = act[ok], col[ok]
@@ -222,7 +236,8 @@ def _first_use(node: np.ndarray, col: np.ndarray, ok: np.ndarray) -> np.ndarray:
 
 def _balance_next_level(tables: ClosTables, cu: np.ndarray, cv: np.ndarray, left_h: np.ndarray,
                         left: np.ndarray, right: np.ndarray, allowed: np.ndarray,
-                        col: np.ndarray, cap: np.ndarray, budget: int) -> np.ndarray:
+                        col: np.ndarray, caps: tuple[np.ndarray, np.ndarray],
+                        budget: int) -> np.ndarray:
     """Swap Kempe components of this level's colouring while that lowers the excess of the next
     level (colour_clos, Notes).
 
@@ -242,12 +257,13 @@ def _balance_next_level(tables: ClosTables, cu: np.ndarray, cv: np.ndarray, left
     nv = np.where(climb, tables.up_node[cv, safe], -1)
     cnt_u = np.bincount(nu[nu >= 0], minlength=n_nodes)
     cnt_v = np.bincount(nv[nv >= 0], minlength=n_nodes)
+    cap_up, cap_dn = caps
     t = 1
-    for side in (cu, cv):
+    for side, cap in ((cu, cap_up), (cv, cap_dn)):
         nodes, deg = np.unique(side, return_counts=True)
         t = max(t, int((-(-deg // np.maximum(cap[nodes], 1))).max(initial=1)))
-    lim = t * cap
-    if not ((cnt_u > lim).any() or (cnt_v > lim).any()):
+    lim_u, lim_v = t * cap_up, t * cap_dn
+    if not ((cnt_u > lim_u).any() or (cnt_v > lim_v).any()):
         return col
     col = col.copy()
     at: dict[int, dict[int, int]] = {}
@@ -259,15 +275,15 @@ def _balance_next_level(tables: ClosTables, cu: np.ndarray, cv: np.ndarray, left
     left_budget = budget
 
     def excess() -> int:
-        return int(np.maximum(cnt_u - lim, 0).sum() + np.maximum(cnt_v - lim, 0).sum())
+        return int(np.maximum(cnt_u - lim_u, 0).sum() + np.maximum(cnt_v - lim_v, 0).sum())
 
     cur = excess()
     hot = [j for j in np.flatnonzero(climb).tolist()
-           if cnt_u[nu[j]] > lim[nu[j]] or cnt_v[nv[j]] > lim[nv[j]]]
+           if cnt_u[nu[j]] > lim_u[nu[j]] or cnt_v[nv[j]] > lim_v[nv[j]]]
     for g in hot:
         if cur == 0 or left_budget <= 0:
             break
-        if not (cnt_u[nu[g]] > lim[nu[g]] or cnt_v[nv[g]] > lim[nv[g]]):
+        if not (cnt_u[nu[g]] > lim_u[nu[g]] or cnt_v[nv[g]] > lim_v[nv[g]]):
             continue
         alpha = int(col[g])
         best: tuple[int, int, list[int], dict[int, int]] | None = None
@@ -288,9 +304,10 @@ def _balance_next_level(tables: ClosTables, cu: np.ndarray, cv: np.ndarray, left
                         x = int(tables.up_node[side[e], c])
                         delta[x] = delta.get(x, 0) + 1
             gain = 0
-            for delta, cnt in ((delta_u, cnt_u), (delta_v, cnt_v)):
+            for delta, cnt, lim in ((delta_u, cnt_u, lim_u), (delta_v, cnt_v, lim_v)):
                 for x, dd in delta.items():
-                    gain += max(int(cnt[x]) + dd - int(lim[x]), 0) - max(int(cnt[x]) - int(lim[x]), 0)
+                    gain += (max(int(cnt[x]) + dd - int(lim[x]), 0)
+                             - max(int(cnt[x]) - int(lim[x]), 0))
             if gain < 0 and (best is None or (gain, len(comp)) < (best[0], best[1])):
                 best = (gain, len(comp), comp, new)
         if best is not None:  # the smallest component among the largest gains

@@ -67,6 +67,12 @@ from controller.te.placement import Placement
 
 DEFAULT_SEARCH_BUDGET = 2_000_000
 BATCH_FLOWS = 256
+COLOUR_MIN_CLASS = 64
+SMALL_FLOW = 1 / 32
+"""Flows with a demand at most this share of a link are placed by the greedy in batches."""
+GREEDY_BATCH = 64
+"""Most small flows judged together (interleaved by source leaf, :func:`_batches`)."""
+"""Equal-demand classes with fewer flows than this go straight to the greedy."""
 """From this many flows on, :meth:`PinState.add_many` counts candidates by port columns in one
 vectorised pass (:class:`ClosTables`) instead of building each flow's candidates."""
 DEFAULT_CHAIN_DEPTH = 8
@@ -253,7 +259,7 @@ class PinState:
             d = demands[int(bad_rate[0])]
             raise ValueError(f"flow {d.label}: demand must be > 0 bit/s, "
                              f"got {todo[int(bad_rate[0])][1]!r}")
-        hosts = _host_table(self.index)
+        hosts = host_table(self.index)
         num, leaf_name, up_id, down_id = hosts
         try:
             src = np.fromiter(map(num.__getitem__, (d.src for d in demands)), np.int64, len(todo))
@@ -338,9 +344,13 @@ class PinState:
 
     def place(self, i: int, ci: int) -> None:
         """Put flow ``i`` on candidate ``ci`` (it must not be placed)."""
+        self._place_row(i, self.cands[i][ci], ci)
+
+    def _place_row(self, i: int, row: np.ndarray, ci: int) -> None:
+        """Put flow ``i`` on fabric link ids ``row``, candidate ``ci`` of it."""
         assert self.choice[i] == -1
         self.choice[i] = ci
-        row = self.rows[i] = self.cands[i][ci]
+        self.rows[i] = row
         w = self.rate_bps[i]
         ids = self.links_of(i)
         np.add.at(self.load_bps, ids, w)
@@ -442,10 +452,60 @@ class PinState:
         return ci, max(float(m), float(edge))
 
     def greedy(self, flows: Iterable[int]) -> None:
-        """Place ``flows`` (unplaced positions): largest demand, fewest candidates, first."""
+        """Place ``flows`` (unplaced positions): largest demand, fewest candidates, first.
+
+        On a mirrored Clos with many flows the candidates of a flow are evaluated from the
+        port tables (:meth:`ClosTables.chains`, its two leaves' rows) instead of a per-pair
+        candidate array: the same choice, without storing an array per leaf pair."""
         order = sorted(flows, key=lambda i: (-self.rate_bps[i], self.n_cands[i], i))
-        for i in order:
-            self.place(i, self.best_candidate(i)[0])
+        t = self.tables
+        if t is None or len(order) < BATCH_FLOWS:
+            for i in order:
+                self.place(i, self.best_candidate(i)[0])
+            return
+        u, v, h = self.ends(order)
+        pos = {i: k for k, i in enumerate(order)}
+        w_rel = np.asarray(self.rate_bps)[order] * self.inv_cap.max()
+        small = [i for i in order if w_rel[pos[i]] <= SMALL_FLOW]
+        big = [i for i in order if w_rel[pos[i]] > SMALL_FLOW]
+        for i in big:
+            k = pos[i]
+            self._greedy_batch(t, [i], u[k:k + 1], v[k:k + 1], h[k:k + 1])
+        for batch in _batches(small, [self.leaves[i] for i in small], GREEDY_BATCH):
+            ks = np.asarray([pos[i] for i in batch], dtype=np.int64)
+            self._greedy_batch(t, batch, u[ks], v[ks], h[ks])
+
+    def _greedy_batch(self, t: ClosTables, flows: list[int], u: np.ndarray, v: np.ndarray,
+                      h: np.ndarray) -> None:
+        """Place ``flows`` each on its candidate with the lowest bottleneck after placement,
+        all judged on the utilisation before any of them is placed (port tables, one gather
+        per height), then place them together."""
+        for hh in np.unique(h).tolist():
+            sel = np.flatnonzero(h == hh)
+            fl = [flows[k] for k in sel.tolist()]
+            if hh <= 0:
+                for i in fl:
+                    self.place(i, 0)
+                continue
+            chain, reach = t.chains(hh), t.reach(hh)
+            uu, vv = u[sel], v[sel]
+            alive = (reach[uu] == reach[vv]) & (reach[uu] >= 0)  # (B, W^h)
+            ups, downs = chain[uu], chain[vv] ^ 1  # (B, W^h, h); dead links are negative
+            w = np.asarray([self.rate_bps[i] for i in fl])[:, None, None]
+            cu, cd = self.util[ups], self.util[downs]
+            b = np.maximum((cu + w * self.inv_cap[ups]).max(axis=2),
+                           (cd + w * self.inv_cap[downs]).max(axis=2))
+            b[~alive] = np.inf
+            self.evaluations += int(alive.sum())
+            tot = cu.sum(axis=2) + cd.sum(axis=2)
+            m = b.min(axis=1, keepdims=True)
+            tie = np.where(b <= m + _EPS, tot, np.inf)
+            code = tie.argmin(axis=1)
+            rank = np.cumsum(alive, axis=1)[np.arange(len(fl)), code] - 1
+            rows = np.concatenate((ups[np.arange(len(fl)), code],
+                                   downs[np.arange(len(fl)), code][:, ::-1]), axis=1)
+            for j, i in enumerate(fl):
+                self._place_row(i, rows[j].astype(np.int64), int(rank[j]))
 
     def max_utilisation(self) -> float:
         return float(self.util.max()) if len(self.util) else 0.0
@@ -566,7 +626,7 @@ class PinState:
                          ids, starts, self.base_bps.copy())
 
 
-def _host_table(index: PathIndex) -> tuple[dict[str, int], list[str], np.ndarray, np.ndarray]:
+def host_table(index: PathIndex) -> tuple[dict[str, int], list[str], np.ndarray, np.ndarray]:
     """Per fabric (memoised): host name → number, and per host number its leaf's name and the
     ids of its access link up (host → leaf) and down (leaf → host)."""
     def build() -> tuple[dict[str, int], list[str], np.ndarray, np.ndarray]:
@@ -578,6 +638,20 @@ def _host_table(index: PathIndex) -> tuple[dict[str, int], list[str], np.ndarray
     got = index.fabric_memo("host-table", build)
     assert isinstance(got, tuple)
     return got  # type: ignore[return-value]
+
+
+def _batches(flows: list[int], leaves: list[tuple[str, str]], size: int) -> list[list[int]]:
+    """``flows`` cut into batches of at most ``size``, interleaved by source leaf (the first
+    flow of every source leaf, then the second of every one, ...), so that a batch holds flows
+    of different source leaves whenever there are that many."""
+    seen: dict[str, int] = {}
+    turn = []
+    for a, _ in leaves:
+        turn.append(seen.get(a, 0))
+        seen[a] = turn[-1] + 1
+    order = sorted(range(len(flows)), key=lambda k: (turn[k], k))
+    ordered = [flows[k] for k in order]
+    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -668,49 +742,59 @@ def pin_by_load(
     return state.result(lower)
 
 
-def colour_first(state: PinState) -> list[int]:
-    """Place the flows of the equal-demand class with the largest total demand by edge
-    colouring (module docstring, step 0); returns the positions still unplaced, in order.
+def colour_first(state: PinState, min_class: int = COLOUR_MIN_CLASS) -> list[int]:
+    """Place flows by edge colouring before the greedy (module docstring, step 0); returns the
+    positions still unplaced, in order.
 
-    On a mirrored Clos (:class:`ClosTables`) the colouring is equitable and runs on port
-    columns (sub-flows of one flow — ``FlowDemand.subflow`` — are spread over different ports
-    where they can be); elsewhere it runs on the candidates and only when every demand is equal.
+    On a mirrored Clos (:class:`ClosTables`) the equal-demand classes are coloured in turn,
+    largest total demand first, each equitably on port columns and only over the links the
+    classes before it left free (so a 256-rank all-to-all goes where the rings are not);
+    sub-flows of one flow (``FlowDemand.subflow``) are spread over different ports where they
+    can be. Classes of fewer than ``min_class`` flows (but the largest) are left to the
+    greedy. Elsewhere the
+    colouring runs on the candidates and only when every demand is equal.
     """
     todo = [i for i, c in enumerate(state.choice) if c == -1]
     if not todo:
         return todo
     rates = np.asarray(state.rate_bps, dtype=np.float64)[todo]
-    if state.tables is None:
+    t = state.tables
+    if t is None:
         if len(np.unique(rates)) != 1 or len(todo) != len(state.flows):
             return todo
         rows = colour_levels(state.index, list(state.cands))
         state.place_many((i, ci) for i, ci in enumerate(rows) if ci >= 0)
         return [i for i, ci in enumerate(rows) if ci < 0]
     values, inverse = np.unique(rates, return_inverse=True)
-    total = np.bincount(inverse.ravel(), weights=rates)
-    pick = np.flatnonzero(inverse.ravel() == int(np.argmax(total)))
-    flows = np.asarray(todo, dtype=np.int64)[pick]
-    t = state.tables
-    u, v, h = state.ends(flows)
-    key = np.asarray([state.flows[i].subflow for i in flows.tolist()], dtype=np.int64)
-    seq = colour_clos(t, u, v, h, key)
-    placed = np.zeros(len(flows), dtype=bool)
-    for r in np.unique(h).tolist():
-        sel = np.flatnonzero((h == r) & ((seq[:, 0] >= 0) | (h == 0)))
-        if not len(sel):
+    inverse = inverse.ravel()
+    total = np.bincount(inverse, weights=rates)
+    done: set[int] = set()
+    todo_arr = np.asarray(todo, dtype=np.int64)
+    for n, k in enumerate(np.argsort(-total, kind="stable").tolist()):
+        flows = todo_arr[inverse == k]
+        if n and len(flows) < min_class:
             continue
-        rows = (t.walk(u[sel], v[sel], seq[sel, :r]) if r > 0
-                else np.empty((len(sel), 0), dtype=np.int64))
-        state.place_rows(flows[sel], rows)
-        placed[sel] = True
-    done = set(flows[placed].tolist())
+        used = state.load_bps > state.base_bps + _EPS * state.index.capacity_bps
+        u, v, h = state.ends(flows)
+        key = np.asarray([state.flows[i].subflow for i in flows.tolist()], dtype=np.int64)
+        seq = colour_clos(t, u, v, h, key, blocked=used if done else None)
+        for r in np.unique(h).tolist():
+            sel = np.flatnonzero((h == r) & ((seq[:, 0] >= 0) | (h == 0)))
+            if not len(sel):
+                continue
+            rows = (t.walk(u[sel], v[sel], seq[sel, :r]) if r > 0
+                    else np.empty((len(sel), 0), dtype=np.int64))
+            state.place_rows(flows[sel], rows)
+            done.update(flows[sel].tolist())
     return [i for i in todo if i not in done]
 
 
-def load_lower_bound(state: PinState) -> float:
+def load_lower_bound(state: PinState, integral: bool = True) -> float:
     """Lower bound on the maximum utilisation of any pinning of ``state``'s flows (placed or
     not) over their candidates: max of the mandatory-load and leaf/pod cut bounds (module
-    docstring). Vectorised: O(|links| + |flows|) array work (bincount per cut family)."""
+    docstring). ``integral=False`` leaves out the pigeonhole bound: then it also bounds
+    routings that split flows (the LP relaxation). Vectorised: O(|links| + |flows|) array
+    work (bincount per cut family)."""
     idx = state.index
     base = state.base_bps
     rate = np.asarray(state.rate_bps, dtype=np.float64)
@@ -744,16 +828,25 @@ def load_lower_bound(state: PinState) -> float:
             pos = cap > 0
             if pos.any():
                 best = max(best, float((load[pos] / cap[pos]).max()))
-                best = max(best, _integral_cut(ends[m], l_cap[m], l_base[m],
-                                               f_ends[fm], rate[fm], n_groups))
+                if integral:
+                    best = max(best, _integral_cut(ends[m], l_cap[m], l_base[m],
+                                                   f_ends[fm], rate[fm], n_groups))
     return best
 
 
 def _integral_cut(link_group: np.ndarray, cap: np.ndarray, base: np.ndarray,
                   flow_group: np.ndarray, rate: np.ndarray, n_groups: int) -> float:
-    """The pigeonhole cut bound (module docstring): over the groups whose crossing flows share
-    one rate w, whose crossing links share one capacity c and carry no base load,
-    max ⌈n_flows / n_links⌉ · w / c (0 when no group qualifies)."""
+    """The pigeonhole cut bound (module docstring), with background: over the groups whose n
+    crossing flows share one rate w and whose crossing links share one capacity c, the lowest
+    level L (in flows of w) such that the links can take them without splitting,
+    Σ_e max(0, ⌊L − b_e / w⌋) ≥ n; returned as L · w / c (0 when no group qualifies). Without
+    background that is ⌈n / n_links⌉ · w / c.
+
+    L is found by bisection over all groups at once and snapped to the breakpoint b_e / w + k
+    (k integer) where it becomes feasible, so the bound is exact, not a bisection's estimate
+    (when two breakpoints lie closer than the bisection's resolution, its infeasible lower
+    end is returned, which still bounds).
+    """
     if not len(flow_group) or not len(link_group):
         return 0.0
     n_links = np.bincount(link_group, minlength=n_groups)
@@ -764,12 +857,33 @@ def _integral_cut(link_group: np.ndarray, cap: np.ndarray, base: np.ndarray,
     lo_c, hi_c = np.full(n_groups, np.inf), np.full(n_groups, -np.inf)
     np.minimum.at(lo_c, link_group, cap)
     np.maximum.at(hi_c, link_group, cap)
-    busy = np.bincount(link_group, weights=base, minlength=n_groups)
-    ok = (n_links > 0) & (n_flows > 0) & (lo_r == hi_r) & (lo_c == hi_c) & (busy == 0)
+    ok = (n_links > 0) & (n_flows > 0) & (lo_r == hi_r) & (lo_c == hi_c)
     if not ok.any():
         return 0.0
-    per_link = -(-n_flows[ok] // n_links[ok])
-    return float((per_link * lo_r[ok] / lo_c[ok]).max())
+    keep = ok[link_group]
+    g, beta = link_group[keep], base[keep] / lo_r[link_group[keep]]  # background in flows
+    need = n_flows.astype(np.float64)
+
+    def room(level: np.ndarray) -> np.ndarray:
+        return np.bincount(g, weights=np.maximum(np.floor(level[g] - beta + 1e-9), 0.0),
+                           minlength=n_groups)
+
+    top = np.zeros(n_groups)
+    np.maximum.at(top, g, beta)
+    lo = top.copy()  # the most loaded link alone: never below it
+    hi = top + need  # all flows on one link: always feasible
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        fits = room(mid) >= need
+        hi = np.where(fits, mid, hi)
+        lo = np.where(fits, lo, mid)
+    snap = np.full(n_groups, np.inf)  # the first breakpoint β_e + k above lo
+    np.minimum.at(snap, g, beta + np.floor(lo[g] - beta) + 1.0)
+    # feasible there: it is the optimum (lo is infeasible and no breakpoint lies between);
+    # else (breakpoints closer than the bisection's resolution) lo, infeasible, still bounds
+    level = np.where(room(snap) >= need, snap, lo)
+    level = np.maximum(level, top)
+    return float((level[ok] * lo_r[ok] / lo_c[ok]).max())
 
 
 def _cut_groups(idx: PathIndex) -> tuple[tuple[np.ndarray, ...], ...]:

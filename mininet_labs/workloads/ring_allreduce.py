@@ -8,7 +8,10 @@ Run one process per rank::
 Rank ``i`` listens on ``--dst-port`` (or on the port written in its own ``--peers`` entry,
 ``ip:port``, which loopback tests use), connects to rank ``i+1`` with its TCP source port bound to
 ``--src-port`` and accepts one connection from rank ``i-1``. The source port is what an ECMP
-5-tuple hash sees, so seeds that change source ports change the paths flows take.
+5-tuple hash sees, so seeds that change source ports change the paths flows take. With
+``--connections-per-peer C`` it opens C connections, from source ports ``--src-port`` + j, and
+all-reduces part j of the buffer over connection j (NCCL's channels), so a policy's
+``subflows: {by: l4_src_range}`` can pin each connection on its own path.
 
 Algorithm (the bandwidth-optimal ring, Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms
 for clusters of workstations", JPDC 69(2), 2009; as in NCCL): the float32 buffer is split into n
@@ -37,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -364,20 +367,40 @@ class RankReport:
     verify_s: float
     cpu_s: float
     step_end_s: list[float]
+    connections: int = 1
+    bytes_sent_per_connection: list[int] = field(default_factory=list)
+
+
+def parts(n_elems: int, connections: int) -> list[tuple[int, int]]:
+    """The buffer ``[0, n_elems)`` split over ``connections`` channels: contiguous (lo, hi)
+    parts, sizes differing by ≤ 1 (a channel may get an empty part when the buffer is tiny)."""
+    return segments(n_elems, connections)
 
 
 def run_rank(
     rank: int, peers: Sequence[str], nbytes: int, seed: int, src_port: int, dst_port: int,
     stream: int = 0, chunk_bytes: int = CHUNK_BYTES, dscp: int | None = None,
+    connections_per_peer: int = 1,
 ) -> RankReport:
     """Run one rank to completion and verify its result (see the module docstring).
 
-    ``dscp``: DSCP of the data this rank sends (None: the kernel default, 0)."""
+    ``dscp``: DSCP of the data this rank sends (None: the kernel default, 0).
+    ``connections_per_peer`` c: c TCP connections to the next rank, connection j from source
+    port ``src_port`` + j (what a policy's ``subflows: {by: l4_src_range, base_port:
+    src_port}`` pins each on its own path); the buffer is split into c parts
+    (:func:`parts`) and part j is all-reduced over connection j, all c at once — NCCL's
+    channels, each over its own connection. Each connection carries 1/c of the bytes."""
     n = len(peers)
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} out of range for {n} peers")
     if n < 2:
         raise ValueError("a ring needs at least 2 ranks")
+    if not 1 <= connections_per_peer <= 64 or src_port + connections_per_peer - 1 > 65535:
+        raise ValueError(f"connections_per_peer {connections_per_peer}: 1..64 connections from "
+                         f"source ports {src_port}.. up to 65535")
+    if connections_per_peer > 1:
+        return _run_rank_channels(rank, peers, nbytes, seed, src_port, dst_port, stream,
+                                  chunk_bytes, dscp, connections_per_peer)
     addrs = [_parse_peer(p, dst_port) for p in peers]
     listen_port = addrs[rank][1]
     buf = rank_buffer(seed, stream, rank, nbytes)
@@ -450,6 +473,107 @@ def run_rank(
     )
 
 
+def _run_rank_channels(rank: int, peers: Sequence[str], nbytes: int, seed: int, src_port: int,
+                       dst_port: int, stream: int, chunk_bytes: int, dscp: int | None,
+                       c: int) -> RankReport:
+    """:func:`run_rank` with ``c`` connections per peer (its docstring). Each connection starts
+    with one byte naming its channel, so the receiver pairs them whatever order they arrive in."""
+    n = len(peers)
+    addrs = [_parse_peer(p, dst_port) for p in peers]
+    listen_port = addrs[rank][1]
+    buf = rank_buffer(seed, stream, rank, nbytes)
+    t0 = time.monotonic()
+    exact, bound = error_bound([rank_buffer(seed, stream, r, nbytes) for r in range(n)])
+    ref_s = time.monotonic() - t0
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if dscp is not None:
+        lsock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+    lsock.bind(("0.0.0.0", listen_port))
+    lsock.listen(c + 4)
+    recv: dict[int, socket.socket] = {}
+    failure: list[BaseException] = []
+
+    def acceptor() -> None:
+        try:
+            lsock.settimeout(CONNECT_TIMEOUT_S)
+            while len(recv) < c:
+                conn, _ = lsock.accept()
+                conn.settimeout(IO_TIMEOUT_S)
+                tag = bytearray(1)
+                _recv_exact(conn, memoryview(tag))
+                recv[tag[0]] = conn
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failure.append(exc)
+
+    at = threading.Thread(target=acceptor, daemon=True)
+    at.start()
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    send: list[socket.socket] = []
+    for j in range(c):
+        s = _connect(addrs[(rank + 1) % n], src_port + j, deadline, dscp)
+        s.sendall(bytes([j]))
+        send.append(s)
+    at.join(CONNECT_TIMEOUT_S)
+    if len(recv) < c:
+        raise TimeoutError(f"rank {rank}: {len(recv)} of {c} connections from rank "
+                           f"{(rank - 1) % n}" + (f": {failure[0]}" if failure else ""))
+    lsock.close()
+    bounds = parts(buf.size, c)
+    sent = [0] * c
+    errors: list[BaseException] = []
+    try:
+        _ring_barrier(send[0], recv[0], n)
+        cpu0 = time.process_time()
+        start = time.time()
+
+        def channel(j: int) -> None:
+            lo, hi = bounds[j]
+            try:
+                if hi > lo:
+                    sent[j] = ring_steps(buf[lo:hi], segments(hi - lo, n), schedule(rank, n),
+                                         send[j], recv[j], chunk_bytes,
+                                         name=f"rank{rank}-ch{j}-send")
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=channel, args=(j,), daemon=True) for j in range(c)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if errors:
+            raise errors[0]
+        end = time.time()
+        cpu_s = time.process_time() - cpu0
+        recv[0].sendall(_TOKEN)
+        _recv_exact(send[0], memoryview(bytearray(1)))
+        clean = True
+    except BaseException:
+        clean = False
+        raise
+    finally:
+        for s in send:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+        for r in recv.values():
+            if not clean:
+                r.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            r.close()
+    t0 = time.monotonic()
+    err = np.abs(buf.astype(np.float64) - exact)
+    correct = bool(np.all(err <= bound)) and bool(np.all(np.isfinite(buf)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
+    return RankReport(
+        rank=rank, ranks=n, bytes=nbytes, seed=seed, stream=stream, src_port=src_port,
+        dst_port=listen_port, start=start, end=end, bytes_sent=sum(sent), correct=correct,
+        max_abs_err=float(err.max()), max_err_over_bound=float(ratio.max()),
+        digest=digest(buf), verify_s=ref_s + time.monotonic() - t0, cpu_s=cpu_s,
+        step_end_s=[], connections=c, bytes_sent_per_connection=list(sent),
+    )
+
+
 def _size(text: str) -> int:
     if text.isdigit():
         return int(text)
@@ -472,11 +596,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--dscp", type=int, choices=range(64), metavar="0..63",
                    help="DSCP of the data sent")
+    p.add_argument("--connections-per-peer", type=int, default=1, metavar="C",
+                   help="C connections to the next rank, from source ports src-port..+C-1, "
+                        "the buffer split over them")
     a = p.parse_args(argv)
     peers = [x for x in a.peers.split(",") if x.strip()]
     try:
         rep = run_rank(a.rank, peers, a.bytes, a.seed, a.src_port, a.dst_port, a.stream,
-                       a.chunk_bytes, a.dscp)
+                       a.chunk_bytes, a.dscp, a.connections_per_peer)
     except Exception as exc:  # report the failure in the JSON as well as on stderr
         a.out.write_text(json.dumps({"rank": a.rank, "error": f"{type(exc).__name__}: {exc}"}))
         print(f"rank {a.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -491,6 +618,6 @@ if __name__ == "__main__":
 
 __all__ = [
     "CollectiveResult", "RankReport", "allreduce", "busbw_factor", "chunks", "digest",
-    "element_count", "error_bound", "rank_buffer", "ring_steps", "run_rank", "schedule",
-    "segments", "source_port", "summarize",
+    "element_count", "error_bound", "parts", "rank_buffer", "ring_steps", "run_rank",
+    "schedule", "segments", "source_port", "summarize",
 ]
