@@ -93,7 +93,12 @@ def min_time_s(index: PathIndex, volume_bits: Mapping[FlowDemand, float], *,
     state.add_many(merged.items())
     n_vars = sum(state.n_cands)
     if n_vars <= lp_max_variables:
-        return min_max_utilisation_lp(index.fabric, merged, index.down), "lp"
+        # scaled so the largest flow alone fills the slowest link in 1: the LP's optimum is
+        # then of order 1, where HiGHS's absolute tolerances (1e-7) are small
+        scale = max(merged.values()) / float(index.capacity_bps.min())
+        lp = min_max_utilisation_lp(index.fabric, {f: b / scale for f, b in merged.items()},
+                                    index.down)
+        return lp * scale, "lp"
     return load_lower_bound(state, integral=False), "cut"
 
 

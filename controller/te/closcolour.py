@@ -180,6 +180,7 @@ def colour_clos(tables: ClosTables, u: np.ndarray, v: np.ndarray, h: np.ndarray,
         free_dn = alive & ~blocked[np.where(alive, tables.up_link ^ 1, 0)]
         cap_up, cap_dn = free_up.sum(axis=1), free_dn.sum(axis=1)
     failed = h <= 0
+    spread = len(np.unique(key)) > 1
     cu, cv = u.astype(np.int64).copy(), v.astype(np.int64).copy()
     for lvl in range(hmax):
         act = np.flatnonzero(~failed & (h > lvl))
@@ -198,7 +199,13 @@ def colour_clos(tables: ClosTables, u: np.ndarray, v: np.ndarray, h: np.ndarray,
         left, n_left = _compact(cu[act], lc)
         right, n_right = _compact(cv[act], rc)
         if initial is None or lvl >= initial.shape[1]:
-            col = euler_colour(left, right, n_left, n_right, d)
+            if spread:  # a fixed shuffle, so the copies (sub-flow j of every flow) are not
+                # coloured alike and one flow's sub-flows get different ports
+                perm = np.random.default_rng(lvl).permutation(len(act))
+                col = np.empty(len(act), dtype=np.int64)
+                col[perm] = euler_colour(left[perm], right[perm], n_left, n_right, d)
+            else:
+                col = euler_colour(left, right, n_left, n_right, d)
             good = col < w
         else:
             col = initial[act, lvl].copy()

@@ -103,15 +103,16 @@ def all_to_all(name: str, ranks: Sequence[str], size_bytes: float,
 
 def pipeline(name: str, stages: Sequence[Sequence[str]], size_bytes: float) -> Traffic:
     """Pipeline-parallel point-to-point transfers: member i of stage s sends ``size_bytes``
-    (activations of one micro-batch) to member i of stage s+1, every boundary at once, each
-    flow independent. ``stages``: ≥ 2 stages of equal size. Raises ValueError."""
+    (activations of one micro-batch) to member i of stage s+1, every boundary at once, as one
+    coflow (the job's step waits for its slowest transfer; one session of the fluid model per
+    job). ``stages``: ≥ 2 stages of equal size. Raises ValueError."""
     if len(stages) < 2 or len({len(st) for st in stages}) != 1:
         raise ValueError(f"{name}: a pipeline needs ≥ 2 stages of equal size")
     _check(name, [h for st in stages for h in st])
     flows = [FlowDemand(name, s * len(stages[0]) + i, a, b)
              for s in range(len(stages) - 1)
              for i, (a, b) in enumerate(zip(stages[s], stages[s + 1], strict=True))]
-    return Traffic(name, size_bytes, (tuple(Group((f,), size_bytes) for f in flows),))
+    return Traffic(name, size_bytes, ((Group(tuple(flows), size_bytes),),))
 
 
 def point_to_point(name: str, pairs: Sequence[tuple[str, str, float]]) -> Traffic:

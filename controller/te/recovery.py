@@ -47,7 +47,7 @@ from controller.te.placement import Placement
 
 REPAIR_BUDGET = 20_000
 """Candidate evaluations the repair's local search may spend (bounds its time)."""
-REOPTIMISE_BUDGET = 4_000_000
+REOPTIMISE_BUDGET = 1_000_000
 """Candidate evaluations a re-optimisation may spend by default."""
 QUICK_BUDGET = 200_000
 """Candidate evaluations of the first, local-search-only pass of :func:`reoptimise`."""
@@ -239,11 +239,19 @@ def reoptimise(
 
     Notes
     -----
-    Starts from the placement as it is and relieves the hottest links by single moves and
-    ejection chains (Glover, Discrete Appl. Math. 65, 1996, §2; :mod:`controller.te.loadpin`):
-    only flows on a link at the maximum are ever moved, and each successful chain lowers the
-    number of links at the maximum, so the flows that move are those a re-arrangement needs,
-    not a re-plan's worth. Deterministic.
+    Three steps, each only when the one before left the maximum above the goal:
+
+    1. local search from the placement as it is (``QUICK_BUDGET`` evaluations): single moves
+       and ejection chains (Glover, Discrete Appl. Math. 65, 1996, §2;
+       :mod:`controller.te.loadpin`) of flows on links at the maximum — the fewest moves;
+    2. re-colouring of the largest equal-demand class (a mirrored Clos) starting from its
+       current ports, then, if that is not enough, from scratch (:func:`_recolour`): on a
+       full fabric a re-arrangement needs alternating (Kempe) paths through many switches,
+       which local moves rarely find — a k = 32 ring with one aggregation–core link down
+       moves ~800 of 8,192 flows to get from 2.0 back to 1.0;
+    3. local search again with the budget left.
+
+    Deterministic.
     """
     allf = np.arange(len(placement.flows), dtype=np.int64)
     state = _state(placement, placement.index, allf, placement.base_bps)
@@ -255,7 +263,7 @@ def reoptimise(
     quick = min(search_budget, QUICK_BUDGET)
     state.local_search(goal, quick, allowed, chain_depth)
     if state.max_utilisation() > goal + _EPS and movable is None:
-        _recolour(state)
+        _recolour(state, goal)
         state.local_search(goal, max(search_budget - state.evaluations, 0), allowed, chain_depth)
     after = state.max_utilisation()
     changed = [i for i in allf.tolist()
@@ -272,12 +280,16 @@ def reoptimise(
                        state.evaluations)
 
 
-def _recolour(state: PinState) -> None:
-    """Re-colour the equal-demand class with the largest total demand starting from its
-    current paths (:func:`controller.te.closcolour.colour_clos` with ``initial``): the flows the
-    Kempe insertions and next-level swaps must move change path, the others keep theirs. Kept
-    only when it lowers the maximum utilisation (else every flow goes back). Mirrored Clos
-    fabrics only (else nothing)."""
+def _recolour(state: PinState, goal: float) -> None:
+    """Re-colour the equal-demand class with the largest total demand (mirrored Clos fabrics
+    only; elsewhere nothing): first starting from its current paths
+    (:func:`controller.te.closcolour.colour_clos` with ``initial``: only the flows the Kempe
+    insertions and next-level swaps must move change path); if that does not reach ``goal``,
+    from scratch, which moves more flows but succeeds where an insertion into the current
+    colouring found no alternating path; for sub-flows last as whole flows (every sub-flow of
+    a flow on the flow's one coloured path: the one-path optimum, where an equitable
+    colouring of the sub-flows left some uncoloured). Each attempt is kept only when it lowers
+    the maximum utilisation (else every flow goes back)."""
     t = state.tables
     if t is None or not state.flows:
         return
@@ -287,28 +299,47 @@ def _recolour(state: PinState) -> None:
     total = np.bincount(inverse, weights=rates)
     flows = np.flatnonzero(inverse == int(np.argmax(total)))
     u, v, h = state.ends(flows)
-    init = np.full((len(flows), max(int(h.max(initial=0)), 1)), -1, dtype=np.int64)
-    for j, i in enumerate(flows.tolist()):
-        row = state.rows[i]
-        if row is not None and len(row) == 2 * h[j] and h[j] > 0:
-            init[j, :h[j]] = t.columns(row)
     key = np.asarray([state.flows[i].subflow for i in flows.tolist()], dtype=np.int64)
-    seq = colour_clos(t, u, v, h, key, initial=init)
-    ok = (seq[:, 0] >= 0) & (h > 0)
-    changed = np.flatnonzero(ok & (seq != init).any(axis=1))
-    if not len(changed):
-        return
-    before = state.max_utilisation()
-    old = {int(flows[j]): state.current(int(flows[j])) for j in changed.tolist()}
-    for i in old:
-        state.remove(i)
-    for r in np.unique(h[changed]).tolist():
-        sel = changed[h[changed] == r]
-        state.place_rows(flows[sel], t.walk(u[sel], v[sel], seq[sel, :r]))
-    if state.max_utilisation() >= before - _EPS:  # no better: put everything back
-        for i, ci in old.items():
+    parent = [state.flows[i].parent for i in flows.tolist()]
+    attempts = ["current"] + (["whole flows"] if key.max(initial=0) > 0 else []) + ["fresh"]
+    for attempt in attempts:
+        if state.max_utilisation() <= goal + _EPS:
+            return
+        init = np.full((len(flows), max(int(h.max(initial=0)), 1)), -1, dtype=np.int64)
+        for j, i in enumerate(flows.tolist()):
+            row = state.rows[i]
+            if row is not None and len(row) == 2 * h[j] and h[j] > 0:
+                init[j, :h[j]] = t.columns(row)
+        if attempt == "whole flows":  # sub-flows of one flow on its one coloured path
+            first: dict[tuple[str, int, str, str], int] = {}
+            for j, pa in enumerate(parent):
+                first.setdefault(pa, j)
+            lead = np.asarray(sorted(first.values()), dtype=np.int64)
+            one = colour_clos(t, u[lead], v[lead], h[lead])
+            seq = np.full_like(init, -1)
+            row_of = {int(j): one[k] for k, j in enumerate(lead.tolist())}
+            for j, pa in enumerate(parent):
+                seq[j, :one.shape[1]] = row_of[first[pa]][:seq.shape[1]]
+        else:
+            seq = colour_clos(t, u, v, h, key, initial=None if attempt == "fresh" else init)
+        ok = (seq[:, 0] >= 0) & (h > 0)
+        changed = np.flatnonzero(ok & (seq != init).any(axis=1))
+        left = np.flatnonzero(~ok & (h > 0))  # uncoloured: re-placed by the greedy
+        if not len(changed):
+            continue
+        before = state.max_utilisation()
+        moving = np.concatenate((changed, left))
+        old = {int(flows[j]): state.current(int(flows[j])) for j in moving.tolist()}
+        for i in old:
             state.remove(i)
-            state.place(i, ci)
+        for r in np.unique(h[changed]).tolist():
+            sel = changed[h[changed] == r]
+            state.place_rows(flows[sel], t.walk(u[sel], v[sel], seq[sel, :r]))
+        state.greedy(flows[left].tolist())
+        if state.max_utilisation() >= before - _EPS:  # no better: put everything back
+            for i, ci in old.items():
+                state.remove(i)
+                state.place(i, ci)
 
 
 def order_moves(placement: Placement, rows: Mapping[int, np.ndarray]) -> tuple[list[int], float]:
