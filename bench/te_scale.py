@@ -34,6 +34,7 @@ import random
 import resource
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,7 @@ def failure_block(tab: Table, fabric, index: PathIndex, traffic: Traffic, n_sub:
     ideal = ideal_s(index, [traffic], paths_of(base))
     for cond, down in conditions:
         cidx = index.with_down(down) if down else index
-        (bound, w_b, _) = timed(lambda cidx=cidx: makespan_bound(cidx, [traffic]))
+        bound, w_b, _ = timed(partial(makespan_bound, cidx, [traffic]))
         label = f"{cond}"
         tab.row(label, f"optimum ({bound.method}, {w_b:.1f} s)", ratio="1.000")
         aifabric_rows(tab, label, "aifabric one path", pin1, (w1, c1), [traffic], cidx, down,
@@ -221,7 +222,7 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f} ({os.cpu_count()} CPUs); times: wall (CPU), s or ms")
     for k in a.k:
-        fabric, w_f, _ = timed(lambda k=k: build_fat_tree(f"ft{k}", k, RATE_BPS, RATE_BPS, 1.0, 1.0))
+        fabric, w_f, _ = timed(partial(build_fat_tree, f"ft{k}", k, RATE_BPS, RATE_BPS, 1.0, 1.0))
         index = PathIndex(fabric)
         hosts = [h.name for h in fabric.hosts]
         random.Random(1).shuffle(hosts)

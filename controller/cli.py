@@ -672,8 +672,9 @@ def te_simulate(scenario: str, out_dir: str | None) -> None:
                   + (", ".join(f"{r} {v}" for r, v in sc.hashed.config.seeds.items()) or "all 0"))
     tab = Table("condition", "strategy", "mean slowdown", "max slowdown", "makespan/opt",
                 "Jain", "max link util", "moved",
-                title=f"{sc.name}: CCT / ideal (link-rate bound); makespan / splittable "
-                      f"optimum; ECMP: {ecmp_model}")
+                title=f"{sc.name}: CCT / ideal (link-rate bound); ECMP: {ecmp_model}",
+                caption="makespan/opt: last completion / the splittable optimum (flows split "
+                        "freely; HiGHS LP or cut bound); Jain: fairness of ideal/CCT over jobs")
     for r in summarise(outcomes):
         vs_opt = float(r["vs_optimum"])  # type: ignore[arg-type]
         tab.add_row(str(r["condition"]), str(r["strategy"]), f"{r['mean_slowdown']:.3f}",

@@ -3,8 +3,6 @@ and ECMP fallback when a switch would overflow, and ``plan show``'s table."""
 
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 import pytest
 from click.testing import CliRunner

@@ -27,6 +27,9 @@ from controller.te.patterns import Group, Traffic
 
 _REL = 1e-9
 
+PathIds = Sequence[int] | np.ndarray
+"""A path as directed link ids (of a :class:`PathIndex`)."""
+
 
 def max_min_rates(incidence: csr_matrix, capacity_bps: np.ndarray,
                   max_rate_bps: np.ndarray | None = None) -> np.ndarray:
@@ -116,7 +119,7 @@ class SimResult:
 def simulate(
     index: PathIndex,
     traffics: Sequence[Traffic],
-    paths: Mapping[FlowDemand, Sequence[int]],
+    paths: Mapping[FlowDemand, PathIds],
     background: Sequence[Background] = (),
     capacity_bps: np.ndarray | None = None,
     *,
@@ -219,7 +222,7 @@ def simulate(
     return SimResult(cct, first_util or {}, max(cct.values(), default=0.0))
 
 
-def ideal_cct_s(index: PathIndex, traffic: Traffic, paths: Mapping[FlowDemand, Sequence[int]]
+def ideal_cct_s(index: PathIndex, traffic: Traffic, paths: Mapping[FlowDemand, PathIds]
                 ) -> float:
     """The link-rate bound: ``traffic`` alone, only host access links finite (module docstring)."""
     hosts = set(index.fabric.host_by_name)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.model.topology import Fabric
+from controller.sim.fluid import PathIds
 from controller.te.collectives import FlowDemand
 from controller.te.pathindex import PathIndex
 from controller.te.patterns import Traffic, all_to_all, pipeline, ring_allreduce
@@ -96,7 +97,7 @@ def jain_index(values: Sequence[float]) -> float:
 
 
 def link_time_s(index: PathIndex, traffic: Traffic,
-                paths: Mapping[FlowDemand, Sequence[int]]) -> float:
+                paths: Mapping[FlowDemand, PathIds]) -> float:
     """t_j of Crux: the time ``traffic``'s bytes need on its most loaded link (all phases),
     M_{j,e} / B_e maximised over directed links, seconds."""
     load = np.zeros(len(index.links))
@@ -108,7 +109,7 @@ def link_time_s(index: PathIndex, traffic: Traffic,
 
 
 def intensity_priorities(index: PathIndex, traffics: Sequence[Traffic],
-                         paths: Mapping[FlowDemand, Sequence[int]],
+                         paths: Mapping[FlowDemand, PathIds],
                          compute_gpu_s: Mapping[str, float], queues: int = 8) -> dict[str, int]:
     """Traffic name → strict-priority queue (0..queues-1, higher served first) by GPU intensity
     (module docstring).

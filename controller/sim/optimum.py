@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.model.topology import Fabric
-from controller.sim.fluid import ideal_cct_s
+from controller.sim.fluid import PathIds, ideal_cct_s
 from controller.te.collectives import FlowDemand
 from controller.te.loadpin import PinState, load_lower_bound
 from controller.te.lp import min_max_utilisation_lp
@@ -118,7 +118,7 @@ def makespan_bound(index: PathIndex, traffics: Sequence[Traffic], *,
 
 
 def ideal_s(index: PathIndex, traffics: Sequence[Traffic],
-            paths: Mapping[FlowDemand, Sequence[int]]) -> dict[str, float]:
+            paths: Mapping[FlowDemand, PathIds]) -> dict[str, float]:
     """Each collective's link-rate ideal (:func:`controller.sim.fluid.ideal_cct_s`)."""
     return {t.name: ideal_cct_s(index, t, paths) for t in traffics}
 

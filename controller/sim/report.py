@@ -40,7 +40,7 @@ def write_plots(outcomes: Sequence[Outcome], out_dir: Path, title: str = "") -> 
     fig.savefig(cdf, dpi=120)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    bins = np.linspace(0, 1, 21)
+    bins = np.linspace(0, 1, 21).tolist()
     for key, vals in utils.items():
         if "intact" in key:
             ax.hist(vals, bins=bins, histtype="step", label=key)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.sim.compare import spray_rows
-from controller.sim.fluid import simulate
+from controller.sim.fluid import PathIds, simulate
 from controller.sim.jobs import jain_index
 from controller.sim.optimum import Bound
 from controller.sim.strategies import ClosRouter
@@ -43,7 +43,7 @@ class RowResult:
 
 def evaluate_routing(index: PathIndex, traffics: Sequence[Traffic], bound: Bound,
                      ideal_s: Mapping[str, float], *,
-                     paths: Mapping[FlowDemand, Sequence[int]] | None = None,
+                     paths: Mapping[FlowDemand, PathIds] | None = None,
                      group_links: Callable[[Group], tuple[np.ndarray, np.ndarray]] | None = None,
                      priority: Mapping[str, int] | None = None) -> RowResult:
     """Fluid completion times of ``traffics`` routed by ``paths`` (or ``group_links``) on

@@ -282,11 +282,11 @@ def load_scenario(path: str | Path) -> Scenario:
         except (KeyError, ValueError) as exc:
             # a KeyError's str() is the repr of its message: use the message itself
             problems.append(doc.problem(("failures", i), str(exc.args[0] if exc.args else exc)))
-    for i, b in enumerate(spec.background):
+    for i, bg in enumerate(spec.background):
         for key in ("src", "dst"):
-            if getattr(b, key) not in fabric.host_by_name:
+            if getattr(bg, key) not in fabric.host_by_name:
                 problems.append(doc.problem(("background", i, key),
-                                            f"{getattr(b, key)!r} is not a host"))
+                                            f"{getattr(bg, key)!r} is not a host"))
     hashed = None
     if spec.ecmp is not None:
         roles = sorted({s.role for s in fabric.switches})

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -90,8 +91,8 @@ class ClosTables:
         self._reach: dict[int, np.ndarray] = {}
         self._classes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._chains: dict[int, np.ndarray] = {}
-        self._leaf_num = index.fabric_memo(
-            "switch-numbers", lambda: {s.name: i for i, s in enumerate(index.fabric.switches)})
+        self._leaf_num = cast(dict[str, int], index.fabric_memo(
+            "switch-numbers", lambda: {s.name: i for i, s in enumerate(index.fabric.switches)}))
 
     def columns(self, row: np.ndarray) -> np.ndarray:
         """Port columns of an inner path row (2h link ids, up-links first, as :meth:`walk`
@@ -119,18 +120,16 @@ class ClosTables:
     def of(index: PathIndex) -> ClosTables | None:
         """The tables of ``index`` (built once per index and kept on it), or None when the
         fabric is not a mirrored Clos. Safe to call from several threads."""
-        got = index.__dict__.get("_clos_tables", False)
-        if got is not False:
-            return got  # type: ignore[no-any-return]
+        memo = index.__dict__
+        if "_clos_tables" in memo:
+            return cast("ClosTables | None", memo["_clos_tables"])
         with _LOCK:
-            got = index.__dict__.get("_clos_tables", False)
-            if got is False:
+            if "_clos_tables" not in memo:
                 try:
-                    got = ClosTables(index)
+                    memo["_clos_tables"] = ClosTables(index)
                 except NotMirroredClos:
-                    got = None
-                index.__dict__["_clos_tables"] = got
-        return got  # type: ignore[no-any-return]
+                    memo["_clos_tables"] = None
+        return cast("ClosTables | None", memo["_clos_tables"])
 
     @property
     def width(self) -> int:
@@ -227,7 +226,7 @@ class ClosTables:
         return got
 
     def per_pair(self, u: np.ndarray, v: np.ndarray, r: int,
-                 fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+                 fn: Callable[[np.ndarray], Any]) -> np.ndarray:
         """``fn(meet_mask(…))`` for every flow, evaluated once per distinct pair of switch
         classes (:meth:`classes`) and gathered; rows of flows with u or v < 0 are
         ``fn`` of an all-False mask."""
@@ -244,7 +243,7 @@ class ClosTables:
         parts = [fn(self.meet_mask(ru[lo:lo + CHUNK_FLOWS], rv[lo:lo + CHUNK_FLOWS], r))
                  for lo in range(0, len(keys), CHUNK_FLOWS)]
         vals = np.concatenate(parts) if parts else fn(np.zeros((0, self.width ** r), bool))
-        return vals[inv.ravel()]
+        return np.asarray(vals)[inv.ravel()]
 
     def heights(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Lowest meeting height per flow (leaf switch numbers ``u`` → ``v``), -1 where no alive
@@ -316,7 +315,7 @@ class ClosTables:
         return self.walk(np.full(n, u), np.full(n, v), seq)
 
 
-def _structure(index: PathIndex) -> str | tuple[np.ndarray, ...] | tuple:
+def _structure(index: PathIndex) -> str | tuple[Any, ...]:
     """The up-links of the whole fabric (down ones too) as (link ids, tail, head, column,
     columns' port numbers, max height), or why the fabric is not a mirrored Clos (a str)."""
     fabric = index.fabric

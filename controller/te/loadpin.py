@@ -52,8 +52,9 @@ leaf pair, :mod:`controller.te.pathindex`), the colouring (vectorised per level,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -124,7 +125,7 @@ class _LazyCands:
     def __len__(self) -> int:
         return len(self._got)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[np.ndarray]:
         return (self[i] for i in range(len(self._got)))
 
     def __getitem__(self, i: int) -> np.ndarray:
@@ -196,9 +197,9 @@ class PinState:
             got: dict[int, set[int]] = {}
             placed = [i for i, r in enumerate(self.rows) if r is not None and len(r)]
             if placed:
-                lengths = np.fromiter((len(self.rows[i]) for i in placed),  # type: ignore[arg-type]
-                                      dtype=np.int64, count=len(placed))
-                ids = np.concatenate([self.rows[i] for i in placed])  # type: ignore[misc]
+                rows = [r for r in self.rows if r is not None and len(r)]
+                lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+                ids = np.concatenate(rows)
                 owner = np.repeat(np.asarray(placed, dtype=np.int64), lengths)
                 order = np.argsort(ids, kind="stable")
                 ids, owner = ids[order], owner[order]
@@ -209,7 +210,7 @@ class PinState:
             self._flows_on = got
         return self._flows_on
 
-    def ends(self, flows: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def ends(self, flows: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source leaf, destination leaf, meeting height) per flow as switch numbers of
         :attr:`tables` (a mirrored Clos only), gathered from what :meth:`add_many` computed."""
         t = self.tables
@@ -336,7 +337,8 @@ class PinState:
             row = self.rows[i]
             assert row is not None
             c = self.cands[i]
-            hit = np.flatnonzero((c == row).all(axis=1)) if c.shape[1] == len(row) else []
+            hit = (np.flatnonzero((c == row).all(axis=1)) if c.shape[1] == len(row)
+                   else np.empty(0, dtype=np.int64))
             if not len(hit):
                 raise AssertionError(f"flow {self.flows[i].label}: its row is not a candidate")
             ci = self.choice[i] = int(hit[0])
@@ -370,7 +372,7 @@ class PinState:
         self._place(np.asarray([i for i, _ in pairs], dtype=np.int64),
                     [self.cands[i][ci] for i, ci in pairs], [ci for _, ci in pairs])
 
-    def place_rows(self, flows: np.ndarray, rows: np.ndarray) -> None:
+    def place_rows(self, flows: np.ndarray, rows: np.ndarray | Sequence[np.ndarray]) -> None:
         """Place unplaced ``flows`` on the fabric link-id ``rows`` (F × hops, one candidate of
         each), e.g. a colouring's choice, without building their candidate arrays."""
         for i in flows.tolist():
@@ -635,9 +637,8 @@ def host_table(index: PathIndex) -> tuple[dict[str, int], list[str], np.ndarray,
         up = np.asarray([index.link_id[(h.name, h.leaf)] for h in hosts], dtype=np.int64)
         return num, [h.leaf for h in hosts], up, up ^ 1
 
-    got = index.fabric_memo("host-table", build)
-    assert isinstance(got, tuple)
-    return got  # type: ignore[return-value]
+    return cast(tuple[dict[str, int], list[str], np.ndarray, np.ndarray],
+                index.fabric_memo("host-table", build))
 
 
 def _batches(flows: list[int], leaves: list[tuple[str, str]], size: int) -> list[list[int]]:
@@ -782,9 +783,9 @@ def colour_first(state: PinState, min_class: int = COLOUR_MIN_CLASS) -> list[int
             sel = np.flatnonzero((h == r) & ((seq[:, 0] >= 0) | (h == 0)))
             if not len(sel):
                 continue
-            rows = (t.walk(u[sel], v[sel], seq[sel, :r]) if r > 0
-                    else np.empty((len(sel), 0), dtype=np.int64))
-            state.place_rows(flows[sel], rows)
+            walked = (t.walk(u[sel], v[sel], seq[sel, :r]) if r > 0
+                      else np.empty((len(sel), 0), dtype=np.int64))
+            state.place_rows(flows[sel], walked)
             done.update(flows[sel].tolist())
     return [i for i in todo if i not in done]
 
@@ -903,12 +904,12 @@ def _cut_groups(idx: PathIndex) -> tuple[tuple[np.ndarray, ...], ...]:
         if s.pod is not None:
             pod_g[num[s.name]] = pod_ids.setdefault(s.pod, len(pod_ids))
     for h in fabric.hosts:
-        g = leaf_ids.setdefault(h.leaf, len(leaf_ids))
-        leaf_g[num[h.name]] = leaf_g[num[h.leaf]] = g
+        gid = leaf_ids.setdefault(h.leaf, len(leaf_ids))
+        leaf_g[num[h.name]] = leaf_g[num[h.leaf]] = gid
         if h.leaf in pod_of:
             pod_g[num[h.name]] = pod_ids[pod_of[h.leaf]]
     tail, head, _, _ = idx.link_ends()
-    out = []
+    out: list[tuple[np.ndarray, ...]] = []
     for g in (leaf_g, pod_g):
         ids = np.flatnonzero(g[tail] != g[head])
         out.append((g, ids, g[tail[ids]], g[head[ids]]))

@@ -272,9 +272,8 @@ class PathIndex:
     def access(self, host: str) -> tuple[str, int, int] | None:
         """(leaf, id of host→leaf, id of leaf→host), or None if the access link is down.
         Raises ValueError if ``host`` is not a host of the fabric."""
-        got = self._access.get(host, False)
-        if got is not False:
-            return got
+        if host in self._access:
+            return self._access[host]
         with self._shared.lock:
             return self._access_fill(host)
 

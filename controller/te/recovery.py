@@ -267,8 +267,7 @@ def reoptimise(
         state.local_search(goal, max(search_budget - state.evaluations, 0), allowed, chain_depth)
     after = state.max_utilisation()
     changed = [i for i in allf.tolist()
-               if not np.array_equal(state.rows[i], placement.ids[placement.starts[i] + 1:
-                                                                  placement.starts[i + 1] - 1])]
+               if not np.array_equal(state.links_of(i), placement.links(i))]
     rows = {i: state.links_of(i) for i in changed}
     new = placement.replace(rows)
     order, transient = order_moves(placement, rows)

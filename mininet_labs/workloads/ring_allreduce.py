@@ -311,7 +311,7 @@ def ring_steps(buf: np.ndarray, segs: list[tuple[int, int]],
                                 cond.wait(1.0)
                             if error:
                                 return
-                    mv = memoryview(buf[a:b]).cast("B")
+                    mv = buf[a:b].data.cast("B")
                     send.sendall(mv)
                     sent[0] += len(mv)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
@@ -327,10 +327,10 @@ def ring_steps(buf: np.ndarray, segs: list[tuple[int, int]],
             for a, b in recv_plan[g]:
                 if phase == "reduce-scatter":
                     t = tmp[: b - a]
-                    _recv_exact(recv, memoryview(t).cast("B"))
+                    _recv_exact(recv, t.data.cast("B"))
                     np.add(buf[a:b], t, out=buf[a:b])
                 else:
-                    _recv_exact(recv, memoryview(buf[a:b]).cast("B"))
+                    _recv_exact(recv, buf[a:b].data.cast("B"))
                 with cond:
                     done[g] += 1
                     cond.notify_all()
