@@ -1,4 +1,5 @@
-"""TE at scale (not a test): ``python bench/te_scale.py [--k 32 64] [--subflows 12] [--seeds 20]``.
+"""TE at scale (not a test): ``python bench/te_scale.py [--k 32 64] [--subflows 12] [--seeds 20]
+[--parts ring,mix,rail]``.
 
 For k = 32 (8,192 hosts) and k = 64 (65,536 hosts) fat-trees (100 Gb/s everywhere, non-blocking)
 and a rail-optimised fabric of 65,536 GPUs (8 rails × 8,192 servers, 32 servers per rail leaf,
@@ -216,8 +217,10 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[32, 64])
     ap.add_argument("--subflows", type=int, default=12)
     ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--no-rail", action="store_true")
+    ap.add_argument("--parts", default="ring,mix,rail",
+                    help="comma-separated: ring (failure rows), mix (job mix), rail (k=64 only)")
     a = ap.parse_args()
+    parts = set(a.parts.split(","))
     cap = capacity_from_p4info(P4INFO.read_text()).pinned_entries or 0
     print(f"load average at start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f} ({os.cpu_count()} CPUs); times: wall (CPU), s or ms")
@@ -235,18 +238,20 @@ def main() -> None:
         conds = [("intact", frozenset()),
                  ("1 link down", frozenset({frozenset((agg, "c1"))})),
                  ("1 agg down", frozenset(switch_links(fabric, agg)))]
-        failure_block(tab, fabric, index, ring, a.subflows, conds, a.seeds, cap)
-        integral_note(k // 2)
-        print(f"   peak RSS so far: {rss_mib():.0f} MiB")
+        if "ring" in parts:
+            failure_block(tab, fabric, index, ring, a.subflows, conds, a.seeds, cap)
+            integral_note(k // 2)
+            print(f"   peak RSS so far: {rss_mib():.0f} MiB")
         n = len(fabric.hosts)
         mix = (JobMix(48, 1024, 1e9, 256, 256e6, 63, 4, 64, 64e6) if k == 64 else
                JobMix(6, 1024, 1e9, 256, 256e6, 7, 4, 64, 64e6))
         assert mix.hosts_needed <= n
-        tab = Table(f"fat-tree k={k}: fragmented job mix")
-        mix_block(tab, fabric, index, mix, a.subflows, a.seeds, cap)
-        print(f"   peak RSS so far: {rss_mib():.0f} MiB; load average now: "
-              f"{os.getloadavg()[0]:.2f}")
-        if k == 64 and not a.no_rail:
+        if "mix" in parts:
+            tab = Table(f"fat-tree k={k}: fragmented job mix")
+            mix_block(tab, fabric, index, mix, a.subflows, a.seeds, cap)
+            print(f"   peak RSS so far: {rss_mib():.0f} MiB; load average now: "
+                  f"{os.getloadavg()[0]:.2f}")
+        if k == 64 and "rail" in parts:
             rail, w_r, _ = timed(lambda: build_rail_optimized(
                 "rail64k", 8192, 8, 32, 32, RAIL_RATE_BPS, RAIL_RATE_BPS, 1.0, 1.0))
             ridx = PathIndex(rail)

@@ -220,8 +220,18 @@ class ClosTables:
         class at r = 2; those of a pod one at r = 1."""
         got = self._classes.get(r)
         if got is None:
-            _, first, inv = np.unique(self.reach(r), axis=0, return_index=True,
-                                      return_inverse=True)
+            reach = self.reach(r)
+            # two independent 64-bit hashes of each row (wrapping integer arithmetic): rows
+            # differ when either does, except with probability ~2^-128; then the distinct
+            # hash pairs, instead of sorting rows W^r wide
+            rng = np.random.default_rng(0x5EED)
+            keys = []
+            for _ in range(2):
+                wts = rng.integers(1, 2**63 - 1, size=reach.shape[1], dtype=np.uint64)
+                with np.errstate(over="ignore"):
+                    keys.append((reach.astype(np.uint64) + np.uint64(1)) @ wts)
+            pair = np.stack(keys, axis=1)
+            _, first, inv = np.unique(pair, axis=0, return_index=True, return_inverse=True)
             got = self._classes[r] = (inv.astype(np.int64).ravel(), first.astype(np.int64))
         return got
 

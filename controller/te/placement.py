@@ -152,14 +152,21 @@ class Placement:
         base = self.base_bps if base_bps is None else base_bps
         if not rows:
             return Placement(idx, self.flows, self.rate_bps, self.ids, self.starts, base)
-        lengths = np.diff(self.starts).copy()
+        old_len = np.diff(self.starts)
         moved = np.fromiter(rows, dtype=np.int64, count=len(rows))
-        lengths[moved] = [len(rows[i]) for i in moved.tolist()]
+        new_len = np.fromiter((len(rows[i]) for i in moved.tolist()), dtype=np.int64,
+                              count=len(moved))
+        if np.array_equal(new_len, old_len[moved]):  # same lengths: copy and overwrite
+            ids = self.ids.copy()
+            for i in moved.tolist():
+                ids[self.starts[i]:self.starts[i + 1]] = rows[i]
+            return Placement(idx, self.flows, self.rate_bps, ids, self.starts, base)
+        lengths = old_len.copy()
+        lengths[moved] = new_len
         starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
         ids = np.empty(int(starts[-1]), dtype=np.int64)
         keep = np.ones(len(self.flows), dtype=bool)
         keep[moved] = False
-        old_len = np.diff(self.starts)
         kept = np.flatnonzero(keep)
         k_len = old_len[kept]
         offs = np.arange(int(k_len.sum())) - np.repeat(np.cumsum(k_len) - k_len, k_len)

@@ -51,6 +51,10 @@ REOPTIMISE_BUDGET = 1_000_000
 """Candidate evaluations a re-optimisation may spend by default."""
 QUICK_BUDGET = 200_000
 """Candidate evaluations of the first, local-search-only pass of :func:`reoptimise`."""
+RECOLOUR_MAX_FLOWS = 200_000
+"""Above this many flows in the class, :func:`reoptimise` re-colours only whole flows (sub-flows
+of one flow together; the Kempe insertions over 786,432 sub-flows of a k = 64 ring with 12 per
+flow took minutes)."""
 _EPS = 1e-9
 
 
@@ -287,8 +291,9 @@ def _recolour(state: PinState, goal: float) -> None:
     from scratch, which moves more flows but succeeds where an insertion into the current
     colouring found no alternating path; for sub-flows last as whole flows (every sub-flow of
     a flow on the flow's one coloured path: the one-path optimum, where an equitable
-    colouring of the sub-flows left some uncoloured). Each attempt is kept only when it lowers
-    the maximum utilisation (else every flow goes back)."""
+    colouring of the sub-flows left some uncoloured; above ``RECOLOUR_MAX_FLOWS`` flows only
+    this one). Each attempt is kept only when it lowers the maximum utilisation (else every
+    flow goes back)."""
     t = state.tables
     if t is None or not state.flows:
         return
@@ -301,6 +306,8 @@ def _recolour(state: PinState, goal: float) -> None:
     key = np.asarray([state.flows[i].subflow for i in flows.tolist()], dtype=np.int64)
     parent = [state.flows[i].parent for i in flows.tolist()]
     attempts = ["current"] + (["whole flows"] if key.max(initial=0) > 0 else []) + ["fresh"]
+    if len(flows) > RECOLOUR_MAX_FLOWS:  # the Kempe insertions would take minutes
+        attempts = [a for a in attempts if a == "whole flows"]
     for attempt in attempts:
         if state.max_utilisation() <= goal + _EPS:
             return
