@@ -175,19 +175,8 @@ class PathIndex:
             if self._up_ptr is None:
                 self._build_up_csr()
         assert self._up_ptr is not None and self._up_nbr is not None and self._up_lid is not None
-        new = object.__new__(PathIndex)
-        new.fabric = self.fabric
-        new.down = self.down | extra
-        new.links, new.link_id, new.capacity_bps = self.links, self.link_id, self.capacity_bps
-        is_up = self.is_up.copy()
-        for pair in extra:
-            a, b = sorted(pair)
-            is_up[[self.link_id[(a, b)], self.link_id[(b, a)]]] = False
-        new.is_up = is_up
-        new._names, new._node_id = self._names, self._node_id
-        new._cones, new._pairs, new._shared = {}, {}, self._shared
-        new._access = {}
-        keep = is_up[self._up_lid]
+        new = self._derived(self.down | extra, extra, False)
+        keep = new.is_up[self._up_lid]
         owner = np.repeat(np.arange(len(self._names)), np.diff(self._up_ptr))
         counts = np.bincount(owner[keep], minlength=len(self._names))
         new._up_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
@@ -195,18 +184,8 @@ class PathIndex:
         return new
 
     def _known(self, links: Iterable[frozenset[str]]) -> DownLinks:
-        """``links`` checked against this fabric's links, as :func:`normalise_down_links` does
-        (same messages), by this index's link numbering (no pass over the fabric)."""
-        out: set[frozenset[str]] = set()
-        for pair in links:
-            fs = frozenset(pair)
-            if len(fs) != 2:
-                raise ValueError(f"a down link must name two distinct nodes, got {sorted(fs)!r}")
-            a, b = sorted(fs)
-            if (a, b) not in self.link_id:
-                raise ValueError(f"down link {a}-{b} is not a link of fabric {self.fabric.name!r}")
-            out.add(fs)
-        return frozenset(out)
+        """``links`` checked as :func:`normalise_down_links` does, by this index's link ids."""
+        return normalise_down_links(self.fabric, links, lambda a, b: (a, b) in self.link_id)
 
     def with_up(self, up_links: Iterable[frozenset[str]]) -> PathIndex:
         """The index of this fabric with ``up_links`` (now up again) removed from :attr:`down`.
@@ -223,19 +202,25 @@ class PathIndex:
         if not back <= self.down:
             a, b = sorted(next(iter(back - self.down)))
             raise ValueError(f"link {a}-{b} is not down")
+        new = self._derived(self.down - back, back, True)
+        new._up_ptr = new._up_nbr = new._up_lid = None
+        return new
+
+    def _derived(self, down: DownLinks, changed: DownLinks, up: bool) -> PathIndex:
+        """A new index of this fabric sharing numbering, capacities and memos, with
+        ``changed`` links set up (``up``) or down; its caches empty."""
         new = object.__new__(PathIndex)
         new.fabric = self.fabric
-        new.down = self.down - back
+        new.down = down
         new.links, new.link_id, new.capacity_bps = self.links, self.link_id, self.capacity_bps
         is_up = self.is_up.copy()
-        for pair in back:
+        for pair in changed:
             a, b = sorted(pair)
-            is_up[[self.link_id[(a, b)], self.link_id[(b, a)]]] = True
+            is_up[[self.link_id[(a, b)], self.link_id[(b, a)]]] = up
         new.is_up = is_up
         new._names, new._node_id = self._names, self._node_id
         new._cones, new._pairs, new._shared = {}, {}, self._shared
         new._access = {}
-        new._up_ptr = new._up_nbr = new._up_lid = None
         return new
 
     def link_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:

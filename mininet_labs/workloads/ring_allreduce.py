@@ -401,23 +401,8 @@ def run_rank(
     if connections_per_peer > 1:
         return _run_rank_channels(rank, peers, nbytes, seed, src_port, dst_port, stream,
                                   chunk_bytes, dscp, connections_per_peer)
-    addrs = [_parse_peer(p, dst_port) for p in peers]
-    listen_port = addrs[rank][1]
-    buf = rank_buffer(seed, stream, rank, nbytes)
-    # the reference is computed before the barrier, so verifying never competes for the CPU
-    # with ranks that are still moving data
-    t0 = time.monotonic()
-    exact, bound = error_bound([rank_buffer(seed, stream, r, nbytes) for r in range(n)])
-    ref_s = time.monotonic() - t0
-
-    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if dscp is not None:
-        # the accepted connection inherits it: the ACKs this rank returns travel in the
-        # collective's class too, not behind bulk traffic (RoCE marks a QP's both directions)
-        lsock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
-    lsock.bind(("0.0.0.0", listen_port))
-    lsock.listen(4)
+    addrs, buf, exact, bound, ref_s, lsock = _prepare(rank, peers, nbytes, seed, stream,
+                                                      dst_port, dscp, 4)
     accepted: list[socket.socket] = []
 
     def acceptor() -> None:
@@ -459,6 +444,38 @@ def run_rank(
         if not clean:
             recv.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         recv.close()
+    return _report(rank, n, nbytes, seed, stream, src_port, addrs[rank][1], start, end, sent,
+                   buf, exact, bound, ref_s, cpu_s, [round(t - start, 4) for t in steps_done])
+
+
+def _prepare(rank: int, peers: Sequence[str], nbytes: int, seed: int, stream: int,
+             dst_port: int, dscp: int | None, backlog: int
+             ) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray, np.ndarray, float,
+                        socket.socket]:
+    """Peer addresses, this rank's buffer, the float64 reference sum and its error bound (and
+    the seconds they took), and the listening socket. The reference is computed before the
+    barrier, so verifying never competes for the CPU with ranks still moving data."""
+    addrs = [_parse_peer(p, dst_port) for p in peers]
+    buf = rank_buffer(seed, stream, rank, nbytes)
+    t0 = time.monotonic()
+    exact, bound = error_bound([rank_buffer(seed, stream, r, nbytes) for r in range(len(peers))])
+    ref_s = time.monotonic() - t0
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if dscp is not None:
+        # the accepted connection inherits it: the ACKs this rank returns travel in the
+        # collective's class too, not behind bulk traffic (RoCE marks a QP's both directions)
+        lsock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+    lsock.bind(("0.0.0.0", addrs[rank][1]))
+    lsock.listen(backlog)
+    return addrs, buf, exact, bound, ref_s, lsock
+
+
+def _report(rank: int, n: int, nbytes: int, seed: int, stream: int, src_port: int,
+            listen_port: int, start: float, end: float, sent: int, buf: np.ndarray,
+            exact: np.ndarray, bound: np.ndarray, ref_s: float, cpu_s: float,
+            step_end_s: list[float], per_connection: Sequence[int] = ()) -> RankReport:
+    """Verify ``buf`` against the reference (module docstring) and make the rank's report."""
     t0 = time.monotonic()
     err = np.abs(buf.astype(np.float64) - exact)
     correct = bool(np.all(err <= bound)) and bool(np.all(np.isfinite(buf)))
@@ -469,7 +486,8 @@ def run_rank(
         dst_port=listen_port, start=start, end=end, bytes_sent=sent, correct=correct,
         max_abs_err=float(err.max()), max_err_over_bound=float(ratio.max()),
         digest=digest(buf), verify_s=ref_s + time.monotonic() - t0, cpu_s=cpu_s,
-        step_end_s=[round(t - start, 4) for t in steps_done],
+        step_end_s=step_end_s, connections=max(len(per_connection), 1),
+        bytes_sent_per_connection=list(per_connection),
     )
 
 
@@ -479,18 +497,8 @@ def _run_rank_channels(rank: int, peers: Sequence[str], nbytes: int, seed: int, 
     """:func:`run_rank` with ``c`` connections per peer (its docstring). Each connection starts
     with one byte naming its channel, so the receiver pairs them whatever order they arrive in."""
     n = len(peers)
-    addrs = [_parse_peer(p, dst_port) for p in peers]
-    listen_port = addrs[rank][1]
-    buf = rank_buffer(seed, stream, rank, nbytes)
-    t0 = time.monotonic()
-    exact, bound = error_bound([rank_buffer(seed, stream, r, nbytes) for r in range(n)])
-    ref_s = time.monotonic() - t0
-    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if dscp is not None:
-        lsock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
-    lsock.bind(("0.0.0.0", listen_port))
-    lsock.listen(c + 4)
+    addrs, buf, exact, bound, ref_s, lsock = _prepare(rank, peers, nbytes, seed, stream,
+                                                      dst_port, dscp, c + 4)
     recv: dict[int, socket.socket] = {}
     failure: list[BaseException] = []
 
@@ -560,18 +568,8 @@ def _run_rank_channels(rank: int, peers: Sequence[str], nbytes: int, seed: int, 
             if not clean:
                 r.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             r.close()
-    t0 = time.monotonic()
-    err = np.abs(buf.astype(np.float64) - exact)
-    correct = bool(np.all(err <= bound)) and bool(np.all(np.isfinite(buf)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
-    return RankReport(
-        rank=rank, ranks=n, bytes=nbytes, seed=seed, stream=stream, src_port=src_port,
-        dst_port=listen_port, start=start, end=end, bytes_sent=sum(sent), correct=correct,
-        max_abs_err=float(err.max()), max_err_over_bound=float(ratio.max()),
-        digest=digest(buf), verify_s=ref_s + time.monotonic() - t0, cpu_s=cpu_s,
-        step_end_s=[], connections=c, bytes_sent_per_connection=list(sent),
-    )
+    return _report(rank, n, nbytes, seed, stream, src_port, addrs[rank][1], start, end,
+                   sum(sent), buf, exact, bound, ref_s, cpu_s, [], sent)
 
 
 def _size(text: str) -> int:
