@@ -8,14 +8,15 @@ so both may run in a worker thread while the event loop keeps going):
    after planning; every call below returns the next one).
 2. **Port or switch down** → call :func:`repair` *on the event loop* with the links now down
    (a switch: :func:`controller.te.reroute.switch_links`). Only flows whose path crossed a dead
-   link move (≤ 100 ms of compute on a k = 32 fat-tree, ≤ 200 ms at k = 64, bench/te_scale.py);
-   their old paths are dead, so program ``moves`` at once (order does not matter) and adopt
+   link move (one path per flow: ≤ 30 ms of CPU on a k = 32 fat-tree, ≤ 100 ms at k = 64;
+   with 12 sub-flows per flow several times that, bench/te_scale.py and README); their old
+   paths are dead, so program ``moves`` at once (order does not matter) and adopt
    ``result.placement``. The repaired placement may be worse than the fabric allows (two flows
    on one link where a re-arrangement would give each its own).
 3. Then submit :func:`reoptimise` of that placement to a worker thread (e.g.
-   ``loop.run_in_executor``) with ``deadline_evaluations`` bounding its work. It moves as few
-   flows as its local search needs to reach the lower bound (or ``target``); a k = 32 ring after
-   one link failure converges in well under 5 s. When it returns, check that the placement it
+   ``loop.run_in_executor``), ``search_budget`` bounding its local search. It moves as few
+   flows as it can to reach the lower bound (or ``target``); a k = 32 ring after one link
+   failure converges in under a second of CPU. When it returns, check that the placement it
    started from is still the current one (no event arrived meanwhile; otherwise drop the
    result and re-submit from the new current placement), then apply ``result.moves`` **in
    order**, each make-before-break: (a) add the new path's entries on every switch after the
