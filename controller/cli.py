@@ -173,16 +173,30 @@ def plan() -> None:
 @click.option("--topology", "-t", required=True, type=click.Path(dir_okay=False))
 @click.option("--policy", "-p", "policy_file", required=True, type=click.Path(dir_okay=False))
 @click.option("--switch", "-s", "switches", multiple=True, help="Print this switch's entries.")
-def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> None:
-    """Print pinned paths, the per-link pinned-flow counts, and per-switch entry counts."""
+@click.option("--p4info", "p4info", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Table sizes of every switch from this P4Info (the policy's tables section "
+                   "overrides them).")
+def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
+              p4info: str | None) -> None:
+    """Print pinned paths, the per-link pinned-flow counts, and per-switch entries against
+    table capacity."""
     from controller.model import load_topology
     from controller.plan.build import build_plan
+    from controller.plan.capacity import capacity_from_p4info
     from controller.policy import load_policy
 
     try:
         fabric = load_topology(topology)
         pol = load_policy(policy_file, fabric)
-        result = build_plan(fabric, pol)
+        caps = None
+        if p4info is not None:
+            try:
+                cap = capacity_from_p4info(Path(p4info).read_text(), f"P4Info {p4info}")
+            except ValueError as exc:
+                err_console.print(f"{p4info}: {exc}", markup=False)
+                sys.exit(EXIT_INVALID)
+            caps = {s.name: cap for s in fabric.switches}
+        result = build_plan(fabric, pol, capacity=caps)
     except ConfigError as exc:
         _report(exc)
         sys.exit(EXIT_INVALID)
@@ -200,7 +214,8 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
         pt = Table("collective", "flow", "path", title="pinned paths")
         for demand, path in sorted(result.pinning.paths.items(),
                                    key=lambda kv: (kv[0].collective, kv[0].index)):
-            pt.add_row(demand.collective, f"{demand.src}->{demand.dst}", " > ".join(path))
+            sub = f" #{demand.subflow}" if demand.subflows > 1 else ""
+            pt.add_row(demand.collective, f"{demand.src}->{demand.dst}{sub}", " > ".join(path))
         console.print(pt)
         lt = Table("directed link", "pinned flows", title="pinned flows per directed link")
         for (u, v), n in sorted(result.pinning.link_flows.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -210,10 +225,20 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...]) -> Non
             f"max pinned flows on a directed link: {result.pinning.max_link_flows} "
             f"(lower bound {result.pinning.lower_bound})"
         )
-    et = Table("switch", "dpid", "flows", "groups", title="entries per switch")
+    tabs = result.tables.switches if result.tables is not None else {}
+    et = Table("switch", "dpid", "flows", "groups", "pinned", "pinned room", "capacity from",
+               title="entries per switch (pinned: needed -> kept; room: capacity - headroom)")
     for name, sp in sorted(result.plan.switches.items()):
-        et.add_row(name, f"{sp.dpid:#x}", str(len(sp.flows)), str(len(sp.groups)))
+        tu = tabs.get(name)
+        pinned = "-" if tu is None else (f"{tu.pinned_needed}" if tu.pinned_needed == tu.pinned
+                                         else f"{tu.pinned_needed} -> {tu.pinned}")
+        room = "-" if tu is None else ("unlimited" if tu.room is None else str(tu.room))
+        et.add_row(name, f"{sp.dpid:#x}", str(len(sp.flows)), str(len(sp.groups)), pinned, room,
+                   "-" if tu is None else tu.capacity.source)
     console.print(et)
+    if result.tables is not None:
+        for note in result.tables.notes:
+            console.print(note, markup=False)
     for name in switches:
         sp = result.plan.switches[name]
         console.print(f"[bold]{name}[/]")
@@ -522,21 +547,40 @@ def te_simulate(scenario: str, out_dir: str | None) -> None:
     try:
         outcomes = evaluate(sc.fabric, sc.traffics, ecmp_seeds=sc.ecmp_seeds,
                             down_links=sc.down_links, background=sc.background,
-                            hashed=sc.hashed)
+                            hashed=sc.hashed, subflows=sc.subflows, queues=sc.queues,
+                            compute_gpu_s=sc.compute_gpu_s)
     except ValueError as exc:
         err_console.print(f"{scenario}: {exc}", markup=False)
         sys.exit(EXIT_INVALID)
     ecmp_model = ("ideal hashing" if sc.hashed is None else
                   f"hash of {', '.join(sc.hashed.config.fields)}; seeds "
                   + (", ".join(f"{r} {v}" for r, v in sc.hashed.config.seeds.items()) or "all 0"))
-    tab = Table("condition", "strategy", "mean slowdown", "max slowdown", "max link util",
-                "moved", title=f"{sc.name}: CCT / ideal (link-rate bound); ECMP: {ecmp_model}")
+    tab = Table("condition", "strategy", "mean slowdown", "max slowdown", "makespan/opt",
+                "Jain", "max link util", "moved",
+                title=f"{sc.name}: CCT / ideal (link-rate bound); ECMP: {ecmp_model}",
+                caption="makespan/opt: last completion / the splittable optimum (flows split "
+                        "freely; HiGHS LP or cut bound); Jain: fairness of ideal/CCT over jobs")
     for r in summarise(outcomes):
+        vs_opt = float(r["vs_optimum"])  # type: ignore[arg-type]
         tab.add_row(str(r["condition"]), str(r["strategy"]), f"{r['mean_slowdown']:.3f}",
-                    f"{r['max_slowdown']:.3f}", f"{r['max_utilisation']:.2f}", str(r["moved"]))
+                    f"{r['max_slowdown']:.3f}", "-" if vs_opt != vs_opt else f"{vs_opt:.3f}",
+                    f"{r['fairness']:.3f}", f"{r['max_utilisation']:.2f}", str(r["moved"]))
     console.print(tab)
+    if len(sc.traffics) > 1:
+        intact = [o for o in outcomes if o.condition == "intact"]
+        ecmp = [o for o in intact if o.strategy.startswith("ecmp#")]
+        cols: dict[str, dict[str, float]] = {}
+        if ecmp:
+            cols[f"ecmp mean ({len(ecmp)})"] = {t.name: sum(o.slowdown[t.name] for o in ecmp)
+                                                / len(ecmp) for t in sc.traffics}
+        cols.update({o.strategy: dict(o.slowdown) for o in intact
+                     if not o.strategy.startswith("ecmp#")})
+        jt = Table("job", "flows", *cols, title=f"{sc.name}: per-job CCT / ideal, intact")
+        for t in sc.traffics:
+            jt.add_row(t.name, str(len(t.flows)), *(f"{c[t.name]:.3f}" for c in cols.values()))
+        console.print(jt)
     out = Path(out_dir) if out_dir else Path("results") / Path(scenario).stem
-    for png in write_plots(outcomes, out):
+    for png in write_plots(outcomes, out, title=sc.name):
         console.print(f"wrote {png}", markup=False)
 
 

@@ -156,3 +156,68 @@ def test_shipped_scenarios_are_valid():
     assert len(files) >= 4
     for f in files:
         assert load_scenario(f).traffics
+
+
+MIX = """\
+name: mix
+topology:
+  name: ls
+  kind: leaf-spine
+  spines: 2
+  leaves: 4
+  hosts_per_leaf: 4
+  links:
+    host:   {rate: 10Gbps, latency: 1us}
+    fabric: {rate: 10Gbps, latency: 1us}
+jobs:
+  - {name: dp, count: 2, servers: 4, placement: fragmented, pattern: ring, size: 1MB, compute: 100ms}
+  - {name: moe, servers: 4, placement: fragmented, pattern: all-to-all, coflow: true, size: 1MB}
+  - {name: pp, servers: 4, placement: fragmented, pattern: pipeline, stages: 2, size: 1MB}
+flows:
+  - {job: bulk, src: h1, dst: h16, size: 2MB}
+seeds: {placement: 1, ecmp: 3}
+failures:
+  - {link: [leaf1, spine1]}
+subflows: 2
+priorities: {queues: 4}
+"""
+
+
+def test_job_mix_scenario_prints_rows_per_job_and_fairness(tmp_path):
+    path = tmp_path / "mix.yaml"
+    path.write_text(MIX)
+    res = _run(path, tmp_path / "out")
+    assert res.exit_code == 0, res.output + res.stderr
+    out = res.output
+    for strategy in ("aifabric 2 sub-flows", "aifabric + priorities", "spraying",
+                     "aifabric reoptimised", "aifabric 2 sub-flows reoptimised"):
+        assert strategy in out, (strategy, out)
+    assert "makespan/opt" in out and "Jain" in out
+    for job in ("dp1", "dp2", "moe", "pp", "bulk"):
+        assert any(line.lstrip("│ ").startswith(job) for line in out.splitlines()), job
+    from controller.sim.scenario import load_scenario
+
+    sc = load_scenario(path)
+    assert [t.name for t in sc.traffics] == ["dp1", "dp2", "moe", "pp", "bulk"]
+    assert sc.subflows == 2 and sc.queues == 4
+    assert sc.compute_gpu_s == {"dp1": pytest.approx(0.4), "dp2": pytest.approx(0.4)}
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    ("  - {job: bulk, src: h1, dst: h16, size: 2MB}",
+     "  - {job: bulk, src: h1, dst: h99, size: 2MB}", ":16:31: flows[0].dst: 'h99' is not a host"),
+    ("  - {job: bulk, src: h1, dst: h16, size: 2MB}",
+     "  - {job: dp1, src: h1, dst: h16, size: 2MB}", ":16:11: flows[0].job: job 'dp1' is also"),
+    ("pattern: pipeline, stages: 2,", "pattern: pipeline,",
+     "jobs[2]: stages goes with pattern: pipeline"),
+    ("subflows: 2", "subflows: 0", "subflows: Input should be greater than or equal to 1"),
+    ("priorities: {queues: 4}", "priorities: {queues: 9}", "priorities.queues"),
+])
+def test_bad_job_mix_keys_are_located(tmp_path, old, new, expected):
+    path = tmp_path / "bad.yaml"
+    assert old in MIX
+    path.write_text(MIX.replace(old, new))
+    res = _run(path, tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    assert expected in res.stderr, res.stderr
+    assert not (tmp_path / "out").exists()

@@ -156,3 +156,53 @@ def test_summarize_flags_disagreement():
         ra.summarize([])
     with pytest.raises(ValueError):
         ra.summarize([dict(base, digest="a"), dict(base, digest="a", bytes=5)])
+
+
+def test_connections_per_peer_split_the_buffer_over_source_ports(tmp_path):
+    """``--connections-per-peer 3``: three connections per ring hop, from source ports
+    P..P+2 (what a policy's subflows {by: l4_src_range, base_port: P} pins), each carrying its
+    part of the buffer; the result is still the verified sum and all ranks agree."""
+    n, c, nbytes = 3, 3, 300_007
+    listen = _free_ports(n)
+    base = []
+    for _ in range(n):  # c consecutive free source ports per rank
+        while True:
+            p = _free_ports(1)[0]
+            if p + c > 65535:
+                continue
+            socks = []
+            try:
+                for j in range(c):
+                    s = socket.socket()
+                    s.bind(("127.0.0.1", p + j))
+                    socks.append(s)
+                break
+            except OSError:
+                continue
+            finally:
+                for s in socks:
+                    s.close()
+        base.append(p)
+    peers = ",".join(f"127.0.0.1:{p}" for p in listen)
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "mininet_labs.workloads.ring_allreduce", "--rank", str(r),
+         "--peers", peers, "--bytes", str(nbytes), "--seed", "9", "--src-port", str(base[r]),
+         "--dst-port", str(listen[r]), "--connections-per-peer", str(c),
+         "--out", str(tmp_path / f"r{r}.json")], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        for r in range(n)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    reports = [json.loads((tmp_path / f"r{r}.json").read_text()) for r in range(n)]
+    res = ra.summarize(reports)
+    assert res.correct and res.digests_equal
+    elems = ra.element_count(nbytes)
+    for r in reports:
+        assert r["connections"] == c and len(r["bytes_sent_per_connection"]) == c
+        # part j of the buffer goes round its own ring: 2(n-1)/n of the part per connection
+        for (lo, hi), sent in zip(ra.parts(elems, c), r["bytes_sent_per_connection"], strict=True):
+            segs = ra.segments(hi - lo, n)
+            assert sent == 4 * sum(b - a for (_, ss, _) in ra.schedule(r["rank"], n)
+                                   for a, b in [segs[ss]])
+    with pytest.raises(ValueError, match="connections_per_peer"):
+        ra.run_rank(0, ["127.0.0.1:1", "127.0.0.1:2"], 8, 1, 65535, 1, connections_per_peer=2)

@@ -22,11 +22,18 @@ returned (nothing is half-built).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from controller.errors import PlanInvariantError
 from controller.model.topology import Fabric
+from controller.plan.capacity import (
+    DEFAULT_HEADROOM,
+    CapacityReport,
+    TableCapacity,
+    capacities,
+    fit_tables,
+)
 from controller.plan.model import (
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
@@ -67,11 +74,15 @@ class PlanResult:
         The pinned paths and per-link counts (``routing.mode: pinned``); None in ECMP mode.
     next_hops : dict of str to dict of str to tuple of int
         ``next_hops[switch][host]`` → ECMP ports, as installed by the route entries.
+    tables : CapacityReport or None
+        Pinned entries per switch against its capacity, what was merged and which flows fell
+        back to ECMP (:func:`controller.plan.capacity.fit_tables`); None in ECMP mode.
     """
 
     plan: FabricPlan
     pinning: Pinning | None
     next_hops: NextHops
+    tables: CapacityReport | None = None
 
 
 def pinned_match(fabric: Fabric, demand: FlowDemand) -> Match:
@@ -95,7 +106,8 @@ def pinned_match(fabric: Fabric, demand: FlowDemand) -> Match:
 
 
 def build_plan(
-    fabric: Fabric, policy: Policy, down_links: Iterable[frozenset[str]] = frozenset()
+    fabric: Fabric, policy: Policy, down_links: Iterable[frozenset[str]] = frozenset(),
+    capacity: Mapping[str, TableCapacity] | None = None,
 ) -> PlanResult:
     """Compute the whole fabric's forwarding intent for ``policy`` with ``down_links`` down.
 
@@ -107,6 +119,9 @@ def build_plan(
         A validated policy (its ranks should have been checked against ``fabric``).
     down_links : iterable of frozenset of str, optional
         Links that are down (``frozenset({u, v})``); no route or pinned path uses them.
+    capacity : mapping of str to TableCapacity, optional
+        Switch table capacity (P4Info sizes, OpenFlow table features); the policy's ``tables``
+        section overrides it. Pinned entries that do not fit are merged or fall back to ECMP.
 
     Returns
     -------
@@ -165,6 +180,7 @@ def build_plan(
         groups[sw.name] = sgroups
 
     pinning: Pinning | None = None
+    tables: CapacityReport | None = None
     if policy.routing.mode == "pinned":
         pinning = pin_flows(fabric, expand_policy(policy, fabric), down)
         pinned: dict[str, dict[Match, FlowIntent]] = {}
@@ -185,6 +201,11 @@ def build_plan(
                         "give one collective a dscp or l4 match"
                     )
                 at_node[match] = fi
+        caps = capacities(fabric, per_switch=capacity, policy_tables=policy.tables)
+        pinned, tables = fit_tables(
+            fabric, pinning.paths, pinned, next_hops, caps, lambda d: pinned_match(fabric, d),
+            headroom=policy.tables.headroom if policy.tables else DEFAULT_HEADROOM,
+            importance=[c.name for c in policy.collectives])
         for node, entries in pinned.items():
             flows[node].extend(entries.values())
 
@@ -194,4 +215,4 @@ def build_plan(
         )
         for sw in fabric.switches
     })
-    return PlanResult(plan, pinning, next_hops)
+    return PlanResult(plan, pinning, next_hops, tables)

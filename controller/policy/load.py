@@ -93,6 +93,13 @@ def fabric_problems(doc: Document, policy: Policy, fabric: Fabric) -> list[Confi
                     ("collectives", ci, "ranks"),
                     f"a hierarchical all-reduce needs the same number of ranks in every site; "
                     f"got {counts} (wan.hierarchical_allreduce is on)"))
+    if policy.tables is not None:
+        names = {s.name for s in fabric.switches}
+        for sw in policy.tables.switch_names():
+            if sw not in names:
+                problems.append(doc.problem(("tables", "switches", sw),
+                                            f"no switch {sw!r} in topology {fabric.name!r}",
+                                            key=True))
     seen: dict[tuple[object, ...], str] = {}
     for ci, coll in enumerate(policy.collectives):
         n = len(coll.ranks)

@@ -23,13 +23,22 @@ Example::
         ranks: [h1, h3, h5, h7]
         dscp: 26             # optional: pinned entries then match this DSCP too
         l4: {proto: tcp, dst_port: 5201}   # optional
+        connections_per_peer: 2            # optional: sub-flows, each pinned on its own path
+        subflows: {by: l4_src_range, base_port: 40000}   # ... told apart by source port
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from controller.units import (
     UnitError,
@@ -115,11 +124,44 @@ class L4Match(_Strict):
         return 6 if self.proto == "tcp" else 17
 
 
+class Subflows(_Strict):
+    """How the ``connections_per_peer`` connections between two peers are told apart.
+
+    ``by: l4_src_range``: connection j sends from transport source port ``base_port`` + j (the
+    collective's ``l4`` gives the protocol and destination port); ``by: dscp``: connection j
+    carries DSCP ``values[j]`` (one value per connection; they replace the collective's
+    ``dscp``). Each connection is pinned on its own path (:mod:`controller.te.subflows`).
+    """
+
+    by: Literal["l4_src_range", "dscp"]
+    base_port: Annotated[int, Field(ge=1, le=65535, strict=True)] | None = None
+    values: tuple[Annotated[int, Field(ge=0, le=63, strict=True)], ...] | None = None
+
+    @model_validator(mode="after")
+    def _fields_for_by(self) -> Subflows:
+        if self.by == "l4_src_range":
+            if self.base_port is None:
+                raise ValueError("by: l4_src_range needs base_port (connection j sends from "
+                                 "base_port + j)")
+            if self.values is not None:
+                raise ValueError("by: l4_src_range takes base_port, not values")
+        else:
+            if self.values is None:
+                raise ValueError("by: dscp needs values (one DSCP per connection)")
+            if self.base_port is not None:
+                raise ValueError("by: dscp takes values, not base_port")
+            if len(set(self.values)) != len(self.values):
+                raise ValueError("a DSCP value is listed twice in values")
+        return self
+
+
 class Collective(_Strict):
     """A collective whose flows the controller knows.
 
     ``ranks`` are host names in rank order. ``algorithm: ring`` makes flows rank i → rank i+1
     (mod n); with ``bidirectional: true`` also rank i+1 → rank i (as a bidirectional ring does).
+    ``connections_per_peer`` (default 1): connections per pair of peers (NCCL's queue pairs per
+    connection), each a sub-flow with 1/n of the bytes, told apart as ``subflows`` says.
     """
 
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
@@ -128,6 +170,45 @@ class Collective(_Strict):
     bidirectional: bool = False
     dscp: Annotated[int, Field(ge=0, le=63, strict=True)] | None = None
     l4: L4Match | None = None
+    subflows: Subflows | None = None
+    connections_per_peer: Annotated[int, Field(ge=1, le=64, strict=True)] = Field(
+        default=1, validate_default=True)
+
+    @field_validator("subflows")
+    @classmethod
+    def _subflows_fit(cls, v: Subflows | None, info: ValidationInfo) -> Subflows | None:
+        if v is None:
+            return v
+        l4 = info.data.get("l4")
+        if v.by == "l4_src_range":
+            if l4 is None:
+                raise ValueError("by: l4_src_range needs the collective's l4 (proto and "
+                                 "dst_port) to match on")
+            if l4.src_port is not None:
+                raise ValueError("by: l4_src_range sets the source ports; remove l4.src_port")
+        elif info.data.get("dscp") is not None:
+            raise ValueError("by: dscp gives each connection its DSCP; remove the "
+                             "collective's dscp")
+        return v
+
+    @field_validator("connections_per_peer")
+    @classmethod
+    def _connections(cls, v: int, info: ValidationInfo) -> int:
+        sub = info.data.get("subflows")
+        if v > 1 and sub is None:
+            raise ValueError(f"{v} connections per peer need 'subflows' to say how they are "
+                             "told apart ({by: l4_src_range, base_port: P} or {by: dscp, "
+                             "values: [...]})")
+        if v == 1 and sub is not None:
+            raise ValueError("subflows needs connections_per_peer of 2 or more")
+        if sub is not None and sub.by == "dscp" and sub.values is not None \
+                and len(sub.values) != v:
+            raise ValueError(f"{v} connections per peer need {v} DSCP values in subflows, "
+                             f"got {len(sub.values)}")
+        if sub is not None and sub.base_port is not None and sub.base_port + v - 1 > 65535:
+            raise ValueError(f"source ports {sub.base_port}..{sub.base_port + v - 1} go past "
+                             "65535")
+        return v
 
     @field_validator("ranks")
     @classmethod
@@ -540,6 +621,47 @@ class Wan(_Strict):
     hierarchical_allreduce: bool = False
 
 
+Entries = Annotated[int, Field(ge=0, le=2**32 - 1, strict=True)]
+
+
+class SwitchTableLimits(_Strict):
+    """Entries one switch holds: ``pinned_entries`` (the pinned-flow table),
+    ``route_entries`` (the route table), ``total_entries`` (one table for everything, as
+    OpenFlow table 0)."""
+
+    pinned_entries: Entries | None = None
+    route_entries: Entries | None = None
+    total_entries: Entries | None = None
+
+
+class TableLimits(SwitchTableLimits):
+    """``tables``: switch table capacity, overriding the P4Info sizes and the OpenFlow table
+    features (:mod:`controller.plan.capacity`). The numbers apply to every switch;
+    ``switches`` overrides them per switch; ``headroom``: entries kept free on every switch so
+    make-before-break moves can hold two paths at once (default 8).
+
+    Example::
+
+        tables:
+          pinned_entries: 4096
+          headroom: 16
+          switches: {leaf1: {pinned_entries: 512}}
+    """
+
+    headroom: Entries = 8
+    switches: dict[str, SwitchTableLimits] = {}
+
+    def limits_for(self, switch: str) -> tuple[int | None, int | None, int | None]:
+        """(pinned, route, total) entries of ``switch``: its own, else the fabric-wide ones."""
+        own = self.switches.get(switch)
+        pick = [getattr(own, f) if own is not None and getattr(own, f) is not None
+                else getattr(self, f) for f in ("pinned_entries", "route_entries", "total_entries")]
+        return pick[0], pick[1], pick[2]
+
+    def switch_names(self) -> tuple[str, ...]:
+        return tuple(self.switches)
+
+
 class Policy(_Strict):
     """A whole policy file.
 
@@ -558,6 +680,7 @@ class Policy(_Strict):
     buffers: Buffers | None = None
     shaping: Shaping | None = None
     wan: Wan | None = None
+    tables: TableLimits | None = None
 
     @property
     def has_qos(self) -> bool:

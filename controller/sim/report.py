@@ -10,10 +10,10 @@ import numpy as np
 from controller.sim.compare import Outcome
 
 
-def write_plots(outcomes: Sequence[Outcome], out_dir: Path) -> list[Path]:
+def write_plots(outcomes: Sequence[Outcome], out_dir: Path, title: str = "") -> list[Path]:
     """Write ``slowdown_cdf.png`` (CDF of per-collective slowdown per strategy and condition;
     ECMP seeds pooled) and ``link_utilisation.png`` (histogram of directed-link utilisation at
-    t = 0). Returns the paths written."""
+    t = 0), each titled (``title``: the scenario's name). Returns the paths written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,6 +32,7 @@ def write_plots(outcomes: Sequence[Outcome], out_dir: Path) -> list[Path]:
         ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=key)
     ax.set_xlabel("collective slowdown (CCT / ideal)")
     ax.set_ylabel("CDF")
+    ax.set_title(f"{title}: CDF of collective slowdown per strategy and condition".lstrip(": "))
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     cdf = out_dir / "slowdown_cdf.png"
@@ -39,12 +40,13 @@ def write_plots(outcomes: Sequence[Outcome], out_dir: Path) -> list[Path]:
     fig.savefig(cdf, dpi=120)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    bins = np.linspace(0, 1, 21)
+    bins = np.linspace(0, 1, 21).tolist()
     for key, vals in utils.items():
         if "intact" in key:
             ax.hist(vals, bins=bins, histtype="step", label=key)
     ax.set_xlabel("directed link utilisation at t = 0")
     ax.set_ylabel("links")
+    ax.set_title(f"{title}: link utilisation at t = 0, intact fabric".lstrip(": "))
     ax.legend(fontsize=7)
     hist = out_dir / "link_utilisation.png"
     fig.tight_layout()

@@ -15,7 +15,7 @@ shard across the DCI (:func:`hierarchical_groups`; the "2D" or hierarchical ring
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controller.model.topology import Fabric
 from controller.policy.model import Collective, Policy
@@ -39,6 +39,11 @@ class FlowDemand:
         6 (TCP) or 17 (UDP) if the collective declares an ``l4`` match.
     l4_src, l4_dst : int or None
         Transport ports (1–65535) if declared.
+    subflow, subflows : int
+        Sub-flow j of ``subflows`` (the collective's ``connections_per_peer``): the transfer
+        between two peers split over that many connections (NCCL channels / queue pairs), each
+        carrying 1/``subflows`` of the bytes and told apart by ``l4_src`` or ``dscp``
+        (:func:`split`). 0 of 1 for an unsplit flow.
     """
 
     collective: str
@@ -49,11 +54,20 @@ class FlowDemand:
     ip_proto: int | None = None
     l4_src: int | None = None
     l4_dst: int | None = None
+    subflow: int = 0
+    subflows: int = 1
 
     @property
     def label(self) -> str:
-        """``"ring-a h1->h3"``: how logs and errors name the flow."""
-        return f"{self.collective} {self.src}->{self.dst}"
+        """``"ring-a h1->h3"`` (``"ring-a h1->h3 #2"`` for sub-flow 2): how logs and errors name
+        the flow."""
+        tail = f" #{self.subflow}" if self.subflows > 1 else ""
+        return f"{self.collective} {self.src}->{self.dst}{tail}"
+
+    @property
+    def parent(self) -> tuple[str, int, str, str]:
+        """(collective, index, src, dst): the same for every sub-flow of one transfer."""
+        return (self.collective, self.index, self.src, self.dst)
 
 
 def expand_collective(coll: Collective) -> tuple[FlowDemand, ...]:
@@ -70,6 +84,8 @@ def expand_collective(coll: Collective) -> tuple[FlowDemand, ...]:
         ``ring``: n flows rank i → rank (i+1) mod n (index i); with ``bidirectional`` also
         rank (i+1) mod n → rank i (index n+i). For n = 2 the reverse flows coincide with the
         forward ones (same hosts, same match) and are not repeated, so the result has 2 flows.
+        With ``connections_per_peer`` c > 1 every flow is c sub-flows (:func:`split`), in
+        flow order.
 
     Raises
     ------
@@ -91,19 +107,59 @@ def expand_collective(coll: Collective) -> tuple[FlowDemand, ...]:
     if coll.bidirectional:
         seen = set(pairs)
         pairs += [(b, a) for a, b in pairs[:n] if (b, a) not in seen]
+    return _demands(coll, pairs)
+
+
+def _demands(coll: Collective, pairs: Sequence[tuple[str, str]]) -> tuple[FlowDemand, ...]:
+    """The flow demands of ``pairs`` (index i = position) with the collective's match fields;
+    with ``connections_per_peer`` n > 1, n sub-flows per pair (:func:`split`), pair by pair."""
     l4 = coll.l4
-    return tuple(
-        FlowDemand(
-            collective=coll.name,
-            index=i,
-            src=src,
-            dst=dst,
-            dscp=coll.dscp,
-            ip_proto=l4.ip_proto if l4 else None,
-            l4_src=l4.src_port if l4 else None,
-            l4_dst=l4.dst_port if l4 else None,
-        )
+    flows = [
+        FlowDemand(coll.name, i, src, dst, coll.dscp, l4.ip_proto if l4 else None,
+                   l4.src_port if l4 else None, l4.dst_port if l4 else None)
         for i, (src, dst) in enumerate(pairs)
+    ]
+    n = coll.connections_per_peer
+    sub = coll.subflows
+    if n == 1 or sub is None:
+        return tuple(flows)
+    return tuple(s for d in flows
+                 for s in split(d, n, base_port=sub.base_port, dscp_values=sub.values))
+
+
+def split(flow: FlowDemand, n: int, *, base_port: int | None = None,
+          dscp_values: Sequence[int] | None = None) -> tuple[FlowDemand, ...]:
+    """The ``n`` sub-flows of ``flow`` (connection j of n between its two hosts).
+
+    Sub-flow j has ``subflow = j``, ``subflows = n`` and, when given, ``l4_src = base_port + j``
+    (the collective's ``subflows: {by: l4_src_range}``) or ``dscp = dscp_values[j]``
+    (``{by: dscp}``); without either, sub-flows differ only in ``subflow`` (the simulator's
+    channels). Each carries 1/n of the flow's bytes (NCCL splits a channel's data evenly over a
+    connection's queue pairs).
+
+    Raises
+    ------
+    ValueError
+        ``n`` < 1, a source port past 65535, or not n DSCP values.
+
+    Examples
+    --------
+    >>> [s.label for s in split(FlowDemand("r", 0, "h1", "h2", ip_proto=6), 2, base_port=40000)]
+    ['r h1->h2 #0', 'r h1->h2 #1']
+    """
+    if n < 1:
+        raise ValueError(f"a flow splits into at least 1 sub-flow, got {n}")
+    if base_port is not None and base_port + n - 1 > 65535:
+        raise ValueError(f"source ports {base_port}..{base_port + n - 1} go past 65535")
+    if dscp_values is not None and len(dscp_values) != n:
+        raise ValueError(f"{n} sub-flows need {n} DSCP values, got {len(dscp_values)}")
+    if n == 1 and base_port is None and dscp_values is None:
+        return (flow,)
+    return tuple(
+        replace(flow, subflow=j, subflows=n,
+                l4_src=flow.l4_src if base_port is None else base_port + j,
+                dscp=flow.dscp if dscp_values is None else dscp_values[j])
+        for j in range(n)
     )
 
 
@@ -160,12 +216,7 @@ def expand_hierarchical(coll: Collective, site_of: Callable[[str], str | None]
             pair = (ring[i], ring[(i + 1) % m])
             if pair not in pairs:
                 pairs.append(pair)
-    l4 = coll.l4
-    return tuple(
-        FlowDemand(coll.name, i, src, dst, coll.dscp, l4.ip_proto if l4 else None,
-                   l4.src_port if l4 else None, l4.dst_port if l4 else None)
-        for i, (src, dst) in enumerate(pairs)
-    )
+    return _demands(coll, pairs)
 
 
 def expand_policy(policy: Policy, fabric: Fabric | None = None) -> tuple[FlowDemand, ...]:

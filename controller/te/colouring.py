@@ -114,66 +114,94 @@ def colour_levels(index: PathIndex, cands: Sequence[np.ndarray]) -> list[int]:
 
 def _kempe(
     edges: list[tuple[int, int, tuple[int, ...], frozenset[int]]],
+    initial: list[int | None] | None = None,
+    max_tries: int = 64,
 ) -> list[int | None]:
     """Edge-colour a bipartite multigraph; edge j = (u, v, allowed colours ascending, the same
     as a set) may only take colours in its set (u and v are node keys, the sides kept apart by
-    the caller).
+    the caller). ``initial``: a proper partial colouring to extend (its coloured edges keep a
+    colour, possibly another one after a flip; only its None edges are added).
 
-    Colours a new edge (u, v) with α free at u; if α is taken at v by an edge, the α/β
-    alternating path from v (β free at v) is flipped first, which frees α at v and never
-    reaches u (bipartite; Schrijver 2003, Thm 20.1). A flip is only done when every edge on
-    the path allows both colours; otherwise the edge is left uncoloured (None).
+    Colours a new edge (u, v) with a colour free at both ends when there is one. Otherwise, for
+    α free at u and β free at v (both allowed), the α/β alternating path from v is flipped,
+    which frees α at v and never reaches u (bipartite; Schrijver 2003, Thm 20.1), or the β/α
+    path from u, which frees β at u. A flip is only done when every edge on the path allows both
+    colours (restricted colours: dead ports); the (α, β) pairs are tried in order, both ways,
+    at most ``max_tries`` paths per edge, and an edge none of them frees is left uncoloured
+    (None).
     """
     at: dict[int, dict[int, int]] = {}
-    colour: list[int | None] = [None] * len(edges)
-    for j, (u, v, ordered, _) in enumerate(edges):
-        au = at.setdefault(u, {})
-        av = at.setdefault(v, {})
-        first_u = None  # the first allowed colour free at u; stop at one free at both ends
-        for c in ordered:
-            if c not in au:
-                if first_u is None:
-                    first_u = c
-                if c not in av:
-                    break
-        else:
-            c = None
-        if c is not None:
-            colour[j] = c
-            au[c] = j
-            av[c] = j
-            continue
-        beta = next((c for c in ordered if c not in av), None)
-        if first_u is None or beta is None:
-            continue
-        alpha = first_u
+    colour: list[int | None] = [None] * len(edges) if initial is None else list(initial)
+    if initial is not None:
+        for j, c0 in enumerate(colour):
+            if c0 is not None:
+                at.setdefault(edges[j][0], {})[c0] = j
+                at.setdefault(edges[j][1], {})[c0] = j
+
+    def path_from(x: int, first: int, other: int) -> list[int] | None:
+        """Edges of the first/other alternating path leaving x by its ``first`` edge, or None
+        when an edge on it does not allow both colours."""
         path: list[int] = []
-        x, c = v, alpha
-        ok = True
+        seen: set[int] = set()
+        c = first
         while c in at.get(x, {}):
             e = at[x][c]
-            if alpha not in edges[e][3] or beta not in edges[e][3] or e in path:
-                ok = False
-                break
+            if first not in edges[e][3] or other not in edges[e][3] or e in seen:
+                return None
             path.append(e)
+            seen.add(e)
             eu, ev = edges[e][0], edges[e][1]
             x = ev if x == eu else eu
-            c = beta if c == alpha else alpha
-        if not ok or x == u:
-            continue
+            c = other if c == first else first
+        return path
+
+    def flip(path: list[int], a: int, b: int) -> None:
         for e in path:  # un-register, then re-register with swapped colours
-            eu, ev = edges[e][0], edges[e][1]
             col = colour[e]
             assert col is not None
-            del at[eu][col]
-            del at[ev][col]
+            del at[edges[e][0]][col]
+            del at[edges[e][1]][col]
         for e in path:
-            eu, ev = edges[e][0], edges[e][1]
-            col = beta if colour[e] == alpha else alpha
+            col = b if colour[e] == a else a
             colour[e] = col
-            at[eu][col] = e
-            at[ev][col] = e
-        colour[j] = alpha
-        au[alpha] = j
-        av[alpha] = j
+            at[edges[e][0]][col] = e
+            at[edges[e][1]][col] = e
+
+    for j, (u, v, ordered, _) in enumerate(edges):
+        if colour[j] is not None:
+            continue
+        au = at.setdefault(u, {})
+        av = at.setdefault(v, {})
+        free_u = [c for c in ordered if c not in au]
+        free_v = [c for c in ordered if c not in av]
+        both = next((c for c in free_u if c not in av), None)
+        if both is not None:
+            colour[j] = both
+            au[both] = j
+            av[both] = j
+            continue
+        tries = 0
+        done = False
+        for alpha in free_u:
+            for beta in free_v:
+                for start, a, b, gets in ((v, alpha, beta, alpha), (u, beta, alpha, beta)):
+                    if tries >= max_tries:
+                        break
+                    tries += 1
+                    path = path_from(start, a, b)
+                    if path is None:
+                        continue
+                    flip(path, a, b)
+                    if gets in au or gets in av:  # cannot happen in a bipartite graph
+                        flip(path, a, b)
+                        continue
+                    colour[j] = gets
+                    au[gets] = j
+                    av[gets] = j
+                    done = True
+                    break
+                if done or tries >= max_tries:
+                    break
+            if done or tries >= max_tries:
+                break
     return colour

@@ -175,8 +175,8 @@ def check_routes(
             continue
         done.add(sig)
         graph = dict(col)
-        for s, peers in col:
-            for peer in peers:
+        for s, nexts in col:
+            for peer in nexts:
                 if peer not in graph:
                     raise PlanInvariantError(
                         f"switch {s}: route to {h} leads to {peer}, which has no route to {h} "

@@ -7,7 +7,7 @@ function here validates the set it is given: naming a link the fabric does not h
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from controller.model.topology import Fabric
 
@@ -15,7 +15,8 @@ DownLinks = frozenset[frozenset[str]]
 """Down links: unordered end-node pairs ``frozenset({u, v})``."""
 
 
-def normalise_down_links(fabric: Fabric, down_links: Iterable[frozenset[str]]) -> DownLinks:
+def normalise_down_links(fabric: Fabric, down_links: Iterable[frozenset[str]],
+                         has_link: Callable[[str, str], bool] | None = None) -> DownLinks:
     """Check ``down_links`` against ``fabric`` and return them as a frozenset.
 
     Parameters
@@ -24,6 +25,9 @@ def normalise_down_links(fabric: Fabric, down_links: Iterable[frozenset[str]]) -
         The fabric the links belong to.
     down_links : iterable of frozenset of str
         Each element names one link by its two end nodes.
+    has_link : callable, optional
+        ``has_link(a, b)`` for sorted end names: whether the fabric has that link (an index's
+        own lookup; default: :meth:`Fabric.link_between`, which builds a dict of every link).
 
     Returns
     -------
@@ -41,10 +45,16 @@ def normalise_down_links(fabric: Fabric, down_links: Iterable[frozenset[str]]) -
         if len(fs) != 2:
             raise ValueError(f"a down link must name two distinct nodes, got {sorted(fs)!r}")
         a, b = sorted(fs)
-        try:
-            fabric.link_between(a, b)
-        except KeyError:
-            raise ValueError(f"down link {a}-{b} is not a link of fabric {fabric.name!r}") from None
+        if has_link is not None:
+            known = has_link(a, b)
+        else:
+            try:
+                fabric.link_between(a, b)
+                known = True
+            except KeyError:
+                known = False
+        if not known:
+            raise ValueError(f"down link {a}-{b} is not a link of fabric {fabric.name!r}")
         out.add(fs)
     return frozenset(out)
 

@@ -14,9 +14,12 @@ min-congestion routing, NP-hard (Raghavan & Thompson, Combinatorica 7(4), 1987, 
 
 Algorithm (:class:`PinState`):
 
-0. When all demands are equal, a level-by-level bipartite edge colouring
-   (:mod:`controller.te.colouring`) first places every flow it can without any two sharing a
-   fabric link; the rest go to the greedy.
+0. The flows of the equal-demand class with the largest total demand are first placed by a
+   level-by-level bipartite edge colouring, so that no two share a fabric link where the fabric
+   allows it: on a mirrored Clos by port columns without any path list
+   (:mod:`controller.te.closcolour`, equitable: a switch with more of these flows than alive
+   up-ports spreads them evenly, which is what sub-flows need), elsewhere over the candidates
+   (:mod:`controller.te.colouring`, only when every demand is equal). The rest go to the greedy.
 1. Greedy, largest demand first (then fewest candidates, then input order), each flow on the
    candidate minimising its own bottleneck utilisation after placement, ties broken by the
    smallest sum of utilisations along the candidate, then candidate order. The evaluation of
@@ -31,10 +34,16 @@ Algorithm (:class:`PinState`):
    On a fat-tree these chains are the alternating paths of bipartite edge colouring (König),
    which is why permutation traffic such as a fragmented ring ends collision-free.
 
-Lower bound (:func:`load_lower_bound`): the larger of the mandatory load (links every candidate
-of a flow uses, e.g. access links) and cut bounds: the flows leaving (entering) a leaf with its
-hosts, or a pod, share that set's up links, so the busiest carries at least
-(Σ w + Σ b) / Σ c over them.
+Lower bound (:func:`controller.te.bounds.load_lower_bound`): the larger of the mandatory load
+(links every candidate of a flow uses, e.g. access links) and cut bounds: the flows leaving
+(entering) a leaf with its hosts, or a pod, share that set's up links, so the busiest carries at
+least (Σ w + Σ b) / Σ c over them — and, when those flows all have one demand w and the links
+one capacity c, the pigeonhole level (⌈n_flows / n_links⌉ · w / c without background), since
+no flow splits.
+
+Candidates are materialised lazily (:class:`PinState`): a flow placed by the colouring holds only
+its chosen link ids; its candidate array is built when the greedy or the local search first
+needs it, so planning 65,536 flows on a k = 64 fat-tree never holds 65,536 candidate arrays.
 
 Cost at scale (k = 32 fat-tree, 8,192 ring flows, bench/te_scale.py): candidate building (per
 leaf pair, :mod:`controller.te.pathindex`), the colouring (vectorised per level,
@@ -44,17 +53,34 @@ leaf pair, :mod:`controller.te.pathindex`), the colouring (vectorised per level,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
 from controller.model.topology import Fabric
+from controller.te.bounds import load_lower_bound
+from controller.te.clos import ClosTables, heights_and_counts
+from controller.te.closcolour import colour_clos
 from controller.te.collectives import FlowDemand
 from controller.te.colouring import colour_levels
 from controller.te.pathindex import DirectedLink, Path, PathIndex
+from controller.te.placement import Placement
 
 DEFAULT_SEARCH_BUDGET = 2_000_000
+BATCH_FLOWS = 256
+COLOUR_MIN_CLASS = 64
+SMALL_FLOW = 1 / 32
+"""Flows with a demand at most this share of a link are placed by the greedy in batches (a
+batch judged on one utilisation snapshot can stack a few of them on one link; for flows this
+small the local search that follows evens that out; 1/8 already left 1.33 where 1.08 was
+possible after an aggregation switch failure with 12 sub-flows)."""
+GREEDY_BATCH = 64
+"""Most small flows judged together (interleaved by source leaf, :func:`_batches`)."""
+"""Equal-demand classes with fewer flows than this go straight to the greedy."""
+"""From this many flows on, :meth:`PinState.add_many` counts candidates by port columns in one
+vectorised pass (:class:`ClosTables`) instead of building each flow's candidates."""
 DEFAULT_CHAIN_DEPTH = 8
 _CHAIN_WIDTH = 4  # candidates tried per flow in a chain step
 _EPS = 1e-9
@@ -74,17 +100,48 @@ class LoadPinning:
         max over directed links of load / capacity (dimensionless; 1.0 = full).
     lower_bound : float
         No pinning on these candidates has a smaller maximum utilisation.
+    placement : Placement or None
+        The same paths as link ids (:class:`controller.te.placement.Placement`): what
+        :mod:`controller.te.recovery` repairs and re-optimises.
     """
 
     paths: Mapping[FlowDemand, Path]
     link_load_bps: Mapping[DirectedLink, float]
     max_utilisation: float
     lower_bound: float
+    placement: Placement | None = field(default=None, compare=False, repr=False)
 
     @property
     def optimal(self) -> bool:
         """True when ``max_utilisation`` meets the lower bound (up to 1e-9)."""
         return self.max_utilisation <= self.lower_bound + _EPS
+
+
+class _LazyCands:
+    """``state.cands[i]``: flow i's fabric candidates (n_cand × hops link ids), built on first use
+    from the index (which caches them per leaf pair)."""
+
+    __slots__ = ("_got", "_state")
+
+    def __init__(self, state: PinState):
+        self._state = state
+        self._got: list[np.ndarray | None] = []
+
+    def __len__(self) -> int:
+        return len(self._got)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[i] for i in range(len(self._got)))
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        got = self._got[i]
+        if got is None:
+            a, b = self._state.leaves[i]
+            got = self._got[i] = self._state.index.leaf_candidates(a, b)
+        return got
+
+    def append(self, c: np.ndarray | None) -> None:
+        self._got.append(c)
 
 
 class PinState:
@@ -103,6 +160,13 @@ class PinState:
         Base load plus the demand of every placed flow, bits/s.
     base_bps : numpy.ndarray of float64, shape (n_directed_links,)
         The base load alone, bits/s (read-only by convention).
+    cands : sequence of numpy.ndarray
+        ``cands[i]``: flow i's fabric candidates, (n_cand × hops) link ids, built on first use.
+    n_cands : list of int
+        Number of candidates of every flow (known without building them).
+    choice : list of int
+        Row of ``cands[i]`` flow i is on; -1 unplaced; -2 placed by :meth:`place_rows` with its
+        row not yet looked up (:meth:`current` resolves it).
     """
 
     def __init__(self, index: PathIndex, base_load_bps: np.ndarray | None = None):
@@ -115,11 +179,59 @@ class PinState:
         self.flows: list[FlowDemand] = []
         self.pos: dict[FlowDemand, int] = {}
         self.rate_bps: list[float] = []
-        self.cands: list[np.ndarray] = []  # inner (fabric) link ids, (n_cand, hops)
+        self.cands = _LazyCands(self)
+        self.n_cands: list[int] = []
+        self.leaves: list[tuple[str, str]] = []
         self.access: list[tuple[int, int]] = []
-        self.choice: list[int] = []  # -1: not placed
-        self.flows_on: dict[int, set[int]] = {}
+        self.choice: list[int] = []  # -1: not placed, -2: placed, row not looked up
+        self.rows: list[np.ndarray | None] = []  # chosen fabric link ids
+        self._flows_on: dict[int, set[int]] | None = None
         self.evaluations = 0
+        self.clos_ends: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    @property
+    def tables(self) -> ClosTables | None:
+        """The port tables of the index (:class:`ClosTables`) or None (not a mirrored Clos)."""
+        return ClosTables.of(self.index)
+
+    @property
+    def flows_on(self) -> dict[int, set[int]]:
+        """Fabric link id → positions of the placed flows on it (built on first use, then kept
+        up to date by every placement and removal)."""
+        if self._flows_on is None:
+            got: dict[int, set[int]] = {}
+            placed = [i for i, r in enumerate(self.rows) if r is not None and len(r)]
+            if placed:
+                rows = [r for r in self.rows if r is not None and len(r)]
+                lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+                ids = np.concatenate(rows)
+                owner = np.repeat(np.asarray(placed, dtype=np.int64), lengths)
+                order = np.argsort(ids, kind="stable")
+                ids, owner = ids[order], owner[order]
+                cut = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1], True])
+                owners = owner.tolist()
+                for k, lid in enumerate(ids[cut[:-1]].tolist()):
+                    got[lid] = set(owners[cut[k]:cut[k + 1]])
+            self._flows_on = got
+        return self._flows_on
+
+    def ends(self, flows: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source leaf, destination leaf, meeting height) per flow as switch numbers of
+        :attr:`tables` (a mirrored Clos only), gathered from what :meth:`add_many` computed."""
+        t = self.tables
+        assert t is not None
+        n = len(self.flows)
+        u, v, h = (np.full(n, -1, dtype=np.int64) for _ in range(3))
+        for first, uu, vv, hh in self.clos_ends:
+            u[first:first + len(uu)], v[first:first + len(uu)] = uu, vv
+            h[first:first + len(uu)] = hh
+        idx = np.asarray(flows, dtype=np.int64)
+        miss = idx[h[idx] < 0]
+        if len(miss):
+            u[miss] = t.leaf_ids([self.leaves[i][0] for i in miss.tolist()])
+            v[miss] = t.leaf_ids([self.leaves[i][1] for i in miss.tolist()])
+            h[miss] = t.heights(u[miss], v[miss])
+        return u[idx], v[idx], h[idx]
 
     # -- flows ----------------------------------------------------------------------------------
     def add(self, demand: FlowDemand, rate_bps: float) -> int:
@@ -131,52 +243,128 @@ class PinState:
             Repeated demand, unknown host, non-positive rate, or no valley-free path over the
             links that are up (the message names the flow).
         """
-        if demand in self.pos:
-            raise ValueError(f"flow {demand.label} (index {demand.index}) is listed twice")
-        if not rate_bps > 0:
-            raise ValueError(f"flow {demand.label}: demand must be > 0 bit/s, got {rate_bps!r}")
+        return self.add_many([(demand, rate_bps)])[0]
+
+    def add_many(self, items: Iterable[tuple[FlowDemand, float]]) -> list[int]:
+        """:meth:`add` for many flows; on a mirrored Clos their candidates are counted by port
+        columns (:class:`ClosTables`) without being built. Nothing is added when one fails.
+        Raises ValueError as :meth:`add` does."""
+        todo = list(items)
+        if not todo:
+            return []
+        demands = [d for d, _ in todo]
+        rates = np.fromiter((r for _, r in todo), dtype=np.float64, count=len(todo))
+        if len(set(demands)) != len(demands) or any(d in self.pos for d in demands):
+            seen: set[FlowDemand] = set(self.pos)
+            for dup in demands:
+                if dup in seen:
+                    raise ValueError(f"flow {dup.label} (index {dup.index}) is listed twice")
+                seen.add(dup)
+        bad_rate = np.flatnonzero(~(rates > 0))
+        if len(bad_rate):
+            d = demands[int(bad_rate[0])]
+            raise ValueError(f"flow {d.label}: demand must be > 0 bit/s, "
+                             f"got {todo[int(bad_rate[0])][1]!r}")
+        hosts = host_table(self.index)
+        num, leaf_name, up_id, down_id = hosts
         try:
-            a = self.index.access(demand.src)
-            b = self.index.access(demand.dst)
-            if demand.src == demand.dst:
-                raise ValueError(f"no path from host {demand.src} to itself")
-        except ValueError as exc:
-            raise ValueError(f"flow {demand.label}: {exc}") from None
-        inner = self.index.leaf_candidates(a[0], b[0]) if a and b else np.empty((0, 0), int)
-        if inner.shape[0] == 0:
-            raise ValueError(
-                f"flow {demand.label}: no valley-free path from {demand.src} to {demand.dst} over "
-                f"the links that are up ({len(self.index.down)} down)"
-            )
-        assert a is not None and b is not None
-        i = len(self.flows)
-        self.flows.append(demand)
-        self.pos[demand] = i
-        self.rate_bps.append(float(rate_bps))
-        self.cands.append(inner)
-        self.access.append((a[1], b[2]))
-        self.choice.append(-1)
-        return i
+            src = np.fromiter(map(num.__getitem__, (d.src for d in demands)), np.int64, len(todo))
+            dst = np.fromiter(map(num.__getitem__, (d.dst for d in demands)), np.int64, len(todo))
+        except KeyError as exc:
+            d = next(d for d in demands if d.src not in num or d.dst not in num)
+            host = d.src if d.src not in num else d.dst
+            raise ValueError(f"flow {d.label}: {host!r} is not a host of fabric "
+                             f"{self.index.fabric.name!r}") from exc
+        same = np.flatnonzero(src == dst)
+        if len(same):
+            d = demands[int(same[0])]
+            raise ValueError(f"flow {d.label}: no path from host {d.src} to itself")
+        up, down = up_id[src], down_id[dst]
+        dead = np.flatnonzero(~(self.index.is_up[up] & self.index.is_up[down]))
+        if len(dead):
+            self._no_path(demands[int(dead[0])])
+        la = [leaf_name[i] for i in src.tolist()]
+        lb = [leaf_name[i] for i in dst.tolist()]
+        built: list[np.ndarray | None]
+        t = self.tables if len(todo) >= BATCH_FLOWS else None
+        if t is not None:
+            u, v = t.leaf_ids(la), t.leaf_ids(lb)
+            h, n = heights_and_counts(t, u, v)
+            bad = np.flatnonzero(h < 0)
+            if len(bad):
+                self._no_path(demands[int(bad[0])])
+            counts = n.tolist()
+            built = [None] * len(todo)
+            self.clos_ends.append((len(self.flows), u, v, h))
+        else:
+            built, counts = [], []
+            for d, a, b in zip(demands, la, lb, strict=True):
+                inner = self.index.leaf_candidates(a, b)
+                if inner.shape[0] == 0:
+                    self._no_path(d)
+                counts.append(inner.shape[0])
+                built.append(inner)
+        first = len(self.flows)
+        self.flows.extend(demands)
+        self.pos.update(zip(demands, range(first, first + len(demands)), strict=True))
+        self.rate_bps.extend(rates.tolist())
+        for c in built:
+            self.cands.append(c)
+        self.n_cands.extend(counts)
+        self.leaves.extend(zip(la, lb, strict=True))
+        self.access.extend(zip(up.tolist(), down.tolist(), strict=True))
+        self.choice.extend([-1] * len(todo))
+        self.rows.extend([None] * len(todo))
+        return list(range(first, first + len(todo)))
+
+    def _no_path(self, demand: FlowDemand) -> None:
+        raise ValueError(
+            f"flow {demand.label}: no valley-free path from {demand.src} to {demand.dst} over "
+            f"the links that are up ({len(self.index.down)} down)"
+        )
 
     def links_of(self, i: int) -> np.ndarray:
         """Directed link ids of flow ``i``'s chosen path (access links included)."""
         up, down = self.access[i]
-        return np.concatenate(([up], self.cands[i][self.choice[i]], [down])).astype(np.int64)
+        row = self.rows[i]
+        assert row is not None, "flow is not placed"
+        return np.concatenate(([up], row, [down])).astype(np.int64)
 
     def path(self, i: int) -> Path:
         """Node path of flow ``i``'s chosen candidate."""
         return self.index.path_of(self.links_of(i))
 
+    def current(self, i: int) -> int:
+        """Row of ``cands[i]`` flow ``i`` is on (looked up once for flows placed by
+        :meth:`place_rows`); -1 when it is not placed."""
+        ci = self.choice[i]
+        if ci == -2:
+            row = self.rows[i]
+            assert row is not None
+            c = self.cands[i]
+            hit = (np.flatnonzero((c == row).all(axis=1)) if c.shape[1] == len(row)
+                   else np.empty(0, dtype=np.int64))
+            if not len(hit):
+                raise AssertionError(f"flow {self.flows[i].label}: its row is not a candidate")
+            ci = self.choice[i] = int(hit[0])
+        return ci
+
     def place(self, i: int, ci: int) -> None:
         """Put flow ``i`` on candidate ``ci`` (it must not be placed)."""
+        self._place_row(i, self.cands[i][ci], ci)
+
+    def _place_row(self, i: int, row: np.ndarray, ci: int) -> None:
+        """Put flow ``i`` on fabric link ids ``row``, candidate ``ci`` of it."""
         assert self.choice[i] == -1
         self.choice[i] = ci
+        self.rows[i] = row
         w = self.rate_bps[i]
         ids = self.links_of(i)
         np.add.at(self.load_bps, ids, w)
         self.util[ids] = self.load_bps[ids] * self.inv_cap[ids]
-        for lid in self.cands[i][ci].tolist():
-            self.flows_on.setdefault(lid, set()).add(i)
+        if self._flows_on is not None:
+            for lid in row.tolist():
+                self._flows_on.setdefault(lid, set()).add(i)
 
     def place_many(self, placements: Iterable[tuple[int, int]]) -> None:
         """:meth:`place` for many (flow, candidate) pairs at once: one scatter-add of all their
@@ -184,19 +372,32 @@ class PinState:
         pairs = list(placements)
         if not pairs:
             return
-        flows = np.asarray([i for i, _ in pairs], dtype=np.int64)
-        for i, ci in pairs:
+        for i, _ in pairs:
             assert self.choice[i] == -1
+        self._place(np.asarray([i for i, _ in pairs], dtype=np.int64),
+                    [self.cands[i][ci] for i, ci in pairs], [ci for _, ci in pairs])
+
+    def place_rows(self, flows: np.ndarray, rows: np.ndarray | Sequence[np.ndarray]) -> None:
+        """Place unplaced ``flows`` on the fabric link-id ``rows`` (F × hops, one candidate of
+        each), e.g. a colouring's choice, without building their candidate arrays."""
+        for i in flows.tolist():
+            assert self.choice[i] == -1
+        self._place(np.asarray(flows, dtype=np.int64), list(rows), [-2] * len(flows))
+
+    def _place(self, flows: np.ndarray, inner: list[np.ndarray], choice: list[int]) -> None:
+        for i, row, ci in zip(flows.tolist(), inner, choice, strict=True):
             self.choice[i] = ci
-        inner = [self.cands[i][ci] for i, ci in pairs]
+            self.rows[i] = row
         lengths = np.fromiter(map(len, inner), dtype=np.int64, count=len(inner))
-        fabric_ids = np.concatenate(inner).astype(np.int64)
-        acc = np.asarray([self.access[i] for i, _ in pairs], dtype=np.int64).reshape(-1, 2)
+        fabric_ids = (np.concatenate(inner) if inner else np.empty(0)).astype(np.int64)
+        acc = np.asarray([self.access[i] for i in flows.tolist()], dtype=np.int64).reshape(-1, 2)
         rate = np.asarray(self.rate_bps, dtype=np.float64)[flows]
         ids = np.concatenate((acc[:, 0], fabric_ids, acc[:, 1]))
         np.add.at(self.load_bps, ids, np.concatenate((rate, np.repeat(rate, lengths), rate)))
         self.util[ids] = self.load_bps[ids] * self.inv_cap[ids]
-        flows_on = self.flows_on
+        flows_on = self._flows_on
+        if flows_on is None:
+            return
         for lid, i in zip(fabric_ids.tolist(), np.repeat(flows, lengths).tolist(), strict=True):
             got = flows_on.get(lid)
             if got is None:
@@ -207,14 +408,15 @@ class PinState:
     def paths(self) -> list[Path]:
         """Node path of every placed flow, in position order (vectorised per path length)."""
         by_hops: dict[int, list[int]] = {}
-        for i, c in enumerate(self.cands):
-            by_hops.setdefault(c.shape[1], []).append(i)
+        for i, r in enumerate(self.rows):
+            assert r is not None, f"flow {self.flows[i].label} is not placed"
+            by_hops.setdefault(len(r), []).append(i)
         out: list[Path] = [()] * len(self.flows)
         for hops, fl in by_hops.items():
             acc = np.asarray([self.access[i] for i in fl], dtype=np.int64).reshape(-1, 2)
             parts = [acc[:, :1]]
             if hops:
-                parts.append(np.stack([self.cands[i][self.choice[i]] for i in fl]))
+                parts.append(np.stack([self.rows[i] for i in fl]))  # type: ignore[misc]
             parts.append(acc[:, 1:])
             for i, p in zip(fl, self.index.paths_of_rows(np.hstack(parts)), strict=True):
                 out[i] = p
@@ -225,9 +427,13 @@ class PinState:
         ids = self.links_of(i)
         np.subtract.at(self.load_bps, ids, self.rate_bps[i])
         self.util[ids] = self.load_bps[ids] * self.inv_cap[ids]
-        for lid in self.cands[i][self.choice[i]].tolist():
-            self.flows_on[lid].discard(i)
+        row = self.rows[i]
+        assert row is not None
+        if self._flows_on is not None:
+            for lid in row.tolist():
+                self._flows_on[lid].discard(i)
         self.choice[i] = -1
+        self.rows[i] = None
 
     def best_candidate(self, i: int, exclude: int = -1) -> tuple[int, float]:
         """(candidate, its bottleneck utilisation if flow ``i`` were put there); ``i`` must be
@@ -253,10 +459,60 @@ class PinState:
         return ci, max(float(m), float(edge))
 
     def greedy(self, flows: Iterable[int]) -> None:
-        """Place ``flows`` (unplaced positions): largest demand, fewest candidates, first."""
-        order = sorted(flows, key=lambda i: (-self.rate_bps[i], self.cands[i].shape[0], i))
-        for i in order:
-            self.place(i, self.best_candidate(i)[0])
+        """Place ``flows`` (unplaced positions): largest demand, fewest candidates, first.
+
+        On a mirrored Clos with many flows the candidates of a flow are evaluated from the
+        port tables (:meth:`ClosTables.chains`, its two leaves' rows) instead of a per-pair
+        candidate array: the same choice, without storing an array per leaf pair."""
+        order = sorted(flows, key=lambda i: (-self.rate_bps[i], self.n_cands[i], i))
+        t = self.tables
+        if t is None or len(order) < BATCH_FLOWS:
+            for i in order:
+                self.place(i, self.best_candidate(i)[0])
+            return
+        u, v, h = self.ends(order)
+        pos = {i: k for k, i in enumerate(order)}
+        w_rel = np.asarray(self.rate_bps)[order] * self.inv_cap.max()
+        small = [i for i in order if w_rel[pos[i]] <= SMALL_FLOW]
+        big = [i for i in order if w_rel[pos[i]] > SMALL_FLOW]
+        for i in big:
+            k = pos[i]
+            self._greedy_batch(t, [i], u[k:k + 1], v[k:k + 1], h[k:k + 1])
+        for batch in _batches(small, [self.leaves[i] for i in small], GREEDY_BATCH):
+            ks = np.asarray([pos[i] for i in batch], dtype=np.int64)
+            self._greedy_batch(t, batch, u[ks], v[ks], h[ks])
+
+    def _greedy_batch(self, t: ClosTables, flows: list[int], u: np.ndarray, v: np.ndarray,
+                      h: np.ndarray) -> None:
+        """Place ``flows`` each on its candidate with the lowest bottleneck after placement,
+        all judged on the utilisation before any of them is placed (port tables, one gather
+        per height), then place them together."""
+        for hh in np.unique(h).tolist():
+            sel = np.flatnonzero(h == hh)
+            fl = [flows[k] for k in sel.tolist()]
+            if hh <= 0:
+                for i in fl:
+                    self.place(i, 0)
+                continue
+            chain, reach = t.chains(hh), t.reach(hh)
+            uu, vv = u[sel], v[sel]
+            alive = (reach[uu] == reach[vv]) & (reach[uu] >= 0)  # (B, W^h)
+            ups, downs = chain[uu], chain[vv] ^ 1  # (B, W^h, h); dead links are negative
+            w = np.asarray([self.rate_bps[i] for i in fl])[:, None, None]
+            cu, cd = self.util[ups], self.util[downs]
+            b = np.maximum((cu + w * self.inv_cap[ups]).max(axis=2),
+                           (cd + w * self.inv_cap[downs]).max(axis=2))
+            b[~alive] = np.inf
+            self.evaluations += int(alive.sum())
+            tot = cu.sum(axis=2) + cd.sum(axis=2)
+            m = b.min(axis=1, keepdims=True)
+            tie = np.where(b <= m + _EPS, tot, np.inf)
+            code = tie.argmin(axis=1)
+            rank = np.cumsum(alive, axis=1)[np.arange(len(fl)), code] - 1
+            rows = np.concatenate((ups[np.arange(len(fl)), code],
+                                   downs[np.arange(len(fl)), code][:, ::-1]), axis=1)
+            for j, i in enumerate(fl):
+                self._place_row(i, rows[j].astype(np.int64), int(rank[j]))
 
     def max_utilisation(self) -> float:
         return float(self.util.max()) if len(self.util) else 0.0
@@ -270,7 +526,8 @@ class PinState:
     ) -> int:
         """Relieve the hottest links by moves and ejection chains (module docstring); only flows
         in ``movable`` (all if None) move. Returns the number of flows whose path changed."""
-        before = list(self.choice)
+        before: dict[int, np.ndarray | None] = {}
+        self._moved = before
         left = [budget]
         while left[0] > 0:
             m = self.max_utilisation()
@@ -280,10 +537,14 @@ class PinState:
             self._journal: list[tuple[int, int]] = []
             if not any(self._relieve(lid, m, depth, frozenset(), left, movable) for lid in hot):
                 break
-        return sum(1 for a, b in zip(before, self.choice, strict=True) if a != b)
+        self._moved = {}
+        return sum(1 for f, r in before.items() if not _same(r, self.rows[f]))
 
     def _move(self, f: int, ci: int) -> None:
-        self._journal.append((f, self.choice[f]))
+        moved = getattr(self, "_moved", None)
+        if moved is not None and f not in moved:
+            moved[f] = self.rows[f]
+        self._journal.append((f, self.current(f)))
         self.remove(f)
         self.place(f, ci)
 
@@ -311,7 +572,7 @@ class PinState:
         on = [f for f in self.flows_on.get(lid, ()) if f not in chain
               and (movable is None or f in movable)]
         for f in sorted(on, key=lambda i: (-self.rate_bps[i], i)):
-            cur = self.choice[f]
+            cur = self.current(f)
             c = self.cands[f]
             self.remove(f)
             left[0] -= c.shape[0]
@@ -351,7 +612,56 @@ class PinState:
             loads,
             self.max_utilisation(),
             lower,
+            self.placement(),
         )
+
+    def placement(self) -> Placement:
+        """Every (placed) flow as a :class:`Placement` on this state's index and base load."""
+        assert all(r is not None for r in self.rows), "every flow must be placed"
+        inner = np.fromiter(map(len, self.rows), dtype=np.int64, count=len(self.rows))  # type: ignore[arg-type]
+        starts = np.concatenate(([0], np.cumsum(inner + 2))).astype(np.int64)
+        ids = np.empty(int(starts[-1]), dtype=np.int64)
+        acc = np.asarray(self.access, dtype=np.int64).reshape(-1, 2)
+        ids[starts[:-1]] = acc[:, 0]
+        ids[starts[1:] - 1] = acc[:, 1]
+        body = np.ones(len(ids), dtype=bool)
+        body[starts[:-1]] = False
+        body[starts[1:] - 1] = False
+        if body.any():
+            ids[body] = np.concatenate([r for r in self.rows if r is not None and len(r)])
+        return Placement(self.index, tuple(self.flows), np.asarray(self.rate_bps, np.float64),
+                         ids, starts, self.base_bps.copy())
+
+
+def host_table(index: PathIndex) -> tuple[dict[str, int], list[str], np.ndarray, np.ndarray]:
+    """Per fabric (memoised): host name → number, and per host number its leaf's name and the
+    ids of its access link up (host → leaf) and down (leaf → host)."""
+    def build() -> tuple[dict[str, int], list[str], np.ndarray, np.ndarray]:
+        hosts = index.fabric.hosts
+        num = {h.name: i for i, h in enumerate(hosts)}
+        up = np.asarray([index.link_id[(h.name, h.leaf)] for h in hosts], dtype=np.int64)
+        return num, [h.leaf for h in hosts], up, up ^ 1
+
+    return cast(tuple[dict[str, int], list[str], np.ndarray, np.ndarray],
+                index.fabric_memo("host-table", build))
+
+
+def _batches(flows: list[int], leaves: list[tuple[str, str]], size: int) -> list[list[int]]:
+    """``flows`` cut into batches of at most ``size``, interleaved by source leaf (the first
+    flow of every source leaf, then the second of every one, ...), so that a batch holds flows
+    of different source leaves whenever there are that many."""
+    seen: dict[str, int] = {}
+    turn = []
+    for a, _ in leaves:
+        turn.append(seen.get(a, 0))
+        seen[a] = turn[-1] + 1
+    order = sorted(range(len(flows)), key=lambda k: (turn[k], k))
+    ordered = [flows[k] for k in order]
+    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return a is not None and b is not None and np.array_equal(a, b)
 
 
 def _name_order(links: list[DirectedLink]) -> np.ndarray:
@@ -426,79 +736,64 @@ def pin_by_load(
     """
     idx = index if index is not None else PathIndex(fabric, down_links)
     state = PinState(idx, base_load_array(idx, base_load_bps))
-    leaf_of = {h.name: h.leaf for h in fabric.hosts}
-    idx.prefetch((leaf_of[d.src], leaf_of[d.dst]) for d in demands
-                 if d.src in leaf_of and d.dst in leaf_of)
-    for d, w in demands.items():
-        state.add(d, w)
-    rest: list[int] = list(range(len(state.flows)))
-    if state.rate_bps and len(set(state.rate_bps)) == 1:
-        rows = colour_levels(idx, state.cands)
-        state.place_many((i, ci) for i, ci in enumerate(rows) if ci >= 0)
-        rest = [i for i, ci in enumerate(rows) if ci < 0]
+    if state.tables is None:
+        leaf_of = {h.name: h.leaf for h in fabric.hosts}
+        idx.prefetch((leaf_of[d.src], leaf_of[d.dst]) for d in demands
+                     if d.src in leaf_of and d.dst in leaf_of)
+    state.add_many(demands.items())
+    rest = colour_first(state)
     state.greedy(rest)
     lower = load_lower_bound(state)
     state.local_search(lower, search_budget)
     return state.result(lower)
 
 
-def load_lower_bound(state: PinState) -> float:
-    """Lower bound on the maximum utilisation of any pinning of ``state``'s flows (placed or
-    not) over their candidates: max of the mandatory-load and leaf/pod cut bounds (module
-    docstring). Vectorised: O(|links| + |flows|) array work (bincount per cut family)."""
-    idx = state.index
-    base = state.base_bps
-    rate = np.asarray(state.rate_bps, dtype=np.float64)
-    acc = np.asarray(state.access, dtype=np.int64).reshape(-1, 2)
-    mand = base.copy()
-    np.add.at(mand, acc[:, 0], rate)
-    np.add.at(mand, acc[:, 1], rate)
-    for i, c in enumerate(state.cands):
-        if c.shape[0] == 1:
-            mand[c[0]] += rate[i]
-    best = float((mand * state.inv_cap).max()) if len(mand) else 0.0
-    tail, head, _, _ = idx.link_ends()
-    groups = idx.fabric_memo("cut-groups", lambda: _cut_groups(idx))
-    assert isinstance(groups, tuple)
-    src, dst = tail[acc[:, 0]], head[acc[:, 1]]  # host node numbers
-    for g in groups:
-        n_groups = int(g.max(initial=-1)) + 1
-        if n_groups == 0:
+def colour_first(state: PinState, min_class: int = COLOUR_MIN_CLASS) -> list[int]:
+    """Place flows by edge colouring before the greedy (module docstring, step 0); returns the
+    positions still unplaced, in order.
+
+    On a mirrored Clos (:class:`ClosTables`) the equal-demand classes are coloured in turn,
+    largest total demand first, each equitably on port columns and only over the links the
+    classes before it left free (so a 256-rank all-to-all goes where the rings are not);
+    sub-flows of one flow (``FlowDemand.subflow``) are spread over different ports where they
+    can be. Classes of fewer than ``min_class`` flows (but the largest) are left to the
+    greedy. Elsewhere the
+    colouring runs on the candidates and only when every demand is equal.
+    """
+    todo = [i for i, c in enumerate(state.choice) if c == -1]
+    if not todo:
+        return todo
+    rates = np.asarray(state.rate_bps, dtype=np.float64)[todo]
+    t = state.tables
+    if t is None:
+        if len(np.unique(rates)) != 1 or len(todo) != len(state.flows):
+            return todo
+        rows = colour_levels(state.index, list(state.cands))
+        state.place_many((i, ci) for i, ci in enumerate(rows) if ci >= 0)
+        return [i for i, ci in enumerate(rows) if ci < 0]
+    values, inverse = np.unique(rates, return_inverse=True)
+    inverse = inverse.ravel()
+    total = np.bincount(inverse, weights=rates)
+    done: set[int] = set()
+    todo_arr = np.asarray(todo, dtype=np.int64)
+    for n, k in enumerate(np.argsort(-total, kind="stable").tolist()):
+        flows = todo_arr[inverse == k]
+        if n and len(flows) < min_class:
             continue
-        gt, gh = g[tail], g[head]
-        cross = (gt != gh) & idx.is_up
-        gs, gd = g[src], g[dst]
-        leaves = gs != gd
-        for ends, f_ends in ((gt, gs), (gh, gd)):  # out of a group, into a group
-            m = cross & (ends >= 0)
-            cap = np.bincount(ends[m], weights=idx.capacity_bps[m], minlength=n_groups)
-            load = np.bincount(ends[m], weights=base[m], minlength=n_groups)
-            fm = leaves & (f_ends >= 0)
-            load += np.bincount(f_ends[fm], weights=rate[fm], minlength=n_groups)
-            pos = cap > 0
-            if pos.any():
-                best = max(best, float((load[pos] / cap[pos]).max()))
-    return best
+        used = state.load_bps > state.base_bps + _EPS * state.index.capacity_bps
+        u, v, h = state.ends(flows)
+        key = np.asarray([state.flows[i].subflow for i in flows.tolist()], dtype=np.int64)
+        seq = colour_clos(t, u, v, h, key, blocked=used if done else None)
+        for r in np.unique(h).tolist():
+            sel = np.flatnonzero((h == r) & ((seq[:, 0] >= 0) | (h == 0)))
+            if not len(sel):
+                continue
+            walked = (t.walk(u[sel], v[sel], seq[sel, :r]) if r > 0
+                      else np.empty((len(sel), 0), dtype=np.int64))
+            state.place_rows(flows[sel], walked)
+            done.update(flows[sel].tolist())
+    return [i for i in todo if i not in done]
 
 
-def _cut_groups(idx: PathIndex) -> tuple[np.ndarray, np.ndarray]:
-    """Per node number of :meth:`PathIndex.link_ends`: its leaf group and its pod group (-1:
-    none). A leaf and its hosts form one leaf group; a pod's switches and their hosts one pod
-    group."""
-    fabric = idx.fabric
-    *_, names = idx.link_ends()
-    num = {n: i for i, n in enumerate(names)}
-    leaf_g = np.full(len(names), -1, dtype=np.int64)
-    pod_g = np.full(len(names), -1, dtype=np.int64)
-    leaf_ids: dict[str, int] = {}
-    pod_ids: dict[object, int] = {}
-    pod_of = {s.name: s.pod for s in fabric.switches if s.pod is not None}
-    for s in fabric.switches:
-        if s.pod is not None:
-            pod_g[num[s.name]] = pod_ids.setdefault(s.pod, len(pod_ids))
-    for h in fabric.hosts:
-        g = leaf_ids.setdefault(h.leaf, len(leaf_ids))
-        leaf_g[num[h.name]] = leaf_g[num[h.leaf]] = g
-        if h.leaf in pod_of:
-            pod_g[num[h.name]] = pod_ids[pod_of[h.leaf]]
-    return leaf_g, pod_g
+__all__ = ["LoadPinning", "PinState", "base_load_array", "colour_first", "host_table",
+           "load_lower_bound", "pin_by_load"]

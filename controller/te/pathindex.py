@@ -28,6 +28,7 @@ A *directed link id* ``i`` indexes :attr:`PathIndex.links` (``(u, v)`` pairs) an
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 
@@ -41,6 +42,7 @@ Path = tuple[str, ...]
 
 
 _ABSENT = 1 << 40  # distance of a node outside a cone
+_MISSING = object()
 
 
 class _LeafCone:
@@ -77,9 +79,10 @@ class _Shared:
     nodes numbered switches first then hosts (:meth:`PathIndex.link_ends`).
     """
 
-    __slots__ = ("ends", "memo", "peaks", "sig_of")
+    __slots__ = ("ends", "lock", "memo", "peaks", "sig_of")
 
     def __init__(self) -> None:
+        self.lock = threading.RLock()  # every cache fill of every index of one fabric
         self.memo: dict[str, object] = {}
         self.sig_of: dict[tuple[bytes, bool], int] = {}
         self.peaks: dict[tuple[int, int],
@@ -167,27 +170,57 @@ class PathIndex:
         ValueError
             ``down_links`` names a link the fabric does not have.
         """
-        extra = normalise_down_links(self.fabric, down_links)
-        if self._up_ptr is None:
-            self._build_up_csr()
+        extra = self._known(down_links)
+        with self._shared.lock:
+            if self._up_ptr is None:
+                self._build_up_csr()
         assert self._up_ptr is not None and self._up_nbr is not None and self._up_lid is not None
-        new = object.__new__(PathIndex)
-        new.fabric = self.fabric
-        new.down = self.down | extra
-        new.links, new.link_id, new.capacity_bps = self.links, self.link_id, self.capacity_bps
-        is_up = self.is_up.copy()
-        for pair in extra:
-            a, b = sorted(pair)
-            is_up[[self.link_id[(a, b)], self.link_id[(b, a)]]] = False
-        new.is_up = is_up
-        new._names, new._node_id = self._names, self._node_id
-        new._cones, new._pairs, new._shared = {}, {}, self._shared
-        new._access = {}
-        keep = is_up[self._up_lid]
+        new = self._derived(self.down | extra, extra, False)
+        keep = new.is_up[self._up_lid]
         owner = np.repeat(np.arange(len(self._names)), np.diff(self._up_ptr))
         counts = np.bincount(owner[keep], minlength=len(self._names))
         new._up_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         new._up_nbr, new._up_lid = self._up_nbr[keep], self._up_lid[keep]
+        return new
+
+    def _known(self, links: Iterable[frozenset[str]]) -> DownLinks:
+        """``links`` checked as :func:`normalise_down_links` does, by this index's link ids."""
+        return normalise_down_links(self.fabric, links, lambda a, b: (a, b) in self.link_id)
+
+    def with_up(self, up_links: Iterable[frozenset[str]]) -> PathIndex:
+        """The index of this fabric with ``up_links`` (now up again) removed from :attr:`down`.
+
+        Shares link numbering, capacities and memos like :meth:`with_down`; its up-adjacency is
+        rebuilt from the link arrays (vectorised), cones and pairs on demand.
+
+        Raises
+        ------
+        ValueError
+            A link of ``up_links`` is unknown or not down.
+        """
+        back = self._known(up_links)
+        if not back <= self.down:
+            a, b = sorted(next(iter(back - self.down)))
+            raise ValueError(f"link {a}-{b} is not down")
+        new = self._derived(self.down - back, back, True)
+        new._up_ptr = new._up_nbr = new._up_lid = None
+        return new
+
+    def _derived(self, down: DownLinks, changed: DownLinks, up: bool) -> PathIndex:
+        """A new index of this fabric sharing numbering, capacities and memos, with
+        ``changed`` links set up (``up``) or down; its caches empty."""
+        new = object.__new__(PathIndex)
+        new.fabric = self.fabric
+        new.down = down
+        new.links, new.link_id, new.capacity_bps = self.links, self.link_id, self.capacity_bps
+        is_up = self.is_up.copy()
+        for pair in changed:
+            a, b = sorted(pair)
+            is_up[[self.link_id[(a, b)], self.link_id[(b, a)]]] = up
+        new.is_up = is_up
+        new._names, new._node_id = self._names, self._node_id
+        new._cones, new._pairs, new._shared = {}, {}, self._shared
+        new._access = {}
         return new
 
     def link_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
@@ -203,6 +236,10 @@ class PathIndex:
             Node name of each node number.
         """
         sh = self._shared
+        with sh.lock:
+            return self._link_ends(sh)
+
+    def _link_ends(self, sh: _Shared) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         if sh.ends is None:
             names = self._names + [h.name for h in self.fabric.hosts]
             num = {n: i for i, n in enumerate(names)}
@@ -220,9 +257,12 @@ class PathIndex:
     def access(self, host: str) -> tuple[str, int, int] | None:
         """(leaf, id of host→leaf, id of leaf→host), or None if the access link is down.
         Raises ValueError if ``host`` is not a host of the fabric."""
-        got = self._access.get(host, False)
-        if got is not False:
-            return got
+        if host in self._access:
+            return self._access[host]
+        with self._shared.lock:
+            return self._access_fill(host)
+
+    def _access_fill(self, host: str) -> tuple[str, int, int] | None:
         h = self.fabric.host_by_name.get(host)
         if h is None:
             raise ValueError(f"{host!r} is not a host of fabric {self.fabric.name!r}")
@@ -248,6 +288,14 @@ class PathIndex:
         got = self._pairs.get(key)
         if got is not None:
             return got
+        with self._shared.lock:
+            return self._leaf_candidates(key)
+
+    def _leaf_candidates(self, key: tuple[str, str]) -> np.ndarray:
+        src_leaf, dst_leaf = key
+        got = self._pairs.get(key)
+        if got is not None:
+            return got
         if src_leaf == dst_leaf:
             out = np.empty((1, 0), dtype=np.int64)
         else:
@@ -269,6 +317,10 @@ class PathIndex:
         leaf_pairs : iterable of (str, str)
             Leaf (switch) names; repeats and already cached pairs are skipped.
         """
+        with self._shared.lock:
+            self._prefetch(leaf_pairs)
+
+    def _prefetch(self, leaf_pairs: Iterable[tuple[str, str]]) -> None:
         todo = [key for key in dict.fromkeys(leaf_pairs) if key not in self._pairs]
         self._build_cones([lf for key in todo for lf in key])
         groups: dict[tuple[int, int], list[tuple[tuple[str, str], _LeafCone, _LeafCone]]] = {}
@@ -391,9 +443,13 @@ class PathIndex:
         """``build()`` computed once per fabric and shared by every index derived from this one
         (:meth:`with_down`); for values that depend on the fabric, not on what is down."""
         memo = self._shared.memo
-        if key not in memo:
-            memo[key] = build()
-        return memo[key]
+        got = memo.get(key, _MISSING)
+        if got is not _MISSING:
+            return got
+        with self._shared.lock:
+            if key not in memo:
+                memo[key] = build()
+            return memo[key]
 
     # -- internals ------------------------------------------------------------------------------
     def _cone(self, leaf: str) -> _LeafCone:

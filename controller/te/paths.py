@@ -110,6 +110,7 @@ class PathOracle:
         if memo is not None:
             return memo
         preds = cone.preds[node]
+        out: list[_UpPath]
         if not preds:
             out = [((node,), (), ())]
         else:

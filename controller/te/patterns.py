@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller.model.topology import Fabric
-from controller.te.collectives import FlowDemand
+from controller.te.collectives import FlowDemand, split
 
 
 @dataclass(frozen=True)
@@ -85,14 +85,61 @@ def hierarchical(name: str, groups: Sequence[Sequence[str]], size_bytes: float) 
     return Traffic(name, size_bytes, phases)
 
 
-def all_to_all(name: str, ranks: Sequence[str], size_bytes: float) -> Traffic:
-    """All-to-all: every rank sends S/n to every other rank, each flow independent (its own
-    group). n(n−1) flows. Raises ValueError."""
+def all_to_all(name: str, ranks: Sequence[str], size_bytes: float,
+               coflow: bool = False) -> Traffic:
+    """All-to-all: every rank sends S/n to every other rank, n(n−1) flows. Each flow is
+    independent (its own group), or with ``coflow`` all advance together as one group (the
+    collective ends with its slowest flow, and a 256-rank job is one session of the fluid model
+    instead of 65,280; the coflow abstraction of Chowdhury et al., "Efficient coflow scheduling
+    with Varys", SIGCOMM 2014, §2). Raises ValueError."""
     _check(name, ranks)
     n = len(ranks)
-    flows = [(a, b) for a in ranks for b in ranks if a != b]
-    return Traffic(name, size_bytes, (tuple(
-        Group((FlowDemand(name, i, a, b),), size_bytes / n) for i, (a, b) in enumerate(flows)),))
+    flows = [FlowDemand(name, i, a, b)
+             for i, (a, b) in enumerate((a, b) for a in ranks for b in ranks if a != b)]
+    if coflow:
+        return Traffic(name, size_bytes, ((Group(tuple(flows), size_bytes / n),),))
+    return Traffic(name, size_bytes, (tuple(Group((f,), size_bytes / n) for f in flows),))
+
+
+def pipeline(name: str, stages: Sequence[Sequence[str]], size_bytes: float) -> Traffic:
+    """Pipeline-parallel point-to-point transfers: member i of stage s sends ``size_bytes``
+    (activations of one micro-batch) to member i of stage s+1, every boundary at once, as one
+    coflow (the job's step waits for its slowest transfer; one session of the fluid model per
+    job). ``stages``: ≥ 2 stages of equal size. Raises ValueError."""
+    if len(stages) < 2 or len({len(st) for st in stages}) != 1:
+        raise ValueError(f"{name}: a pipeline needs ≥ 2 stages of equal size")
+    _check(name, [h for st in stages for h in st])
+    flows = [FlowDemand(name, s * len(stages[0]) + i, a, b)
+             for s in range(len(stages) - 1)
+             for i, (a, b) in enumerate(zip(stages[s], stages[s + 1], strict=True))]
+    return Traffic(name, size_bytes, ((Group(tuple(flows), size_bytes),),))
+
+
+def point_to_point(name: str, pairs: Sequence[tuple[str, str, float]]) -> Traffic:
+    """Explicit flows (src, dst, bytes), each independent (a scenario's ``flows:``). Raises
+    ValueError for a flow from a host to itself or no flows."""
+    if not pairs:
+        raise ValueError(f"{name}: no flows")
+    groups = []
+    for i, (a, b, size) in enumerate(pairs):
+        if a == b:
+            raise ValueError(f"{name}: flow {i} goes from {a} to itself")
+        groups.append(Group((FlowDemand(name, i, a, b),), float(size)))
+    return Traffic(name, float(sum(p[2] for p in pairs)), (tuple(groups),))
+
+
+def with_subflows(traffic: Traffic, n: int) -> Traffic:
+    """``traffic`` with every flow split into ``n`` sub-flows (connections per peer): group g
+    becomes n groups, channel j holding sub-flow j of each of g's flows with 1/n of the bytes
+    (NCCL runs its channels independently, each over its own connection).
+    :func:`controller.te.collectives.split` names the sub-flows."""
+    if n == 1:
+        return traffic
+    phases = tuple(
+        tuple(Group(tuple(split(f, n)[j] for f in g.flows), g.bytes_per_flow / n)
+              for g in ph for j in range(n))
+        for ph in traffic.phases)
+    return Traffic(traffic.name, traffic.size_bytes, phases)
 
 
 def _check(name: str, ranks: Sequence[str], minimum: int = 2) -> None:
@@ -143,6 +190,9 @@ def demand_rates_bps(fabric: Fabric, traffics: Sequence[Traffic]) -> dict[FlowDe
     min(source and destination access capacity) / the most flows of its phase sharing either
     access link; max over the phases it appears in."""
     out: dict[FlowDemand, float] = {}
+    hosts = fabric.host_by_name
+    access = {(ln.a if ln.a in hosts else ln.b): float(ln.capacity_bps) for ln in fabric.links
+              if (ln.a in hosts) != (ln.b in hosts)}
     for t in traffics:
         for ph in t.phases:
             n_out: dict[str, int] = {}
@@ -153,8 +203,7 @@ def demand_rates_bps(fabric: Fabric, traffics: Sequence[Traffic]) -> dict[FlowDe
                     n_in[f.dst] = n_in.get(f.dst, 0) + 1
             for g in ph:
                 for f in g.flows:
-                    cap = min(fabric.link_between(f.src, fabric.host_by_name[f.src].leaf).capacity_bps,
-                              fabric.link_between(f.dst, fabric.host_by_name[f.dst].leaf).capacity_bps)
+                    cap = min(access[f.src], access[f.dst])
                     r = cap / max(n_out[f.src], n_in[f.dst])
                     out[f] = max(out.get(f, 0.0), r)
     return out

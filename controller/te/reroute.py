@@ -19,9 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.model.topology import Fabric
+from controller.te import recovery
 from controller.te.collectives import FlowDemand
-from controller.te.loadpin import PinState, base_load_array, load_lower_bound
+from controller.te.loadpin import PinState, base_load_array
 from controller.te.pathindex import DirectedLink, Path, PathIndex
+from controller.te.placement import Placement
 
 _EPS = 1e-9
 
@@ -128,39 +130,18 @@ def repair(
 
     Notes
     -----
-    Cost: one pass over the hops of all paths (vectorised: link ids, hit test and loads by
-    ``bincount``) plus greedy and a bounded local search (20,000 candidate evaluations) over
-    the hit flows only; candidates are built only for the leaf pairs of the hit flows.
+    A wrapper of :func:`controller.te.recovery.repair` for callers that hold node paths: one
+    pass converts them to link ids (:meth:`Placement.from_paths`); a caller that keeps the
+    :class:`~controller.te.placement.Placement` calls that function directly and saves it.
     """
     if index is not None and index.fabric is not fabric:
         raise ValueError(f"index is of fabric {index.fabric.name!r}, not {fabric.name!r}")
-    idx = index.with_down(down_links) if index is not None else PathIndex(fabric, down_links)
-    flows = list(paths)
-    node_paths = list(paths.values())
-    try:
-        rates = np.asarray([demands[d] for d in flows], dtype=np.float64)
-    except KeyError as exc:
-        raise ValueError(f"flow {exc.args[0].label}: no demand given") from None
-    ids, starts = idx.link_ids_flat(node_paths)
-    owner = np.repeat(np.arange(len(flows)), np.diff(starts))
-    hit_flow = np.zeros(len(flows), dtype=bool)
-    hit_flow[owner[~idx.is_up[ids]]] = True
-    w = rates[owner]
-    keep = ~hit_flow[owner]
-    n = len(idx.links)
-    base = base_load_array(idx, base_load_bps)
-    before = (base + np.bincount(ids, weights=w, minlength=n)) / idx.capacity_bps
-    fixed = base + np.bincount(ids[keep], weights=w[keep], minlength=n)
-    state = PinState(idx, fixed)
-    hit = [d for d, h in zip(flows, hit_flow.tolist(), strict=True) if h]
-    for d in hit:
-        state.add(d, demands[d])
-    state.greedy(range(len(state.flows)))
-    state.local_search(load_lower_bound(state), 20_000)
+    idx = index if index is not None else PathIndex(fabric)
+    placement = Placement.from_paths(idx, paths, demands, base_load_array(idx, base_load_bps))
+    res = recovery.repair(placement, down_links)
     out = dict(paths)
-    out.update(zip(state.flows, state.paths(), strict=True))
-    return RerouteResult(out, tuple(hit), float(before[idx.is_up].max(initial=0.0)),
-                         state.max_utilisation())
+    out.update((m.flow, m.new_path) for m in res.moves)
+    return RerouteResult(out, res.moved, res.max_utilisation_before, res.max_utilisation_after)
 
 
 def rebalance(

@@ -8,7 +8,10 @@ Run one process per rank::
 Rank ``i`` listens on ``--dst-port`` (or on the port written in its own ``--peers`` entry,
 ``ip:port``, which loopback tests use), connects to rank ``i+1`` with its TCP source port bound to
 ``--src-port`` and accepts one connection from rank ``i-1``. The source port is what an ECMP
-5-tuple hash sees, so seeds that change source ports change the paths flows take.
+5-tuple hash sees, so seeds that change source ports change the paths flows take. With
+``--connections-per-peer C`` it opens C connections, from source ports ``--src-port`` + j, and
+all-reduces part j of the buffer over connection j (NCCL's channels), so a policy's
+``subflows: {by: l4_src_range}`` can pin each connection on its own path.
 
 Algorithm (the bandwidth-optimal ring, Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms
 for clusters of workstations", JPDC 69(2), 2009; as in NCCL): the float32 buffer is split into n
@@ -37,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -308,7 +311,7 @@ def ring_steps(buf: np.ndarray, segs: list[tuple[int, int]],
                                 cond.wait(1.0)
                             if error:
                                 return
-                    mv = memoryview(buf[a:b]).cast("B")
+                    mv = buf[a:b].data.cast("B")
                     send.sendall(mv)
                     sent[0] += len(mv)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
@@ -324,10 +327,10 @@ def ring_steps(buf: np.ndarray, segs: list[tuple[int, int]],
             for a, b in recv_plan[g]:
                 if phase == "reduce-scatter":
                     t = tmp[: b - a]
-                    _recv_exact(recv, memoryview(t).cast("B"))
+                    _recv_exact(recv, t.data.cast("B"))
                     np.add(buf[a:b], t, out=buf[a:b])
                 else:
-                    _recv_exact(recv, memoryview(buf[a:b]).cast("B"))
+                    _recv_exact(recv, buf[a:b].data.cast("B"))
                 with cond:
                     done[g] += 1
                     cond.notify_all()
@@ -364,37 +367,42 @@ class RankReport:
     verify_s: float
     cpu_s: float
     step_end_s: list[float]
+    connections: int = 1
+    bytes_sent_per_connection: list[int] = field(default_factory=list)
+
+
+def parts(n_elems: int, connections: int) -> list[tuple[int, int]]:
+    """The buffer ``[0, n_elems)`` split over ``connections`` channels: contiguous (lo, hi)
+    parts, sizes differing by ≤ 1 (a channel may get an empty part when the buffer is tiny)."""
+    return segments(n_elems, connections)
 
 
 def run_rank(
     rank: int, peers: Sequence[str], nbytes: int, seed: int, src_port: int, dst_port: int,
     stream: int = 0, chunk_bytes: int = CHUNK_BYTES, dscp: int | None = None,
+    connections_per_peer: int = 1,
 ) -> RankReport:
     """Run one rank to completion and verify its result (see the module docstring).
 
-    ``dscp``: DSCP of the data this rank sends (None: the kernel default, 0)."""
+    ``dscp``: DSCP of the data this rank sends (None: the kernel default, 0).
+    ``connections_per_peer`` c: c TCP connections to the next rank, connection j from source
+    port ``src_port`` + j (what a policy's ``subflows: {by: l4_src_range, base_port:
+    src_port}`` pins each on its own path); the buffer is split into c parts
+    (:func:`parts`) and part j is all-reduced over connection j, all c at once — NCCL's
+    channels, each over its own connection. Each connection carries 1/c of the bytes."""
     n = len(peers)
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} out of range for {n} peers")
     if n < 2:
         raise ValueError("a ring needs at least 2 ranks")
-    addrs = [_parse_peer(p, dst_port) for p in peers]
-    listen_port = addrs[rank][1]
-    buf = rank_buffer(seed, stream, rank, nbytes)
-    # the reference is computed before the barrier, so verifying never competes for the CPU
-    # with ranks that are still moving data
-    t0 = time.monotonic()
-    exact, bound = error_bound([rank_buffer(seed, stream, r, nbytes) for r in range(n)])
-    ref_s = time.monotonic() - t0
-
-    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if dscp is not None:
-        # the accepted connection inherits it: the ACKs this rank returns travel in the
-        # collective's class too, not behind bulk traffic (RoCE marks a QP's both directions)
-        lsock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
-    lsock.bind(("0.0.0.0", listen_port))
-    lsock.listen(4)
+    if not 1 <= connections_per_peer <= 64 or src_port + connections_per_peer - 1 > 65535:
+        raise ValueError(f"connections_per_peer {connections_per_peer}: 1..64 connections from "
+                         f"source ports {src_port}.. up to 65535")
+    if connections_per_peer > 1:
+        return _run_rank_channels(rank, peers, nbytes, seed, src_port, dst_port, stream,
+                                  chunk_bytes, dscp, connections_per_peer)
+    addrs, buf, exact, bound, ref_s, lsock = _prepare(rank, peers, nbytes, seed, stream,
+                                                      dst_port, dscp, 4)
     accepted: list[socket.socket] = []
 
     def acceptor() -> None:
@@ -436,6 +444,38 @@ def run_rank(
         if not clean:
             recv.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         recv.close()
+    return _report(rank, n, nbytes, seed, stream, src_port, addrs[rank][1], start, end, sent,
+                   buf, exact, bound, ref_s, cpu_s, [round(t - start, 4) for t in steps_done])
+
+
+def _prepare(rank: int, peers: Sequence[str], nbytes: int, seed: int, stream: int,
+             dst_port: int, dscp: int | None, backlog: int
+             ) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray, np.ndarray, float,
+                        socket.socket]:
+    """Peer addresses, this rank's buffer, the float64 reference sum and its error bound (and
+    the seconds they took), and the listening socket. The reference is computed before the
+    barrier, so verifying never competes for the CPU with ranks still moving data."""
+    addrs = [_parse_peer(p, dst_port) for p in peers]
+    buf = rank_buffer(seed, stream, rank, nbytes)
+    t0 = time.monotonic()
+    exact, bound = error_bound([rank_buffer(seed, stream, r, nbytes) for r in range(len(peers))])
+    ref_s = time.monotonic() - t0
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if dscp is not None:
+        # the accepted connection inherits it: the ACKs this rank returns travel in the
+        # collective's class too, not behind bulk traffic (RoCE marks a QP's both directions)
+        lsock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+    lsock.bind(("0.0.0.0", addrs[rank][1]))
+    lsock.listen(backlog)
+    return addrs, buf, exact, bound, ref_s, lsock
+
+
+def _report(rank: int, n: int, nbytes: int, seed: int, stream: int, src_port: int,
+            listen_port: int, start: float, end: float, sent: int, buf: np.ndarray,
+            exact: np.ndarray, bound: np.ndarray, ref_s: float, cpu_s: float,
+            step_end_s: list[float], per_connection: Sequence[int] = ()) -> RankReport:
+    """Verify ``buf`` against the reference (module docstring) and make the rank's report."""
     t0 = time.monotonic()
     err = np.abs(buf.astype(np.float64) - exact)
     correct = bool(np.all(err <= bound)) and bool(np.all(np.isfinite(buf)))
@@ -446,8 +486,90 @@ def run_rank(
         dst_port=listen_port, start=start, end=end, bytes_sent=sent, correct=correct,
         max_abs_err=float(err.max()), max_err_over_bound=float(ratio.max()),
         digest=digest(buf), verify_s=ref_s + time.monotonic() - t0, cpu_s=cpu_s,
-        step_end_s=[round(t - start, 4) for t in steps_done],
+        step_end_s=step_end_s, connections=max(len(per_connection), 1),
+        bytes_sent_per_connection=list(per_connection),
     )
+
+
+def _run_rank_channels(rank: int, peers: Sequence[str], nbytes: int, seed: int, src_port: int,
+                       dst_port: int, stream: int, chunk_bytes: int, dscp: int | None,
+                       c: int) -> RankReport:
+    """:func:`run_rank` with ``c`` connections per peer (its docstring). Each connection starts
+    with one byte naming its channel, so the receiver pairs them whatever order they arrive in."""
+    n = len(peers)
+    addrs, buf, exact, bound, ref_s, lsock = _prepare(rank, peers, nbytes, seed, stream,
+                                                      dst_port, dscp, c + 4)
+    recv: dict[int, socket.socket] = {}
+    failure: list[BaseException] = []
+
+    def acceptor() -> None:
+        try:
+            lsock.settimeout(CONNECT_TIMEOUT_S)
+            while len(recv) < c:
+                conn, _ = lsock.accept()
+                conn.settimeout(IO_TIMEOUT_S)
+                tag = bytearray(1)
+                _recv_exact(conn, memoryview(tag))
+                recv[tag[0]] = conn
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failure.append(exc)
+
+    at = threading.Thread(target=acceptor, daemon=True)
+    at.start()
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    send: list[socket.socket] = []
+    for j in range(c):
+        s = _connect(addrs[(rank + 1) % n], src_port + j, deadline, dscp)
+        s.sendall(bytes([j]))
+        send.append(s)
+    at.join(CONNECT_TIMEOUT_S)
+    if len(recv) < c:
+        raise TimeoutError(f"rank {rank}: {len(recv)} of {c} connections from rank "
+                           f"{(rank - 1) % n}" + (f": {failure[0]}" if failure else ""))
+    lsock.close()
+    bounds = parts(buf.size, c)
+    sent = [0] * c
+    errors: list[BaseException] = []
+    try:
+        _ring_barrier(send[0], recv[0], n)
+        cpu0 = time.process_time()
+        start = time.time()
+
+        def channel(j: int) -> None:
+            lo, hi = bounds[j]
+            try:
+                if hi > lo:
+                    sent[j] = ring_steps(buf[lo:hi], segments(hi - lo, n), schedule(rank, n),
+                                         send[j], recv[j], chunk_bytes,
+                                         name=f"rank{rank}-ch{j}-send")
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=channel, args=(j,), daemon=True) for j in range(c)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if errors:
+            raise errors[0]
+        end = time.time()
+        cpu_s = time.process_time() - cpu0
+        recv[0].sendall(_TOKEN)
+        _recv_exact(send[0], memoryview(bytearray(1)))
+        clean = True
+    except BaseException:
+        clean = False
+        raise
+    finally:
+        for s in send:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+        for r in recv.values():
+            if not clean:
+                r.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            r.close()
+    return _report(rank, n, nbytes, seed, stream, src_port, addrs[rank][1], start, end,
+                   sum(sent), buf, exact, bound, ref_s, cpu_s, [], sent)
 
 
 def _size(text: str) -> int:
@@ -472,11 +594,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--dscp", type=int, choices=range(64), metavar="0..63",
                    help="DSCP of the data sent")
+    p.add_argument("--connections-per-peer", type=int, default=1, metavar="C",
+                   help="C connections to the next rank, from source ports src-port..+C-1, "
+                        "the buffer split over them")
     a = p.parse_args(argv)
     peers = [x for x in a.peers.split(",") if x.strip()]
     try:
         rep = run_rank(a.rank, peers, a.bytes, a.seed, a.src_port, a.dst_port, a.stream,
-                       a.chunk_bytes, a.dscp)
+                       a.chunk_bytes, a.dscp, a.connections_per_peer)
     except Exception as exc:  # report the failure in the JSON as well as on stderr
         a.out.write_text(json.dumps({"rank": a.rank, "error": f"{type(exc).__name__}: {exc}"}))
         print(f"rank {a.rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -491,6 +616,6 @@ if __name__ == "__main__":
 
 __all__ = [
     "CollectiveResult", "RankReport", "allreduce", "busbw_factor", "chunks", "digest",
-    "element_count", "error_bound", "rank_buffer", "ring_steps", "run_rank", "schedule",
-    "segments", "source_port", "summarize",
+    "element_count", "error_bound", "parts", "rank_buffer", "ring_steps", "run_rank",
+    "schedule", "segments", "source_port", "summarize",
 ]

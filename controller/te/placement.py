@@ -1,0 +1,177 @@
+"""Pinned flows as one immutable value: who goes where, in link ids, on which fabric state.
+
+A :class:`Placement` is what a running controller keeps between events: the flows, their demands,
+each flow's path as directed link ids of one :class:`~controller.te.pathindex.PathIndex` (stored as
+one concatenated array with offsets, a CSR row per flow) and the background load. It is never
+mutated: :meth:`Placement.replace` returns a new value sharing the index, so a worker thread can
+re-optimise one placement while the event loop repairs another (:mod:`controller.te.recovery`).
+
+Keeping link ids instead of node names is what makes a repair at 65,536 flows cheap: finding the
+flows that cross a dead link is one boolean gather over the concatenated ids, and the load of the
+flows that stay is one ``bincount``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from controller.te.collectives import FlowDemand
+from controller.te.pathindex import DirectedLink, Path, PathIndex
+
+
+@dataclass(frozen=True, eq=False)
+class Placement:
+    """Pinned flows on one fabric state (read-only arrays; see the module docstring).
+
+    Attributes
+    ----------
+    index : PathIndex
+        The fabric state the paths were placed on (link numbering, capacities, down links).
+    flows : tuple of FlowDemand
+        Every pinned flow (sub-flows each on their own), in planning order.
+    rate_bps : numpy.ndarray of float64, shape (F,)
+        Demand of each flow, bits/s.
+    ids : numpy.ndarray of int64, shape (Σ hops,)
+        Directed link ids of every path (access links included), flow after flow.
+    starts : numpy.ndarray of int64, shape (F + 1,)
+        Flow j's path is ``ids[starts[j]:starts[j + 1]]``.
+    base_bps : numpy.ndarray of float64, shape (n_directed_links,)
+        Load not pinned by us (background), bits/s.
+    """
+
+    index: PathIndex
+    flows: tuple[FlowDemand, ...]
+    rate_bps: np.ndarray
+    ids: np.ndarray
+    starts: np.ndarray
+    base_bps: np.ndarray = field(repr=False)
+
+    def __post_init__(self) -> None:
+        for arr in (self.rate_bps, self.ids, self.starts, self.base_bps):
+            arr.setflags(write=False)
+        if len(self.starts) != len(self.flows) + 1 or len(self.rate_bps) != len(self.flows):
+            raise ValueError("a placement needs one rate and one path per flow")
+        _ = self.owner  # computed now (cheap), so the first repair does not pay for it
+
+    # -- building --------------------------------------------------------------------------------
+    @staticmethod
+    def from_paths(index: PathIndex, paths: Mapping[FlowDemand, Sequence[str]],
+                   rate_bps: Mapping[FlowDemand, float],
+                   base_load_bps: np.ndarray | None = None) -> Placement:
+        """The placement of node ``paths`` (host … host) with their demands (bits/s).
+
+        Raises
+        ------
+        ValueError
+            A flow of ``paths`` has no demand.
+        KeyError
+            A hop of a path is not a link of the fabric.
+        """
+        flows = tuple(paths)
+        try:
+            rates = np.fromiter((rate_bps[d] for d in flows), dtype=np.float64, count=len(flows))
+        except KeyError as exc:
+            raise ValueError(f"flow {exc.args[0].label}: no demand given") from None
+        ids, starts = index.link_ids_flat([paths[d] for d in flows])
+        base = np.zeros(len(index.links)) if base_load_bps is None else base_load_bps
+        return Placement(index, flows, rates, ids, starts, np.asarray(base, dtype=np.float64))
+
+    @staticmethod
+    def from_rows(index: PathIndex, flows: Sequence[FlowDemand], rate_bps: Sequence[float],
+                  rows: Sequence[np.ndarray], base_bps: np.ndarray) -> Placement:
+        """From per-flow link-id arrays (access links included)."""
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        ids = np.concatenate(rows).astype(np.int64) if len(rows) else np.empty(0, np.int64)
+        starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        return Placement(index, tuple(flows), np.asarray(rate_bps, dtype=np.float64), ids,
+                         starts, np.asarray(base_bps, dtype=np.float64))
+
+    # -- reading ---------------------------------------------------------------------------------
+    @cached_property
+    def pos(self) -> dict[FlowDemand, int]:
+        """Flow → its position."""
+        return {d: i for i, d in enumerate(self.flows)}
+
+    @cached_property
+    def owner(self) -> np.ndarray:
+        """Position of the flow each entry of :attr:`ids` belongs to, shape (Σ hops,)."""
+        return np.repeat(np.arange(len(self.flows), dtype=np.int64), np.diff(self.starts))
+
+    def links(self, i: int) -> np.ndarray:
+        """Directed link ids of flow ``i``'s path."""
+        return self.ids[self.starts[i]:self.starts[i + 1]]
+
+    def path(self, i: int) -> Path:
+        """Node path of flow ``i``."""
+        return self.index.path_of(self.links(i))
+
+    def paths(self, flows: Iterable[int] | None = None) -> dict[FlowDemand, Path]:
+        """Flow → node path, for ``flows`` (positions; all by default), built per path length
+        in one vectorised pass each."""
+        sel = np.arange(len(self.flows)) if flows is None else np.asarray(list(flows), np.int64)
+        lengths = np.diff(self.starts)[sel]
+        out: dict[FlowDemand, Path] = {}
+        for n in np.unique(lengths).tolist():
+            fl = sel[lengths == n]
+            rows = self.ids[self.starts[fl][:, None] + np.arange(n)]
+            for i, p in zip(fl.tolist(), self.index.paths_of_rows(rows), strict=True):
+                out[self.flows[i]] = p
+        return {self.flows[i]: out[self.flows[i]] for i in sel.tolist()}
+
+    def load_bps(self) -> np.ndarray:
+        """Background + pinned demand per directed link, bits/s, shape (n_directed_links,)."""
+        w = np.repeat(self.rate_bps, np.diff(self.starts))
+        return self.base_bps + np.bincount(self.ids, weights=w, minlength=len(self.index.links))
+
+    def utilisation(self) -> np.ndarray:
+        """:meth:`load_bps` / capacity per directed link (dead links included)."""
+        return self.load_bps() / self.index.capacity_bps
+
+    def max_utilisation(self) -> float:
+        """The largest utilisation over links that are up."""
+        u = self.utilisation()[self.index.is_up]
+        return float(u.max(initial=0.0))
+
+    def link_load(self) -> dict[DirectedLink, float]:
+        """Directed link → load, bits/s, for links with load > 0."""
+        load = self.load_bps()
+        nz = np.flatnonzero(load > 0)
+        return {self.index.links[i]: float(load[i]) for i in nz.tolist()}
+
+    # -- changing --------------------------------------------------------------------------------
+    def replace(self, rows: Mapping[int, np.ndarray], index: PathIndex | None = None,
+                base_bps: np.ndarray | None = None) -> Placement:
+        """A new placement with flow i's path replaced by ``rows[i]`` (link ids, access links
+        included), on ``index`` (default: this one's) with ``base_bps`` (default: this one's).
+        O(Σ hops) array work plus O(len(rows))."""
+        idx = self.index if index is None else index
+        base = self.base_bps if base_bps is None else base_bps
+        if not rows:
+            return Placement(idx, self.flows, self.rate_bps, self.ids, self.starts, base)
+        old_len = np.diff(self.starts)
+        moved = np.fromiter(rows, dtype=np.int64, count=len(rows))
+        new_len = np.fromiter((len(rows[i]) for i in moved.tolist()), dtype=np.int64,
+                              count=len(moved))
+        if np.array_equal(new_len, old_len[moved]):  # same lengths: copy and overwrite
+            ids = self.ids.copy()
+            for i in moved.tolist():
+                ids[self.starts[i]:self.starts[i + 1]] = rows[i]
+            return Placement(idx, self.flows, self.rate_bps, ids, self.starts, base)
+        lengths = old_len.copy()
+        lengths[moved] = new_len
+        starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        ids = np.empty(int(starts[-1]), dtype=np.int64)
+        keep = np.ones(len(self.flows), dtype=bool)
+        keep[moved] = False
+        kept = np.flatnonzero(keep)
+        k_len = old_len[kept]
+        offs = np.arange(int(k_len.sum())) - np.repeat(np.cumsum(k_len) - k_len, k_len)
+        ids[np.repeat(starts[kept], k_len) + offs] = self.ids[np.repeat(self.starts[kept], k_len)
+                                                              + offs]
+        for i in moved.tolist():
+            ids[starts[i]:starts[i + 1]] = rows[i]
+        return Placement(idx, self.flows, self.rate_bps, ids, starts, base)
