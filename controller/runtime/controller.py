@@ -190,6 +190,7 @@ class Controller:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._demands: tuple[Any, dict[FlowDemand, float]] = (None, {})
+        self._programmed: set[str] = set()
         self.listeners: list[Callable[[Event, core.Step], None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -499,8 +500,11 @@ class Controller:
                 LOG.info("%s reconciled: read %d entries of ours, all as intended: nothing "
                          "sent%s (%.1f ms)", self.tag(switch), len(got.plan.flows), foreign,
                          (time.perf_counter() - t0) * 1e3)
+                self._note_programmed(switch)
                 return
             res = await self.transaction({switch: ch})
+            if res.ok:
+                self._note_programmed(switch)
             verdict = "sent" if res.ok else "refused"
             LOG.info("%s reconciled: read %d entries of ours, %s +%d ~%d -%d%s (%.1f ms)",
                      self.tag(switch), len(got.plan.flows), verdict, len(ch.add_flows),
@@ -509,6 +513,14 @@ class Controller:
             if not res.ok:
                 self.publish("apply-failed", f"reconciling {switch}: {res.error}",
                              switch=switch)
+
+    def _note_programmed(self, switch: str) -> None:
+        if switch in self._programmed:
+            return
+        self._programmed.add(switch)
+        n = len(self.state.fabric.switches)
+        if len(self._programmed) == n:
+            LOG.info("[controller] all %d switches programmed", n)
 
     async def propose(self, make: Callable[[RuntimeState], Event], *,
                       dry_run: bool = False) -> Proposal:

@@ -458,13 +458,22 @@ class FakeOFTable:
                 for f in self.flows]
         return parser.OFPFlowStatsReply(datapath, body=body, flags=0)
 
-    def dump(self) -> list[str]:
-        """Flow entries as sorted text lines (for failure messages and golden files)."""
+    def dump(self, resolve_groups: bool = False) -> list[str]:
+        """Flow entries as sorted text lines (for failure messages and golden files); with
+        ``resolve_groups`` a group is shown by its type and buckets' ports, not its id (ids are
+        a driver's choice)."""
         lines = []
         for f in sorted(self.flows, key=lambda f: (f.table_id, -f.priority, sorted(f.match.items(),
                                                                                    key=str))):
             ports, groups, _ = f.outputs()
-            acts = [f"output:{p}" for p in ports] + [f"group:{g}" for g in groups] or ["drop"]
+
+            def grp(g: int) -> str:
+                if not resolve_groups or g not in self.groups:
+                    return f"group:{g}"
+                gr = self.groups[g]
+                kind = "ff" if gr.type_ == ofp.OFPGT_FF else "select"
+                return f"{kind}({','.join(str(p) for b in gr.buckets for p in b.outputs)})"
+            acts = [f"output:{p}" for p in ports] + [grp(g) for g in groups] or ["drop"]
             m = ",".join(f"{k}={v}" for k, v in sorted(f.match.items()))
             lines.append(f"table={f.table_id} priority={f.priority} {m} -> {','.join(acts)}")
         return lines

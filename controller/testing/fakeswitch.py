@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from controller.drivers.openflow.dialect import DIALECTS, Dialect
+from controller.drivers.openflow.dialect import DIALECTS, Dialect, selection_property
 from controller.testing.fakeoftable import FakeFabric, FakeOFError, FakeOFTable, _Flow
 
 
@@ -82,7 +82,8 @@ class FakeSwitch:
 
     def __init__(self, driver: Any, dpid: int, table: FakeOFTable, version: int = 4,
                  address: str = "", arbiter: RoleArbiter | None = None,
-                 part_size: int = 50) -> None:
+                 part_size: int = 50, journal: list[tuple[str, list[Any]]] | None = None,
+                 name: str = "") -> None:
         self.driver = driver
         self.dpid = dpid
         self.table = table
@@ -92,6 +93,8 @@ class FakeSwitch:
         self.arbiter = arbiter or RoleArbiter()
         self.part_size = part_size
         self.received: list[Any] = []
+        self.journal = journal  # committed bundles of every switch, in commit order
+        self.name = name or self.address
         self._bundles: dict[int, list[tuple[int, Any]]] = {}
         self.closed = False
         self.answer = True  # False: swallow requests (a switch that stopped answering)
@@ -199,10 +202,11 @@ class FakeSwitch:
             body = []
             for g in sorted(self.table.groups.values(), key=lambda g: g.group_id):
                 if self.version >= 5:
-                    body.append(p.OFPGroupDescStats(g.type_, g.group_id, g.raw_buckets,
-                                                    g.properties))
+                    props = [selection_property(g.selection)] if g.selection else []
+                    body.append(p.OFPGroupDescStats(g.type_, g.group_id, self._buckets(g),
+                                                    props))
                 else:
-                    body.append(p.OFPGroupDescStats(g.type_, g.group_id, g.raw_buckets))
+                    body.append(p.OFPGroupDescStats(g.type_, g.group_id, self._buckets(g)))
             self._parts(m.xid, kind, body)
             return
         if kind == "OFPPortStatsRequest":
@@ -220,6 +224,23 @@ class FakeSwitch:
             self._parts(m.xid, kind, [])
             return
         self._error(m.xid, "OFPBRC_BAD_TYPE")
+
+    def _buckets(self, g: Any) -> list[Any]:
+        """A group's buckets as this switch's version reports them."""
+        p, o = self.dialect.parser, self.dialect.ofp
+        out = []
+        for i, b in enumerate(g.buckets):
+            acts = [p.OFPActionOutput(port) for port in b.outputs]
+            if self.version >= 5:
+                props = [p.OFPGroupBucketPropWatch(type_=o.OFPGBPT_WATCH_PORT, watch=b.watch_port)]
+                if g.type_ == o.OFPGT_SELECT:
+                    props.insert(0, p.OFPGroupBucketPropWeight(type_=o.OFPGBPT_WEIGHT,
+                                                               weight=b.weight))
+                out.append(p.OFPBucket(bucket_id=i, actions=acts, properties=props))
+            else:
+                out.append(p.OFPBucket(weight=b.weight, watch_port=b.watch_port,
+                                       watch_group=o.OFPG_ANY, actions=acts))
+        return out
 
     def _flow_body(self, f: _Flow, kind: str) -> Any:
         p = self.dialect.parser
@@ -285,6 +306,8 @@ class FakeSwitch:
                     self._error(xid, _err_name(str(exc)))
                     self._error(m.xid, "OFPBFC_MSG_FAILED")
                     return
+            if self.journal is not None:
+                self.journal.append((self.name, [inner for _, inner in msgs]))
             self._reply(cls(d.desc, bid, m.type + 1, m.flags, []), m.xid)
         else:
             self._error(m.xid, "OFPBFC_BAD_TYPE")
@@ -292,6 +315,17 @@ class FakeSwitch:
     def _error(self, xid: int, name: str) -> None:
         d = self.dialect
         o = d.ofp
+        if name.startswith("OFPBFC_") and self.version < 5:
+            # OpenFlow 1.3 carries bundle errors as ONF experimenter errors (EXT-230)
+            from os_ken.ofproto import ofproto_common
+
+            exp = getattr(o, "ONFERR_ET_" + name[len("OFPBFC_"):].replace("MSG_FAILED", "FAILED"),
+                          o.ONFERR_ET_UNKNOWN)
+            self._reply(d.parser.OFPErrorMsg(d.desc, type_=o.OFPET_EXPERIMENTER, code=0,
+                                             data=b"", exp_type=exp,
+                                             experimenter=ofproto_common.ONF_EXPERIMENTER_ID),
+                        xid)
+            return
         prefix = next((k for k in _ERR_PREFIX if name.startswith(k)), "OFPBRC_")
         etype = getattr(o, _ERR_PREFIX[prefix])
         code = getattr(o, name, o.OFPBRC_EPERM)

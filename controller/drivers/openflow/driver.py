@@ -504,6 +504,12 @@ class _SwitchError(Exception):
 def error_text(d: Dialect, msg: Any) -> str:
     """``OFPET_ROLE_REQUEST_FAILED/OFPRRFC_STALE (type 11, code 0)`` style text."""
     o = d.ofp
+    if msg.type == o.OFPET_EXPERIMENTER:
+        exp = getattr(msg, "exp_type", None)
+        ename = next((n for n in dir(o) if n.startswith("ONFERR_ET_") and getattr(o, n) == exp),
+                     f"exp_type {exp}")
+        return (f"OFPET_EXPERIMENTER/{ename} (experimenter {getattr(msg, 'experimenter', 0):#x}, "
+                f"exp_type {exp})")
     tname = next((n for n in dir(o) if n.startswith("OFPET_") and getattr(o, n) == msg.type),
                  f"type {msg.type}")
     prefix = {"OFPET_BAD_REQUEST": "OFPBRC_", "OFPET_BAD_ACTION": "OFPBAC_",
