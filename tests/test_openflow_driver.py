@@ -210,10 +210,11 @@ def test_64_port_leaf_gets_ecmp_and_fast_failover_on_every_port():
         rig.ff.set_link("leaf1", path[2], False)
         (p,) = rig.ff.trace("h1", pkt)
         assert p[2] != path[2] and p[-1] == "h49"
-        # ECMP traffic may take every uplink (ports 49..64): one path per spine
+        # ECMP traffic may take every live uplink (ports 49..64): one path per spine
         paths = rig.ff.trace("h2", {**pkt, "ipv4_src": fab.host_by_name["h2"].ipv4,
                                     "ipv4_dst": fab.host_by_name["h60"].ipv4})
-        assert sorted(p[2] for p in paths) == sorted(f"spine{i}" for i in range(1, 17))
+        assert sorted(p[2] for p in paths) == sorted(f"spine{i}" for i in range(1, 17)
+                                                     if f"spine{i}" != path[2])
     finally:
         rig.close()
 
