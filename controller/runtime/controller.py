@@ -222,7 +222,8 @@ class Controller:
             self.handle(Tick(self.clock()))
 
     def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
+        assert self._loop is not None, "start() first"
+        task = self._loop.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
@@ -306,7 +307,7 @@ class Controller:
                 for al in self.telemetry.links_changed(fx.down_links, dict(fx.lost), fx.now_s):
                     self._alert("alert-raised", al)
         elif isinstance(fx, AlertRound):
-            self._alert_round(fx.now_s)
+            self.alert_round(fx.now_s)
         elif isinstance(fx, ForgetCounters):
             self.meter.forget_switch(fx.switch)
 
@@ -320,9 +321,11 @@ class Controller:
                      link=al.subject if al.kind.startswith("link") else "",
                      flow=al.subject if al.kind.startswith("pinned") else "")
 
-    def _alert_round(self, now_s: float) -> None:
+    def alert_round(self, now_s: float) -> tuple[list[Any], list[Any]]:
+        """Evaluate telemetry alerts at ``now_s``; log and publish each change. Returns
+        (raised, cleared)."""
         if self.telemetry is None:
-            return
+            return [], []
         raised, cleared = self.telemetry.evaluate(now_s)
         for al in raised:
             LOG.warning("%s alert %s: %s", self.tag(al.switch), al.kind, al.message)
@@ -330,6 +333,7 @@ class Controller:
         for al in cleared:
             LOG.info("%s alert %s cleared: %s", self.tag(al.switch), al.kind, al.message)
             self._alert("alert-cleared", al)
+        return raised, cleared
 
     # -- driver calls ------------------------------------------------------------------------------
     def driver_of(self, switch: str) -> SouthboundDriver:
@@ -372,7 +376,8 @@ class Controller:
         st = self.state
         if fx.kind == "reoptimise" and self.reoptimise is None:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None, "start() first"
         if fx.kind == "rebalance":
             now = self.clock()
             raw = link_loads(st.fabric, self.meter, st.placement, self.demands(), st.down_links,

@@ -163,8 +163,8 @@ class TelemetryCollector(Collector):
         return out
 
     def collect(self) -> Iterator[Metric]:
-        src, tel = self.source, self.telemetry
-        st = src.state
+        source, tel = self.source, self.telemetry
+        st = source.state
         f = self._families()
         fab = st.fabric
         for (sw, port), (_, c) in sorted(tel.port_snapshot().items()):
@@ -222,12 +222,12 @@ class TelemetryCollector(Collector):
         f["aifabric_pinned_flows"].add_metric([], len(st.placement))
         f["aifabric_sample_interval_seconds"].add_metric([], self.sample_interval_s)
         sent: dict[tuple[str, str], int] = {}
-        for drv in src.drivers.values():
+        for drv in source.drivers.values():
             for key, n in drv.messages_sent().items():
                 sent[key] = sent.get(key, 0) + n
         for (sw, kind), n in sorted(sent.items()):
             f["aifabric_southbound_messages"].add_metric([sw, kind], n)
-        stats = src.stats
+        stats = source.stats
         f["aifabric_reconciles"].add_metric([], stats.reconciles)
         f["aifabric_reconcile_entries_sent"].add_metric([], stats.reconcile_entries_sent)
         f["aifabric_transactions"].add_metric([], stats.transactions)

@@ -98,6 +98,8 @@ class FakeSwitch:
         self._bundles: dict[int, list[tuple[int, Any]]] = {}
         self.closed = False
         self.answer = True  # False: swallow requests (a switch that stopped answering)
+        #: what queue statistics report: (port, queue id, tx bytes, tx packets, tx errors)
+        self.queues: list[tuple[int, int, int, int, int]] = []
 
     # -- connection ------------------------------------------------------------------------------
     def ports(self) -> frozenset[int] | None:
@@ -221,7 +223,13 @@ class FakeSwitch:
             self._parts(m.xid, kind, body)
             return
         if kind == "OFPQueueStatsRequest":
-            self._parts(m.xid, kind, [])
+            if self.version >= 5:
+                body = [p.OFPQueueStats(port_no=q[0], queue_id=q[1], tx_bytes=q[2],
+                                        tx_packets=q[3], tx_errors=q[4], duration_sec=0,
+                                        duration_nsec=0, properties=[]) for q in self.queues]
+            else:
+                body = [p.OFPQueueStats(*q, 0, 0) for q in self.queues]
+            self._parts(m.xid, kind, body)
             return
         self._error(m.xid, "OFPBRC_BAD_TYPE")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -63,17 +64,27 @@ class Rig:
         rebalance, stats_interval_s, metrics_listen to enable telemetry, ...).
     tables : mapping, optional
         Switch name → FakeOFTable keyword arguments (``ports``, ``max_flows``, ``hash_fields``).
+    live : bool
+        Run the loop in a thread of its own (for servers on it, e.g. the gRPC northbound);
+        :meth:`run` and :meth:`settle` then wait for it.
     """
 
     def __init__(self, fabric: Fabric, policy: Policy, *, document: str = "",
                  source: str = "policy.yaml", version: int = 4,
                  options: Mapping[str, Any] | None = None,
                  tables: Mapping[str, Mapping[str, Any]] | None = None,
-                 mastership: Mastership | None = None, telemetry: bool = False,
-                 ff: FakeFabric | None = None) -> None:
+                 mastership: Mastership | None = None, telemetry: bool | Any = False,
+                 events: Any = None, ff: FakeFabric | None = None,
+                 live: bool = False) -> None:
         self.fabric = fabric
         self.now = 0.0
         self.loop = asyncio.new_event_loop()
+        self.live = live
+        self._thread: threading.Thread | None = None
+        if live:
+            self._thread = threading.Thread(target=self.loop.run_forever, name="rig-loop",
+                                            daemon=True)
+            self._thread.start()
         opts = ControllerOptions(**(options or {}))
         if telemetry:
             opts = ControllerOptions(**{**(options or {}), "grpc_listen": ("127.0.0.1", 0)})
@@ -82,11 +93,12 @@ class Rig:
                             frozenset({"openflow"}))
         self.driver = OpenFlowDriver({s.dpid: s.name for s in fabric.switches},
                                      clock=lambda: self.now)
-        tel = events = None
+        tel = None
         if telemetry:
             from controller.telemetry import EventBus, Telemetry
 
-            tel, events = Telemetry(fabric), EventBus()
+            tel = telemetry if not isinstance(telemetry, bool) else Telemetry(fabric)
+            events = events or EventBus()
         self.executor = _CountingExecutor()
         self.ctl = Controller(state, {"openflow": self.driver}, telemetry=tel, events=events,
                               mastership=mastership, executor=self.executor,
@@ -108,9 +120,14 @@ class Rig:
         self.run(self.ctl.start())
 
     # -- the loop --------------------------------------------------------------------------------
+    def _wait(self, coro: Any) -> Any:
+        if self.live:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+        return self.loop.run_until_complete(coro)
+
     def run(self, coro: Any) -> Any:
         """Run ``coro`` on the rig's loop, then settle."""
-        out = self.loop.run_until_complete(coro)
+        out = self._wait(coro)
         self.settle()
         return out
 
@@ -128,12 +145,12 @@ class Rig:
                     return
             raise TimeoutError("the controller never settled")
 
-        self.loop.run_until_complete(quiet())
+        self._wait(quiet())
 
     def tick(self, to_s: float) -> None:
         """Advance the clock to ``to_s`` and deliver one tick."""
         self.now = to_s
-        self.ctl.handle(Tick(to_s))
+        self.loop.call_soon_threadsafe(self.ctl.handle, Tick(to_s))
         self.settle()
 
     # -- switches --------------------------------------------------------------------------------
@@ -157,6 +174,18 @@ class Rig:
                 sw.port_status(link.port_of(node), up)
         self.settle()
 
+    def sample(self, now_s: float, kinds: frozenset[str] = frozenset(
+            {"ports", "entries", "queues"})) -> None:
+        """Every connected switch is asked for its counters at ``now_s`` (the replies come from
+        the simulator's counters, through the driver)."""
+        self.now = now_s
+
+        async def ask() -> None:
+            for name in sorted(self.driver.connected()):
+                await self.driver.request_counters(name, kinds)  # type: ignore[arg-type]
+
+        self.run(ask())
+
     def writes(self) -> dict[str, int]:
         """Flow and group mods each switch received so far."""
         return {n: len(s.writes()) for n, s in self.switches.items()}
@@ -167,7 +196,10 @@ class Rig:
         self.journal.clear()
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.ctl.stop())
+        self._wait(self.ctl.stop())
+        if self._thread is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5)
         self.loop.close()
 
 
