@@ -18,7 +18,7 @@ from controller.model.topology import build_leaf_spine, load_topology
 from controller.northbound.model import CollectiveRequest, Unavailable
 from controller.plan.model import ETH_TYPE_IPV4, PRIO_PINNED
 from controller.policy import load_policy
-from controller.policy.model import Policy, Routing
+from controller.policy.model import Policy
 from controller.runtime.controller import StaticMastership
 from controller.testing import FakeFabric, FakeOFTable
 from controller.testing.fakeswitch import FakeSwitch

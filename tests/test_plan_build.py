@@ -13,6 +13,7 @@ from controller.plan.model import (
     Action,
     EcmpHash,
     FlowIntent,
+    Match,
     NextHopSet,
     SwitchChanges,
     SwitchPlan,
@@ -20,7 +21,6 @@ from controller.plan.model import (
     diff_switch,
 )
 from controller.policy import load_policy
-from controller.plan.model import Match
 from controller.policy.model import Collective, L4Match, Policy, Routing
 from controller.te.collectives import expand_policy
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY

@@ -168,6 +168,9 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
     """
     opts = ControllerOptions(listen_host=listen_host, listen_port=listen_port,
                              log_level=log_level, **options)
+    # Signals count from the first moment (the OpenFlow socket listens before the runtime is
+    # ready): a SIGTERM while starting stops cleanly, a SIGHUP is applied once ready.
+    early = _EarlySignals(stop_event)
     from controller.policy.load import policy_from_document
     from controller.yamlsrc import load_document
 
@@ -197,7 +200,7 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
             return EXIT_FAILED
     try:
         return asyncio.run(_main(fabric, policy, document, str(policy_path), southbound,
-                                 p4_addresses, opts, sock, stop_event))
+                                 p4_addresses, opts, sock, early))
     except _Invalid as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_INVALID
@@ -205,11 +208,31 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
         print(f"controller failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     finally:
+        early.restore()
         if sock is not None:
             try:
                 sock.close()
             except OSError:
                 pass
+
+
+class _EarlySignals:
+    """SIGTERM/SIGINT/SIGHUP recorded from process start until the event loop takes them over
+    (main thread only); ``stop`` also follows an embedding caller's ``stop_event``."""
+
+    def __init__(self, stop_event: threading.Event | None) -> None:
+        self.stop = stop_event or threading.Event()
+        self.hup = threading.Event()
+        self._old: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, lambda *_: self.stop.set())
+            self._old[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: self.hup.set())
+
+    def restore(self) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old.clear()
 
 
 class _Invalid(Exception):
@@ -245,7 +268,7 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
 
 async def _main(fabric: Fabric, policy: Any, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], p4_addresses: Mapping[str, str],
-                opts: ControllerOptions, sock: Any, stop_event: threading.Event | None) -> int:
+                opts: ControllerOptions, sock: Any, early: _EarlySignals) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     drivers: dict[str, Any] = {}
@@ -344,9 +367,11 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
     if of_handle is not None:
         LOG.info("[controller] listening for OpenFlow 1.3/1.5 switches on %s:%d",
                  opts.listen_host, of_handle.port)
+    if early.hup.is_set():
+        on_hup()
     try:
         while not stop.is_set():
-            if stop_event is not None and stop_event.is_set():
+            if early.stop.is_set():
                 break
             try:
                 await asyncio.wait_for(stop.wait(), 0.2)
