@@ -119,7 +119,7 @@ def parse_lldp(frame: bytes) -> tuple[int, int] | None:
     frame (including LLDP from other speakers and truncated frames)."""
     if len(frame) < 14 or int.from_bytes(frame[12:14], "big") != ETH_TYPE_LLDP:
         return None
-    off, tlvs = 14, []
+    off, tlvs = 14, list[tuple[int, bytes]]()
     while off + 2 <= len(frame) and len(tlvs) < 2:
         (head,) = struct.unpack_from("!H", frame, off)
         t, n = head >> 9, head & 0x1FF

@@ -18,7 +18,7 @@ says, once per change, what happened:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from controller.model.topology import Fabric
@@ -51,7 +51,7 @@ class LinkReport:
     def ok(self) -> bool:
         return not (self.missing or self.unexpected or self.miswired)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]  # ``missing, unexpected, miswired = ...``
+    def __iter__(self) -> Iterator[tuple[LinkProblem, ...]]:  # ``missing, unexpected, ... =``
         return iter((self.missing, self.unexpected, self.miswired))
 
     def all(self) -> frozenset[LinkProblem]:

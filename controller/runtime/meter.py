@@ -76,7 +76,8 @@ class TrafficMeter:
     def forget_switch(self, switch: str) -> None:
         """Drop every counter of ``switch`` (it reconnected: counters may restart)."""
         for d in (self._ports, self.port_rate_bps, self._entries, self.entry_rate_bps):
-            for k in [k for k in d if k[0] == switch]:
+            gone: list[Any] = [k for k in d if k[0] == switch]
+            for k in gone:
                 del d[k]
 
     def newest_s(self) -> float:

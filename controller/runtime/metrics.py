@@ -138,10 +138,17 @@ def metric_names(with_queues: bool = True) -> list[str]:
 class MetricsSource(Protocol):
     """What the collector reads (a :class:`controller.runtime.controller.Controller`)."""
 
-    state: Any  # RuntimeState
-    telemetry: Any  # Telemetry
-    stats: Any  # ControllerStats
-    drivers: Mapping[str, Any]  # southbound kind -> driver (messages_sent())
+    @property
+    def state(self) -> Any: ...  # RuntimeState
+
+    @property
+    def telemetry(self) -> Any: ...  # Telemetry
+
+    @property
+    def stats(self) -> Any: ...  # ControllerStats
+
+    @property
+    def drivers(self) -> Mapping[str, Any]: ...  # southbound kind -> driver (messages_sent())
 
 
 class TelemetryCollector(Collector):

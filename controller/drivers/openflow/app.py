@@ -90,7 +90,7 @@ class DatapathConnection:
             pass
 
 
-class OsKenBridge(app_manager.OSKenApp):  # type: ignore[misc]
+class OsKenBridge(app_manager.OSKenApp):
     """Forwards os-ken's datapaths and messages to the driver (OpenFlow 1.3 and 1.5)."""
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION, ofproto_v1_5.OFP_VERSION]
@@ -123,9 +123,9 @@ class OsKenBridge(app_manager.OSKenApp):  # type: ignore[misc]
             if self.gate is not None:
                 self.gate.closed(dp.address)
             with self._lock:
-                conn = self._conns.pop(id(dp), None)
-            if conn is not None:
-                self.driver.connection_down(conn, "connection closed")
+                gone = self._conns.pop(id(dp), None)
+            if gone is not None:
+                self.driver.connection_down(gone, "connection closed")
 
     @set_ev_cls(_FORWARDED, MAIN_DISPATCHER)
     def _message(self, ev: Any) -> None:

@@ -30,6 +30,7 @@ and kind (:meth:`OpenFlowDriver.messages_sent`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -456,7 +457,7 @@ class OpenFlowDriver:
         xids = self._send(s, [r for _, r in reqs])
         for (kind, _), x in zip(reqs, xids, strict=True):
             fut = self._expect(s, x, f"counters-{kind}")
-            fut.add_done_callback(lambda f, kind=kind, s=s: self._counters(s, kind, f))
+            fut.add_done_callback(functools.partial(self._counters, s, kind))
 
     def _counters(self, s: _Session, kind: str, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:

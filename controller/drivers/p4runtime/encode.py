@@ -116,6 +116,7 @@ def _pinned_entry(switch: str, flow: FlowIntent, cpu_port: int) -> TableEntry:
             match.append((name, ternary(v, width)))
         except ValueError as e:
             raise EncodeError(f"{switch}: {flow.origin or flow}: {name}: {e}") from None
+    params: tuple[tuple[str, int], ...]
     if flow.action.kind == "output":
         action, params = "set_egress", (("port", _port(switch, flow.origin, flow.action.port,
                                                        cpu_port)),)
