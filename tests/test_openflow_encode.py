@@ -125,7 +125,16 @@ def test_hash_needs_openflow_15_and_is_programmed_as_the_ovs_selection_property(
     assert plain.hash is None
     assert encode.group_add(encode.GROUP_ID_BASE, plain, D13).type == ofp.OFPGT_SELECT
     assert encode.group_add(encode.GROUP_ID_BASE, plain, D15).properties == []
-    assert selection_property(h).data[5:7] == [0, 77]
+    # byte layout of OVS's ntr_group_prop_selection_method (include/openflow/netronome-ext.h):
+    # 40-byte head, then one OXM TLV per field whose value is the field's mask (all ones,
+    # lib/nx-match.c oxm_put_field_array), padded to 8; length excludes the padding
+    raw = bytes(selection_property(h).serialize())
+    head = (b"\xff\xff" + (60).to_bytes(2, "big") + (0x154D).to_bytes(4, "big")
+            + (1).to_bytes(4, "big") + b"\0" * 4 + b"hash".ljust(16, b"\0")
+            + (77).to_bytes(8, "big"))
+    tlvs = (bytes.fromhex("80001804") + b"\xff" * 4 + bytes.fromhex("80001a02") + b"\xff" * 2
+            + bytes.fromhex("80001e02") + b"\xff" * 2)
+    assert raw == head + tlvs + b"\0" * 4
 
 
 def test_encode_changes_order_allocation_and_unused_groups_deleted():

@@ -367,48 +367,125 @@ def _oxm_header(name: str) -> int:
     return int(struct.unpack("!I", bytes(buf))[0])
 
 
-def selection_property(h: EcmpHash) -> Any:
-    """The ``ntr_group_prop_selection_method`` property for ``selection_method=hash``,
-    ``fields(...)`` of ``h.fields``, ``selection_method_param=h.seed`` (module docstring)."""
-    words = [0]  # pad
-    words += list(struct.unpack("!4I", SELECTION_HASH.encode().ljust(16, b"\0")))
-    words += list(struct.unpack("!2I", struct.pack("!Q", h.seed)))
-    for f in h.fields:
-        words += [_oxm_header(o) for o in HASH_OXM[f]]
-    p, o = ofproto_v1_5_parser, ofproto_v1_5
-    return p.OFPGroupPropExperimenter(type_=o.OFPGPT_EXPERIMENTER, experimenter=NTR_VENDOR_ID,
-                                      exp_type=NTRT_SELECTION_METHOD, data=words)
+_NTR_HEAD = struct.Struct("!HHII4x16sQ")  # type, length, experimenter, exp_type, pad, name, param
+
+
+class NtrSelectionMethod(ofproto_v1_5_parser.OFPGroupProp):  # type: ignore[misc]
+    """Open vSwitch's ``ntr_group_prop_selection_method`` (an OpenFlow 1.5 experimenter group
+    property), byte-exact.
+
+    Layout (OVS ``include/openflow/netronome-ext.h``): type ``OFPGPT_EXPERIMENTER``, length (without
+    the trailing padding), experimenter ``NTR_VENDOR_ID``, exp_type ``NTRT_SELECTION_METHOD``,
+    4 pad bytes, the method name in 16 bytes, the 64-bit ``selection_method_param``, then one OXM
+    TLV per hashed field whose *value is the field's mask* (all ones: the whole field is hashed;
+    OVS ``oxm_put_field_array``), padded to 8 bytes. os-ken's generic experimenter property keeps
+    32-bit words only and OXM TLVs of 2-byte fields are not word-sized, so this class replaces it
+    for parsing and building.
+
+    Attributes: ``method`` (str), ``param`` (int), ``fields`` (OXM field names, in order),
+    ``experimenter``/``exp_type`` (for a property that is not a selection method: ``raw`` holds
+    its bytes after the header).
+    """
+
+    def __init__(self, type_: int = ofproto_v1_5.OFPGPT_EXPERIMENTER, length: int | None = None,
+                 experimenter: int = NTR_VENDOR_ID, exp_type: int = NTRT_SELECTION_METHOD,
+                 method: str = SELECTION_HASH, param: int = 0, fields: tuple[str, ...] = (),
+                 raw: bytes = b"") -> None:
+        super().__init__(type_, length)
+        self.experimenter, self.exp_type = experimenter, exp_type
+        self.method, self.param, self.fields, self.raw = method, param, tuple(fields), raw
+
+    @classmethod
+    def parser(cls, buf: bytes) -> NtrSelectionMethod:
+        type_, length, exp, exp_type = struct.unpack_from("!HHII", buf, 0)
+        if exp != NTR_VENDOR_ID or exp_type != NTRT_SELECTION_METHOD or length < _NTR_HEAD.size:
+            return cls(type_, length, exp, exp_type, "", 0, (), bytes(buf[12:length]))
+        _, _, _, _, name, param = _NTR_HEAD.unpack_from(buf, 0)
+        fields: list[str] = []
+        off = _NTR_HEAD.size
+        o = ofproto_v1_5
+        while off + 4 <= length:
+            (head,) = struct.unpack_from("!I", buf, off)
+            n = head & 0xFF
+            try:
+                fields.append(str(o.oxm_to_user_header(o.oxm_parse_header(
+                    struct.pack("!I", head), 0)[0])))
+            except Exception:  # noqa: BLE001 - a field os-ken does not know
+                fields.append(f"oxm:{head:#010x}")
+            off += 4 + n
+        return cls(type_, length, exp, exp_type, name.rstrip(b"\0").decode(errors="replace"),
+                   param, tuple(fields))
+
+    def serialize(self) -> bytearray:
+        body = bytearray()
+        for name in self.fields:
+            head = _oxm_header(name)
+            body += struct.pack("!I", head) + b"\xff" * (head & 0xFF)
+        self.length = _NTR_HEAD.size + len(body)
+        out = bytearray(_NTR_HEAD.pack(self.type, self.length, self.experimenter, self.exp_type,
+                                       self.method.encode()[:16], self.param))
+        out += body
+        out += b"\0" * (-len(out) % 8)
+        return out
+
+
+ofproto_v1_5_parser.OFPGroupProp._TYPES[ofproto_v1_5.OFPGPT_EXPERIMENTER] = NtrSelectionMethod
+
+
+def selection_property(h: EcmpHash) -> NtrSelectionMethod:
+    """The selection-method property for ``selection_method=hash``, ``fields(...)`` of
+    ``h.fields``, ``selection_method_param=h.seed`` (module docstring)."""
+    oxms = tuple(o for f in h.fields for o in HASH_OXM[f])
+    return NtrSelectionMethod(method=SELECTION_HASH, param=h.seed, fields=oxms)
 
 
 def parse_selection_property(prop: Any) -> tuple[str, EcmpHash | None] | None:
     """(method name, hash) of a selection-method property; None for any other property. The
-    hash is None for a method other than ``hash`` or fields we do not hash."""
-    if getattr(prop, "experimenter", None) != NTR_VENDOR_ID or \
-            getattr(prop, "exp_type", None) != NTRT_SELECTION_METHOD:
+    hash is None for a method other than ``hash``, or fields we do not hash."""
+    if not isinstance(prop, NtrSelectionMethod) or prop.experimenter != NTR_VENDOR_ID or \
+            prop.exp_type != NTRT_SELECTION_METHOD:
         return None
-    data = list(prop.data or [])
-    if len(data) < 7:
-        return None
-    method = struct.pack("!4I", *data[1:5]).rstrip(b"\0").decode(errors="replace")
-    seed = struct.unpack("!Q", struct.pack("!2I", *data[5:7]))[0]
     names: list[str] = []
-    o = ofproto_v1_5
-    for w in data[7:]:
-        if w == 0:
-            continue
-        try:
-            oxm = o.oxm_to_user_header(o.oxm_parse_header(struct.pack("!I", w), 0)[0])
-        except Exception:  # noqa: BLE001 - a field os-ken does not know: not our hash
-            return method, None
+    for oxm in prop.fields:
         name = _OXM_HASH.get(oxm)
         if name is None:
-            return method, None
+            return prop.method, None
         if name not in names:
             names.append(name)
-    if method != SELECTION_HASH or not names or seed >= 1 << 32:
-        return method, None
-    return method, EcmpHash(tuple(names), seed)
+    if prop.method != SELECTION_HASH or not names or not 0 <= prop.param < 1 << 32:
+        return prop.method, None
+    return prop.method, EcmpHash(tuple(names), prop.param)
 
+
+def _bucket_parser_15(cls: Any, buf: bytes, offset: int) -> Any:
+    """os-ken's ``OFPBucket.parser`` (OpenFlow 1.5) with its property bounds fixed.
+
+    os-ken 4.x slices a bucket's properties as ``buf[offset:offset + len]`` with ``offset``
+    already past the actions, so it reads into the next bucket and fails (``ValueError``) on
+    every group description Open vSwitch sends with more than one bucket; the properties end
+    at the bucket's own start + ``len`` (OpenFlow 1.5.1 §7.3.4.2, ``ofp_bucket``).
+    """
+    msg = cls()
+    start = offset
+    (msg.len, msg.action_array_len, msg.bucket_id) = struct.unpack_from(
+        ofproto_v1_5.OFP_BUCKET_PACK_STR, buf, offset)
+    offset += ofproto_v1_5.OFP_BUCKET_SIZE
+    action_buf = buf[offset:offset + msg.action_array_len]
+    msg.actions = []
+    while action_buf:
+        action = ofproto_v1_5_parser.OFPAction.parser(action_buf, 0)
+        msg.actions.append(action)
+        action_buf = action_buf[action.len:]
+    offset += msg.action_array_len
+    rest = buf[offset:start + msg.len]
+    msg.properties = []
+    while rest:
+        p, rest = ofproto_v1_5_parser.OFPGroupBucketProp.parse(rest)
+        msg.properties.append(p)
+    return msg
+
+
+ofproto_v1_5_parser.OFPBucket.parser = classmethod(_bucket_parser_15)
 
 DIALECTS: dict[int, Dialect] = {d.version: d for d in (OF13(), OF15())}
 """Every dialect by wire version."""
