@@ -7,10 +7,16 @@ the initial placement, and runs one asyncio event loop that owns the runtime
 threads, behind a bounded accept stage), the P4Runtime driver (finsy, on the loop), the
 northbound gRPC server (``grpc.aio``, on the loop) and the Prometheus endpoint (a thread).
 
-The OpenFlow socket is bound early (before the placement is computed and the drivers start):
-a switch that reconnects while the process starts is held by the accept stage and handed over
-the moment the runtime is ready, instead of being refused and backing off (Open vSwitch doubles
-its reconnection interval up to ``max_backoff``, 8 s by default).
+The OpenFlow socket is bound as early as possible — right after the input files are validated,
+before os-ken, the placement and the drivers — and os-ken takes connections at once (the
+runtime gets their events when it is ready). Why it matters: Open vSwitch retries a refused
+controller after 1, 2, 4, then every ``max_backoff`` s (8 s by default; its rconn doubles the
+wait after each failure and resets it only after a connection outlived the wait), so a switch
+whose attempts met a controller still starting up came back up to 8 s after it listened; a
+connection accepted but left without a HELLO for longer than that wait is dropped by the switch
+and counts as a failure too. A controller that listens early and answers at once meets the
+next attempt; ``max_backoff=1000`` on the Controller row (the labs set it) bounds the wait by
+1 s.
 
 Signals: SIGTERM and SIGINT stop the controller (exit 0); SIGHUP re-reads the policy file and
 applies it live (:meth:`controller.runtime.service.FabricService.apply_policy`: validated whole,
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 import threading
@@ -29,23 +36,18 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from controller.drivers.southbound import SouthboundKind
 from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
-from controller.model.topology import Fabric, load_topology
-from controller.plan.model import count_entries
-from controller.runtime.controller import Controller, Mastership, StaticMastership
-from controller.runtime.intent import intended_plan
-from controller.runtime.placement import initial_placement
-from controller.runtime.state import (
-    PolicyInForce,
-    RuntimeSettings,
-    RuntimeState,
-    digest_of,
-    initial_state,
-)
-from controller.te.reroute import Hysteresis
+
+# The runtime, the planner (scipy) and os-ken are imported once the OpenFlow socket is bound
+# (module docstring): only what validating the input needs is imported at the top.
+if TYPE_CHECKING:
+    from controller.drivers.southbound import SouthboundKind
+    from controller.model.topology import Fabric
+    from controller.runtime.controller import Controller, Mastership
+    from controller.runtime.state import RuntimeState
+    from controller.te.reroute import Hysteresis
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -86,6 +88,9 @@ class ControllerOptions:
 
 def summary_lines(state: RuntimeState) -> list[str]:
     """The short start-up summary."""
+    from controller.plan.model import count_entries
+    from controller.runtime.intent import intended_plan
+
     fabric = state.fabric
     plan = intended_plan(state)
     flows, groups = count_entries(plan.switches.values())
@@ -110,6 +115,8 @@ def summary_lines(state: RuntimeState) -> list[str]:
 
 def adaptive_lines(state: RuntimeState, opts: ControllerOptions) -> list[str]:
     """Start-up lines describing statistics, re-balancing and fast failover (empty when off)."""
+    from controller.runtime.intent import intended_plan
+
     out = []
     cfg = state.settings
     if cfg.stats_interval_s:
@@ -168,6 +175,7 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
     """
     opts = ControllerOptions(listen_host=listen_host, listen_port=listen_port,
                              log_level=log_level, **options)
+    from controller.model.topology import load_topology
     # Signals count from the first moment (the OpenFlow socket listens before the runtime is
     # ready): a SIGTERM while starting stops cleanly, a SIGHUP is applied once ready.
     early = _EarlySignals(stop_event)
@@ -198,6 +206,8 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
             print(f"controller failed: cannot listen for OpenFlow on {opts.listen_host}:"
                   f"{opts.listen_port}: {exc}", file=sys.stderr)
             return EXIT_FAILED
+        LOG.info("[controller] OpenFlow socket bound on %s:%d %.2f s after the process started",
+                 opts.listen_host, sock.getsockname()[1], _since_process_start())
     try:
         return asyncio.run(_main(fabric, policy, document, str(policy_path), southbound,
                                  p4_addresses, opts, sock, early))
@@ -214,6 +224,16 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
                 sock.close()
             except OSError:
                 pass
+
+
+def _since_process_start() -> float:
+    """Seconds since this process started (Linux /proc; 0 elsewhere)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 class _EarlySignals:
@@ -247,6 +267,15 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], opts: ControllerOptions,
                 failover_capable: frozenset[str]) -> RuntimeState:
     """The initial state (initial placement computed). Raises _Invalid on a bad plan."""
+    from controller.runtime.intent import intended_plan
+    from controller.runtime.placement import initial_placement
+    from controller.runtime.state import (
+        PolicyInForce,
+        RuntimeSettings,
+        digest_of,
+        initial_state,
+    )
+
     telemetry = opts.metrics_listen is not None or opts.grpc_listen is not None
     stats = opts.stats_interval_s or (1.0 if telemetry else None)
     settings = RuntimeSettings(
@@ -269,6 +298,8 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
 async def _main(fabric: Fabric, policy: Any, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], p4_addresses: Mapping[str, str],
                 opts: ControllerOptions, sock: Any, early: _EarlySignals) -> int:
+    from controller.runtime.controller import Controller, StaticMastership
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     drivers: dict[str, Any] = {}
@@ -282,12 +313,16 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         of_names = {s.dpid: s.name for s in fabric.switches
                     if southbound[s.name] == "openflow"}
         drv = OpenFlowDriver(of_names)
+        drv.bind_loop(loop)
         drivers["openflow"] = drv
 
         def schedule(delay_s: float, fn: Any) -> None:
             loop.call_soon_threadsafe(loop.call_later, delay_s, fn)
 
         try:
+            # connections are handed to os-ken at once (ready already set): Open vSwitch drops a
+            # connection that sends no HELLO within its backoff (1 s at first) and backs off
+            ready.set()
             of_handle = start_openflow(drv, sock, ready, schedule, ListenerLimits(
                 opts.hello_timeout_s, opts.handshake_timeout_s, opts.max_unfinished))
         except RuntimeError as exc:

@@ -370,7 +370,7 @@ def _oxm_header(name: str) -> int:
 _NTR_HEAD = struct.Struct("!HHII4x16sQ")  # type, length, experimenter, exp_type, pad, name, param
 
 
-class NtrSelectionMethod(ofproto_v1_5_parser.OFPGroupProp):  # type: ignore[misc]
+class NtrSelectionMethod(ofproto_v1_5_parser.OFPGroupProp):
     """Open vSwitch's ``ntr_group_prop_selection_method`` (an OpenFlow 1.5 experimenter group
     property), byte-exact.
 

@@ -150,15 +150,24 @@ class OpenFlowDriver:
         self._by_conn: dict[int, _Session] = {}
         self._unknown_logged: set[int] = set()
         self._sent: Counter[tuple[str, str]] = Counter()
+        self._early: list[SouthboundEvent] = []  # events before start(): delivered by start()
         self._xid = itertools.count(XID_BASE)
         self._bundle_ids = itertools.count(1)
         self._session_ids = itertools.count(1)
         self.on_stop: list[Callable[[], None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Take connections on ``loop`` before :meth:`start` (switches that connect while the
+        runtime starts finish their handshake; their events wait for the sink)."""
+        self._loop = loop
+
     async def start(self, sink: EventSink) -> None:
         self._loop = asyncio.get_running_loop()
         self._sink = sink
+        early, self._early = self._early, []
+        for ev in early:
+            sink(ev)
 
     async def stop(self) -> None:
         for s in list(self._sessions.values()):
@@ -216,6 +225,8 @@ class OpenFlowDriver:
     def _emit(self, ev: SouthboundEvent) -> None:
         if self._sink is not None:
             self._sink(ev)
+        else:
+            self._early.append(ev)
 
     def _up(self, conn: Connection) -> None:
         name = self.names.get(conn.dpid)
