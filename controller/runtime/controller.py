@@ -191,6 +191,8 @@ class Controller:
         self._ticker: asyncio.Task[None] | None = None
         self._demands: tuple[Any, dict[FlowDemand, float]] = (None, {})
         self._programmed: set[str] = set()
+        # switches whose last change was refused: no periodic retry before (time, backoff s)
+        self._backoff: dict[str, tuple[float, float]] = {}
         self.listeners: list[Callable[[Event, core.Step], None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -440,10 +442,11 @@ class Controller:
                 self.installed.pop(sw, None)
         return res
 
-    def changes_to(self, target: Mapping[str, SwitchPlan]) -> dict[str, SwitchChanges]:
+    def changes_to(self, target: Mapping[str, SwitchPlan],
+                   skip: frozenset[str] = frozenset()) -> dict[str, SwitchChanges]:
         """Per writable switch with a known installed state: installed → ``target``."""
         out = {}
-        for name in sorted(self.writable()):
+        for name in sorted(self.writable() - skip):
             cur = self.installed.get(name)
             want = target.get(name)
             if cur is None or want is None or cur == want:
@@ -468,10 +471,13 @@ class Controller:
             except (PlanInvariantError, ValueError) as exc:
                 LOG.error("%s intended plan invalid, nothing sent: %s", self.tag(""), exc)
                 return
-            changes = self.changes_to(target)
+            now = self.clock()
+            waiting = frozenset(n for n, (t, _) in self._backoff.items() if t > now)
+            changes = self.changes_to(target, waiting if reason == "retry" else frozenset())
             if not changes:
                 return
             res = await self.transaction(changes)
+            self._note(res)
             if not res.ok:
                 self.publish("apply-failed", f"{reason}: {res.error}; rolled back",
                              switch=res.failed_switch)
@@ -508,6 +514,7 @@ class Controller:
                 self._note_programmed(switch)
                 return
             res = await self.transaction({switch: ch})
+            self._note(res)
             if res.ok:
                 self._note_programmed(switch)
             verdict = "sent" if res.ok else "refused"
@@ -518,6 +525,18 @@ class Controller:
             if not res.ok:
                 self.publish("apply-failed", f"reconciling {switch}: {res.error}",
                              switch=switch)
+
+    def _note(self, res: TransactionResult) -> None:
+        """Back off periodic retries of a switch that refused a change (doubling, up to 60 s);
+        forget it once a change of it is confirmed."""
+        for sw in res.confirmed:
+            self._backoff.pop(sw, None)
+        if not res.ok and res.failed_switch:
+            _, prev = self._backoff.get(res.failed_switch, (0.0, 0.0))
+            wait = min(60.0, max(self.state.settings.retry_interval_s, 2 * prev))
+            self._backoff[res.failed_switch] = (self.clock() + wait, wait)
+            LOG.warning("%s will be retried in %.0f s (or at the next change)",
+                        self.tag(res.failed_switch), wait)
 
     def _note_programmed(self, switch: str) -> None:
         if switch in self._programmed:
