@@ -141,6 +141,45 @@ class OsKenBridge(app_manager.OSKenApp):
             c.close()
 
 
+def serve_connection(sock: socket.socket, address: Any) -> None:
+    """os-ken's ``datapath_connection_factory``, minus a thread leak.
+
+    With os-ken's native hub (plain threads), ``hub.kill`` does nothing, so when a connection
+    ends, ``Datapath.serve`` waits forever for its send thread, which waits forever on an empty
+    send queue: every connection that ever closed left its threads behind, and the
+    ``DEAD_DISPATCHER`` state (the driver's "switch gone") never came. Here the end of the
+    receive loop marks the datapath dead and wakes the send loop with a closing sentinel.
+    """
+    # isort: off
+    from os_ken.base import app_manager as _am  # noqa: F401 - import order of os-ken
+    from os_ken.controller.controller import Datapath
+    # isort: on
+    import contextlib
+    import queue
+
+    dp = Datapath(sock, address)
+    recv = dp._recv_loop  # noqa: SLF001
+
+    def recv_then_wake() -> None:
+        try:
+            recv()
+        finally:
+            dp.set_state(DEAD_DISPATCHER)
+            q = dp.send_q
+            if q is not None:
+                try:
+                    q.put_nowait((b"", True))
+                except queue.Full:
+                    pass  # the send loop is busy with a dead socket: it ends by itself
+
+    dp._recv_loop = recv_then_wake  # type: ignore[method-assign]  # noqa: SLF001
+    with contextlib.closing(dp):
+        try:
+            dp.serve()
+        except Exception:  # noqa: BLE001 - a malformed message ends only this connection
+            LOG.exception("[listener] connection from %s ended with an error", address)
+
+
 @dataclass
 class OsKenHandle:
     """A running os-ken: its gate (port, stats) and how to stop it."""
@@ -187,7 +226,7 @@ def start_openflow(driver: OpenFlowDriver, sock: socket.socket, ready: threading
     gates: list[HelloGate] = []
 
     def server_factory(listen_info: Any, handle: Any = None, **_: Any) -> HelloGate:
-        gate = HelloGate(sock, handle, hub.spawn, limits or ListenerLimits(), ready)
+        gate = HelloGate(sock, serve_connection, hub.spawn, limits or ListenerLimits(), ready)
         gates.append(gate)
         return gate
 
