@@ -172,7 +172,7 @@ def serve_connection(sock: socket.socket, address: Any) -> None:
                 except queue.Full:
                     pass  # the send loop is busy with a dead socket: it ends by itself
 
-    dp._recv_loop = recv_then_wake  # type: ignore[method-assign]  # noqa: SLF001
+    dp._recv_loop = recv_then_wake  # noqa: SLF001
     with contextlib.closing(dp):
         try:
             dp.serve()
