@@ -79,18 +79,24 @@ class FabricService:
         Registrations planned together at most.
     max_queue : int
         Registrations waiting at most; beyond, :class:`Busy`.
+    batch_window_s, batch_quiet_s : float
+        A batch waits for more concurrent requests while they keep coming (each within
+        ``batch_quiet_s`` of the last), at most ``batch_window_s`` (s).
     wall, mono : callable
         Wall-clock and monotonic seconds.
     """
 
     def __init__(self, controller: Controller, *, sample_interval_s: float = 0.0,
                  max_batch: int = 512, max_queue: int = 4096,
+                 batch_window_s: float = 0.05, batch_quiet_s: float = 0.005,
                  wall: Callable[[], float] = time.time,
                  mono: Callable[[], float] = time.monotonic) -> None:
         self.controller = controller
         self.sample_interval_s = sample_interval_s
         self.max_batch = max_batch
         self.max_queue = max_queue
+        self.batch_window_s = batch_window_s
+        self.batch_quiet_s = batch_quiet_s
         self.wall = wall
         self.mono = mono
         self._queue: list[_Pending] = []
@@ -119,8 +125,21 @@ class FabricService:
             self._batcher = asyncio.create_task(self._batches(), name="registration-batcher")
         return await fut
 
+    async def _gather(self) -> None:
+        """Let concurrent callers join the batch: wait while requests keep arriving (each
+        within ``batch_quiet_s`` of the last), at most ``batch_window_s``."""
+        t_end = asyncio.get_running_loop().time() + self.batch_window_s
+        seen = -1
+        while len(self._queue) != seen and len(self._queue) < self.max_batch:
+            seen = len(self._queue)
+            left = t_end - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(self.batch_quiet_s, left))
+
     async def _batches(self) -> None:
         while self._queue:
+            await self._gather()
             batch, self._queue = self._queue[:self.max_batch], self._queue[self.max_batch:]
             try:
                 await self._register_batch(batch)
