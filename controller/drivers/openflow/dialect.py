@@ -328,9 +328,9 @@ class OF15(Dialect):
     def flow_records(self, body: list[Any]) -> list[FlowRecord]:
         out = []
         for s in body:
-            st = s.stats
-            nbytes = int(st["byte_count"]) if st is not None and "byte_count" in st else 0
-            npk = int(st["packet_count"]) if st is not None and "packet_count" in st else 0
+            # OXS statistics as a dict once (os-ken's OFPStats lookup scans its fields)
+            st = dict(getattr(s.stats, "fields", None) or ())
+            nbytes, npk = int(st.get("byte_count", 0)), int(st.get("packet_count", 0))
             out.append(FlowRecord(s.table_id, s.priority, getattr(s, "cookie", 0), s.match,
                                   tuple(getattr(s, "instructions", None) or ()), nbytes, npk))
         return out
