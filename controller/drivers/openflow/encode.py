@@ -390,8 +390,10 @@ def decode_group(rec: GroupRecord, dialect: Dialect = DEFAULT_DIALECT) -> NextHo
 
 
 def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
-                  dialect: Dialect = DEFAULT_DIALECT) -> Action | None:
-    """The plan action of an entry's instructions, or None (not a shape we write)."""
+                  dialect: Dialect = DEFAULT_DIALECT,
+                  cache: dict[tuple[str, int], Action] | None = None) -> Action | None:
+    """The plan action of an entry's instructions, or None (not a shape we write); ``cache``
+    shares one :class:`Action` per port and per group among a switch's entries."""
     p, o = dialect.parser, dialect.ofp
     ins = list(instructions)
     if not ins:
@@ -400,13 +402,24 @@ def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
             ins[0].type != o.OFPIT_APPLY_ACTIONS or len(ins[0].actions) != 1:
         return None
     a = ins[0].actions[0]
+    memo = cache if cache is not None else {}
     if isinstance(a, p.OFPActionOutput):
         if a.port == o.OFPP_CONTROLLER:
             return Action("controller")
-        return Action("output", a.port) if 1 <= a.port <= o.OFPP_MAX else None
+        if not 1 <= a.port <= o.OFPP_MAX:
+            return None
+        got = memo.get(("output", a.port))
+        if got is None:
+            got = memo[("output", a.port)] = Action("output", a.port)
+        return got
     if isinstance(a, p.OFPActionGroup):
-        nhs = groups.get(a.group_id)
-        return Action.via(nhs) if nhs is not None else None
+        got = memo.get(("group", a.group_id))
+        if got is None:
+            nhs = groups.get(a.group_id)
+            if nhs is None:
+                return None
+            got = memo[("group", a.group_id)] = Action.via(nhs)
+        return got
     return None
 
 
@@ -448,12 +461,13 @@ def decode_state(switch: str, dpid: int, flows: Iterable[FlowRecord],
     intents: list[FlowIntent] = []
     stale: list[FlowRecord] = []
     foreign = 0
+    memo: dict[tuple[str, int], Action] = {}
     for r in flows:
         if r.cookie != COOKIE:
             foreign += 1
             continue
         m = decode_match(r.match)
-        a = decode_action(r.instructions, by_id, dialect) if m is not None else None
+        a = decode_action(r.instructions, by_id, dialect, memo) if m is not None else None
         if m is None or a is None:
             stale.append(r)
             continue
