@@ -37,7 +37,7 @@ def _closed_by_peer(s: socket.socket) -> bool:
         while True:
             if s.recv(4096) == b"":
                 return True
-    except (BlockingIOError, TimeoutError, socket.timeout):
+    except (BlockingIOError, TimeoutError):
         return False
     except OSError:
         return True
