@@ -56,6 +56,7 @@ from controller.drivers.southbound import (
     RoleChanged,
     RoleError,
     SouthboundEvent,
+    SouthboundKind,
     SwitchConnected,
     SwitchFeatures,
     SwitchGone,
@@ -134,7 +135,7 @@ class OpenFlowDriver:
         Monotonic seconds, stamps counter samples.
     """
 
-    kind = "openflow"
+    kind: SouthboundKind = "openflow"
     #: what every OpenFlow switch of this driver offers (per switch: SwitchFeatures)
     capabilities = frozenset({"atomic", "failover", "roles"})
 

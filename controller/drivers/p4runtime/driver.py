@@ -73,6 +73,7 @@ from controller.drivers.southbound import (
     NotMaster,
     PacketIn,
     Role,
+    SouthboundKind,
     SwitchConnected,
     SwitchFeatures,
     SwitchGone,
@@ -255,7 +256,7 @@ class P4RuntimeDriver:
         Seconds between connection attempts.
     """
 
-    kind = "p4runtime"
+    kind: SouthboundKind = "p4runtime"
     capabilities = frozenset({"roles", "ecmp_hash"})
 
     def __init__(self, switches: Mapping[str, tuple[str, int]], *, target: P4Target = BMV2,
