@@ -263,3 +263,12 @@ def test_overlong_collective_name_is_invalid_argument():
         collective_from_request(CollectiveRequest("j", "a" * 100_000, "ring", ("h2", "h8"),
                                                   dscp=5), fabric, policy)
     assert ei.value.field == "name"
+
+
+def test_policy_apply_on_a_controller_that_cannot_reload_says_so(ctl):
+    # the synchronous FabricService (until the runtime of issue 12 lands) cannot change its
+    # policy while it runs: FAILED_PRECONDITION, exit 1, nothing changed
+    r = CliRunner().invoke(cli, ["policy", "apply", str(PINNED_POLICY), "-c", ctl.target])
+    assert r.exit_code == 1, r.output
+    assert "FAILED_PRECONDITION: this controller cannot apply a policy while it runs" in r.output
+    assert all(d.collective == "ring-a" for d in ctl.rt.paths)

@@ -127,11 +127,6 @@ def apply_result_to_proto(r: PolicyApplyResult, limits: NorthboundLimits
     return msg
 
 
-# -- replies back to values (the client side) ----------------------------------------------------
+# -- replies back to values (the CLI)
 def problem_from_proto(p: pb.PolicyProblem) -> PolicyProblem:
     return PolicyProblem(p.file, p.line, p.column, p.field, p.message)
-
-
-def switch_diff_from_proto(d: pb.SwitchDiff) -> SwitchDiff:
-    return SwitchDiff(d.switch, d.flows_added, d.flows_modified, d.flows_deleted,
-                      d.groups_added, d.groups_modified, d.groups_deleted, tuple(d.lines))

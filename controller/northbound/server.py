@@ -188,20 +188,17 @@ class _Handlers:
         """Write ``sub``'s events; the reason to drop the watcher, or None when ``sub`` ended.
         A write waits for the watcher's HTTP/2 window at most ``max_write_wait_s``, and no
         longer than until the bus drops ``sub`` (its queue overflowed meanwhile)."""
+        closed = asyncio.ensure_future(sub.wait_closed())
         try:
             async for ev in sub:
                 write = asyncio.ensure_future(context.write(event_to_proto(ev)))
-                closed = asyncio.ensure_future(sub.wait_closed())
-                try:
-                    done, _ = await asyncio.wait((write, closed), return_when=asyncio.FIRST_COMPLETED,
-                                                 timeout=self.limits.max_write_wait_s)
-                finally:
-                    for f in (write, closed):
-                        if not f.done():
-                            f.cancel()
+                write.add_done_callback(_consume)  # also when this handler is cancelled
+                done, _ = await asyncio.wait((write, closed), return_when=asyncio.FIRST_COMPLETED,
+                                             timeout=self.limits.max_write_wait_s)
                 if write in done:
                     write.result()  # a write that failed ends the stream with its error
                     continue
+                write.cancel()
                 # the event being written still reaches the watcher if it ever reads (gRPC
                 # keeps a message it accepted); the queued ones never will
                 if sub.dropped is not None:
@@ -211,7 +208,16 @@ class _Handlers:
                 return SlowSubscriber(sub.close())
         except SlowSubscriber as exc:
             return exc
+        finally:
+            closed.cancel()
         return None
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Retrieve a write's outcome, so that a write given up on (it fails once the stream
+    ends) is not reported as an exception never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 class NorthboundServer:
