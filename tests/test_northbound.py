@@ -265,10 +265,23 @@ def test_overlong_collective_name_is_invalid_argument():
     assert ei.value.field == "name"
 
 
-def test_policy_apply_on_a_controller_that_cannot_reload_says_so(ctl):
-    # the synchronous FabricService (until the runtime of issue 12 lands) cannot change its
-    # policy while it runs: FAILED_PRECONDITION, exit 1, nothing changed
+def test_policy_apply_dry_run_then_apply_changes_only_what_differs(ctl):
+    ring_a = {d: p for d, p in ctl.rt.paths.items() if d.collective == "ring-a"}
+    r = CliRunner().invoke(cli, ["policy", "apply", str(PINNED_POLICY), "-c", ctl.target,
+                                 "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "dry run: valid" in r.output and "+ table=0 priority=500" in r.output
+    assert all(d.collective == "ring-a" for d in ctl.rt.paths)  # nothing changed
     r = CliRunner().invoke(cli, ["policy", "apply", str(PINNED_POLICY), "-c", ctl.target])
-    assert r.exit_code == 1, r.output
-    assert "FAILED_PRECONDITION: this controller cannot apply a policy while it runs" in r.output
-    assert all(d.collective == "ring-a" for d in ctl.rt.paths)
+    assert r.exit_code == 0, r.output
+    # ring-b's flows are added around ring-a, whose paths and entries stay as they were
+    assert {d.collective for d in ctl.rt.paths} == {"ring-a", "ring-b"}
+    assert {d: p for d, p in ctl.rt.paths.items() if d.collective == "ring-a"} == ring_a
+    assert "-" not in "".join(ln.split()[0] for ln in r.output.splitlines()
+                              if ln.startswith("  ") and ln.split())
+    st = ctl.client.status()
+    assert st.policy.generation == 2 and st.policy.source == str(PINNED_POLICY)
+    for d, hops in ctl.rt.paths.items():
+        assert ctl.ff.trace(d.src, {**_pkt(d.src, d.dst), **{
+            k: v for k, v in {"ip_dscp": d.dscp, "ip_proto": d.ip_proto, "l4_src": d.l4_src,
+                              "l4_dst": d.l4_dst}.items() if v is not None}}) == [hops]
