@@ -231,7 +231,8 @@ async def _ovs(plan: SwitchPlan, runs: int) -> None:
         def point() -> None:
             subprocess.run(["ovs-vsctl", "--", "--id=@c", "create", "Controller",
                             f"target=tcp\\:127.0.0.1\\:{port}", "max_backoff=1000", "--", "set",
-                            "bridge", bridge, "controller=[@c]"], check=True)
+                            "bridge", bridge, "controller=[@c]"], check=True,
+                           capture_output=True)
 
         point()
         await asyncio.wait_for(up.wait(), 20)

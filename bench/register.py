@@ -124,7 +124,7 @@ def ovs(n: int, workers: int) -> None:
                             f"other-config:datapath-id={s.dpid:016x}"], check=True)
             subprocess.run(["ovs-vsctl", "--", "--id=@c", "create", "Controller",
                             f"target=tcp\\:127.0.0.1\\:{port}", "max_backoff=1000", "--", "set",
-                            "bridge", b, "controller=[@c]"], check=True)
+                            "bridge", b, "controller=[@c]"], check=True, capture_output=True)
         proc = subprocess.Popen(
             [sys.executable, "-m", "controller.cli", "controller", "-t", str(TOPO), "-p",
              str(POLICY), "--listen", f"127.0.0.1:{port}", "--grpc-listen",
