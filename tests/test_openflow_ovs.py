@@ -109,11 +109,12 @@ def _durations(bridge: str) -> dict[str, float]:
 class Controller:
     """``aifabric controller`` as a process (its own session), its log in ``log``."""
 
-    def __init__(self, tmp: Path, policy: Path, port: int, *extra: str, name: str = "c") -> None:
+    def __init__(self, tmp: Path, policy: Path, port: int, *extra: str, name: str = "c",
+                 topology: Path = MAIN_TOPOLOGY) -> None:
         self.log = tmp / f"{name}.log"
         self.port = port
         self.metrics = free_port()
-        cmd = [sys.executable, "-m", "controller.cli", "controller", "-t", str(MAIN_TOPOLOGY),
+        cmd = [sys.executable, "-m", "controller.cli", "controller", "-t", str(topology),
                "-p", str(policy), "--listen", f"127.0.0.1:{port}",
                "--metrics-listen", f"127.0.0.1:{self.metrics}", *extra]
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
@@ -297,5 +298,80 @@ def test_ecmp_hash_through_openflow_15_and_refused_on_13(tmp_path, policy_file):
             assert "need OpenFlow 1.5 group selection properties" in text
             assert "speaks OpenFlow 1.3" in text
             assert not [ln for ln in _ours(br["leaf2"]) if "group:" in ln]
+        finally:
+            c.stop()
+
+
+@contextmanager
+def veths(bridge: str, ports: Iterator[int] | list[int]) -> Iterator[dict[int, str]]:
+    """veth pairs attached to ``bridge`` at the given OpenFlow port numbers (links up);
+    yields {port: the far end's name}; removes exactly those pairs afterwards."""
+    far: dict[int, str] = {}
+    try:
+        for p in ports:
+            near, far[p] = f"{bridge}v{p}", f"{bridge}w{p}"
+            _sh("ip", "link", "add", near, "type", "veth", "peer", "name", far[p])
+            _sh("ip", "link", "set", near, "up")
+            _sh("ip", "link", "set", far[p], "up")
+            _sh("ovs-vsctl", "add-port", bridge, near, "--", "set", "interface", near,
+                f"ofport_request={p}")
+        yield far
+    finally:
+        for p in far:
+            subprocess.run(["ip", "link", "del", f"{bridge}v{p}"], capture_output=True,
+                           timeout=30)
+
+
+def _trace_output(bridge: str, flow: str) -> int | None:
+    """The port Open vSwitch's own pipeline sends ``flow`` to (ofproto/trace), or None."""
+    out = _sh("ovs-appctl", "ofproto/trace", bridge, flow)
+    m = re.search(r"Datapath actions: (.*)", out)
+    ports = re.findall(r"output:(\d+)", out.split("Final flow")[0])
+    return int(ports[-1]) if ports and m and m.group(1).strip() != "drop" else None
+
+
+def test_a_64_port_leaf_gets_ecmp_and_fast_failover_on_ports_beyond_32(tmp_path):
+    """48 hosts + 16 spines: every uplink (ports 49-64) is in the ECMP group and in the
+    fast-failover group of a pinned flow; when the primary uplink's link goes down the switch's
+    own pipeline sends the flow out of another uplink beyond 32."""
+    from controller.model.topology import load_topology
+
+    topo = tmp_path / "leafspine_16x2x48.yaml"
+    topo.write_text("name: leafspine-16x2x48\nkind: leaf-spine\nspines: 16\nleaves: 2\n"
+                    "hosts_per_leaf: 48\nlinks:\n  host: {rate: 100Mbps, latency: 1us}\n"
+                    "  fabric: {rate: 100Mbps, latency: 1us}\n")
+    fab = load_topology(topo)
+    leaf = fab.switch_by_name["leaf1"]
+    uplinks = sorted(p for (sw, p), (peer, _) in fab.port_map.items()
+                     if sw == "leaf1" and peer.startswith("spine"))
+    assert uplinks == list(range(49, 65))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 1\nrouting:\n  mode: pinned\ncollectives:\n"
+                      "  - name: wide\n    algorithm: ring\n    ranks: [h1, h49]\n")
+    h1, h49 = fab.host_by_name["h1"], fab.host_by_name["h49"]
+    flow = f"in_port=1,ip,nw_src={h1.ipv4},nw_dst={h49.ipv4},nw_proto=17"
+    with bridges({"leaf1": (leaf.dpid, "OpenFlow13")}) as br, \
+            veths(br["leaf1"], [1, *uplinks]) as far:
+        b = br["leaf1"]
+        port = free_port()
+        _point(b, port)
+        c = Controller(tmp_path, policy, port, "--fast-failover", topology=topo)
+        try:
+            c.wait(rf"\[leaf1 dpid={leaf.dpid:#x}\] reconciled: read 0 entries of ours, sent")
+            groups = _sh("ovs-ofctl", "-O", "OpenFlow13", "dump-groups", b)
+            select = [g for g in groups.splitlines() if "type=select" in g]
+            ff = [g for g in groups.splitlines() if "type=ff" in g or "fast_failover" in g]
+            assert select and ff, groups
+            for p in uplinks:  # every uplink, 49 to 64, in both kinds of group
+                assert all(f"output:{p}" in g for g in select), select
+                assert any(f"watch_port:{p}," in g for g in ff), ff
+            first = _trace_output(b, flow)
+            assert first in uplinks, first
+            _sh("ip", "link", "set", far[first], "down")  # the primary uplink's link fails
+            deadline = time.monotonic() + 10
+            while (now := _trace_output(b, flow)) == first:
+                assert time.monotonic() < deadline, "the flow still leaves by the dead port"
+                time.sleep(0.1)
+            assert now in uplinks and now != first, now
         finally:
             c.stop()

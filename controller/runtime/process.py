@@ -337,6 +337,8 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
                 of_handle.stop()
             problems = getattr(exc, "problems", None)
             raise _Invalid("\n".join(map(str, problems)) if problems else str(exc)) from None
+    if early.stop.is_set():  # SIGTERM while the heavy imports ran: stop before the rest
+        return _stopped_while_starting(of_handle)
     capable = frozenset(k for k, d in drivers.items() if "failover" in d.capabilities)
     try:
         state = build_state(fabric, policy, document, source, southbound, opts, capable)
@@ -344,6 +346,8 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         if of_handle is not None:
             of_handle.stop()
         raise
+    if early.stop.is_set():
+        return _stopped_while_starting(of_handle)
     telemetry = events = None
     if state.settings.telemetry:
         from controller.telemetry import AlertRules, EventBus, Telemetry
@@ -422,6 +426,13 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         if qos is not None:
             qos.join(2.0)
     LOG.info("[controller] stopped cleanly")
+    return EXIT_OK
+
+
+def _stopped_while_starting(of_handle: Any) -> int:
+    if of_handle is not None:
+        of_handle.stop()
+    LOG.info("[controller] stopped while starting (signal received before the runtime was ready)")
     return EXIT_OK
 
 
