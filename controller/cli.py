@@ -95,7 +95,7 @@ def policy_check(files: tuple[str, ...], topology: str | None) -> None:
         sys.exit(EXIT_INVALID)
 
 
-def _load_qos(file: str, topology: str | None, target: str | None = None):  # type: ignore[no-untyped-def]
+def _load_qos(file: str, topology: str | None, target: str | None = None):
     """(checked policy, fabric or None); exits 2 with located problems when invalid."""
     from controller.model import load_topology
     from controller.policy.load import load_policy_checked
@@ -507,7 +507,7 @@ def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
                    rebalance_threshold: float, rebalance_margin: float, rebalance_hold_s: float,
                    fast_failover: bool, metrics_listen: str | None, grpc_listen: str | None,
                    util_ceiling: float, util_window_s: float, util_peak: float,
-                   loss_threshold: float, microburst_threshold: float, **more: object) -> None:
+                   loss_threshold: float, microburst_threshold: float, **more: Any) -> None:
     """Run the controller (OpenFlow and P4Runtime switches) until SIGTERM/SIGINT; SIGHUP
     re-reads and applies the policy file."""
     from controller.runtime.process import run_controller
