@@ -36,13 +36,15 @@ def main() -> None:
     cost_ms, eval_ms, scrape_ms = [], [], []
     from prometheus_client import generate_latest
 
+    from controller.policy.model import Policy
+    from controller.runtime.controller import Controller
     from controller.runtime.metrics import registry_for
+    from controller.runtime.state import PolicyInForce, RuntimeSettings, initial_state
 
-    class _Rt:  # what the metrics collector reads from a runtime
-        fabric, telemetry, down_links, paths, connected, plan_generation = (
-            fab, tel, frozenset(), {}, {}, 1)
-
-    reg = registry_for(_Rt(), 1.0)
+    # what the metrics collector reads: a runtime (no switch connected, no driver)
+    policy = Policy.model_validate({"version": 1, "routing": {"mode": "ecmp"}})
+    state = initial_state(fab, PolicyInForce(policy), RuntimeSettings())
+    reg = registry_for(Controller(state, {}, telemetry=tel), 1.0)
     for r in range(args.rounds):
         t = float(r)
         samples = {sw: [PortCounters(p, r * 10**9 + p, r * 10**9 + 2 * p, r * 10**6, r * 10**6)

@@ -226,14 +226,14 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
             f"(lower bound {result.pinning.lower_bound})"
         )
     tabs = result.tables.switches if result.tables is not None else {}
-    et = Table("switch", "dpid", "flows", "groups", "pinned", "pinned room", "capacity from",
+    et = Table("switch", "dpid", "flows", "next-hop sets", "pinned", "pinned room", "capacity from",
                title="entries per switch (pinned: needed -> kept; room: capacity - headroom)")
     for name, sp in sorted(result.plan.switches.items()):
         tu = tabs.get(name)
         pinned = "-" if tu is None else (f"{tu.pinned_needed}" if tu.pinned_needed == tu.pinned
                                          else f"{tu.pinned_needed} -> {tu.pinned}")
         room = "-" if tu is None else ("unlimited" if tu.room is None else str(tu.room))
-        et.add_row(name, f"{sp.dpid:#x}", str(len(sp.flows)), str(len(sp.groups)), pinned, room,
+        et.add_row(name, f"{sp.dpid:#x}", str(len(sp.flows)), str(len(sp.next_hop_sets())), pinned, room,
                    "-" if tu is None else tu.capacity.source)
     console.print(et)
     if result.tables is not None:
@@ -242,8 +242,8 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
     for name in switches:
         sp = result.plan.switches[name]
         console.print(f"[bold]{name}[/]")
-        for g in sorted(sp.groups):
-            console.print(f"  group {g.group_id:#x} select ports={list(g.ports)}", markup=False)
+        for nhs in sorted(sp.next_hop_sets(), key=lambda s: (s.kind, s.ports)):
+            console.print(f"  next-hop set {nhs}", markup=False)
         for fl in sorted(sp.flows, key=lambda f: (-f.priority, sorted(
                 (k, str(v)) for k, v in f.match.fields().items()))):
             fields = " ".join(
@@ -308,13 +308,43 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
                                                                          min_open=True),
               default=0.95, show_default=True,
               help="Utilisation of one sampling interval counted as a microburst.")
+@click.option("--p4-targets", type=click.Path(exists=True, dir_okay=False), default=None,
+              help='JSON {switch: "host:port"} naming the switches that speak P4Runtime and '
+                   "their gRPC addresses; the other switches speak OpenFlow.")
+@click.option("--p4-target", "p4_target", default="bmv2", show_default=True,
+              type=click.Choice(["bmv2", "tofino"]),
+              help="bmv2: fabric.p4 on simple_switch_grpc; tofino: fabric_tna.p4 (untested here)")
+@click.option("--tofino-build", type=click.Path(exists=True, file_okay=False), default=None,
+              help="bf-p4c output directory of fabric_tna.p4 (pipe/tofino.bin, pipe/context.json)")
+@click.option("--election-id", "p4_election_id", default=10, show_default=True,
+              type=click.IntRange(min=1, max=2**128 - 1),
+              help="P4Runtime election id (the highest connected client is primary)")
+@click.option("--openflow-role", type=click.Choice(["equal", "master", "backup"]),
+              default="equal", show_default=True,
+              help="OpenFlow role to request (with --generation-id); equal: the only controller, "
+                   "no role request. A switch refuses a master/backup request whose "
+                   "generation-id is older than one it saw (high availability: issue 14).")
+@click.option("--generation-id", type=click.IntRange(min=0, max=2**64 - 1), default=None,
+              help="OpenFlow role request generation_id (the fencing token of --openflow-role).")
+@click.option("--hello-timeout", "hello_timeout_s", type=FiniteFloatRange(min=0.1, max=600.0),
+              default=5.0, show_default=True,
+              help="Seconds an OpenFlow connection may take to send its HELLO before it is "
+                   "closed.")
+@click.option("--handshake-timeout", "handshake_timeout_s",
+              type=FiniteFloatRange(min=0.1, max=600.0), default=10.0, show_default=True,
+              help="Seconds an OpenFlow switch may take to finish the handshake.")
+@click.option("--max-unfinished", type=click.IntRange(min=1, max=100000), default=64,
+              show_default=True,
+              help="OpenFlow connections that may be unfinished (no HELLO or handshake yet) at "
+                   "once; more are closed on accept.")
 def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
                    apply_qos: bool, ovsdb: str, stats_interval_s: float | None, rebalance: bool,
                    rebalance_threshold: float, rebalance_margin: float, rebalance_hold_s: float,
                    fast_failover: bool, metrics_listen: str | None, grpc_listen: str | None,
                    util_ceiling: float, util_window_s: float, util_peak: float,
-                   loss_threshold: float, microburst_threshold: float) -> None:
-    """Run the OpenFlow controller until SIGTERM/SIGINT."""
+                   loss_threshold: float, microburst_threshold: float, **more: Any) -> None:
+    """Run the controller (OpenFlow and P4Runtime switches) until SIGTERM/SIGINT; SIGHUP
+    re-reads and applies the policy file."""
     from controller.runtime.process import run_controller
     from controller.te.reroute import Hysteresis
     from controller.telemetry import AlertRules
@@ -327,6 +357,9 @@ def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
         raise click.BadParameter(
             f"{stats_interval_s:g} s would poll every switch in a busy loop; use 0 (off) or "
             f"{MIN_STATS_INTERVAL_S:g}..3600", param_hint="--stats-interval")
+    if more.get("generation_id") is not None and more.get("openflow_role") == "equal":
+        raise click.BadParameter("a generation-id goes with --openflow-role master or backup",
+                                 param_hint="--generation-id")
     if rebalance and stats_interval_s is None:
         stats_interval_s = 1.0
     hysteresis = (Hysteresis(rebalance_threshold, rebalance_margin, rebalance_hold_s)
@@ -338,7 +371,7 @@ def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
                             stats_interval_s=stats_interval_s or None, rebalance=hysteresis,
                             fast_failover=fast_failover, metrics_listen=metrics,
                             grpc_listen=grpc_at, alert_rules=rules,
-                            microburst_threshold=microburst_threshold))
+                            microburst_threshold=microburst_threshold, **more))
 
 
 def _host_port(option: str, value: str, allow_zero: bool = False) -> tuple[str, int]:

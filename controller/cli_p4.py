@@ -3,14 +3,14 @@
 * ``aifabric p4 entities -t TOPO -p POLICY [-s SWITCH] [--qos]``: the P4 entities (members,
   groups, table entries, the ``ecmp_hash`` entry of the policy's hash fields and the switch
   role's seed) each switch would hold, as JSON: what ``p4 controller`` writes.
-* ``aifabric p4 controller -t TOPO -p POLICY --targets FILE [--election-id N]``: program the
-  BMv2/Tofino switches named in FILE (``{switch: "host:port"}``) and answer ARP until SIGTERM.
+* ``aifabric p4 controller -t TOPO -p POLICY --targets FILE [--election-id N]``: deprecated
+  alias of ``aifabric controller --p4-targets FILE`` (one runtime serves OpenFlow and P4Runtime
+  switches; the switches FILE names speak P4Runtime).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 
@@ -38,11 +38,7 @@ def p4() -> None:
 def entities(topology: str, policy_file: str, switches: tuple[str, ...], qos: bool,
              target_name: str) -> None:
     """Print the P4 entities of every (or each named) switch as JSON."""
-    from controller.drivers.p4runtime.encode import (
-        EncodeError,
-        ecmp_hash_settings,
-        encode_fabric,
-    )
+    from controller.drivers.p4runtime.encode import EncodeError, encode_switch, plan_ecmp_hash
     from controller.drivers.p4runtime.pipeline import TARGETS
     from controller.model.topology import load_topology
     from controller.plan.build import build_plan
@@ -61,8 +57,9 @@ def entities(topology: str, policy_file: str, switches: tuple[str, ...], qos: bo
             rendering = render_tofino if target_name == "tofino" else render_bmv2
             docs = {k.removesuffix(".json"): v
                     for k, v in rendering(compile_qos(pol, fabric)).items()}
-        ents = encode_fabric(build_plan(fabric, pol).plan, docs,
-                             ecmp_hash_settings(fabric, pol.routing.ecmp), target)
+        plan = build_plan(fabric, pol).plan
+        ents = {n: encode_switch(sp, (docs or {}).get(n), plan_ecmp_hash(sp), target)
+                for n, sp in sorted(plan.switches.items())}
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(str(problem), err=True)
@@ -104,12 +101,17 @@ def _rel(path: Path) -> str:
               help="bf-p4c output directory of fabric_tna.p4 (pipe/tofino.bin, pipe/context.json)")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--listen", default="127.0.0.1:6653", show_default=True,
+              help="OpenFlow listen address HOST:PORT (for switches FILE does not name).")
 def controller(topology: str, policy_file: str, targets: str, election_id: int,
-               target_name: str, tofino_build: str | None, log_level: str) -> None:
-    """Program the P4 switches and answer ARP until SIGTERM (exit 0; 1 failed; 2 invalid)."""
+               target_name: str, tofino_build: str | None, log_level: str, listen: str) -> None:
+    """Deprecated: ``aifabric controller --p4-targets FILE`` (exit 0; 1 failed; 2 invalid)."""
     from controller.runtime.p4process import run_p4_controller
 
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, _, port = listen.rpartition(":")
+    click.echo("aifabric p4 controller is deprecated; running aifabric controller "
+               f"--p4-targets {targets}", err=True)
     sys.exit(run_p4_controller(topology, policy_file, targets, election_id, target_name,
-                               tofino_build))
+                               tofino_build, listen_host=host or "127.0.0.1",
+                               listen_port=int(port) if port.isdigit() else 6653,
+                               log_level=log_level))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller.drivers.openflow import encode
 from controller.model.topology import build_leaf_spine
@@ -13,8 +15,8 @@ from controller.plan.model import (
     ETH_TYPE_LLDP,
     Action,
     FlowIntent,
-    GroupIntent,
     Match,
+    NextHopSet,
 )
 from controller.policy import load_policy
 from controller.testing import BlackHole, FakeFabric, FakeOFError, FakeOFTable, ForwardingLoop
@@ -71,20 +73,31 @@ def test_delete_strict_only_removes_exact_entry():
     assert len(t.flows) == 2
 
 
-def test_delete_all_flows_and_groups():
+ECMP12 = NextHopSet("ecmp", (1, 2))
+
+
+def _via(nhs):
+    return Action.via(nhs)
+
+
+def test_delete_our_flows_leaves_foreign_cookies():
     t = FakeOFTable("s")
-    t.apply([encode.group_add(GroupIntent(3, (1, 2))),
-             encode.flow_add(_flow(100, IP3, Action("group", 3))),
+    foreign = parser.OFPFlowMod(None, cookie=0x77, table_id=0, command=ofp.OFPFC_ADD,
+                                priority=100, match=parser.OFPMatch(eth_type=0x800,
+                                                                    ipv4_dst="10.0.0.9"),
+                                instructions=[])
+    t.apply([encode.group_add(3, ECMP12), foreign,
+             encode.flow_add(_flow(100, IP3, _via(ECMP12)), 3),
              encode.flow_add(_flow(1000, Match(eth_type=ETH_TYPE_ARP), Action("controller")))])
-    t.apply([encode.delete_all_flows()])
-    assert t.flows == [] and 3 in t.groups
-    t.apply([encode.delete_all_groups()])
+    t.apply([encode.delete_our_flows()])
+    assert [f.cookie for f in t.flows] == [0x77] and 3 in t.groups
+    t.apply([encode.group_delete(3)])
     assert t.groups == {}
 
 
 def test_groups_all_live_buckets_or_one_by_hash():
-    msgs = [encode.group_add(GroupIntent(0b111, (1, 2, 3))),
-            encode.flow_add(_flow(100, IP3, Action("group", 0b111)))]
+    msgs = [encode.group_add(7, NextHopSet("ecmp", (1, 2, 3))),
+            encode.flow_add(_flow(100, IP3, _via(NextHopSet("ecmp", (1, 2, 3)))), 7)]
     t = FakeOFTable("s")
     t.apply(msgs)
     assert t.lookup(PKT3) == {1, 2, 3}
@@ -101,17 +114,35 @@ def test_groups_all_live_buckets_or_one_by_hash():
 def test_group_errors_and_group_delete_removes_its_flows():
     t = FakeOFTable("s")
     with pytest.raises(FakeOFError, match="missing group 7"):
-        t.apply([encode.flow_add(_flow(100, IP3, Action("group", 7)))])
-    t.apply([encode.group_add(GroupIntent(3, (1, 2)))])
-    with pytest.raises(FakeOFError, match="already exists"):
-        t.apply([encode.group_add(GroupIntent(3, (1, 2)))])
-    with pytest.raises(FakeOFError, match="unknown group"):
-        t.apply([encode.group_modify(GroupIntent(5, (1, 3)))])
-    t.apply([encode.flow_add(_flow(100, IP3, Action("group", 3)))])
-    t.apply([encode.group_modify(GroupIntent(3, (2,)))])
-    assert t.lookup(PKT3) == {2}
+        t.apply([encode.flow_add(_flow(100, IP3, _via(ECMP12)), 7)])
+    t.apply([encode.group_add(3, ECMP12)])
+    with pytest.raises(FakeOFError, match="GROUP_EXISTS"):
+        t.apply([encode.group_add(3, ECMP12)])
+    t.apply([encode.flow_add(_flow(100, IP3, _via(ECMP12)), 3)])
+    assert t.lookup(PKT3) == {1, 2}
     t.apply([encode.group_delete(3)])
     assert t.flows == []
+
+
+def test_failover_group_uses_first_live_bucket_and_ports_are_checked():
+    ff = NextHopSet("failover", (40, 3, 33))
+    t = FakeOFTable("s", ports=(3, 33, 40))
+    t.apply([encode.group_add(9, ff), encode.flow_add(_flow(100, IP3, _via(ff)), 9)])
+    assert t.lookup(PKT3) == {40}
+    t.set_port_up(40, False)
+    assert t.lookup(PKT3) == {3}
+    t.set_port_up(3, False)
+    assert t.lookup(PKT3) == {33}
+    with pytest.raises(FakeOFError, match="BAD_OUT_PORT"):
+        t.apply([encode.flow_add(_flow(200, IP3, Action("output", 7)))])
+    full = FakeOFTable("s", max_flows=1)
+    full.apply([encode.flow_add(_flow(100, IP3, Action("output", 1)))])
+    with pytest.raises(FakeOFError, match="TABLE_FULL"):
+        full.apply([encode.flow_add(_flow(200, IP3, Action("output", 1)))])
+    snap = full.snapshot()
+    full.apply([encode.flow_delete(_flow(100, IP3, Action("drop")))])
+    full.restore(snap)
+    assert len(full.flows) == 1
 
 
 def test_never_back_out_of_in_port_and_controller():

@@ -1,5 +1,5 @@
-"""The northbound gRPC service in-process over the controller's service (served through the
-temporary ``ThreadedService`` bridge): registration pins and programs (checked in the
+"""The northbound gRPC service in-process over the controller's service (the runtime on fake
+switches, the grpc.aio server on its loop): registration pins and programs (checked in the
 flow-table simulator), errors name the field, GetPaths/GetStatus/WatchEvents, the CLI, and the
 committed generated code is current. Limits and hostile clients: test_northbound_limits.py."""
 
@@ -13,21 +13,16 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main as cli
-from controller.drivers.openflow import encode
-from controller.drivers.openflow.app import AifabricApp
 from controller.model.topology import load_topology
 from controller.northbound.client import FabricClient
-from controller.northbound.threaded import NorthboundThread, ThreadedService
+from controller.northbound.server import start_northbound
 from controller.plan.model import ETH_TYPE_IPV4
 from controller.policy import load_policy
+from controller.runtime.placement import initial_placement, pinned_demands_bps
 from controller.runtime.registration import place_new_flows
-from controller.runtime.service import FabricService
-from controller.runtime.state import ControllerRuntime, pinned_demands_bps
 from controller.te.collectives import FlowDemand
-from controller.telemetry import EventBus, Telemetry
-from controller.testing import FakeFabric
+from controller.testing.rig import Rig
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
-from tests.test_openflow_app import FakeDatapath
 
 FABRIC = load_topology(MAIN_TOPOLOGY)
 
@@ -40,35 +35,32 @@ def _ring_a_only(tmp_path):
     return p
 
 
-class ConfirmingDatapath(FakeDatapath):
-    """Answers every barrier at once, as a switch does after applying what came before it."""
+class _Runtime:
+    """What the tests read of the running controller."""
 
-    def __init__(self, dpid, table, app):
-        super().__init__(dpid, table)
-        self.app = app
+    def __init__(self, rig):
+        self.rig = rig
 
-    def send_msg(self, msg):
-        super().send_msg(msg)
-        if type(msg).__name__ == "OFPBarrierRequest":
-            self.app.barrier_reply(self.id, msg.xid)
+    @property
+    def paths(self):
+        return self.rig.ctl.state.placement
 
 
 def _controller(policy_path, connected=None):
-    tel = Telemetry(FABRIC)
-    bus = EventBus()
-    rt = ControllerRuntime(FABRIC, load_policy(policy_path, FABRIC), telemetry=tel, events=bus)
-    rt.initial_plan()
-    app = AifabricApp(runtime=rt)
-    ff = FakeFabric.empty(FABRIC)
-    for s in FABRIC.switches:
-        if connected is None or s.name in connected:
-            app.switch_connected(ConfirmingDatapath(s.dpid, ff.tables[s.name], app), now_s=0.0)
-    svc = FabricService(rt, tel, bus, apply=app.apply_and_confirm, sample_interval_s=1.0,
-                        confirm_timeout_s=1.0)
-    nb = NorthboundThread(ThreadedService(svc), "127.0.0.1", 0)
+    rig = Rig(FABRIC, load_policy(policy_path, FABRIC), document=policy_path.read_text(),
+              source=str(policy_path), telemetry=True, live=True,
+              options={"confirm_timeout_s": 1.0})
+    rig.connect(*(connected or ()))
+    nb = rig.run(start_northbound(rig.service, "127.0.0.1", 0))
     client = FabricClient(f"127.0.0.1:{nb.port}", timeout_s=5.0)
-    return SimpleNamespace(rt=rt, app=app, ff=ff, svc=svc, nb=nb, client=client,
-                           target=f"127.0.0.1:{nb.port}", bus=bus)
+
+    def close(grace=0):
+        rig.run(nb.stop(grace))
+        rig.close()
+
+    nb.close = close
+    return SimpleNamespace(rt=_Runtime(rig), rig=rig, ff=rig.ff, svc=rig.service, nb=nb,
+                           client=client, target=f"127.0.0.1:{nb.port}", bus=rig.ctl.events)
 
 
 @pytest.fixture
@@ -202,7 +194,7 @@ def test_watch_events_streams_failures_and_registrations(ctl):
     ctl.client.register("j", "pair", ["h2", "h4"])
     d = next(d for d in ctl.rt.paths if d.label == "ring-a h1->h3")
     a, b = ctl.rt.paths[d][1], ctl.rt.paths[d][2]
-    ctl.app.port_changed(FABRIC.switch_by_name[a].dpid, FABRIC.port_towards(a, b), False)
+    ctl.rig.fail_link(a, b)
     assert done.wait(5)
     call.cancel()
     kinds = [e.kind for e in got]
@@ -217,9 +209,8 @@ def test_watch_events_streams_failures_and_registrations(ctl):
 
 
 def test_place_new_flows_keeps_installed_paths():
-    rt = ControllerRuntime(FABRIC, load_policy(PINNED_POLICY, FABRIC))
-    rt.initial_plan()
-    ring_a = {d: p for d, p in rt.paths.items() if d.collective == "ring-a"}
+    paths = initial_placement(FABRIC, load_policy(PINNED_POLICY, FABRIC))
+    ring_a = {d: p for d, p in paths.items() if d.collective == "ring-a"}
     new = [FlowDemand("x", 0, "h2", "h4"), FlowDemand("x", 1, "h4", "h2")]
     demands = pinned_demands_bps(FABRIC, [*ring_a, *new])
     out = place_new_flows(FABRIC, ring_a, demands, new)
@@ -250,7 +241,9 @@ def test_cli_unreachable_controller_exits_1():
 
 
 def test_encode_queue_stats_request():
-    m = encode.queue_stats_request()
+    from controller.drivers.openflow.dialect import OF13
+
+    m = OF13().queue_stats_request()
     assert type(m).__name__ == "OFPQueueStatsRequest"
 
 
@@ -272,10 +265,23 @@ def test_overlong_collective_name_is_invalid_argument():
     assert ei.value.field == "name"
 
 
-def test_policy_apply_on_a_controller_that_cannot_reload_says_so(ctl):
-    # the synchronous FabricService (until the runtime of issue 12 lands) cannot change its
-    # policy while it runs: FAILED_PRECONDITION, exit 1, nothing changed
+def test_policy_apply_dry_run_then_apply_changes_only_what_differs(ctl):
+    ring_a = {d: p for d, p in ctl.rt.paths.items() if d.collective == "ring-a"}
+    r = CliRunner().invoke(cli, ["policy", "apply", str(PINNED_POLICY), "-c", ctl.target,
+                                 "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert "dry run: valid" in r.output and "+ table=0 priority=500" in r.output
+    assert all(d.collective == "ring-a" for d in ctl.rt.paths)  # nothing changed
     r = CliRunner().invoke(cli, ["policy", "apply", str(PINNED_POLICY), "-c", ctl.target])
-    assert r.exit_code == 1, r.output
-    assert "FAILED_PRECONDITION: this controller cannot apply a policy while it runs" in r.output
-    assert all(d.collective == "ring-a" for d in ctl.rt.paths)
+    assert r.exit_code == 0, r.output
+    # ring-b's flows are added around ring-a, whose paths and entries stay as they were
+    assert {d.collective for d in ctl.rt.paths} == {"ring-a", "ring-b"}
+    assert {d: p for d, p in ctl.rt.paths.items() if d.collective == "ring-a"} == ring_a
+    assert "-" not in "".join(ln.split()[0] for ln in r.output.splitlines()
+                              if ln.startswith("  ") and ln.split())
+    st = ctl.client.status()
+    assert st.policy.generation == 2 and st.policy.source == str(PINNED_POLICY)
+    for d, hops in ctl.rt.paths.items():
+        assert ctl.ff.trace(d.src, {**_pkt(d.src, d.dst), **{
+            k: v for k, v in {"ip_dscp": d.dscp, "ip_proto": d.ip_proto, "l4_src": d.l4_src,
+                              "l4_dst": d.l4_dst}.items() if v is not None}}) == [hops]

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli_p4 import p4
-from controller.drivers.p4runtime.packets import ARP_REPLY, Arp, arp_frame, parse_arp
+from controller.drivers.frames import ARP_REPLY, Arp, arp_frame, parse_arp
 from controller.errors import ConfigError
 from controller.model import load_topology
 from controller.runtime.p4process import arp_answer, load_targets, run_p4_controller

@@ -22,8 +22,8 @@ from controller.plan.model import (
     PRIO_PINNED,
     Action,
     FlowIntent,
-    GroupIntent,
     Match,
+    NextHopSet,
     SwitchPlan,
 )
 from controller.qos.compile import compile_qos
@@ -127,22 +127,24 @@ def test_pinned_priority_keeps_plan_order_then_specificity():
                         ("dscp", Ternary(26, 0x3F)))
 
 
-def test_routes_use_members_named_by_port_and_the_plans_group_ids():
+def test_routes_use_members_named_by_port_and_allocated_group_ids():
     route = Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.5")
     sp = SwitchPlan("leaf1", 3, frozenset({
-        FlowIntent(0, 100, route, Action("group", 0b1100), "route h5"),
+        FlowIntent(0, 100, route, Action.via(NextHopSet("ecmp", (3, 4))), "route h5"),
         FlowIntent(0, 100, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.1"),
                    Action("output", 1), "route h1"),
-    }), frozenset({GroupIntent(0b1100, (4, 3)), GroupIntent(0b11, (1, 2))}))
+    }))
     e = enc.encode_switch(sp)
     routes = {dict(x.match)["ipv4_dst"]: x for x in e.entries}
-    assert routes[Lpm(_ip("10.0.0.5"), 32)].group_id == 0b1100
+    assert routes[Lpm(_ip("10.0.0.5"), 32)].group_id == 1  # the allocation: 1, 2, ...
     assert routes[Lpm(_ip("10.0.0.1"), 32)].member_id == 1
-    # the unused group (ports 1, 2) is not installed; members exist for ports 1, 3, 4
-    assert [g.group_id for g in e.groups] == [0b1100]
+    assert [g.group_id for g in e.groups] == [1]
     assert next(iter(e.groups)).member_ids == (3, 4)
     assert sorted(m.member_id for m in e.members) == [1, 3, 4]
     assert e.device_id == 3
+    # the driver's own allocation (read back from the switch) is used when given
+    e2 = enc.encode_switch(sp, group_ids={(3, 4): 42})
+    assert [g.group_id for g in e2.groups] == [42]
 
 
 @pytest.mark.parametrize(("flow", "msg"), [
@@ -154,7 +156,8 @@ def test_routes_use_members_named_by_port_and_the_plans_group_ids():
     (FlowIntent(0, 1, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.1"), Action("output", 600)),
      "outside 0..511"),
     (FlowIntent(0, 500, Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1", ipv4_dst="10.0.0.2"),
-                Action("group", 3), "pin x"), "pin x: table pinned takes output or drop"),
+                Action.via(NextHopSet("failover", (3, 4))), "pin x"),
+     "pin x: table pinned takes output or drop"),
     (FlowIntent(0, 500, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.2", l4_dst=80),
                 Action("output", 1), "pin y"), "pin y: l4 ports need ip_proto"),
 ])
@@ -164,14 +167,15 @@ def test_refusals_name_switch_and_intent(flow, msg):
     assert str(ei.value).startswith("leaf9: ")
 
 
-def test_fast_failover_group_and_missing_group_are_refused():
+def test_fast_failover_set_and_missing_group_id_are_refused():
+    ff = FlowIntent(0, 100, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.5"),
+                    Action.via(NextHopSet("failover", (3, 4))), "route h5")
+    with pytest.raises(enc.EncodeError, match="select groups only"):
+        enc.encode_switch(SwitchPlan("s", 1, frozenset({ff})))
     route = FlowIntent(0, 100, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.5"),
-                       Action("group", 12), "route h5")
-    ff = GroupIntent(12, (3, 4), kind="fast-failover")  # type: ignore[arg-type]
-    with pytest.raises(enc.EncodeError, match="select only"):
-        enc.encode_switch(SwitchPlan("s", 1, frozenset({route}), frozenset({ff})))
-    with pytest.raises(enc.EncodeError, match="not in the plan"):
-        enc.encode_switch(SwitchPlan("s", 1, frozenset({route}), frozenset()))
+                       Action.via(NextHopSet("ecmp", (3, 4))), "route h5")
+    with pytest.raises(enc.EncodeError, match="has no group id"):
+        enc.encode_switch(SwitchPlan("s", 1, frozenset({route})), group_ids={})
 
 
 def test_canonical_values():

@@ -11,9 +11,14 @@ from controller.plan.model import (
     PRIO_PINNED,
     PRIO_ROUTE,
     Action,
+    EcmpHash,
     FlowIntent,
+    Match,
+    NextHopSet,
+    SwitchChanges,
+    SwitchPlan,
     diff_plans,
-    group_id_for_ports,
+    diff_switch,
 )
 from controller.policy import load_policy
 from controller.policy.model import Collective, L4Match, Policy, Routing
@@ -40,12 +45,12 @@ def trace(fabric, plan, src: str, pkt: dict, choose: int = 0) -> tuple[str, ...]
         assert hits, f"black hole at {path[-1]}"
         best = max(hits, key=lambda f: f.priority)
         assert [f.priority for f in hits].count(best.priority) == 1
-        if best.action.kind == "group":
-            grp = {g.group_id: g for g in sp.groups}[best.action.arg]
-            port = grp.ports[choose % len(grp.ports)]
+        if best.action.kind == "next_hops":
+            nhs = best.action.next_hops
+            port = nhs.ports[choose % len(nhs.ports)]
         else:
             assert best.action.kind == "output"
-            port = best.action.arg
+            port = best.action.port
         nxt = fabric.port_map[(path[-1], port)][0]
         assert nxt not in path, f"loop at {nxt}"
         path.append(nxt)
@@ -61,11 +66,9 @@ def _common_checks(fabric, res):
         ctl = {f.match.eth_type: f for f in sp.flows if f.priority == PRIO_CONTROL}
         assert set(ctl) == {ETH_TYPE_ARP, ETH_TYPE_LLDP}
         assert all(f.action == Action("controller") for f in ctl.values())
-        gids = {g.group_id for g in sp.groups}
-        used = {f.action.arg for f in sp.flows if f.action.kind == "group"}
-        assert used <= gids and gids <= used  # every referenced group exists; none is unused
-        for g in sp.groups:
-            assert g.group_id == group_id_for_ports(g.ports) and len(g.ports) > 1
+        for nhs in sp.next_hop_sets():  # by value: ports of this switch, no ids
+            assert len(nhs.ports) > 1
+            assert all((name, p) in fabric.port_map for p in nhs.ports)
         routes = [f for f in sp.flows if f.priority == PRIO_ROUTE]
         assert len(routes) == len(res.next_hops[name])
         keys = [f.key for f in sp.flows]
@@ -81,7 +84,8 @@ def test_ecmp_mode(fabric):
     leaf1 = res.plan.switches["leaf1"]
     to_h3 = next(f for f in leaf1.flows if f.origin == "route h3")
     assert to_h3.match.fields() == {"eth_type": ETH_TYPE_IPV4, "ipv4_dst": "10.0.0.3"}
-    assert to_h3.action == Action("group", group_id_for_ports((3, 4)))
+    # the policy names the 5-tuple without seeds: the default hash, carried as None
+    assert to_h3.action == Action.via(NextHopSet("ecmp", (3, 4)))
     for src in fabric.hosts:
         for dst in fabric.hosts:
             if src != dst:
@@ -112,7 +116,7 @@ def test_pinned_mode_follows_pinned_paths(fabric):
     ecmp = build_plan(fabric, load_policy(ECMP_POLICY, fabric))
     changes = diff_plans(ecmp.plan, res.plan)
     for ch in changes.values():
-        assert not ch.delete_flows and not ch.modify_flows and not ch.add_groups
+        assert not ch.delete_flows and not ch.modify_flows
         assert all(f.priority == PRIO_PINNED for f in ch.add_flows)
 
 
@@ -176,13 +180,42 @@ def test_fat_tree_plan():
         assert trace(f, res.plan, d.src, pinned_match(f, d).fields()) == path
 
 
-def test_group_ids():
-    assert group_id_for_ports((3, 4)) == 0b1100
-    assert group_id_for_ports((32,)) == 1 << 31
-    assert group_id_for_ports(tuple(range(17, 33))) == 0xFFFF0000
-    with pytest.raises(ValueError, match="outside 1..32"):
-        group_id_for_ports((33,))
-    with pytest.raises(ValueError, match="outside 1..32"):
-        group_id_for_ports((0, 1))
-    with pytest.raises(ValueError, match="reserves"):
-        group_id_for_ports(tuple(range(9, 33)))
+def test_ecmp_sets_carry_the_tier_seed_and_fields(fabric):
+    policy = load_policy(ECMP_POLICY, fabric)
+    pol = policy.model_copy(update={"routing": policy.routing.model_copy(update={
+        "ecmp": policy.routing.ecmp.model_copy(update={
+            "hash_fields": ("ipv4_dst", "l4_src"),
+            "hash_seeds": policy.routing.ecmp.hash_seeds.model_copy(update={"spine": 9})})})})
+    res = build_plan(fabric, pol)
+    for name, sp in res.plan.switches.items():
+        role = fabric.switch_by_name[name].role
+        for nhs in sp.next_hop_sets():
+            assert nhs.hash == EcmpHash(("ipv4_dst", "l4_src"), 9 if role == "spine" else 0)
+
+
+def test_next_hop_sets_are_values_without_a_port_limit():
+    e = NextHopSet("ecmp", (33, 47, 64))
+    assert str(e) == "ecmp(33,47,64)" and e == NextHopSet("ecmp", (33, 47, 64))
+    f = NextHopSet("failover", (64, 3))  # order kept: the planned port first
+    assert f.ports == (64, 3)
+    with pytest.raises(ValueError, match="ascending"):
+        NextHopSet("ecmp", (4, 3))
+    with pytest.raises(ValueError, match=">= 2 distinct"):
+        NextHopSet("ecmp", (3,))
+    with pytest.raises(ValueError, match="no hash"):
+        NextHopSet("failover", (3, 4), EcmpHash(("ipv4_dst",), 1))
+    with pytest.raises(ValueError):
+        EcmpHash(("vlan",), 0)
+
+
+def test_changes_apply_and_invert(fabric):
+    a = build_plan(fabric, load_policy(ECMP_POLICY, fabric)).plan
+    b = build_plan(fabric, load_policy(PINNED_POLICY, fabric),
+                   [frozenset({"leaf1", "spine1"})]).plan
+    for name in a.switches:
+        ch = diff_switch(a.switches[name], b.switches[name])
+        assert ch.apply_to(a.switches[name]) == b.switches[name]
+        assert ch.inverse().apply_to(b.switches[name]) == a.switches[name]
+    with pytest.raises(KeyError):
+        SwitchChanges("leaf1", delete_flows=(FlowIntent(0, 1, Match(), Action("drop")),)).apply_to(
+            SwitchPlan("leaf1", 3, frozenset()))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import queue
 import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -37,26 +39,79 @@ def _connects(host: str, port: int) -> bool:
         return False
 
 
+def _stderr_lines(proc: subprocess.Popen) -> queue.Queue:
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stderr:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def _wait_for(lines: queue.Queue, text: str, timeout_s: float, seen: list[str]) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if line is None:
+            return False
+        seen.append(line)
+        if text in line:
+            return True
+    return False
+
+
 def test_listens_and_exits_cleanly_on_sigterm():
+    """The socket is bound before the runtime is ready (switches may connect early); once the
+    controller says it is listening, SIGTERM stops it within a few seconds with exit 0."""
     host, port = _free_addr()
     proc = _start(MAIN_TOPOLOGY, PINNED_POLICY, host, port)
+    seen: list[str] = []
     try:
-        deadline = time.monotonic() + 20
-        while not _connects(host, port):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "controller never listened"
-            time.sleep(0.1)
+        lines = _stderr_lines(proc)
+        assert _wait_for(lines, "listening for OpenFlow", 30, seen), "".join(seen)
+        assert _connects(host, port)
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        out, err = proc.communicate(timeout=5)
+        out = proc.stdout.read()
+        proc.wait(timeout=5)
         assert time.monotonic() - t0 < 4
+        _wait_for(lines, "stopped cleanly", 2, seen)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err
+            proc.wait()
+    assert proc.returncode == 0, "".join(seen)
     assert "8 hosts" in out and "pinned" in out
+    assert any("stopped cleanly" in line for line in seen)
+    assert not _connects(host, port)
+
+
+def test_sigterm_while_starting_stops_with_exit_0():
+    """A SIGTERM right after the socket was bound (runtime not ready yet) is not lost: the
+    controller stops, exit 0, and the port is closed."""
+    host, port = _free_addr()
+    proc = _start(MAIN_TOPOLOGY, PINNED_POLICY, host, port)
+    seen: list[str] = []
+    try:
+        lines = _stderr_lines(proc)
+        assert _wait_for(lines, "OpenFlow socket bound", 30, seen), "".join(seen)
+        proc.send_signal(signal.SIGTERM)
+        proc.stdout.read()
+        proc.wait(timeout=20)
+        _wait_for(lines, "stopped", 2, seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, "".join(seen)
+    assert any("stopped" in line for line in seen), "".join(seen)
     assert not _connects(host, port)
 
 

@@ -1,33 +1,50 @@
-"""ControllerRuntime: port events → only the changed switches; LLDP comparison.
+"""The pure runtime core: port events → the intended plan and only the changed switches; repairs
+adopted by generation; LLDP comparison. No loop, no driver: ``core.step`` on values.
 
-Every test runs with the hand-made reference planner, and again with the production
-``build_plan`` over the main lab fabric and both policies once that module exists.
+Every test runs with the ECMP and the pinned policy of the main lab fabric.
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
+from controller.drivers import frames
 from controller.drivers.openflow import encode
+from controller.drivers.southbound import PacketIn, PortStatus, SwitchConnected, SwitchFeatures
 from controller.model.topology import load_topology
 from controller.plan.model import ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_LLDP, diff_plans
 from controller.policy import load_policy
-from controller.runtime.state import ControllerRuntime, compare_links
+from controller.runtime import core
+from controller.runtime.events import (
+    Compute,
+    Converge,
+    Log,
+    PlacementReady,
+    Publish,
+    RoleAssigned,
+    SendPacket,
+    Tick,
+)
+from controller.runtime.intent import intended_plan
+from controller.runtime.lldp import compare_links
+from controller.runtime.placement import PlacementInput, initial_placement, repin_all
+from controller.runtime.state import PolicyInForce, RuntimeSettings, initial_state
 from controller.testing import FakeFabric
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
 
 FABRIC = load_topology(MAIN_TOPOLOGY)
 HASH = ("ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
-
-
-def _runtime(kind: str) -> ControllerRuntime:
-    path = PINNED_POLICY if kind == "pinned" else ECMP_POLICY
-    return ControllerRuntime(FABRIC, load_policy(path, FABRIC))
-
-
 PLANNERS = ["ecmp", "pinned"]
+
+
+def _state(kind: str, **settings):
+    path = PINNED_POLICY if kind == "pinned" else ECMP_POLICY
+    pol = load_policy(path, FABRIC)
+    return initial_state(FABRIC, PolicyInForce(pol), RuntimeSettings(**settings),
+                         placement=initial_placement(FABRIC, pol))
 
 
 def _load(plan, **kw) -> FakeFabric:
@@ -43,7 +60,7 @@ def _ip_packet(a, b, sport=40000):
 
 
 def assert_full_reachability(ff: FakeFabric, avoid: frozenset = frozenset()) -> None:
-    for a, b in itertools.permutations(FABRIC.hosts, 2):
+    for a, b in itertools.permutations(ff.fabric.hosts, 2):
         paths = ff.trace(a.name, _ip_packet(a, b))
         assert paths, f"{a.name} cannot reach {b.name}"
         for p in paths:
@@ -52,10 +69,45 @@ def assert_full_reachability(ff: FakeFabric, avoid: frozenset = frozenset()) -> 
                 assert frozenset((u, v)) not in avoid, f"{p} uses dead link {u}-{v}"
 
 
+def run(state, ev, now=0.0):
+    """``core.step`` plus the repairs it asks for, computed at once (as the process does off
+    the loop). Returns (final state, [changes of each step], effects)."""
+    st = core.step(state, ev, now)
+    changes, effects = [st.changes], list(st.effects)
+    todo = [fx for fx in st.effects if isinstance(fx, Compute) and fx.kind == "repair"]
+    state = st.state
+    for fx in todo:
+        inp = PlacementInput(state.fabric, state.effective_policy, state.placement,
+                             state.down_links, frozenset())
+        st = core.step(state, PlacementReady("repair", fx.generation, repin_all(inp)), now)
+        state = st.state
+        changes.append(st.changes)
+        effects += st.effects
+    return state, changes, effects
+
+
+def _apply(ff, changes):
+    for ch_by_switch in changes:
+        for name, ch in ch_by_switch.items():
+            t = ff.tables[name]
+            grp = {}  # the simulator needs group ids: give each new set a fresh one
+            for f in (*ch.add_flows, *ch.modify_flows):
+                nhs = f.action.next_hops
+                if nhs is not None and nhs not in grp:
+                    gid = max([encode.GROUP_ID_BASE + 1000, *t.groups]) + 1
+                    t.apply([encode.group_add(gid, nhs)])
+                    grp[nhs] = gid
+            for f in ch.add_flows:
+                t.apply([encode.flow_add(f, grp.get(f.action.next_hops))])
+            for f in ch.modify_flows:
+                t.apply([encode.flow_modify(f, grp.get(f.action.next_hops))])
+            for f in ch.delete_flows:
+                t.apply([encode.flow_delete(f)])
+
+
 @pytest.mark.parametrize("kind", PLANNERS)
 def test_initial_plan_reaches_everyone_and_traps_arp_lldp(kind):
-    rt = _runtime(kind)
-    ff = _load(rt.initial_plan())
+    ff = _load(intended_plan(_state(kind)))
     assert_full_reachability(ff)
     for sw in FABRIC.switches:
         t = ff.tables[sw.name]
@@ -65,89 +117,159 @@ def test_initial_plan_reaches_everyone_and_traps_arp_lldp(kind):
 
 @pytest.mark.parametrize("kind", PLANNERS)
 def test_leaf_uplink_down_then_up(kind):
-    rt = _runtime(kind)
-    plan0 = rt.initial_plan()
+    s0 = _state(kind)
+    plan0 = intended_plan(s0)
     ff = _load(plan0)
     port = FABRIC.port_towards("leaf1", "spine1")
-    changes = rt.port_status("leaf1", port, False)
-    assert changes, "a dead uplink must change something"
+    s1, changes, fx = run(s0, PortStatus("leaf1", port, False))
+    assert any(changes), "a dead uplink must change something"
     dead = frozenset({"leaf1", "spine1"})
-    assert rt.down_links == frozenset({dead})
-    # only switches whose plan changed, and each of them really changed
-    for name, ch in changes.items():
-        assert not ch.empty
-        assert rt.plan.switches[name] != plan0.switches[name]
-    assert set(changes) == {n for n in plan0.switches
-                            if plan0.switches[n] != rt.plan.switches[n]}
+    assert s1.down_links == frozenset({dead})
+    assert s1.generation > s0.generation and any(isinstance(e, Converge) for e in fx)
+    assert [e.kind for e in fx if isinstance(e, Publish)][0] == "link-down"
+    # only switches whose plan changed, and each really changed
+    after = intended_plan(s1)
+    total = {n for c in changes for n in c}
+    assert total == {n for n in plan0.switches if plan0.switches[n] != after.switches[n]}
     ff.set_link("leaf1", "spine1", False)
-    for name, ch in changes.items():
-        ff.tables[name].apply(encode.encode_changes(ch))
+    _apply(ff, changes)
     assert_full_reachability(ff, avoid=frozenset({dead}))
     # the other end reporting the same link is a no-op
     far = FABRIC.port_towards("spine1", "leaf1")
-    assert rt.port_status("spine1", far, False) == {}
+    s2, changes, _ = run(s1, PortStatus("spine1", far, False))
+    assert changes == [{}] and s2.down_links == s1.down_links
     # one end up while the other is still down: the link stays down
-    assert rt.port_status("leaf1", port, True) == {}
-    assert rt.down_links == frozenset({dead})
-    back = rt.port_status("spine1", far, True)
-    assert set(back) == set(changes)
-    assert diff_plans(plan0, rt.plan) == {}
+    s3, changes, _ = run(s2, PortStatus("leaf1", port, True))
+    assert changes == [{}] and s3.down_links == frozenset({dead})
+    s4, back, _ = run(s3, PortStatus("spine1", far, True))
+    assert diff_plans(plan0, intended_plan(s4)) == {}
     ff.set_link("leaf1", "spine1", True)
-    for name, ch in back.items():
-        ff.tables[name].apply(encode.encode_changes(ch))
+    _apply(ff, back)
     assert_full_reachability(ff)
-    assert ff.tables["leaf1"].dump() == _load(plan0).tables["leaf1"].dump()
+    assert ff.tables["leaf1"].dump(True) == _load(plan0).tables["leaf1"].dump(True)
+
+
+def test_before_the_repair_pinned_traffic_falls_back_to_routes_that_avoid_the_link():
+    s0 = _state("pinned")
+    port = FABRIC.port_towards("leaf1", "spine1")
+    st = core.step(s0, PortStatus("leaf1", port, False), 0.0)
+    (rep,) = [e for e in st.effects if isinstance(e, Compute)]
+    assert rep.kind == "repair" and rep.generation == st.state.generation
+    ff = _load(intended_plan(st.state))
+    ff.set_link("leaf1", "spine1", False)
+    assert_full_reachability(ff, avoid=frozenset({frozenset({"leaf1", "spine1"})}))
+    # a repair computed for an older generation is dropped, and asked for again
+    newer = core.step(st.state, PortStatus("leaf2", FABRIC.port_towards("leaf2", "spine2"),
+                                           False), 0.0).state
+    late = core.step(newer, PlacementReady("repair", rep.generation, {}), 0.0)
+    assert late.state == newer and late.changes == {}
+    assert [e for e in late.effects if isinstance(e, Compute)][0].generation == newer.generation
 
 
 def test_stale_up_from_the_far_end_does_not_revive_a_dead_link():
     """Open vSwitch order seen in the failover lab: spine1 "up" (stale), spine1 down, leaf1 "up"
     (stale), leaf1 down. The link goes down once and never comes back in between."""
-    rt = _runtime("pinned")
-    rt.initial_plan()
+    s = _state("pinned")
     near = FABRIC.port_towards("leaf1", "spine1")
     far = FABRIC.port_towards("spine1", "leaf1")
     dead = frozenset({"leaf1", "spine1"})
-    assert rt.port_status("spine1", far, True) == {}
-    assert rt.port_status("spine1", far, False) != {}
-    assert rt.port_status("leaf1", near, True) == {}
-    assert rt.down_links == frozenset({dead})
-    assert rt.port_status("leaf1", near, False) == {}
-    assert rt.down_links == frozenset({dead})
-    assert rt.port_status("spine1", far, True) == {}
-    assert rt.port_status("leaf1", near, True) != {}
-    assert rt.down_links == frozenset()
+    s, ch, _ = run(s, PortStatus("spine1", far, True))
+    assert ch == [{}]
+    s, ch, _ = run(s, PortStatus("spine1", far, False))
+    assert any(ch)
+    s, ch, _ = run(s, PortStatus("leaf1", near, True))
+    assert ch == [{}] and s.down_links == frozenset({dead})
+    s, ch, _ = run(s, PortStatus("leaf1", near, False))
+    assert ch == [{}] and s.down_links == frozenset({dead})
+    s, ch, _ = run(s, PortStatus("spine1", far, True))
+    assert ch == [{}]
+    s, ch, _ = run(s, PortStatus("leaf1", near, True))
+    assert any(ch) and s.down_links == frozenset()
 
 
 def test_host_port_and_unknown_port_change_nothing():
-    rt = _runtime("ecmp")
-    rt.initial_plan()
-    assert rt.port_status("leaf1", 1, False) == {}
-    assert rt.down_host_ports == frozenset({("leaf1", 1)})
-    assert rt.port_status("leaf1", 1, True) == {}
-    assert rt.port_status("leaf1", 99, False) == {}
-    with pytest.raises(KeyError):
-        rt.port_status("nosuch", 1, False)
+    s = _state("ecmp")
+    s1, ch, _ = run(s, PortStatus("leaf1", 1, False))
+    assert ch == [{}] and s1.down_host_ports == frozenset({("leaf1", 1)})
+    s2, ch, _ = run(s1, PortStatus("leaf1", 1, True))
+    assert ch == [{}] and s2.down_host_ports == frozenset()
+    s3, ch, fx = run(s2, PortStatus("leaf1", 99, False))
+    assert ch == [{}] and s3 == s2
+    assert any("not a fabric port" in e.text for e in fx if isinstance(e, Log))
 
 
 def test_pinned_flows_follow_their_paths_and_hash_picks_one_path():
-    rt = _runtime("pinned")
-    rt.initial_plan()
-    pinning = rt.result.pinning
-    assert pinning is not None, "pinned mode must pin the ring flows"
-    ff = _load(rt.plan)
-    hashed = _load(rt.plan, hash_fields=HASH, seed=7)
-    assert pinning.paths
-    for demand, path in pinning.paths.items():
+    s = _state("pinned")
+    assert s.placement, "pinned mode must pin the ring flows"
+    plan = intended_plan(s)
+    ff = _load(plan)
+    hashed = _load(plan, hash_fields=HASH, seed=7)
+    for demand, path in s.placement.items():
         src, dst = FABRIC.host_by_name[demand.src], FABRIC.host_by_name[demand.dst]
         pkt = {**_ip_packet(src, dst), "ip_dscp": demand.dscp}
         if demand.ip_proto is not None:
             pkt.update(ip_proto=demand.ip_proto, l4_src=demand.l4_src, l4_dst=demand.l4_dst)
-        # every possible branch is the pinned path, even with ECMP groups elsewhere
         assert ff.trace(src.name, pkt) == [tuple(path)], f"{demand} does not follow {path}"
         assert hashed.trace(src.name, pkt) == [tuple(path)]
     for a, b in itertools.permutations(FABRIC.hosts, 2):
         for sport in (40000, 40001, 40002):
             assert len(hashed.trace(a.name, _ip_packet(a, b, sport))) == 1
+
+
+def test_connect_takes_a_role_then_reconciles_and_arp_is_answered():
+    s = _state("ecmp")
+    feats = SwitchFeatures("openflow", 3, "OpenFlow 1.3")
+    st = core.step(s, SwitchConnected("leaf1", feats, 7), 1.0)
+    assert [type(e).__name__ for e in st.effects] == ["ForgetCounters", "TakeRole"]
+    st = core.step(st.state, RoleAssigned("leaf1", "master", 7), 1.0)
+    assert [type(e).__name__ for e in st.effects] == ["Reconcile"]
+    assert st.state.writable() == frozenset({"leaf1"})
+    h1, h3 = FABRIC.host_by_name["h1"], FABRIC.host_by_name["h3"]
+    req = frames.arp_frame(frames.Arp(1, h1.mac, h1.ipv4, "00:00:00:00:00:00", h3.ipv4),
+                           "ff:ff:ff:ff:ff:ff", h1.mac)
+    out = core.step(st.state, PacketIn("leaf1", h1.port, req), 1.0)
+    (po,) = [e for e in out.effects if isinstance(e, SendPacket)]
+    assert po.port == h1.port  # back out of the asking port only; nothing floods
+    rep = frames.parse_arp(po.data)
+    assert (rep.oper, rep.sender_ip, rep.sender_mac) == (frames.ARP_REPLY, h3.ipv4, h3.mac)
+    grat = frames.arp_frame(frames.Arp(1, h1.mac, h1.ipv4, "00:00:00:00:00:00", h1.ipv4),
+                            "ff:ff:ff:ff:ff:ff", h1.mac)
+    assert not [e for e in core.step(st.state, PacketIn("leaf1", 1, grat), 1.0).effects
+                if isinstance(e, SendPacket)]
+
+
+def test_lldp_round_probes_writable_switches_and_reports_plainly():
+    s = _state("ecmp", lldp_interval_s=5.0, lldp_grace_s=10.0)
+    for sw in FABRIC.switches:
+        s = core.step(s, SwitchConnected(sw.name, SwitchFeatures("openflow", sw.dpid, "x"), 1),
+                      0.0).state
+        s = core.step(s, RoleAssigned(sw.name, "master", 1), 0.0).state
+    s = core.step(s, Tick(0.0), 0.0).state  # arms the timers
+    st = core.step(s, Tick(5.0), 5.0)
+    probes = [e for e in st.effects if isinstance(e, SendPacket)]
+    assert len(probes) == 2 * sum(1 for ln in FABRIC.links
+                                  if not FABRIC.is_host(ln.a) and not FABRIC.is_host(ln.b))
+    # deliver every probe through the declared wiring, except over leaf1-spine1
+    s = st.state
+    cut = {(n, FABRIC.port_towards(n, m)) for n, m in (("leaf1", "spine1"), ("spine1", "leaf1"))}
+    for p in probes:
+        if (p.switch, p.port) in cut:
+            continue
+        peer, peer_port = FABRIC.port_map[(p.switch, p.port)]
+        s = core.step(s, PacketIn(peer, peer_port, p.data), 6.0).state
+    st = core.step(s, Tick(10.0), 10.0)
+    warn = [e.text for e in st.effects if isinstance(e, Log) and e.level == "warning"]
+    assert len(warn) == 1 and "not seen: no LLDP probe sent from either end has arrived" in \
+        warn[0] and "leaf1 (dpid=0x3) port 3" in warn[0]
+    # the link shows up: the resolved line says so plainly
+    s = st.state
+    for p in [e for e in st.effects if isinstance(e, SendPacket) and (e.switch, e.port) in cut]:
+        peer, peer_port = FABRIC.port_map[(p.switch, p.port)]
+        s = core.step(s, PacketIn(peer, peer_port, p.data), 11.0).state
+    st = core.step(s, Tick(15.0), 15.0)
+    info = [e.text for e in st.effects if isinstance(e, Log) and e.level == "info"]
+    assert any("LLDP probes now arrive over declared link" in t and "up as declared" in t
+               for t in info), info
 
 
 def test_compare_links():
@@ -173,3 +295,10 @@ def test_compare_links():
     # a switch that is not connected cannot be missing anything
     m, _, _ = compare_links(FABRIC, [], connected={spine1})
     assert m == ()
+
+
+def test_state_is_a_value_and_the_plan_a_function_of_it():
+    a, b = _state("pinned"), _state("pinned")
+    assert intended_plan(a) == intended_plan(b)
+    moved = replace(a, placement={})
+    assert intended_plan(moved) != intended_plan(a)

@@ -1,26 +1,34 @@
-"""Port/flow counters → per-link background load → re-balancing, without os-ken or switches.
+"""Port/flow counters → per-link background load → re-balancing.
 
-The runtime is fed fake counters as the driver would from statistics replies; the produced
-changes are pushed into the flow-table simulator and the moved flow traced across the fabric.
+The pure parts (meter, link loads, the re-balancing round, adopted by ``core.step``) are fed
+fake counters as the driver would from statistics replies; the produced changes are pushed into
+the flow-table simulator and the moved flow traced across the fabric. The last tests run the
+whole controller on fake switches whose counters come from traffic sent through the simulator.
 """
 
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
 
 from controller.drivers.openflow import encode
-from controller.drivers.openflow.app import AifabricApp
 from controller.model.topology import load_topology
 from controller.plan.build import pinned_match
-from controller.plan.model import ETH_TYPE_IPV4, PRIO_PINNED
+from controller.plan.model import ETH_TYPE_IPV4, PRIO_PINNED, NextHopSet
 from controller.policy import load_policy
-from controller.runtime.state import ControllerRuntime, TrafficMeter, ff_group_id
+from controller.runtime import core
+from controller.runtime.events import PlacementReady
+from controller.runtime.intent import intended_plan
+from controller.runtime.meter import TrafficMeter, link_loads
+from controller.runtime.placement import initial_placement, pinned_demands_bps
+from controller.runtime.rebalance import rebalance_round
+from controller.runtime.state import PolicyInForce, RuntimeSettings, initial_state
 from controller.te.reroute import Hysteresis
 from controller.testing import FakeFabric
+from controller.testing.rig import Rig
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
-from tests.test_openflow_app import FakeDatapath
 
 FABRIC = load_topology(MAIN_TOPOLOGY)
 MBPS = 1e6
@@ -36,18 +44,54 @@ def _one_ring_policy(tmp_path):
     return load_policy(p, FABRIC)
 
 
+class RT:
+    """The re-balancing parts of the runtime over a state value and a meter, as the controller
+    process composes them (counters → meter → loads → round → ``core.step``)."""
+
+    def __init__(self, policy, hysteresis=None, **settings):
+        self.state = initial_state(FABRIC, PolicyInForce(policy),
+                                   RuntimeSettings(rebalance=hysteresis, **settings),
+                                   placement=initial_placement(FABRIC, policy))
+        self.meter = TrafficMeter()
+
+    @property
+    def paths(self):
+        return self.state.placement
+
+    @property
+    def plan(self):
+        return intended_plan(self.state)
+
+    def port_counters(self, sw, tx, now):
+        self.meter.ports(sw, tx, now)
+
+    def entry_counters(self, sw, counts, now):
+        self.meter.entries(sw, {m: b for (prio, m), b in counts.items() if prio == PRIO_PINNED},
+                           now)
+
+    def link_loads(self, now):
+        st = self.state
+        return link_loads(FABRIC, self.meter, st.placement, pinned_demands_bps(FABRIC,
+                          st.placement), st.down_links, st.rebalance.changed_at_s, now)
+
+    def rebalance(self, now):
+        st = self.state
+        demands = pinned_demands_bps(FABRIC, st.placement)
+        out = rebalance_round(st, self.link_loads(now), demands, now)
+        step = core.step(st, PlacementReady("rebalance", out.generation, out.placement, out), now)
+        self.state = step.state
+        return SimpleNamespace(**vars(out), changes=step.changes)
+
+
 @pytest.fixture
 def rt(tmp_path):
-    r = ControllerRuntime(FABRIC, _one_ring_policy(tmp_path),
-                          hysteresis=Hysteresis(threshold=0.9, margin=0.1, min_hold_s=5.0))
-    r.initial_plan()
-    return r
+    return RT(_one_ring_policy(tmp_path), Hysteresis(threshold=0.9, margin=0.1, min_hold_s=5.0))
 
 
 class Counters:
     """Cumulative byte counters of every port and pinned entry, advanced by rates (bit/s)."""
 
-    def __init__(self, rt: ControllerRuntime):
+    def __init__(self, rt: RT):
         self.rt = rt
         self.port = {}  # (switch, port) -> bytes
         self.entry = {}  # (switch, Match) -> bytes
@@ -202,74 +246,85 @@ def test_new_entry_without_rate_is_not_taken_for_background(rt):
     assert rt.link_loads(c.t)[(new_spine, "leaf2")].background_bps == pytest.approx(0, abs=1e3)
 
 
-def test_app_stats_round_requests_and_logs_the_move(rt, caplog):
-    caplog.set_level(logging.INFO, logger="aifabric.openflow")
-    app = AifabricApp(runtime=rt, stats_interval_s=1.0, rebalance=True)
-    ff = FakeFabric.empty(FABRIC)
-    dps = {s.name: FakeDatapath(s.dpid, ff.tables[s.name]) for s in FABRIC.switches}
-    for dp in dps.values():
-        app.switch_connected(dp, now_s=0.0)
-        dp.sent.clear()
-    app.stats_round(0.0)
-    for name, dp in dps.items():
-        kinds = [type(m).__name__ for m in dp.sent]
-        assert kinds == ["OFPPortStatsRequest", "OFPFlowStatsRequest"], (name, kinds)
-    # replies as the driver decodes them: OFPMatch objects from the encoder
-    h1h3 = _flow(rt, "ring-a h1->h3")
-    spine = rt.paths[h1h3][2]
-    m = encode.encode_match(pinned_match(FABRIC, h1h3))
-    up = FABRIC.port_towards("leaf1", spine)
-    # 15 Mbit/s through the port, 3 of them the pinned entry's, for two rounds
-    for t, (tot, pin) in enumerate([(0, 0), (1_875_000, 375_000), (3_750_000, 750_000)]):
-        app.port_stats(dps["leaf1"].id, [(up, tot), (0xfffffffe, 99)], float(t))
-        app.flow_stats(dps["leaf1"].id, [(PRIO_PINNED, m, pin), (100, m, 5)], float(t))
-        if t == 1:
-            assert app.stats_round(1.0).moves == ()
-    for dp in dps.values():
-        dp.sent.clear()
-    out = app.stats_round(2.0)
-    assert out is not None and [mv.flow for mv in out.moves] == [h1h3]
-    assert "[leaf1 dpid=0x3] rebalance: moved ring-a h1->h3" in caplog.text
-    assert f"leaf1->{spine} at 1.80" in caplog.text
-    assert "background 12.0 Mbit/s" in caplog.text
-    changed = {n for n, dp in dps.items()
-               if any(type(x).__name__ == "OFPFlowMod" for x in dp.sent)}
-    assert changed == set(out.changes)
+def _send(ff, src, dst, nbytes, sport=40000):
+    a, b = FABRIC.host_by_name[src], FABRIC.host_by_name[dst]
+    return ff.send(src, {"eth_type": ETH_TYPE_IPV4, "ipv4_src": a.ipv4, "ipv4_dst": b.ipv4,
+                         "ip_proto": 6, "l4_src": sport, "l4_dst": 5201}, nbytes)
 
 
-def test_fast_failover_groups_protect_leaf_uplinks(rt, tmp_path):
-    ffrt = ControllerRuntime(FABRIC, rt.policy, fast_failover=True)
-    plan = ffrt.initial_plan()
-    h1h3 = _flow(ffrt, "ring-a h1->h3")
-    spine = ffrt.paths[h1h3][2]
-    other = "spine2" if spine == "spine1" else "spine1"
-    p1, p2 = FABRIC.port_towards("leaf1", spine), FABRIC.port_towards("leaf1", other)
-    groups = {g.group_id: g for g in plan.switches["leaf1"].groups if g.kind == "fast-failover"}
-    assert ff_group_id((p1, p2)) in groups
-    assert groups[ff_group_id((p1, p2))].ports == (p1, p2)
-    # spines have one next hop towards a leaf: no fast-failover group there
-    assert not [g for g in plan.switches[spine].groups if g.kind == "fast-failover"]
-    ff = FakeFabric.empty(FABRIC)
-    for name, sp in plan.switches.items():
-        ff.tables[name].apply(encode.encode_full(sp))
-    h1, h3 = FABRIC.host_by_name["h1"], FABRIC.host_by_name["h3"]
-    pkt = {"eth_type": ETH_TYPE_IPV4, "ipv4_src": h1.ipv4, "ipv4_dst": h3.ipv4, "ip_proto": 17,
-           "l4_src": 40000, "l4_dst": 9000}
-    assert ff.trace("h1", pkt) == [("h1", "leaf1", spine, "leaf2", "h3")]
-    # the link dies; before the controller hears of it the switch already uses the backup
-    ff.set_link("leaf1", spine, False)
-    assert ff.trace("h1", pkt) == [("h1", "leaf1", other, "leaf2", "h3")]
-    # and the re-pin on port-status keeps it there (entries without a backup use plain output)
-    changes = ffrt.port_status("leaf1", p1, False)
-    for name, ch in changes.items():
-        ff.tables[name].apply(encode.encode_changes(ch))
-    assert ff.trace("h1", pkt) == [("h1", "leaf1", other, "leaf2", "h3")]
+def test_controller_requests_counters_and_moves_a_flow_off_a_hot_link(tmp_path, caplog):
+    """The whole loop on fake switches: statistics requests, replies assembled from the
+    simulator's counters (traffic sent through it), a background persisting for two rounds,
+    the move logged with its reason, only the changed switches written."""
+    caplog.set_level(logging.INFO)
+    pol = _one_ring_policy(tmp_path)
+    rig = Rig(FABRIC, pol, options={"stats_interval_s": 1.0, "rebalance": Hysteresis(
+        threshold=0.9, margin=0.1, min_hold_s=5.0)})
+    try:
+        rig.connect()
+        rig.tick(0.0)  # arms the timers
+        d = next(d for d in rig.ctl.state.placement if d.label == "ring-a h1->h3")
+        spine = rig.ctl.state.placement[d][2]
+        other = "spine2" if spine == "spine1" else "spine1"
+        m = pinned_match(FABRIC, d)
+        for t in range(1, 5):
+            # per second: 15 Mbit/s on leaf1->spine, 3 of it the pinned flow h1->h3
+            pkt = {"eth_type": ETH_TYPE_IPV4, "ipv4_src": FABRIC.host_by_name["h1"].ipv4,
+                   "ipv4_dst": FABRIC.host_by_name["h3"].ipv4, **{k: v for k, v in
+                                                                m.fields().items()
+                                                                if k.startswith("ip_")}}
+            rig.ff.send("h1", {**pkt, "ip_proto": 6, "l4_src": 1, "l4_dst": 2}, 375_000)
+            # background: h2 -> h4 forced over the same spine (a foreign entry of ours)
+            up = FABRIC.port_towards("leaf1", spine)
+            rig.ff.tables["leaf1"].port_counters[up][3] += 1_500_000
+            rig.clear()
+            rig.tick(float(t))
+            kinds = [k for k in rig.switches["leaf2"].sent_kinds() if k.endswith("Request")]
+            assert kinds == ["OFPPortStatsRequest", "OFPFlowStatsRequest"], kinds
+            if rig.ctl.state.placement[d][2] == other:
+                break
+        assert rig.ctl.state.placement[d][2] == other, caplog.text[-2000:]
+        assert "[leaf1 dpid=0x3] rebalance: moved ring-a h1->h3" in caplog.text
+        assert f"leaf1->{spine} at" in caplog.text and "background" in caplog.text
+        changed = {n for n, w in rig.writes().items() if w}
+        assert changed == {"leaf1", spine, other}
+        paths = _send_trace(rig.ff, "h1", "h3")
+        assert paths == [("h1", "leaf1", other, "leaf2", "h3")]
+    finally:
+        rig.close()
 
 
-def test_ff_group_ids():
-    assert ff_group_id((3, 4)) == 0x8000_0000 | 3 << 24 | 1 << 3
-    assert ff_group_id((4, 3)) != ff_group_id((3, 4))
-    with pytest.raises(ValueError):
-        ff_group_id((3,))
-    with pytest.raises(ValueError):
-        ff_group_id((3, 30))
+def _send_trace(ff, src, dst):
+    a, b = FABRIC.host_by_name[src], FABRIC.host_by_name[dst]
+    return ff.trace(src, {"eth_type": ETH_TYPE_IPV4, "ipv4_src": a.ipv4, "ipv4_dst": b.ipv4,
+                          "ip_proto": 6, "l4_src": 40000, "l4_dst": 5201})
+
+
+def test_fast_failover_sets_protect_leaf_uplinks(tmp_path):
+    pol = _one_ring_policy(tmp_path)
+    rig = Rig(FABRIC, pol, options={"fast_failover": True})
+    try:
+        rig.connect()
+        plan = intended_plan(rig.ctl.state)
+        d = next(d for d in rig.ctl.state.placement if d.label == "ring-a h1->h3")
+        spine = rig.ctl.state.placement[d][2]
+        other = "spine2" if spine == "spine1" else "spine1"
+        p1, p2 = FABRIC.port_towards("leaf1", spine), FABRIC.port_towards("leaf1", other)
+        ff_sets = {s for s in plan.switches["leaf1"].next_hop_sets() if s.kind == "failover"}
+        assert NextHopSet("failover", (p1, p2)) in ff_sets
+        # spines have one next hop towards a leaf: no failover set there
+        assert not [s for s in plan.switches[spine].next_hop_sets() if s.kind == "failover"]
+        h1, h3 = FABRIC.host_by_name["h1"], FABRIC.host_by_name["h3"]
+        pkt = {"eth_type": ETH_TYPE_IPV4, "ipv4_src": h1.ipv4, "ipv4_dst": h3.ipv4,
+               "ip_proto": 17, "l4_src": 40000, "l4_dst": 9000}
+        assert rig.ff.trace("h1", pkt) == [("h1", "leaf1", spine, "leaf2", "h3")]
+        # the link dies; before the controller hears of it the switch already uses the backup
+        rig.ff.set_link("leaf1", spine, False)
+        assert rig.ff.trace("h1", pkt) == [("h1", "leaf1", other, "leaf2", "h3")]
+        # and the repair on port-status keeps it there
+        rig.ff.set_link("leaf1", spine, True)
+        rig.fail_link("leaf1", spine)
+        assert rig.ff.trace("h1", pkt) == [("h1", "leaf1", other, "leaf2", "h3")]
+        assert rig.ctl.state.placement[d][2] == other
+    finally:
+        rig.close()

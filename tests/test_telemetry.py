@@ -1,5 +1,5 @@
-"""Telemetry: counters from the flow-table simulator (through the OpenFlow app's statistics
-handlers) and from a fake P4 target → per-link bytes, utilisation, loss, microbursts,
+"""Telemetry: counters from the flow-table simulator (through the OpenFlow driver's statistics
+requests and replies) and from a fake P4 target → per-link bytes, utilisation, loss, microbursts,
 per-collective bytes and collisions, the traffic matrix, alerts, events and Prometheus."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.drivers.openflow.app import AifabricApp
+from controller.drivers.southbound import PortStatus
 from controller.model.topology import load_topology
 from controller.plan.model import ETH_TYPE_IPV4
 from controller.policy import load_policy
+from controller.runtime.intent import intended_plan
 from controller.runtime.metrics import METRICS, metric_names, registry_for
-from controller.runtime.state import ControllerRuntime
+from controller.runtime.placement import initial_placement
 from controller.te.collectives import FlowDemand
 from controller.telemetry import (
     AlertRules,
@@ -34,8 +35,8 @@ from controller.telemetry.derive import (
     link_taps,
 )
 from controller.testing import FakeFabric
+from controller.testing.rig import Rig
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
-from tests.test_openflow_app import FakeDatapath
 
 FABRIC = load_topology(MAIN_TOPOLOGY)
 MB = 1_000_000
@@ -52,40 +53,34 @@ def _pkt(src: str, dst: str, sport: int = 40000) -> dict:
 
 @pytest.fixture
 def lab():
-    """A pinned controller (runtime + telemetry + events + app) on the simulator."""
+    """A pinned controller (runtime + telemetry + events + driver) on fake switches."""
     tel = Telemetry(FABRIC, AlertRules(window_s=2.0, hold_s=1.0))
     bus = EventBus(clock=lambda: 1000.0)
-    rt = ControllerRuntime(FABRIC, load_policy(PINNED_POLICY, FABRIC), telemetry=tel, events=bus)
-    rt.initial_plan()
-    app = AifabricApp(runtime=rt, stats_interval_s=1.0)
     ff = FakeFabric.empty(FABRIC, hash_fields=("ipv4_src", "ipv4_dst", "l4_src"))
-    dps = {s.name: FakeDatapath(s.dpid, ff.tables[s.name]) for s in FABRIC.switches}
-    for dp in dps.values():
-        app.switch_connected(dp, now_s=0.0)
-    return SimpleNamespace(rt=rt, tel=tel, bus=bus, app=app, ff=ff, dps=dps)
+    rig = Rig(FABRIC, load_policy(PINNED_POLICY, FABRIC), telemetry=tel, events=bus, ff=ff,
+              options={"stats_interval_s": 1.0})
+    rig.connect()
+    yield SimpleNamespace(rig=rig, ctl=rig.ctl, rt=_Paths(rig), tel=tel, bus=bus, ff=ff)
+    rig.close()
 
 
-def _stats(lab, now_s: float) -> None:
-    """Every switch answers port and flow statistics (real os-ken reply objects) at now_s."""
-    for name, dp in lab.dps.items():
-        t = lab.ff.tables[name]
-        for reply, handler in ((t.port_stats_reply(dp), lab.app._on_port_stats),
-                               (t.flow_stats_reply(dp), lab.app._on_flow_stats)):
-            handler(SimpleNamespace(msg=reply))
-    # the handlers stamp time.monotonic(); re-stamp deterministically for the rates
-    for key, (_, c) in list(lab.tel.ports.items()):
-        lab.tel.ports[key] = (now_s, c)
+class _Paths:
+    def __init__(self, rig):
+        self.rig = rig
+
+    @property
+    def paths(self):
+        return self.rig.ctl.state.placement
 
 
 def _sample(lab, now_s: float) -> None:
-    for name, dp in lab.dps.items():
-        t = lab.ff.tables[name]
-        body = t.port_stats_reply(dp).body
-        lab.app.port_stats(dp.id, [PortCounters(s.port_no, s.rx_bytes, s.tx_bytes, s.rx_packets,
-                                                s.tx_packets, s.rx_dropped, s.tx_dropped,
-                                                s.rx_errors, s.tx_errors) for s in body], now_s)
-        lab.app.flow_stats(dp.id, [(s.priority, s.match, s.byte_count)
-                                   for s in t.flow_stats_reply(dp).body], now_s)
+    """Every switch answers port, flow and queue statistics (through the driver) at now_s."""
+    lab.rig.sample(now_s)
+
+
+def _port(lab, a: str, b: str, up: bool) -> None:
+    """Both ends of a–b report their port (as Open vSwitch does)."""
+    lab.rig.fail_link(a, b, up)
 
 
 def test_link_taps_cover_every_direction():
@@ -165,23 +160,19 @@ def test_simulator_counters_give_link_bytes_of_the_pinned_paths(lab):
     assert tm[("leaf1/*", "h4")] == 50_000  # ECMP: per-destination entry on a 2-host leaf
 
 
-def test_real_reply_handlers_and_queue_stats(lab):
+def test_real_replies_and_queue_stats(lab):
     lab.ff.send("h1", _pkt("h1", "h3"), 9000, 1)
-    _stats(lab, 5.0)
-    leaf1 = lab.dps["leaf1"]
     port = FABRIC.host_by_name["h1"].port
+    lab.rig.switches["leaf1"].queues = [(port, 1, 777, 3, 2)]
+    _sample(lab, 5.0)
     assert lab.tel.ports[("leaf1", port)][1].rx_bytes == 9000
-    from os_ken.ofproto import ofproto_v1_3_parser as parser
-
-    reply = parser.OFPQueueStatsReply(leaf1, body=[parser.OFPQueueStats(port, 1, 777, 3, 2, 0, 0)],
-                                      flags=0)
-    lab.app._on_queue_stats(SimpleNamespace(msg=reply))
     ((_, q),) = [v for k, v in lab.tel.queues.items() if k[0] == "leaf1"]
     assert q == QueueCounters(port, 1, 777, 3, 2)
     # the statistics round asks for queues too when telemetry is on
-    leaf1.sent.clear()
-    lab.app.stats_round(6.0)
-    assert [type(m).__name__ for m in leaf1.sent] == [
+    lab.rig.tick(6.0)  # arms the timer
+    lab.rig.clear()
+    lab.rig.tick(7.0)
+    assert [k for k in lab.rig.switches["leaf1"].sent_kinds() if k.endswith("Request")] == [
         "OFPPortStatsRequest", "OFPFlowStatsRequest", "OFPQueueStatsRequest"]
 
 
@@ -208,12 +199,16 @@ class FakeP4Target:
 
 def test_fake_p4_target_polled_into_telemetry():
     ff = FakeFabric.empty(FABRIC, hash_fields=("ipv4_src", "ipv4_dst"))
-    rt = ControllerRuntime(FABRIC, load_policy(PINNED_POLICY, FABRIC))
+    pol = load_policy(PINNED_POLICY, FABRIC)
     from controller.drivers.openflow import encode
+    from controller.runtime.state import PolicyInForce, RuntimeSettings, initial_state
 
-    for name, sp in rt.plan.switches.items():
+    st = initial_state(FABRIC, PolicyInForce(pol), RuntimeSettings(),
+                       placement=initial_placement(FABRIC, pol))
+    for name, sp in intended_plan(st).switches.items():
         ff.tables[name].apply(encode.encode_full(sp))
     tel = Telemetry(FABRIC)
+    rt = SimpleNamespace(paths=st.placement)
     tel.set_paths(rt.paths)
     targets = [FakeP4Target(s.name, ff) for s in FABRIC.switches]
     assert poll(targets, tel, 0.0) == []
@@ -241,7 +236,7 @@ def test_link_failure_alerts_events_and_metric(lab):
     old = lab.rt.paths[d]
     _before = dict(lab.rt.paths)
     a, b = old[1], old[2]
-    lab.app.port_changed(FABRIC.switch_by_name[a].dpid, FABRIC.port_towards(a, b), False)
+    _port(lab, a, b, False)
     kinds = []
     while (ev := sub.get(0)) is not None:
         kinds.append((ev.kind, ev.link or ev.flow))
@@ -251,19 +246,19 @@ def test_link_failure_alerts_events_and_metric(lab):
     assert ("repin", "ring-a h1->h3") in kinds
     active = {(x.kind, x.subject) for x in lab.tel.active_alerts()}
     assert ("link_down", link) in active and ("pinned_path_lost_link", "ring-a h1->h3") in active
-    text = generate_latest(registry_for(lab.rt, 1.0)).decode()
+    text = generate_latest(registry_for(lab.ctl, 1.0)).decode()
     assert f'aifabric_alert_active{{alert="link_down",subject="{link}"}} 1.0' in text
     assert f'aifabric_link_up{{link="{link}"}} 0.0' in text
     # the flow is re-pinned, so once the hold time passed its alert clears; the link's stays
     t = max(x.since_s for x in lab.tel.active_alerts()) + 1.5
-    raised, cleared = lab.rt.telemetry_round(t)
+    raised, cleared = lab.ctl.alert_round(t)
     lost = {dd.label for dd, pp in _before.items() if frozenset((a, b)) in {
             frozenset(e) for e in zip(pp, pp[1:], strict=False)}}
     assert {c.kind for c in cleared} == {"pinned_path_lost_link"}
     assert {c.subject for c in cleared} == lost and "ring-a h1->h3" in lost
     assert ("link_down", link) in {(x.kind, x.subject) for x in lab.tel.active_alerts()}
-    lab.app.port_changed(FABRIC.switch_by_name[a].dpid, FABRIC.port_towards(a, b), True)
-    _, cleared = lab.rt.telemetry_round(t + 1)
+    _port(lab, a, b, True)
+    _, cleared = lab.ctl.alert_round(t + 1)
     assert [c.kind for c in cleared] == ["link_down"]
     assert lab.tel.alerts.raised_total["link_down"] == 1
 
@@ -306,13 +301,11 @@ def test_prometheus_scrape_has_every_documented_metric(lab):
         lab.ff.send(d.src, _pkt(d.src, d.dst), 10_000, 10)
     _sample(lab, 1.0)
     port = FABRIC.host_by_name["h1"].port
-    from os_ken.ofproto import ofproto_v1_3_parser as parser
-
-    lab.app._on_queue_stats(SimpleNamespace(msg=parser.OFPQueueStatsReply(
-        lab.dps["leaf1"], body=[parser.OFPQueueStats(port, 0, 1, 1, 0, 0, 0)], flags=0)))
-    lab.app.port_changed(FABRIC.switch_by_name["leaf1"].dpid,
-                         FABRIC.port_towards("leaf1", "spine2"), False)
-    text = generate_latest(registry_for(lab.rt, 1.0)).decode()
+    lab.rig.switches["leaf1"].queues = [(port, 0, 1, 1, 0)]
+    _sample(lab, 1.5)
+    lab.rig.ctl.handle(PortStatus("leaf1", FABRIC.port_towards("leaf1", "spine2"), False))
+    lab.rig.settle()
+    text = generate_latest(registry_for(lab.ctl, 1.0)).decode()
     samples = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
     missing = set(metric_names()) - samples
     assert not missing, missing
@@ -328,6 +321,8 @@ def test_prometheus_scrape_has_every_documented_metric(lab):
 
 def test_ecmp_runtime_has_no_pinned_traffic():
     tel = Telemetry(FABRIC)
-    rt = ControllerRuntime(FABRIC, load_policy(ECMP_POLICY, FABRIC), telemetry=tel)
-    rt.initial_plan()
-    assert tel.collective_status() == [] and rt.paths == {}
+    rig = Rig(FABRIC, load_policy(ECMP_POLICY, FABRIC), telemetry=tel)
+    try:
+        assert tel.collective_status() == [] and rig.ctl.state.placement == {}
+    finally:
+        rig.close()

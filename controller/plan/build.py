@@ -5,15 +5,15 @@ Every switch gets, in table :data:`TABLE`:
 * two :data:`~controller.plan.model.PRIO_CONTROL` entries sending ARP and LLDP to the controller;
 * one :data:`~controller.plan.model.PRIO_ROUTE` entry per reachable destination host
   (``eth_type=IPv4, ipv4_dst``): ``output`` when one shortest path leaves the switch, otherwise
-  an ECMP ``select`` group over every shortest-path port
-  (:func:`~controller.te.ecmp.ecmp_next_hops`), with a stable group id
-  (:func:`~controller.plan.model.group_id_for_ports`);
+  an ECMP :class:`~controller.plan.model.NextHopSet` over every shortest-path port
+  (:func:`~controller.te.ecmp.ecmp_next_hops`), hashing what the policy's
+  ``routing.ecmp`` says (:func:`ecmp_hashes`);
 * in ``routing.mode: pinned``, one :data:`~controller.plan.model.PRIO_PINNED` entry per pinned
   flow per switch on its path (``ipv4_src, ipv4_dst`` plus the collective's DSCP and L4 fields)
-  → the port towards the next node (:func:`~controller.te.pinning.pin_flows`). On a multi-site
-  fabric with ``wan.hierarchical_allreduce`` the flows of a collective spanning sites are those
-  of the hierarchical all-reduce; cross-site flows are spread over the DCI links by the same
-  min-max pinning.
+  → the port towards the next node (:func:`~controller.te.pinning.pin_flows`;
+  :mod:`controller.plan.pinned`). On a multi-site fabric with ``wan.hierarchical_allreduce``
+  the flows of a collective spanning sites are those of the hierarchical all-reduce;
+  cross-site flows are spread over the DCI links by the same min-max pinning.
 
 Before returning, every pinned path passes :func:`~controller.te.invariants.check_path` and the
 next hops pass :func:`~controller.te.invariants.check_routes`; a plan that fails is never
@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.errors import PlanInvariantError
 from controller.model.topology import Fabric
 from controller.plan.capacity import (
     DEFAULT_HEADROOM,
@@ -42,24 +41,24 @@ from controller.plan.model import (
     PRIO_PINNED,
     PRIO_ROUTE,
     Action,
+    EcmpHash,
     FabricPlan,
     FlowIntent,
-    GroupIntent,
     Match,
+    NextHopSet,
     SwitchPlan,
-    group_id_for_ports,
+    canonical_hash,
 )
+from controller.plan.pinned import TABLE, pinned_match, with_pinned
 from controller.policy.model import Policy
-from controller.te.collectives import FlowDemand, expand_policy
+from controller.te.collectives import expand_policy
 from controller.te.ecmp import NextHops, ecmp_next_hops
-from controller.te.invariants import check_path, check_routes
+from controller.te.invariants import check_routes
 from controller.te.links import normalise_down_links
 from controller.te.pinning import Pinning, format_link_flows, pin_flows
 
-TABLE = 0
-"""The one flow table the plan uses (control, pinned and route entries, told apart by priority)."""
-
-__all__ = ["TABLE", "PlanResult", "build_plan", "format_link_flows", "pinned_match"]
+__all__ = ["TABLE", "PlanResult", "RoutePlan", "build_plan", "build_routes", "ecmp_hashes",
+           "format_link_flows", "pinned_match"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class PlanResult:
     Attributes
     ----------
     plan : FabricPlan
-        Intended flows and groups of every switch.
+        Intended flows of every switch.
     pinning : Pinning or None
         The pinned paths and per-link counts (``routing.mode: pinned``); None in ECMP mode.
     next_hops : dict of str to dict of str to tuple of int
@@ -85,24 +84,71 @@ class PlanResult:
     tables: CapacityReport | None = None
 
 
-def pinned_match(fabric: Fabric, demand: FlowDemand) -> Match:
-    """The header match of a pinned flow: IPv4 source and destination of its hosts, plus the
-    collective's DSCP and L4 fields when it declares them.
+@dataclass(frozen=True)
+class RoutePlan:
+    """The control and route entries of every switch (no pinned entries), and the ECMP next
+    hops they were built from (``next_hops[switch][host]`` → ports)."""
+
+    plan: FabricPlan
+    next_hops: NextHops
+
+
+def ecmp_hashes(fabric: Fabric, policy: Policy) -> dict[str, EcmpHash | None]:
+    """Switch name → what its ECMP sets hash: the policy's ``routing.ecmp.hash_fields`` with the
+    seed of the switch's tier (``hash_seeds``; 0 for a tier left out); None for the default
+    (the 5-tuple with seed 0, which every target does unasked:
+    :func:`~controller.plan.model.canonical_hash`)."""
+    ecmp = policy.routing.ecmp
+    fields = tuple(ecmp.hash_fields)
+    return {s.name: canonical_hash(EcmpHash(fields, ecmp.hash_seeds.seed_of(s.role)))
+            for s in fabric.switches}
+
+
+def control_flows() -> tuple[FlowIntent, FlowIntent]:
+    """The two entries every switch holds: ARP and LLDP to the controller."""
+    return (
+        FlowIntent(TABLE, PRIO_CONTROL, Match(eth_type=ETH_TYPE_ARP), Action("controller"),
+                   "control arp"),
+        FlowIntent(TABLE, PRIO_CONTROL, Match(eth_type=ETH_TYPE_LLDP), Action("controller"),
+                   "control lldp"),
+    )
+
+
+def build_routes(fabric: Fabric, policy: Policy,
+                 down_links: Iterable[frozenset[str]] = frozenset()) -> RoutePlan:
+    """Control and route entries of every switch with ``down_links`` down.
 
     Raises
     ------
-    KeyError
-        A host of the demand is not in ``fabric``.
+    ValueError
+        ``down_links`` names an unknown link.
+    PlanInvariantError
+        The ECMP routes break an invariant (:func:`controller.te.invariants.check_routes`).
     """
-    return Match(
-        eth_type=ETH_TYPE_IPV4,
-        ipv4_src=fabric.host_by_name[demand.src].ipv4,
-        ipv4_dst=fabric.host_by_name[demand.dst].ipv4,
-        ip_proto=demand.ip_proto,
-        ip_dscp=demand.dscp,
-        l4_src=demand.l4_src,
-        l4_dst=demand.l4_dst,
-    )
+    down = normalise_down_links(fabric, down_links)
+    next_hops = ecmp_next_hops(fabric, down)
+    check_routes(fabric, next_hops, down)
+    hashes = ecmp_hashes(fabric, policy)
+    control = control_flows()
+    route_match = {h.name: Match(eth_type=ETH_TYPE_IPV4, ipv4_dst=h.ipv4) for h in fabric.hosts}
+    # Intents carry no switch name, so one object serves every switch with the same
+    # (destination, ports, hash): most switches of a Clos share them.
+    cache: dict[tuple[str, tuple[int, ...], EcmpHash | None], FlowIntent] = {}
+    switches: dict[str, SwitchPlan] = {}
+    for sw in fabric.switches:
+        flows = list(control)
+        h = hashes[sw.name]
+        for host, ports in next_hops[sw.name].items():
+            key = (host, ports, h if len(ports) > 1 else None)
+            fi = cache.get(key)
+            if fi is None:
+                action = (Action("output", ports[0]) if len(ports) == 1
+                          else Action.via(NextHopSet("ecmp", ports, h)))
+                fi = cache[key] = FlowIntent(TABLE, PRIO_ROUTE, route_match[host], action,
+                                             f"route {host}")
+            flows.append(fi)
+        switches[sw.name] = SwitchPlan(sw.name, sw.dpid, frozenset(flows))
+    return RoutePlan(FabricPlan(switches), next_hops)
 
 
 def build_plan(
@@ -139,80 +185,34 @@ def build_plan(
         different ports on one switch.
     """
     down = normalise_down_links(fabric, down_links)
-    next_hops = ecmp_next_hops(fabric, down)
-    check_routes(fabric, next_hops, down)
-
-    control = (
-        FlowIntent(TABLE, PRIO_CONTROL, Match(eth_type=ETH_TYPE_ARP), Action("controller"),
-                   "control arp"),
-        FlowIntent(TABLE, PRIO_CONTROL, Match(eth_type=ETH_TYPE_LLDP), Action("controller"),
-                   "control lldp"),
-    )
-    route_match = {
-        h.name: Match(eth_type=ETH_TYPE_IPV4, ipv4_dst=h.ipv4) for h in fabric.hosts
-    }
-    # Intents carry no switch name, so one object serves every switch with the same
-    # (destination, ports): most switches of a Clos share them.
-    route_cache: dict[tuple[str, tuple[int, ...]], FlowIntent] = {}
-    group_cache: dict[tuple[int, ...], GroupIntent] = {}
-    flows: dict[str, list[FlowIntent]] = {}
-    groups: dict[str, set[GroupIntent]] = {}
-    for sw in fabric.switches:
-        sflows = list(control)
-        sgroups: set[GroupIntent] = set()
-        for host, ports in next_hops[sw.name].items():
-            fi = route_cache.get((host, ports))
-            if fi is None:
-                if len(ports) == 1:
-                    action = Action("output", ports[0])
-                else:
-                    grp = group_cache.get(ports)
-                    if grp is None:
-                        grp = group_cache[ports] = GroupIntent(group_id_for_ports(ports), ports)
-                    action = Action("group", grp.group_id)
-                fi = route_cache[(host, ports)] = FlowIntent(
-                    TABLE, PRIO_ROUTE, route_match[host], action, f"route {host}"
-                )
-            if len(ports) > 1:
-                sgroups.add(group_cache[ports])
-            sflows.append(fi)
-        flows[sw.name] = sflows
-        groups[sw.name] = sgroups
-
+    routes = build_routes(fabric, policy, down)
     pinning: Pinning | None = None
     tables: CapacityReport | None = None
+    plan = routes.plan
     if policy.routing.mode == "pinned":
         pinning = pin_flows(fabric, expand_policy(policy, fabric), down)
-        pinned: dict[str, dict[Match, FlowIntent]] = {}
-        for demand, path in pinning.paths.items():
-            check_path(fabric, path, down, src=demand.src, dst=demand.dst)
-            match = pinned_match(fabric, demand)
-            origin = f"pin {demand.label}"
-            for i in range(1, len(path) - 1):
-                node, nxt = path[i], path[i + 1]
-                fi = FlowIntent(TABLE, PRIO_PINNED, match,
-                                Action("output", fabric.port_towards(node, nxt)), origin)
-                at_node = pinned.setdefault(node, {})
-                old = at_node.get(match)
-                if old is not None and old.action != fi.action:
-                    raise PlanInvariantError(
-                        f"switch {node}: pinned flows '{old.origin}' and '{origin}' have the same "
-                        f"match but leave by different ports ({old.action} vs {fi.action}); "
-                        "give one collective a dscp or l4 match"
-                    )
-                at_node[match] = fi
-        caps = capacities(fabric, per_switch=capacity, policy_tables=policy.tables)
-        pinned, tables = fit_tables(
-            fabric, pinning.paths, pinned, next_hops, caps, lambda d: pinned_match(fabric, d),
-            headroom=policy.tables.headroom if policy.tables else DEFAULT_HEADROOM,
-            importance=[c.name for c in policy.collectives])
-        for node, entries in pinned.items():
-            flows[node].extend(entries.values())
+        plan = with_pinned(fabric, routes.plan, pinning.paths, down)
+        plan, tables = fit_plan_tables(fabric, policy, plan, pinning, routes.next_hops, capacity)
+    return PlanResult(plan, pinning, routes.next_hops, tables)
 
-    plan = FabricPlan({
-        sw.name: SwitchPlan(
-            sw.name, sw.dpid, frozenset(flows[sw.name]), frozenset(groups[sw.name])
-        )
-        for sw in fabric.switches
-    })
-    return PlanResult(plan, pinning, next_hops, tables)
+
+def fit_plan_tables(fabric: Fabric, policy: Policy, plan: FabricPlan, pinning: Pinning,
+                    next_hops: NextHops, capacity: Mapping[str, TableCapacity] | None = None
+                    ) -> tuple[FabricPlan, CapacityReport]:
+    """``plan`` with each switch's pinned entries fitted into its table
+    (:func:`controller.plan.capacity.fit_tables`: merged where paths coincide, the least
+    important flows left to ECMP), and the report of what was done."""
+    pinned = {name: {f.match: f for f in sp.flows if f.priority == PRIO_PINNED}
+              for name, sp in plan.switches.items()}
+    caps = capacities(fabric, per_switch=capacity, policy_tables=policy.tables)
+    fitted, report = fit_tables(
+        fabric, pinning.paths, pinned, next_hops, caps, lambda d: pinned_match(fabric, d),
+        headroom=policy.tables.headroom if policy.tables else DEFAULT_HEADROOM,
+        importance=[c.name for c in policy.collectives])
+    if fitted == pinned:
+        return plan, report
+    switches = {
+        name: SwitchPlan(sp.switch, sp.dpid, frozenset(
+            {f for f in sp.flows if f.priority != PRIO_PINNED} | set(fitted.get(name, {}).values())))
+        for name, sp in plan.switches.items()}
+    return FabricPlan(switches), report

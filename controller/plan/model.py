@@ -1,9 +1,16 @@
 """Per-switch forwarding intent, independent of OpenFlow or P4, and its diff.
 
-A :class:`FabricPlan` maps each switch name to a :class:`SwitchPlan`: a set of :class:`FlowIntent`
-(match → one action) and a set of :class:`GroupIntent` (ECMP next-hop sets). Drivers encode these;
+A :class:`FabricPlan` maps each switch name to a :class:`SwitchPlan`: a set of
+:class:`FlowIntent` (match → one action). An action sends to a port, to the controller, drops,
+or forwards by a :class:`NextHopSet` carried **by value**: "ECMP over ports (3, 4) hashing these
+fields with this seed", or "fast failover: port 3, else 4". Nothing here names a group id,
+a member id or a port bitmask, and no port number is too large: drivers allocate their own ids
+for each distinct next-hop set (an OpenFlow group, a P4 action-profile group) and rebuild that
+allocation from what they read back.
+
 :func:`diff_plans` tells what to add, modify and delete to go from one plan to the next, so a
-recomputation reprograms only what changed.
+recomputation reprograms only what changed; :meth:`SwitchChanges.inverse` undoes a change (a
+transaction's rollback) and :meth:`SwitchChanges.apply_to` replays it on a plan.
 
 Priorities (higher wins): :data:`PRIO_CONTROL` (ARP/LLDP to the controller) >
 :data:`PRIO_PINNED` (per-collective pinned flows) > :data:`PRIO_ROUTE` (per-destination
@@ -12,7 +19,7 @@ ECMP/route) > table-miss (drop).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -25,7 +32,13 @@ ETH_TYPE_ARP = 0x0806
 ETH_TYPE_LLDP = 0x88CC
 IP_PROTO_TCP = 6
 IP_PROTO_UDP = 17
-OFPG_MAX = 0xFFFFFF00  # first reserved OpenFlow group id
+
+HASH_FIELD_NAMES = ("eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
+"""Header fields an ECMP hash may cover (the policy's ``routing.ecmp.hash_fields``)."""
+DEFAULT_HASH_FIELDS = ("ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
+"""What every target hashes when told nothing: the 5-tuple, seed 0 (Open vSwitch's default
+select method, ``dp_hash`` over its symmetric L3/L4 hash with basis 0, ovs-ofctl(8) "Group
+Syntax"; fabric.p4's ``ecmp_hash`` default action)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -45,19 +58,130 @@ class Match:
         """The non-wildcard fields as a dict (for encoders and printing)."""
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
+    def sort_key(self) -> tuple[tuple[int, int | str], ...]:
+        """A total order over matches (wildcards first in each field)."""
+        return tuple((0, 0) if v is None else (1, v) for v in self.__dict__.values())
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v:#06x}" if k == "eth_type" and isinstance(v, int) else f"{k}={v}"
+                        for k, v in self.fields().items()) or "any"
+
+
+@dataclass(frozen=True, order=True)
+class EcmpHash:
+    """What an ECMP next-hop set hashes: ``fields`` (names of :data:`HASH_FIELD_NAMES`; kept in
+    that canonical order, since a hash covers a set of fields) and a 32-bit ``seed`` (the hash
+    basis of the switch's tier, ``routing.ecmp.hash_seeds``).
+
+    Raises
+    ------
+    ValueError
+        No field, an unknown or repeated field, or a seed outside 0..2**32-1.
+    """
+
+    fields: tuple[str, ...]
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = [f for f in self.fields if f not in HASH_FIELD_NAMES]
+        if not self.fields or unknown or len(set(self.fields)) != len(self.fields):
+            raise ValueError(f"ECMP hash fields {list(self.fields)}: expected distinct names "
+                             f"from {list(HASH_FIELD_NAMES)}")
+        if not 0 <= self.seed < 1 << 32:
+            raise ValueError(f"ECMP hash seed {self.seed} outside 0..2**32-1")
+        object.__setattr__(self, "fields",
+                           tuple(f for f in HASH_FIELD_NAMES if f in self.fields))
+
+    def __str__(self) -> str:
+        return f"hash({'+'.join(self.fields)} seed {self.seed})"
+
+    @property
+    def is_default(self) -> bool:
+        """The 5-tuple with seed 0: what every target does unasked (:data:`DEFAULT_HASH_FIELDS`)."""
+        return self.seed == 0 and set(self.fields) == set(DEFAULT_HASH_FIELDS)
+
+
+def canonical_hash(h: EcmpHash | None) -> EcmpHash | None:
+    """``h``, or None when it is the default (5-tuple, seed 0): a next-hop set carries a hash
+    only when it asks for something a target does not do by itself."""
+    return None if h is None or h.is_default else h
+
+
+@dataclass(frozen=True, order=True)
+class NextHopSet:
+    """A set of egress ports one entry forwards by, as a value.
+
+    ``kind`` ``"ecmp"``: every packet leaves by one of ``ports`` (ascending), chosen by a hash of
+    its headers (``hash``; None: the 5-tuple with seed 0, every target's default —
+    :func:`canonical_hash` turns an explicit default into None);
+    a switch skips ports that are down (OpenFlow 1.3.5 §5.6.1 ``watch_port``).
+    ``kind`` ``"failover"``: ``ports`` in order of preference, the planned port first; the
+    switch forwards by the first live one (OpenFlow fast-failover groups, §5.6.1).
+
+    Raises
+    ------
+    ValueError
+        Fewer than two ports, a repeated or non-positive port, ECMP ports not ascending, or a
+        hash on a failover set.
+    """
+
+    kind: Literal["ecmp", "failover"]
+    ports: tuple[int, ...]
+    hash: EcmpHash | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.ports) < 2 or len(set(self.ports)) != len(self.ports):
+            raise ValueError(f"a next-hop set needs >= 2 distinct ports, got {self.ports}")
+        if any(p < 1 for p in self.ports):
+            raise ValueError(f"next-hop set ports {self.ports}: ports are >= 1")
+        if self.kind == "ecmp" and list(self.ports) != sorted(self.ports):
+            raise ValueError(f"ECMP ports {self.ports} must be ascending")
+        if self.kind == "failover" and self.hash is not None:
+            raise ValueError("a failover set has no hash")
+        object.__setattr__(self, "hash", canonical_hash(self.hash))
+        if self.kind not in ("ecmp", "failover"):
+            raise ValueError(f"unknown next-hop set kind {self.kind!r}")
+
+    def __str__(self) -> str:
+        if self.kind == "failover":
+            return "failover(" + ">".join(map(str, self.ports)) + ")"
+        h = f" {self.hash}" if self.hash is not None else ""
+        return "ecmp(" + ",".join(map(str, self.ports)) + h + ")"
+
 
 @dataclass(frozen=True, order=True)
 class Action:
-    """One forwarding action: ``output`` to ``port``, to ECMP ``group`` ``group_id``, or to the
-    ``controller`` (packet-in)."""
+    """One forwarding action: ``output`` to ``port``, ``next_hops`` (an ECMP or failover
+    :class:`NextHopSet`), ``controller`` (packet-in) or ``drop``."""
 
-    kind: Literal["output", "group", "controller", "drop"]
-    arg: int = 0
+    kind: Literal["output", "next_hops", "controller", "drop"]
+    port: int = 0
+    next_hops: NextHopSet | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "next_hops") != (self.next_hops is not None):
+            raise ValueError("an action forwards by a next-hop set exactly when its kind is "
+                             "'next_hops'")
+
+    @staticmethod
+    def via(nhs: NextHopSet) -> Action:
+        """Forward by ``nhs``."""
+        return Action("next_hops", 0, nhs)
+
+    def ports(self) -> tuple[int, ...]:
+        """Every port this action may send to (empty for controller/drop)."""
+        if self.kind == "output":
+            return (self.port,)
+        if self.next_hops is not None:
+            return self.next_hops.ports
+        return ()
 
     def __str__(self) -> str:
-        return {"output": f"output:{self.arg}", "group": f"group:{self.arg}"}.get(
-            self.kind, self.kind
-        )
+        if self.kind == "output":
+            return f"output:{self.port}"
+        if self.next_hops is not None:
+            return str(self.next_hops)
+        return self.kind
 
 
 @dataclass(frozen=True, order=True)
@@ -78,24 +202,28 @@ class FlowIntent:
     def key(self) -> tuple[int, int, Match]:
         return (self.table, self.priority, self.match)
 
+    def sort_key(self) -> tuple[int, int, tuple[tuple[int, int | str], ...]]:
+        """Table, then priority, then match: a total order over a switch's entries."""
+        return (self.table, self.priority, self.match.sort_key())
 
-@dataclass(frozen=True, order=True)
-class GroupIntent:
-    """An ECMP group: ``select`` over ``ports`` (sorted, each bucket weight 1)."""
-
-    group_id: int
-    ports: tuple[int, ...]
-    kind: Literal["select"] = "select"
+    def __str__(self) -> str:
+        return f"table={self.table} priority={self.priority} {self.match} -> {self.action}"
 
 
 @dataclass(frozen=True)
 class SwitchPlan:
-    """Everything one switch should hold."""
+    """Everything one switch should hold: its flow entries (next-hop sets inside them)."""
 
     switch: str
     dpid: int
     flows: frozenset[FlowIntent]
-    groups: frozenset[GroupIntent]
+
+    def next_hop_sets(self) -> frozenset[NextHopSet]:
+        """Every distinct next-hop set the entries use (a driver's groups)."""
+        return frozenset(f.action.next_hops for f in self.flows if f.action.next_hops is not None)
+
+    def by_key(self) -> dict[tuple[int, int, Match], FlowIntent]:
+        return {f.key: f for f in self.flows}
 
 
 @dataclass(frozen=True)
@@ -105,77 +233,95 @@ class FabricPlan:
     switches: Mapping[str, SwitchPlan]
 
 
+def empty_plan(switch: str, dpid: int) -> SwitchPlan:
+    """A switch holding nothing of ours."""
+    return SwitchPlan(switch, dpid, frozenset())
+
+
 @dataclass(frozen=True)
 class SwitchChanges:
-    """What to send one switch. Apply in this order: add/modify groups, add/modify flows,
-    delete flows, delete groups (so no flow ever points at a missing group)."""
+    """What to change on one switch: entries to add, modify (new versions in ``modify_flows``,
+    the versions they replace in ``modified_from``, same order) and delete.
+
+    A driver applies the whole as one unit (an OpenFlow bundle; ordered P4Runtime batches):
+    next-hop sets a new or modified entry needs exist before it, sets no entry uses any more go
+    after the deletes.
+    """
 
     switch: str
-    add_groups: tuple[GroupIntent, ...] = ()
-    modify_groups: tuple[GroupIntent, ...] = ()
-    delete_groups: tuple[GroupIntent, ...] = ()
     add_flows: tuple[FlowIntent, ...] = ()
     modify_flows: tuple[FlowIntent, ...] = ()
     delete_flows: tuple[FlowIntent, ...] = ()
+    modified_from: tuple[FlowIntent, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.modified_from) != len(self.modify_flows):
+            raise ValueError("modified_from must hold the old version of every modified flow")
 
     @property
     def empty(self) -> bool:
-        return not (
-            self.add_groups or self.modify_groups or self.delete_groups
-            or self.add_flows or self.modify_flows or self.delete_flows
-        )
+        return not (self.add_flows or self.modify_flows or self.delete_flows)
 
     @property
     def count(self) -> int:
-        return sum(
-            len(x)
-            for x in (self.add_groups, self.modify_groups, self.delete_groups,
-                      self.add_flows, self.modify_flows, self.delete_flows)
-        )
+        """Entries touched."""
+        return len(self.add_flows) + len(self.modify_flows) + len(self.delete_flows)
 
+    def inverse(self) -> SwitchChanges:
+        """The changes that undo this one (add ↔ delete, modify back)."""
+        return SwitchChanges(self.switch, add_flows=self.delete_flows,
+                             modify_flows=self.modified_from, delete_flows=self.add_flows,
+                             modified_from=self.modify_flows)
 
-def group_id_for_ports(ports: tuple[int, ...] | frozenset[int]) -> int:
-    """A stable group id for an ECMP port set: bit (p-1) set for each port p.
+    def apply_to(self, plan: SwitchPlan) -> SwitchPlan:
+        """``plan`` with these changes made.
 
-    Stable ids mean a recomputation that keeps a port set keeps its group, so the diff stays small.
+        Raises
+        ------
+        KeyError
+            An added entry exists already, or a modified/deleted one is missing (the changes
+            were not computed from ``plan``).
+        """
+        cur = plan.by_key()
+        for f in self.delete_flows:
+            if f.key not in cur:
+                raise KeyError(f"{self.switch}: delete of missing entry {f}")
+            del cur[f.key]
+        for f in self.modify_flows:
+            if f.key not in cur:
+                raise KeyError(f"{self.switch}: modify of missing entry {f}")
+            cur[f.key] = f
+        for f in self.add_flows:
+            if f.key in cur:
+                raise KeyError(f"{self.switch}: add of existing entry {f}")
+            cur[f.key] = f
+        return SwitchPlan(plan.switch, plan.dpid, frozenset(cur.values()))
 
-    Raises
-    ------
-    ValueError
-        A port outside 1..32, or a port set whose id would reach OpenFlow's reserved group ids
-        (``OFPG_MAX`` = 0xFFFFFF00 and above; OpenFlow 1.3.5 §7.3.4.2), i.e. one holding every
-        port 9..32.
-    """
-    gid = 0
-    for p in ports:
-        if not 1 <= p <= 32:
-            raise ValueError(f"ECMP group port {p} outside 1..32")
-        gid |= 1 << (p - 1)
-    if gid >= OFPG_MAX:
-        raise ValueError(
-            f"ECMP group for ports {sorted(ports)} would get id {gid:#x}, which OpenFlow reserves "
-            f"(>= {OFPG_MAX:#x})"
-        )
-    return gid
+    def lines(self) -> tuple[str, ...]:
+        """Human-readable ``+``/``~``/``-`` lines, one per entry touched."""
+        out = [f"+ {f}  # {f.origin}" if f.origin else f"+ {f}" for f in self.add_flows]
+        out += [f"~ {new}  (was {old.action})" for new, old in
+                zip(self.modify_flows, self.modified_from, strict=True)]
+        out += [f"- {f}" for f in self.delete_flows]
+        return tuple(out)
 
 
 def diff_switch(old: SwitchPlan | None, new: SwitchPlan | None) -> SwitchChanges:
     """Changes that turn ``old`` into ``new`` (either may be None: switch added or removed)."""
-    name = (new or old).switch  # type: ignore[union-attr]
-    og = {g.group_id: g for g in (old.groups if old else ())}
-    ng = {g.group_id: g for g in (new.groups if new else ())}
-    of = {f.key: f for f in (old.flows if old else ())}
-    nf = {f.key: f for f in (new.flows if new else ())}
+    base = new or old
+    if base is None:
+        raise ValueError("diff_switch needs at least one plan")
+    of = old.by_key() if old else {}
+    nf = new.by_key() if new else {}
+    mod = sorted((nf[k] for k in nf.keys() & of.keys() if nf[k].action != of[k].action),
+                 key=FlowIntent.sort_key)
     return SwitchChanges(
-        switch=name,
-        add_groups=tuple(sorted(ng[g] for g in ng.keys() - og.keys())),
-        modify_groups=tuple(sorted(ng[g] for g in ng.keys() & og.keys() if ng[g] != og[g])),
-        delete_groups=tuple(sorted(og[g] for g in og.keys() - ng.keys())),
-        add_flows=tuple(sorted(nf[k] for k in nf.keys() - of.keys())),
-        modify_flows=tuple(
-            sorted(nf[k] for k in nf.keys() & of.keys() if nf[k].action != of[k].action)
-        ),
-        delete_flows=tuple(sorted(of[k] for k in of.keys() - nf.keys())),
+        switch=base.switch,
+        add_flows=tuple(sorted((nf[k] for k in nf.keys() - of.keys()), key=FlowIntent.sort_key)),
+        modify_flows=tuple(mod),
+        delete_flows=tuple(sorted((of[k] for k in of.keys() - nf.keys()),
+                                  key=FlowIntent.sort_key)),
+        modified_from=tuple(of[f.key] for f in mod),
     )
 
 
@@ -188,3 +334,20 @@ def diff_plans(old: FabricPlan | None, new: FabricPlan) -> dict[str, SwitchChang
         if not ch.empty:
             out[name] = ch
     return out
+
+
+def next_hop_set_counts(old: SwitchPlan | None, new: SwitchPlan | None) -> tuple[int, int]:
+    """(next-hop sets added, removed) between two plans of one switch: the groups a driver
+    creates and deletes."""
+    a = old.next_hop_sets() if old else frozenset()
+    b = new.next_hop_sets() if new else frozenset()
+    return len(b - a), len(a - b)
+
+
+def count_entries(plans: Iterable[SwitchPlan]) -> tuple[int, int]:
+    """(flow entries, distinct next-hop sets per switch summed) over ``plans``."""
+    flows = groups = 0
+    for sp in plans:
+        flows += len(sp.flows)
+        groups += len(sp.next_hop_sets())
+    return flows, groups

@@ -78,8 +78,7 @@ BMV2_DEFAULT_QUEUE_PACKETS = 64
 TARGETS: dict[str, TargetCaps] = {
     "openflow": TargetCaps(
         "openflow", 0, "Open vSwitch has no PFC (IEEE 802.1Qbb)",
-        ecn_marking=False, red_marking=False, shared_buffer=False,
-        ecmp_hash_fields=False, ecmp_hash_seeds=False),
+        ecn_marking=False, red_marking=False, shared_buffer=False),
     "bmv2": TargetCaps(
         "bmv2", 0, "BMv2 simple_switch has no PFC", rate_unit="packet", queue_unit="packet",
         default_queue_packets=BMV2_DEFAULT_QUEUE_PACKETS, weighted_scheduling=False,

@@ -9,6 +9,7 @@ checks could not run without a topology or a target (:attr:`CheckedPolicy.skippe
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,3 +119,21 @@ def load_valid_policy(path: str | Path, fabric: Fabric | None = None,
     """:func:`load_policy_checked`'s policy, its warnings dropped: the one call for a caller
     that needs a policy validated whole (the controller processes, the labs)."""
     return load_policy_checked(path, fabric, target).policy
+
+
+def check_policy_for_targets(doc: Document, fabric: Fabric | None,
+                             targets: Iterable[str] = ()) -> CheckedPolicy:
+    """:func:`check_policy_document` with the checks of every target in ``targets`` (e.g. the
+    controller's southbound targets: ``openflow`` for Open vSwitch switches, ``bmv2`` or
+    ``tofino`` for P4Runtime ones); without targets, the checks of any target.
+
+    Raises
+    ------
+    ConfigError
+        The problems of the first target whose checks fail (each located ``FILE:LINE:COL``).
+    """
+    checked = None
+    for target in sorted(set(targets)) or [None]:
+        checked = check_policy_document(doc, fabric, target)
+    assert checked is not None
+    return checked

@@ -1,8 +1,12 @@
 """Every Prometheus metric the controller exports, defined here and nowhere else.
 
 Served by ``aifabric controller --metrics-listen HOST:PORT`` at ``/metrics``. Values are read
-from :class:`controller.telemetry.Telemetry` and the runtime at scrape time (a custom collector),
-so a scrape always shows the latest sample and the alerts in force at that moment.
+from :class:`controller.telemetry.Telemetry`, the runtime state and the drivers at scrape time
+(a custom collector over a :class:`MetricsSource`), so a scrape always shows the latest sample
+and the alerts in force at that moment. The runtime's own counters: southbound messages sent
+per switch and kind (``flow-mod``, ``group-mod``, ``bundle``, ``p4-update``, ``p4-write``,
+``packet-out``, ...), reconciliations and the entries they sent, transactions and rollbacks, the
+policy in force (generation, digest, source).
 
 Units are in the names (Prometheus conventions: ``_bytes``, ``_bits_per_second``, ``_seconds``,
 ``_ratio`` for 0–1 fractions, ``_total`` for counters). Labels: ``switch``, ``port``, ``peer``
@@ -13,9 +17,9 @@ Units are in the names (Prometheus conventions: ``_bytes``, ``_bits_per_second``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -95,6 +99,27 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("aifabric_pinned_flows", "gauge", (), "Pinned flows installed."),
     MetricDef("aifabric_sample_interval_seconds", "gauge", (),
               "Configured statistics interval."),
+    MetricDef("aifabric_southbound_messages", "counter", ("switch", "kind"),
+              "Messages the controller sent to a switch, by kind (flow-mod and group-mod count "
+              "the changes a bundle carried; bundle counts committed bundles; p4-update, "
+              "p4-write: P4Runtime updates and WriteRequests)."),
+    MetricDef("aifabric_reconciles", "counter", (),
+              "Switches read back and reconciled after they (re)connected."),
+    MetricDef("aifabric_reconcile_entries_sent", "counter", (),
+              "Entries added, modified or deleted by reconciliations (0 when every switch "
+              "held the intended state)."),
+    MetricDef("aifabric_transactions", "counter", (),
+              "Fabric changes applied as one transaction."),
+    MetricDef("aifabric_transactions_failed", "counter", (),
+              "Transactions a switch refused (rolled back)."),
+    MetricDef("aifabric_policy_generation", "gauge", (),
+              "Generation of the policy in force (1 at start, +1 per applied policy)."),
+    MetricDef("aifabric_policy_info", "gauge", ("digest", "source"),
+              "1 for the policy in force: its document's sha256 and where it came from."),
+    MetricDef("aifabric_policy_applied_timestamp_seconds", "gauge", (),
+              "When the policy in force was applied (Unix time)."),
+    MetricDef("aifabric_switch_role", "gauge", ("switch", "southbound", "role"),
+              "1 for each switch's southbound and our role on it (master, backup, none)."),
 )
 BY_NAME = {m.name: m for m in METRICS}
 
@@ -110,14 +135,30 @@ def metric_names(with_queues: bool = True) -> list[str]:
             if with_queues or m.name not in QUEUE_METRICS]
 
 
-class TelemetryCollector(Collector):
-    """Reads ``runtime`` (:class:`~controller.runtime.state.ControllerRuntime`, with its
-    ``telemetry``) at every scrape. ``mono``: the statistics clock (sample ages)."""
+class MetricsSource(Protocol):
+    """What the collector reads (a :class:`controller.runtime.controller.Controller`)."""
 
-    def __init__(self, runtime: Any, sample_interval_s: float,
+    @property
+    def state(self) -> Any: ...  # RuntimeState
+
+    @property
+    def telemetry(self) -> Any: ...  # Telemetry
+
+    @property
+    def stats(self) -> Any: ...  # ControllerStats
+
+    @property
+    def drivers(self) -> Mapping[str, Any]: ...  # southbound kind -> driver (messages_sent())
+
+
+class TelemetryCollector(Collector):
+    """Reads ``source`` (:class:`MetricsSource`) at every scrape. ``mono``: the statistics
+    clock (sample ages)."""
+
+    def __init__(self, source: MetricsSource, sample_interval_s: float,
                  mono: Callable[[], float] = time.monotonic) -> None:
-        self.runtime = runtime
-        self.telemetry = runtime.telemetry
+        self.source = source
+        self.telemetry = source.telemetry
         self.sample_interval_s = sample_interval_s
         self.mono = mono
 
@@ -129,9 +170,10 @@ class TelemetryCollector(Collector):
         return out
 
     def collect(self) -> Iterator[Metric]:
-        rt, tel = self.runtime, self.telemetry
+        source, tel = self.source, self.telemetry
+        st = source.state
         f = self._families()
-        fab = rt.fabric
+        fab = st.fabric
         for (sw, port), (_, c) in sorted(tel.port_snapshot().items()):
             peer = fab.port_map.get((sw, port), ("", 0))[0]
             lab = [sw, str(port), peer]
@@ -154,7 +196,7 @@ class TelemetryCollector(Collector):
             f["aifabric_link_dropped_packets"].add_metric(lab, ln.dropped_total)
             f["aifabric_link_microbursts"].add_metric(lab, ln.microbursts)
             f["aifabric_link_pinned_flows"].add_metric(lab, ln.pinned_flows)
-        down = rt.down_links
+        down = st.down_links
         for link in fab.links:
             if link.a in fab.switch_by_name and link.b in fab.switch_by_name:
                 a, b = sorted((link.a, link.b))
@@ -176,26 +218,42 @@ class TelemetryCollector(Collector):
             f["aifabric_alerts_raised"].add_metric([kind], tel.alerts.raised_total.get(kind, 0))
         now = self.mono()
         for s in fab.switches:
-            f["aifabric_switch_connected"].add_metric([s.name],
-                                                      1 if rt.connected.get(s.name) else 0)
+            sess = st.session(s.name)
+            f["aifabric_switch_connected"].add_metric([s.name], 1 if sess.connected else 0)
+            f["aifabric_switch_role"].add_metric([s.name, sess.southbound, sess.role], 1)
             f["aifabric_switch_samples"].add_metric([s.name], tel.samples_total.get(s.name, 0))
             if s.name in tel.last_sample_s:
                 f["aifabric_switch_sample_age_seconds"].add_metric(
                     [s.name], now - tel.last_sample_s[s.name])
-        f["aifabric_plan_generation"].add_metric([], rt.plan_generation)
-        f["aifabric_pinned_flows"].add_metric([], len(rt.paths))
+        f["aifabric_plan_generation"].add_metric([], st.plan_generation)
+        f["aifabric_pinned_flows"].add_metric([], len(st.placement))
         f["aifabric_sample_interval_seconds"].add_metric([], self.sample_interval_s)
+        sent: dict[tuple[str, str], int] = {}
+        for drv in source.drivers.values():
+            for key, n in drv.messages_sent().items():
+                sent[key] = sent.get(key, 0) + n
+        for (sw, kind), n in sorted(sent.items()):
+            f["aifabric_southbound_messages"].add_metric([sw, kind], n)
+        stats = source.stats
+        f["aifabric_reconciles"].add_metric([], stats.reconciles)
+        f["aifabric_reconcile_entries_sent"].add_metric([], stats.reconcile_entries_sent)
+        f["aifabric_transactions"].add_metric([], stats.transactions)
+        f["aifabric_transactions_failed"].add_metric([], stats.transactions_failed)
+        pol = st.policy
+        f["aifabric_policy_generation"].add_metric([], pol.generation)
+        f["aifabric_policy_info"].add_metric([pol.digest, pol.source], 1)
+        f["aifabric_policy_applied_timestamp_seconds"].add_metric([], pol.applied_unix_s)
         yield from f.values()
 
 
-def registry_for(runtime: Any, sample_interval_s: float) -> CollectorRegistry:
+def registry_for(source: MetricsSource, sample_interval_s: float) -> CollectorRegistry:
     """A registry holding only the controller's metrics."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(TelemetryCollector(runtime, sample_interval_s))
+    reg.register(TelemetryCollector(source, sample_interval_s))
     return reg
 
 
-def start_metrics_server(runtime: Any, sample_interval_s: float, host: str, port: int
+def start_metrics_server(source: MetricsSource, sample_interval_s: float, host: str, port: int
                          ) -> tuple[Any, Any, int]:
     """Serve ``/metrics`` on ``host:port`` (0: a free port). Returns (server, thread, port).
 
@@ -207,5 +265,5 @@ def start_metrics_server(runtime: Any, sample_interval_s: float, host: str, port
     from prometheus_client import start_http_server
 
     server, thread = start_http_server(port, addr=host,
-                                       registry=registry_for(runtime, sample_interval_s))
+                                       registry=registry_for(source, sample_interval_s))
     return server, thread, int(server.server_address[1])

@@ -1,81 +1,141 @@
-"""The controller process: load and validate, compute the initial plan, run the os-ken app.
+"""The controller process: ``aifabric controller`` (and its alias ``aifabric p4 controller``).
 
-``run_controller`` is what ``aifabric controller`` calls. os-ken is imported inside the function,
-so importing this module is cheap.
+``run_controller`` validates the topology, the policy and the P4Runtime targets file (if any;
+every switch it names speaks P4Runtime, the others OpenFlow), binds the OpenFlow socket, computes
+the initial placement, and runs one asyncio event loop that owns the runtime
+(:class:`~controller.runtime.controller.Controller`): the OpenFlow driver (os-ken in its own
+threads, behind a bounded accept stage), the P4Runtime driver (finsy, on the loop), the
+northbound gRPC server (``grpc.aio``, on the loop) and the Prometheus endpoint (a thread).
 
-Shutdown: SIGTERM and SIGINT set a stop event watched by the main thread, which closes the
-listening socket and every switch connection, stops the os-ken apps, and returns 0. os-ken's
-native hub runs everything on plain threads that cannot be killed; all of them are started from
-one daemon thread (threads inherit the daemon flag), so none can keep the process alive after
-``run_controller`` returns.
+The OpenFlow socket is bound as early as possible — right after the input files are validated,
+before os-ken, the placement and the drivers — and os-ken takes connections at once (the
+runtime gets their events when it is ready). Why it matters: Open vSwitch retries a refused
+controller after 1, 2, 4, then every ``max_backoff`` s (8 s by default; its rconn doubles the
+wait after each failure and resets it only after a connection outlived the wait), so a switch
+whose attempts met a controller still starting up came back up to 8 s after it listened; a
+connection accepted but left without a HELLO for longer than that wait is dropped by the switch
+and counts as a failure too. A controller that listens early and answers at once meets the
+next attempt; ``max_backoff=1000`` on the Controller row (the labs set it) bounds the wait by
+1 s.
+
+Signals: SIGTERM and SIGINT stop the controller (exit 0); SIGHUP re-reads the policy file and
+applies it live (:meth:`controller.runtime.service.FabricService.apply_policy`: validated whole,
+FILE:LINE:COL problems logged and nothing changed on error, only differing entries sent,
+rolled back on a switch error).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import signal
 import sys
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from controller.errors import ConfigError, PlanInvariantError
-from controller.model.topology import Fabric, load_topology
-from controller.qos.validate import load_policy_checked
-from controller.runtime.state import ControllerRuntime
-from controller.te.reroute import Hysteresis
+from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
+
+# The runtime, the planner (scipy) and os-ken are imported once the OpenFlow socket is bound
+# (module docstring): only what validating the input needs is imported at the top.
+if TYPE_CHECKING:
+    from controller.drivers.southbound import SouthboundKind
+    from controller.model.topology import Fabric
+    from controller.runtime.controller import Controller, Mastership
+    from controller.runtime.state import RuntimeState
+    from controller.te.reroute import Hysteresis
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INVALID = 2
 
-APP_MODULE = "controller.drivers.openflow.app"
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
 LOG = logging.getLogger("aifabric.runtime")
 
 
-def pinning_summary(pinning: Any) -> tuple[int, int]:
-    """(number of pinned flows, most pinned flows on one directed link); (0, 0) in ECMP mode.
+@dataclass(frozen=True)
+class ControllerOptions:
+    """Everything ``aifabric controller`` takes beyond the topology and policy files."""
 
-    ``pinning`` is :class:`controller.te.pinning.Pinning` (``paths``, ``max_link_flows``) or None.
-    """
-    if pinning is None:
-        return 0, 0
-    return len(pinning.paths), int(pinning.max_link_flows)
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 6653
+    log_level: str = "INFO"
+    lldp_interval_s: float = 5.0
+    apply_qos: bool = False
+    ovsdb: str = DEFAULT_OVSDB
+    stats_interval_s: float | None = None
+    rebalance: Hysteresis | None = None
+    fast_failover: bool = False
+    metrics_listen: tuple[str, int] | None = None
+    grpc_listen: tuple[str, int] | None = None
+    alert_rules: Any = None
+    microburst_threshold: float | None = None
+    p4_targets: str | None = None
+    p4_target: str = "bmv2"
+    p4_election_id: int = 10
+    tofino_build: str | None = None
+    openflow_role: str = "equal"
+    generation_id: int | None = None
+    hello_timeout_s: float = 5.0
+    handshake_timeout_s: float = 10.0
+    max_unfinished: int = 64
+    confirm_timeout_s: float = 5.0
 
 
-def summary_lines(fabric: Fabric, runtime: ControllerRuntime) -> list[str]:
-    """The short start-up summary printed by :func:`run_controller`."""
-    result = runtime.result
-    pinned, max_per_link = pinning_summary(getattr(result, "pinning", None))
-    plan = runtime.plan
-    flows = sum(len(sp.flows) for sp in plan.switches.values())
-    groups = sum(len(sp.groups) for sp in plan.switches.values())
+def summary_lines(state: RuntimeState) -> list[str]:
+    """The short start-up summary."""
+    from controller.plan.model import count_entries
+    from controller.runtime.intent import intended_plan
+
+    fabric = state.fabric
+    plan = intended_plan(state)
+    flows, groups = count_entries(plan.switches.values())
+    counts: dict[tuple[str, str], int] = {}
+    for p in state.placement.values():
+        for u, v in zip(p[1:-2], p[2:-1], strict=True):
+            counts[(u, v)] = counts.get((u, v), 0) + 1
+    kinds = sorted(set(state.southbound.values()))
+    by_kind = ", ".join(f"{sum(1 for k in state.southbound.values() if k == kind)} {kind}"
+                        for kind in kinds)
     return [
-        f"fabric {fabric.name} ({fabric.kind}, {fabric.source}): {len(fabric.switches)} switches, "
-        f"{len(fabric.hosts)} hosts, {len(fabric.links)} links",
-        f"routing mode {runtime.policy.routing.mode}: {pinned} pinned flow(s), "
-        f"at most {max_per_link} pinned flow(s) per link (per direction)",
-        f"plan: {flows} flow entries and {groups} groups on {len(plan.switches)} switches",
+        f"fabric {fabric.name} ({fabric.kind}, {fabric.source}): {len(fabric.switches)} switches "
+        f"({by_kind}), {len(fabric.hosts)} hosts, {len(fabric.links)} links",
+        f"routing mode {state.policy.policy.routing.mode}: {len(state.placement)} pinned "
+        f"flow(s), at most {max(counts.values(), default=0)} pinned flow(s) per link "
+        "(per direction)",
+        f"plan: {flows} flow entries and {groups} next-hop sets (groups) on "
+        f"{len(plan.switches)} switches",
+        f"policy generation {state.policy.generation} sha256 {state.policy.digest}",
     ]
 
 
-def adaptive_lines(runtime: ControllerRuntime, stats_interval_s: float | None,
-                   rebalance: Hysteresis | None) -> list[str]:
+def adaptive_lines(state: RuntimeState, opts: ControllerOptions) -> list[str]:
     """Start-up lines describing statistics, re-balancing and fast failover (empty when off)."""
+    from controller.runtime.intent import intended_plan
+
     out = []
-    if stats_interval_s:
-        out.append(f"statistics: port and flow counters every {stats_interval_s:g} s")
-    if rebalance is not None:
-        demands = sorted(set(runtime.demands_bps.values()))
+    cfg = state.settings
+    if cfg.stats_interval_s:
+        out.append(f"statistics: port and flow counters every {cfg.stats_interval_s:g} s")
+    if opts.rebalance is not None:
+        from controller.runtime.placement import pinned_demands_bps
+
+        demands = sorted(set(pinned_demands_bps(state.fabric, state.placement).values()))
         shown = ", ".join(f"{d / 1e6:g}" for d in demands) or "none"
-        out.append(f"re-balancing: threshold {rebalance.threshold:g}, margin {rebalance.margin:g}, "
-                   f"hold {rebalance.min_hold_s:g} s; pinned flow demands {shown} Mbit/s")
-    if runtime.fast_failover:
-        n = sum(1 for sp in runtime.plan.switches.values() for g in sp.groups
-                if g.kind == "fast-failover")
-        out.append(f"fast failover: {n} fast-failover group(s) protect pinned entries")
+        r = opts.rebalance
+        out.append(f"re-balancing: threshold {r.threshold:g}, margin {r.margin:g}, "
+                   f"hold {r.min_hold_s:g} s; pinned flow demands {shown} Mbit/s")
+    if cfg.fast_failover:
+        n = sum(1 for sp in intended_plan(state).switches.values()
+                for s in sp.next_hop_sets() if s.kind == "failover")
+        others = sorted(set(state.southbound) - cfg.failover_switches)
+        out.append(f"fast failover: {n} failover next-hop set(s) protect pinned entries"
+                   + (f"; {', '.join(others)} re-pin only (their southbound has no "
+                      "fast-failover groups)" if others else ""))
     return out
 
 
@@ -84,301 +144,363 @@ def _print_problems(problems: Iterable[object], err: TextIO) -> None:
         print(str(p), file=err)
 
 
-def run_controller(
-    topology_path: str | Path,
-    policy_path: str | Path,
-    listen_host: str = "127.0.0.1",
-    listen_port: int = 6653,
-    log_level: str = "INFO",
-    *,
-    lldp_interval_s: float = 5.0,
-    stop_event: threading.Event | None = None,
-    apply_qos: bool = False,
-    ovsdb: str = DEFAULT_OVSDB,
-    stats_interval_s: float | None = None,
-    rebalance: Hysteresis | None = None,
-    fast_failover: bool = False,
-    metrics_listen: tuple[str, int] | None = None,
-    grpc_listen: tuple[str, int] | None = None,
-    alert_rules: Any = None,
-    microburst_threshold: float | None = None,
-) -> int:
-    """Run the OpenFlow controller until SIGTERM/SIGINT (or ``stop_event``) and return an exit code.
+def load_southbound(fabric: Fabric, targets_file: str | None) -> tuple[
+        dict[str, SouthboundKind], dict[str, str]]:
+    """(switch → southbound kind, P4 switch → address) from ``--p4-targets`` (switches it does
+    not name speak OpenFlow). Raises ConfigError (the file, located)."""
+    if targets_file is None:
+        return {s.name: "openflow" for s in fabric.switches}, {}
+    from controller.runtime.targets import load_targets
 
-    Parameters
-    ----------
-    topology_path, policy_path
-        The fabric and policy YAML files; both are validated before anything starts.
-    listen_host, listen_port
-        Where switches connect (OpenFlow over TCP).
-    log_level
-        ``DEBUG``, ``INFO``, ``WARNING``, …
-    lldp_interval_s
-        Seconds between LLDP probe rounds.
-    stop_event
-        Optional; setting it stops the controller like a signal (for embedding and tests).
-        Signal handlers are installed only when called from the main thread.
-    apply_qos
-        Also apply the policy's ``openflow`` QoS rendering (``aifabric policy render --target
-        openflow``) to the Open vSwitch bridges reachable through ``ovsdb``: linux-htb queues per
-        fabric port and tc u32 DSCP filters (:mod:`controller.drivers.ovs.qos`). The policy must
-        have ``traffic_classes``. Bridges are matched to fabric switches by datapath id and
-        configured as they appear.
-    ovsdb
-        OVSDB endpoint for ``apply_qos`` (``unix:PATH`` or ``tcp:HOST:PORT``).
-    stats_interval_s
-        Seconds between port/flow statistics requests to every switch (None: none are sent).
-    rebalance
-        Move pinned flows off links that measured background load makes hot, with this
-        hysteresis (:mod:`controller.runtime.state`); needs ``stats_interval_s``.
-    fast_failover
-        Protect pinned entries with OpenFlow fast-failover groups where a switch has another
-        next hop towards the destination.
-    metrics_listen
-        (host, port) to serve Prometheus metrics at ``/metrics`` (:mod:`.metrics`); enables
-        telemetry (statistics every ``stats_interval_s``, 1 s when not given).
-    grpc_listen
-        (host, port) of the northbound gRPC service (:mod:`controller.northbound`); enables
-        telemetry likewise.
-    alert_rules
-        :class:`controller.telemetry.AlertRules` (default thresholds when None).
-    microburst_threshold
-        Utilisation of one interval that counts as a microburst (default 0.95).
+    targets = load_targets(targets_file, fabric)
+    return ({s.name: ("p4runtime" if s.name in targets else "openflow")
+             for s in fabric.switches}, targets)
+
+
+def policy_targets(southbound: Mapping[str, SouthboundKind], opts: ControllerOptions
+                   ) -> frozenset[str]:
+    """The render targets whose checks a policy must pass here: the P4 target (``bmv2`` or
+    ``tofino``) when a switch speaks P4Runtime (its QoS entries are programmed), ``openflow``
+    with ``--apply-qos`` (the Open vSwitch queues are programmed)."""
+    out = set()
+    if "p4runtime" in southbound.values():
+        out.add(opts.p4_target)
+    if opts.apply_qos:
+        out.add("openflow")
+    return frozenset(out)
+
+
+def run_controller(topology_path: str | Path, policy_path: str | Path,
+                   listen_host: str = "127.0.0.1", listen_port: int = 6653,
+                   log_level: str = "INFO", *, stop_event: threading.Event | None = None,
+                   **options: Any) -> int:
+    """Run the controller until SIGTERM/SIGINT (or ``stop_event``) and return an exit code.
+
+    ``options`` are the fields of :class:`ControllerOptions`.
 
     Returns
     -------
     int
         0 after a clean stop; 2 for invalid input (each problem printed to stderr as
         ``FILE:LINE:COL: field: message``, or an invalid plan) before anything listens;
-        1 if a listening socket (OpenFlow, metrics, gRPC) could not be opened.
+        1 if a listening socket (OpenFlow, metrics, gRPC) could not be opened or a driver
+        failed to start.
     """
+    opts = ControllerOptions(listen_host=listen_host, listen_port=listen_port,
+                             log_level=log_level, **options)
+    from controller.model.topology import load_topology
+    # Signals count from the first moment (the OpenFlow socket listens before the runtime is
+    # ready): a SIGTERM while starting stops cleanly, a SIGHUP is applied once ready.
+    early = _EarlySignals(stop_event)
+    from controller.qos.validate import check_policy_for_targets
+    from controller.yamlsrc import load_document
+
     try:
         fabric = load_topology(topology_path)
-        policy = load_policy_checked(policy_path, fabric).policy
+        doc = load_document(policy_path)
+        southbound, p4_addresses = load_southbound(fabric, opts.p4_targets)
+        policy = check_policy_for_targets(doc, fabric, policy_targets(southbound, opts)).policy
+        document = Path(policy_path).read_text(encoding="utf-8")
     except ConfigError as exc:
         _print_problems(exc.problems, sys.stderr)
         return EXIT_INVALID
-    if rebalance is not None and not stats_interval_s:
+    if opts.rebalance is not None and not opts.stats_interval_s:
         print("re-balancing needs a statistics interval (--stats-interval > 0)", file=sys.stderr)
         return EXIT_INVALID
+    logging.basicConfig(level=opts.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from controller.drivers.openflow.listener import bind_listener
+
+    sock = None
+    if any(k == "openflow" for k in southbound.values()):
+        try:
+            sock = bind_listener(opts.listen_host, opts.listen_port)
+        except OSError as exc:
+            print(f"controller failed: cannot listen for OpenFlow on {opts.listen_host}:"
+                  f"{opts.listen_port}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        LOG.info("[controller] OpenFlow socket bound on %s:%d %.2f s after the process started",
+                 opts.listen_host, sock.getsockname()[1], _since_process_start())
+    try:
+        return asyncio.run(_main(fabric, policy, document, str(policy_path), southbound,
+                                 p4_addresses, opts, sock, early))
+    except _Invalid as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_INVALID
+    except _Failed as exc:
+        print(f"controller failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        early.restore()
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def _since_process_start() -> float:
+    """Seconds since this process started (Linux /proc; 0 elsewhere)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class _EarlySignals:
+    """SIGTERM/SIGINT/SIGHUP recorded from process start until the event loop takes them over
+    (main thread only); ``stop`` also follows an embedding caller's ``stop_event``."""
+
+    def __init__(self, stop_event: threading.Event | None) -> None:
+        self.stop = stop_event or threading.Event()
+        self.hup = threading.Event()
+        self._old: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, lambda *_: self.stop.set())
+            self._old[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: self.hup.set())
+
+    def restore(self) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old.clear()
+
+
+class _Invalid(Exception):
+    pass
+
+
+class _Failed(Exception):
+    pass
+
+
+def build_state(fabric: Fabric, policy: Any, document: str, source: str,
+                southbound: Mapping[str, SouthboundKind], opts: ControllerOptions,
+                failover_capable: frozenset[str]) -> RuntimeState:
+    """The initial state (initial placement computed). Raises _Invalid on a bad plan."""
+    from controller.runtime.intent import intended_plan
+    from controller.runtime.placement import initial_placement
+    from controller.runtime.state import (
+        PolicyInForce,
+        RuntimeSettings,
+        digest_of,
+        initial_state,
+    )
+
+    telemetry = opts.metrics_listen is not None or opts.grpc_listen is not None
+    stats = opts.stats_interval_s or (1.0 if telemetry else None)
+    settings = RuntimeSettings(
+        fast_failover=opts.fast_failover,
+        failover_switches=frozenset(n for n, k in southbound.items() if k in failover_capable),
+        rebalance=opts.rebalance, lldp_interval_s=opts.lldp_interval_s,
+        lldp_grace_s=3 * opts.lldp_interval_s, stats_interval_s=stats, telemetry=telemetry,
+        confirm_timeout_s=opts.confirm_timeout_s)
+    pif = PolicyInForce(policy, document, source, 1, digest_of(document), time.time())
+    try:
+        placement = initial_placement(fabric, policy)
+        state = initial_state(fabric, pif, settings, southbound, placement)
+        intended_plan(state)
+    except (PlanInvariantError, ValueError) as exc:
+        raise _Invalid(f"{source}: the plan for {fabric.name} breaks an invariant: "
+                       f"{exc}") from None
+    return state
+
+
+async def _main(fabric: Fabric, policy: Any, document: str, source: str,
+                southbound: Mapping[str, SouthboundKind], p4_addresses: Mapping[str, str],
+                opts: ControllerOptions, sock: Any, early: _EarlySignals) -> int:
+    from controller.runtime.controller import Controller, StaticMastership
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    drivers: dict[str, Any] = {}
+    of_handle = None
+    ready = threading.Event()
+    if sock is not None:
+        from controller.drivers.openflow.app import start_openflow
+        from controller.drivers.openflow.driver import OpenFlowDriver
+        from controller.drivers.openflow.listener import ListenerLimits
+
+        of_names = {s.dpid: s.name for s in fabric.switches
+                    if southbound[s.name] == "openflow"}
+        drv = OpenFlowDriver(of_names)
+        drv.bind_loop(loop)
+        drivers["openflow"] = drv
+
+        def schedule(delay_s: float, fn: Any) -> None:
+            loop.call_soon_threadsafe(loop.call_later, delay_s, fn)
+
+        try:
+            # connections are handed to os-ken at once (ready already set): Open vSwitch drops a
+            # connection that sends no HELLO within its backoff (1 s at first) and backs off
+            ready.set()
+            of_handle = start_openflow(drv, sock, ready, schedule, ListenerLimits(
+                opts.hello_timeout_s, opts.handshake_timeout_s, opts.max_unfinished))
+        except RuntimeError as exc:
+            raise _Failed(str(exc)) from None
+    if p4_addresses:
+        from controller.runtime.targets import p4_driver
+
+        try:
+            drivers["p4runtime"] = p4_driver(fabric, p4_addresses, opts)
+        except (ConfigError, ValueError, OSError) as exc:
+            if of_handle is not None:
+                of_handle.stop()
+            problems = getattr(exc, "problems", None)
+            raise _Invalid("\n".join(map(str, problems)) if problems else str(exc)) from None
+    if early.stop.is_set():  # SIGTERM while the heavy imports ran: stop before the rest
+        return _stopped_while_starting(of_handle)
+    capable = frozenset(k for k, d in drivers.items() if "failover" in d.capabilities)
+    try:
+        state = build_state(fabric, policy, document, source, southbound, opts, capable)
+    except _Invalid:
+        if of_handle is not None:
+            of_handle.stop()
+        raise
+    if early.stop.is_set():
+        return _stopped_while_starting(of_handle)
     telemetry = events = None
-    if metrics_listen is not None or grpc_listen is not None:
+    if state.settings.telemetry:
         from controller.telemetry import AlertRules, EventBus, Telemetry
         from controller.telemetry.derive import DEFAULT_MICROBURST_THRESHOLD
 
-        stats_interval_s = stats_interval_s or 1.0
-        telemetry = Telemetry(fabric, alert_rules or AlertRules(),
-                              microburst_threshold or DEFAULT_MICROBURST_THRESHOLD)
+        telemetry = Telemetry(fabric, opts.alert_rules or AlertRules(),
+                              opts.microburst_threshold or DEFAULT_MICROBURST_THRESHOLD)
         events = EventBus()
-    runtime = ControllerRuntime(fabric, policy, fast_failover=fast_failover,
-                                hysteresis=rebalance, telemetry=telemetry, events=events)
-    try:
-        runtime.initial_plan()
-    except PlanInvariantError as exc:
-        print(f"{policy_path}: the plan for {fabric.name} breaks an invariant: {exc}",
-              file=sys.stderr)
-        return EXIT_INVALID
+    mastership: Mastership | None = None
+    if opts.generation_id is not None and opts.openflow_role in ("master", "backup"):
+        mastership = StaticMastership(opts.openflow_role, opts.generation_id)  # type: ignore[arg-type]
+    ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership)
+    from controller.runtime.service import FabricService
+
+    service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
+                            policy_targets=policy_targets(southbound, opts))
     qos = None
-    if apply_qos:
+    if opts.apply_qos:
         from controller.drivers.ovs.qos import OvsQosApplier
         from controller.render import render_policy
 
         try:
-            rendering = render_policy(policy, fabric, "openflow", str(policy_path), require_classes=True)
+            rendering = render_policy(policy, fabric, "openflow", source, require_classes=True)
         except ConfigError as exc:
-            _print_problems(exc.problems, sys.stderr)
-            return EXIT_INVALID
-        qos = OvsQosApplier(rendering, ovsdb)
-    for line in summary_lines(fabric, runtime):
+            if of_handle is not None:
+                of_handle.stop()
+            raise _Invalid("\n".join(map(str, exc.problems))) from None
+        qos = OvsQosApplier(rendering, opts.ovsdb)
+    for line in summary_lines(state):
         print(line, flush=True)
-    for line in adaptive_lines(runtime, stats_interval_s, rebalance):
+    for line in adaptive_lines(state, opts):
         print(line, flush=True)
     if qos is not None:
         print(qos.summary(), flush=True)
-    edges = None
-    if telemetry is not None:
-        assert stats_interval_s is not None
-        try:
-            edges = _start_edges(runtime, stats_interval_s, metrics_listen, grpc_listen)
-        except (OSError, RuntimeError) as exc:
-            print(f"controller failed: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        for line in edges.lines:
-            print(line, flush=True)
-
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    stop = stop_event or threading.Event()
-    in_main = threading.current_thread() is threading.main_thread()
-    old_handlers: dict[int, Any] = {}
-    if in_main:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            old_handlers[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+    edges = _Edges()
     try:
-        if qos is not None:
-            qos.start(stop)
-        return _serve(runtime, listen_host, listen_port, lldp_interval_s, stop,
-                      {"stats_interval_s": stats_interval_s, "rebalance": rebalance is not None},
-                      on_app=edges.attach if edges is not None else None)
+        await edges.start(ctl, service, opts, state.settings.stats_interval_s or 1.0)
+    except (OSError, RuntimeError) as exc:
+        if of_handle is not None:
+            of_handle.stop()
+        raise _Failed(str(exc)) from None
+    for line in edges.lines:
+        print(line, flush=True)
+    qos_stop = threading.Event()
+    if qos is not None:
+        qos.start(qos_stop)
+
+    def on_hup() -> None:
+        asyncio.ensure_future(reload_policy(service, source))
+
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+    await ctl.start()
+    ready.set()
+    if of_handle is not None:
+        LOG.info("[controller] listening for OpenFlow 1.3/1.5 switches on %s:%d",
+                 opts.listen_host, of_handle.port)
+    if early.hup.is_set():
+        on_hup()
+    try:
+        while not stop.is_set():
+            if early.stop.is_set():
+                break
+            try:
+                await asyncio.wait_for(stop.wait(), 0.2)
+            except TimeoutError:
+                pass
     finally:
-        if edges is not None:
-            edges.close()
+        if in_main:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+        await edges.stop()
+        await ctl.stop()
+        qos_stop.set()
         if qos is not None:
             qos.join(2.0)
-        for sig, handler in old_handlers.items():
-            signal.signal(sig, handler)
+    LOG.info("[controller] stopped cleanly")
+    return EXIT_OK
+
+
+def _stopped_while_starting(of_handle: Any) -> int:
+    if of_handle is not None:
+        of_handle.stop()
+    LOG.info("[controller] stopped while starting (signal received before the runtime was ready)")
+    return EXIT_OK
+
+
+async def reload_policy(service: Any, path: str) -> None:
+    """SIGHUP: read ``path`` and apply it live; problems are logged as FILE:LINE:COL."""
+    LOG.info("[controller] SIGHUP: re-reading the policy %s", path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        prob = ConfigProblem(path, 1, 1, "", f"cannot read file: {exc}")
+        LOG.error("%s", prob)
+        service.controller.publish("apply-failed", f"policy {path} not read: {exc}")
+        return
+    res = await service.apply_policy(text, path, False)
+    if not res.ok and not res.problems:
+        LOG.error("[controller] policy %s not applied: %s", path, res.error)
 
 
 class _Edges:
-    """The telemetry edges of a running controller: the Prometheus endpoint and the gRPC
-    northbound service (each optional), and how to stop them."""
+    """The metrics endpoint (a thread) and the gRPC northbound (on the loop)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.metrics: Any = None
         self.grpc: Any = None
-        self.service: Any = None
 
-    def attach(self, app: Any) -> None:
-        """The OpenFlow app runs: registrations can now be sent and confirmed."""
-        if self.service is not None:
-            self.service.apply = app.apply_and_confirm
+    async def start(self, ctl: Controller, service: Any, opts: ControllerOptions,
+                    interval_s: float) -> None:
+        if ctl.telemetry is not None:
+            self.lines.append(f"telemetry: port, queue and flow counters every {interval_s:g} "
+                              "s; alerts on link state, loss and utilisation")
+        if opts.metrics_listen is not None:
+            from controller.runtime.metrics import start_metrics_server
 
-    def close(self) -> None:
+            h, p = opts.metrics_listen
+            self.metrics, _, bound = start_metrics_server(ctl, interval_s, h, p)
+            self.lines.append(f"metrics: http://{h}:{bound}/metrics")
+        if opts.grpc_listen is not None:
+            from controller.northbound.server import start_northbound
+
+            h, p = opts.grpc_listen
+            try:
+                self.grpc = await start_northbound(service, h, p)
+            except RuntimeError:
+                await self.stop()
+                raise
+            self.lines.append(f"northbound: gRPC aifabric.v1.Northbound on {h}:{self.grpc.port}")
+
+    async def stop(self) -> None:
         if self.grpc is not None:
-            self.grpc.close(1.0)
+            await self.grpc.stop(1.0)
+            self.grpc = None
         if self.metrics is not None:
             self.metrics.shutdown()
             self.metrics.server_close()
-
-
-def _start_edges(runtime: ControllerRuntime, interval_s: float,
-                 metrics_listen: tuple[str, int] | None,
-                 grpc_listen: tuple[str, int] | None) -> _Edges:
-    """Start the metrics endpoint and the gRPC server. Raises OSError/RuntimeError when an
-    address cannot be bound (whatever started is stopped first)."""
-    edges = _Edges()
-    edges.lines.append(f"telemetry: port, queue and flow counters every {interval_s:g} s; "
-                       "alerts on link state, loss and utilisation")
-    try:
-        if metrics_listen is not None:
-            from controller.runtime.metrics import start_metrics_server
-
-            h, p = metrics_listen
-            edges.metrics, _, bound = start_metrics_server(runtime, interval_s, h, p)
-            edges.lines.append(f"metrics: http://{h}:{bound}/metrics")
-        if grpc_listen is not None:
-            # --- issue 12 (i12nb) TEMPORARY bridge, dropped at merge: the synchronous
-            # FabricService served by the grpc.aio server on a loop thread of its own.
-            from controller.northbound.threaded import NorthboundThread, ThreadedService
-            from controller.runtime.service import FabricService
-
-            edges.service = FabricService(runtime, runtime.telemetry, runtime.events,
-                                          sample_interval_s=interval_s)
-            h, p = grpc_listen
-            edges.grpc = NorthboundThread(ThreadedService(edges.service), h, p)
-            bound = edges.grpc.port
-            # --- end of the bridge
-            edges.lines.append(f"northbound: gRPC aifabric.v1.Northbound on {h}:{bound}")
-    except (OSError, RuntimeError):
-        edges.close()
-        raise
-    return edges
-
-
-def _serve(runtime: ControllerRuntime, host: str, port: int, lldp_interval_s: float,
-           stop: threading.Event, app_kwargs: dict[str, Any] | None = None,
-           on_app: Any = None) -> int:
-    """Start os-ken with the app, wait for ``stop``, and shut everything down.
-
-    ``app_kwargs`` go to :class:`controller.drivers.openflow.app.AifabricApp` (statistics
-    interval, re-balancing); ``on_app(app)`` is called once the app exists."""
-    # isort: off
-    # app_manager must be imported before os_ken.controller.controller (an import cycle).
-    from os_ken.base.app_manager import AppManager
-    import os_ken.controller.controller as of_controller  # registers the ofp-* options
-    from os_ken import cfg
-    from os_ken.lib import hub
-    # isort: on
-
-    servers: list[Any] = []
-    errors: list[BaseException] = []
-    listening = threading.Event()
-
-    class ClosableStreamServer(hub.StreamServer):  # type: ignore[misc,name-defined]
-        """os-ken's server, recorded so shutdown can close it and stop accepting quietly."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            self.closing = False
-            try:
-                super().__init__(*args, **kwargs)
-            except BaseException as exc:
-                errors.append(exc)
-                stop.set()
-                raise
-            servers.append(self)
-            listening.set()
-
-        def serve_forever(self) -> None:
-            while not self.closing:
-                try:
-                    sock, addr = self.server.accept()
-                except OSError:
-                    if self.closing:
-                        return
-                    raise
-                hub.spawn(self.handle, sock, addr)
-
-        def close(self) -> None:
-            self.closing = True
-            try:
-                self.server.shutdown(2)
-            except OSError:
-                pass
-            self.server.close()
-
-    cfg.CONF(args=[f"--ofp-listen-host={host}", f"--ofp-tcp-listen-port={port}"],
-             project="os_ken", default_config_files=[])
-    original_server = of_controller.StreamServer
-    of_controller.StreamServer = ClosableStreamServer
-    app_mgr = AppManager.get_instance()
-    try:
-        app_mgr.load_apps([APP_MODULE])
-        contexts = app_mgr.create_contexts()
-
-        def boot() -> None:
-            try:
-                services = app_mgr.instantiate_apps(runtime=runtime,
-                                                    lldp_interval_s=lldp_interval_s,
-                                                    **(app_kwargs or {}), **contexts)
-            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-                errors.append(exc)
-                stop.set()
-                return
-            hub.joinall(services)
-
-        threading.Thread(target=boot, name="os-ken", daemon=True).start()
-        if listening.wait(5.0):
-            LOG.info("[controller] listening for OpenFlow 1.3 switches on %s:%d", host, port)
-        while not stop.wait(0.2):
-            if on_app is not None:
-                app = app_mgr.applications.get("AifabricApp")
-                if app is not None:
-                    on_app(app)
-                    on_app = None
-    finally:
-        for server in servers:
-            server.close()
-        of_controller.StreamServer = original_server
-        app = app_mgr.applications.get("AifabricApp")
-        if app is not None:
-            app.close()
-        closer = threading.Thread(target=app_mgr.close, name="os-ken-close", daemon=True)
-        closer.start()
-        closer.join(2.0)
-        AppManager._instance = None
-    if errors:
-        print(f"controller failed on {host}:{port}: {errors[0]}", file=sys.stderr)
-        return EXIT_FAILED
-    LOG.info("[controller] stopped cleanly")
-    return EXIT_OK
+            self.metrics = None

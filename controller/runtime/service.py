@@ -1,195 +1,474 @@
-"""The northbound service behind the gRPC server: register and unregister collectives, report
-paths, status and events. Runtime side (it changes the plan and programs switches through the
-OpenFlow app); the gRPC server (:mod:`controller.northbound.server`) only converts messages.
+"""The northbound service: :class:`~controller.northbound.model.NorthboundService` over a running
+:class:`~controller.runtime.controller.Controller`, on its event loop.
 
-Registering: validate (:func:`controller.runtime.registration.collective_from_request`; a bad
-field raises :class:`~controller.northbound.model.FieldError`), pin the new flows around the
-installed ones (:meth:`ControllerRuntime.register_collective`), send the per-switch changes
-followed by a barrier, and wait up to ``confirm_timeout_s`` for every barrier reply: the
-:class:`Confirmation` says whether and when the change was in force on every switch concerned.
-A switch that is not connected gets the change in full when it connects; it is listed as
-pending.
+* **register** validates the request at once (the field named: :class:`~controller.northbound.
+  model.FieldError`), then queues it; a batcher takes every queued request (up to
+  ``max_batch``) as one batch: each is validated again against the state and the batch so far
+  (names and matches stay unique), the new flows are placed together around the installed ones
+  (:func:`controller.runtime.registration.place_new_flows`, off the loop), and the batch is one
+  proposal — one plan change, one transaction, every switch confirming it (bundle commit reply /
+  P4Runtime write response). Each caller gets its collective's paths and whether the switches on
+  them confirmed. A full queue answers :class:`~controller.northbound.model.Busy`.
+* **apply_policy** validates a policy document (every problem located ``FILE:LINE:COL``;
+  nothing changes), keeps the paths of flows that stay (same collective, hosts and match) and
+  places only new ones, and applies the difference as one transaction (or only computes it:
+  dry run). The policy in force gets the next generation and the document's sha256 digest;
+  ``policy-applied``/``apply-failed`` events and log lines say what happened.
+* **unregister**, **paths**, **status**, **subscribe** read or change the state the same way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from controller.errors import PlanInvariantError
+from controller.errors import ConfigError
+from controller.model.topology import Fabric
 from controller.northbound.model import (
+    Busy,
     CollectiveRequest,
     Confirmation,
     FieldError,
     FlowInfo,
     NotFound,
+    PolicyApplyResult,
     Registration,
+    SwitchDiff,
     Unavailable,
 )
-from controller.plan.build import pinned_match
 from controller.plan.model import SwitchChanges
-from controller.runtime.registration import collective_from_request
-from controller.runtime.state import ControllerRuntime
-from controller.telemetry import EventBus, Subscription, Telemetry
+from controller.plan.pinned import path_is_up, pinned_match
+from controller.qos.validate import check_policy_for_targets
+from controller.policy.model import Collective, Policy
+from controller.runtime.controller import Controller, Proposal
+from controller.runtime.events import (
+    CollectivesRegistered,
+    CollectiveUnregistered,
+    PolicyApplied,
+)
+from controller.runtime.placement import pinned_demands_bps
+from controller.runtime.registration import collective_from_request, place_new_flows
+from controller.runtime.state import Path, PolicyInForce, Registered, RuntimeState, digest_of
+from controller.te.collectives import FlowDemand, expand_collective, expand_policy
+from controller.telemetry.events import Subscription
+from controller.yamlsrc import parse_document
 
 LOG = logging.getLogger("aifabric.northbound")
 
 
-Applier = Callable[[Mapping[str, SwitchChanges], float], tuple[tuple[str, ...], tuple[str, ...]]]
-"""``apply(changes, timeout_s) -> (confirmed switches, pending switches)``: sends every switch's
-changes with a barrier and waits for the barrier replies (the OpenFlow app's
-``apply_and_confirm``)."""
-
-
 @dataclass
-class FabricService:
-    """What the northbound API can do with a running controller.
+class _Pending:
+    req: CollectiveRequest
+    future: asyncio.Future[Registration]
+    t0: float
 
-    ``apply`` is set once the OpenFlow app runs (until then changes wait for the switches to
-    connect, which push the whole plan). ``clock``: wall clock for confirmations; ``mono``: the
-    statistics clock (ages of samples and alerts).
+
+class FabricService:
+    """The northbound service of a running controller (module docstring).
+
+    Parameters
+    ----------
+    controller : Controller
+    sample_interval_s : float
+        The statistics interval (reported by ``status``).
+    max_batch : int
+        Registrations planned together at most.
+    max_queue : int
+        Registrations waiting at most; beyond, :class:`Busy`.
+    batch_window_s, batch_quiet_s : float
+        A batch waits for more concurrent requests while they keep coming (each within
+        ``batch_quiet_s`` of the last), at most ``batch_window_s`` (s).
+    wall, mono : callable
+        Wall-clock and monotonic seconds.
+    policy_targets : collection of str
+        Render targets whose checks a new policy must pass (``check_policy_for_targets``).
     """
 
-    runtime: ControllerRuntime
-    telemetry: Telemetry
-    events: EventBus
-    apply: Applier | None = None
-    sample_interval_s: float = 0.0
-    confirm_timeout_s: float = 5.0
-    clock: Callable[[], float] = time.time
-    mono: Callable[[], float] = time.monotonic
-    _policy_names: frozenset[str] = field(default_factory=frozenset)
+    def __init__(self, controller: Controller, *, sample_interval_s: float = 0.0,
+                 policy_targets: Collection[str] = (),
+                 max_batch: int = 512, max_queue: int = 4096,
+                 batch_window_s: float = 0.05, batch_quiet_s: float = 0.005,
+                 wall: Callable[[], float] = time.time,
+                 mono: Callable[[], float] = time.monotonic) -> None:
+        self.controller = controller
+        self.sample_interval_s = sample_interval_s
+        self.policy_targets = frozenset(policy_targets)
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.batch_window_s = batch_window_s
+        self.batch_quiet_s = batch_quiet_s
+        self.wall = wall
+        self.mono = mono
+        self._queue: list[_Pending] = []
+        self._wake = asyncio.Event()
+        self._batcher: asyncio.Task[None] | None = None
+        self.batches = 0
 
-    def __post_init__(self) -> None:
-        self._policy_names = frozenset(c.name for c in self.runtime.policy.collectives)
+    @property
+    def state(self) -> RuntimeState:
+        return self.controller.state
 
-    # -- collectives -----------------------------------------------------------------------------
-    def register(self, req: CollectiveRequest) -> Registration:
-        """Register a collective and program it (module docstring).
+    # -- registration ---------------------------------------------------------------------------
+    async def register(self, req: CollectiveRequest) -> Registration:
+        st = self.state
+        if st.policy.policy.routing.mode != "pinned":
+            raise Unavailable(f"routing.mode is {st.policy.policy.routing.mode!r}: the "
+                              "controller pins collectives only in 'pinned' mode")
+        collective_from_request(req, st.fabric, st.effective_policy, st.placement)
+        if len(self._queue) >= self.max_queue:
+            raise Busy(f"{len(self._queue)} registrations are waiting (limit {self.max_queue}); "
+                       "retry later")
+        fut: asyncio.Future[Registration] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(req, fut, self.wall()))
+        self._wake.set()
+        if self._batcher is None or self._batcher.done():
+            self._batcher = asyncio.create_task(self._batches(), name="registration-batcher")
+        return await fut
 
-        Raises
-        ------
-        FieldError
-            A request field is invalid (named).
-        Unavailable
-            ``routing.mode`` is not ``pinned``, or the plan with it breaks an invariant.
-        """
-        t0 = self.clock()
-        rt = self.runtime
-        if rt.policy.routing.mode != "pinned":
-            raise Unavailable(f"routing.mode is {rt.policy.routing.mode!r}: the controller pins "
-                              "collectives only in 'pinned' mode")
-        coll = collective_from_request(req, rt.fabric, rt.policy, rt.paths)
-        meta = {"job": req.job, "expected_bytes": req.expected_bytes, "registered_unix_s": t0}
-        try:
-            changes = rt.register_collective(coll, meta)
-        except PlanInvariantError as exc:
-            raise Unavailable(f"the plan with {coll.name} breaks an invariant: {exc}") from None
-        except ValueError as exc:
-            raise FieldError("ranks", str(exc)) from None
-        conf = self._apply(changes, t0)
-        flows = tuple(f for f in self.paths(coll.name))
-        self.events.publish("registered", f"collective {coll.name} registered: {len(flows)} "
-                            f"pinned flow(s), {len(changes)} switch(es) updated, "
-                            f"{'in force' if conf.in_force else 'pending'}",
-                            collective=coll.name)
-        LOG.info("[fabric %s] northbound: registered %s (%s) with %d flows; %s in %.1f ms",
-                 rt.fabric.name, coll.name, " ".join(coll.ranks), len(flows),
-                 "in force" if conf.in_force else f"pending on {', '.join(conf.switches_pending)}",
-                 conf.apply_ms)
-        return Registration(coll.name, flows, conf, rt.plan_generation)
+    async def _gather(self) -> None:
+        """Let concurrent callers join the batch: wait while requests keep arriving (each
+        within ``batch_quiet_s`` of the last), at most ``batch_window_s``."""
+        t_end = asyncio.get_running_loop().time() + self.batch_window_s
+        seen = -1
+        while len(self._queue) != seen and len(self._queue) < self.max_batch:
+            seen = len(self._queue)
+            left = t_end - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(self.batch_quiet_s, left))
 
-    def unregister(self, name: str) -> tuple[Confirmation, int]:
-        """Remove a registered collective's pinned entries.
+    async def _batches(self) -> None:
+        while self._queue:
+            await self._gather()
+            batch, self._queue = self._queue[:self.max_batch], self._queue[self.max_batch:]
+            try:
+                await self._register_batch(batch)
+            except Exception as exc:  # noqa: BLE001 - every caller gets an answer
+                LOG.exception("[northbound] registration batch failed")
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(Unavailable(f"registration failed: {exc}"))
 
-        Raises
-        ------
-        NotFound
-            No such collective.
-        Unavailable
-            It comes from the policy file (edit the policy instead).
-        """
-        t0 = self.clock()
-        if name in self._policy_names:
+    async def _register_batch(self, batch: list[_Pending]) -> None:
+        for attempt in range(3):
+            st = self.state
+            ok: list[tuple[_Pending, Collective]] = []
+            policy = st.effective_policy
+            pinned = dict(st.placement)
+            for p in batch:
+                if p.future.done():
+                    continue
+                try:
+                    coll = collective_from_request(p.req, st.fabric, policy, pinned)
+                except FieldError as exc:
+                    p.future.set_exception(exc)
+                    continue
+                ok.append((p, coll))
+                policy = policy.model_copy(update={"collectives": (*policy.collectives, coll)})
+                for d in expand_collective(coll):
+                    pinned[d] = ()
+            if not ok:
+                return
+            new = [d for _, c in ok for d in expand_collective(c)]
+            loop = asyncio.get_running_loop()
+            try:
+                placement = await loop.run_in_executor(
+                    self.controller.executor, _place, st.fabric, dict(st.placement), new,
+                    st.down_links)
+            except ValueError as exc:
+                for p, _ in ok:
+                    p.future.set_exception(FieldError("ranks", str(exc)))
+                return
+            entries = tuple(Registered(c, p.req.job, p.req.expected_bytes, p.t0) for p, c in ok)
+            ev = CollectivesRegistered(entries, placement)
+            prop = await self.controller.propose(_expecting(st.generation, ev))
+            if not prop.ok and prop.error == _MOVED_ON and attempt < 2:
+                continue
+            self.batches += 1
+            self._answer(ok, prop)
+            return
+
+    def _answer(self, ok: list[tuple[_Pending, Collective]], prop: Proposal) -> None:
+        now = self.wall()
+        st = self.state
+        res = prop.result
+        for p, coll in ok:
+            if not prop.ok:
+                p.future.set_exception(Unavailable(
+                    f"the plan with {coll.name} was not applied: {prop.error}"))
+                continue
+            flows = tuple(self._flows(coll.name))
+            on = {n for f in flows for n in f.path[1:-1]}
+            pending = sorted(on & set(res.pending if res else ())) + sorted(
+                on - st.writable() - set(res.pending if res else ()))
+            updated = sorted(on & set(res.confirmed if res else ()))
+            conf = (Confirmation(True, now, (now - p.t0) * 1e3, tuple(updated), ())
+                    if not pending else Confirmation(False, 0.0, 0.0, tuple(updated),
+                                                     tuple(pending)))
+            reg = Registration(coll.name, flows, conf, st.plan_generation)
+            self.controller.publish(
+                "registered", f"collective {coll.name} registered: {len(flows)} pinned flow(s), "
+                f"{len(updated)} switch(es) updated, {'in force' if conf.in_force else 'pending'}",
+                collective=coll.name)
+            LOG.info("[fabric %s] northbound: registered %s (%s) with %d flows; %s in %.1f ms",
+                     st.fabric.name, coll.name, " ".join(coll.ranks), len(flows),
+                     "in force" if conf.in_force else f"pending on {', '.join(pending)}",
+                     conf.apply_ms)
+            p.future.set_result(reg)
+
+    async def unregister(self, name: str) -> tuple[Confirmation, int]:
+        t0 = self.wall()
+        st = self.state
+        if any(c.name == name for c in st.policy.policy.collectives):
             raise Unavailable(f"collective {name!r} is declared by the policy file, not "
                               "registered; change the policy instead")
-        try:
-            changes = self.runtime.unregister_collective(name)
-        except KeyError:
-            raise NotFound(f"no registered collective {name!r}") from None
-        conf = self._apply(changes, t0)
-        self.events.publish("unregistered", f"collective {name} unregistered", collective=name)
-        LOG.info("[fabric %s] northbound: unregistered %s", self.runtime.fabric.name, name)
-        return conf, self.runtime.plan_generation
+        if name not in st.registered:
+            raise NotFound(f"no registered collective {name[:64]!r}")
+        on = {n for d, p in st.placement.items() if d.collective == name for n in p[1:-1]}
+        prop = await self.controller.propose(lambda s: CollectiveUnregistered(name))
+        if not prop.ok:
+            if name not in self.state.registered:
+                raise NotFound(f"no registered collective {name[:64]!r}")
+            raise Unavailable(f"unregistering {name} failed: {prop.error}")
+        res = prop.result
+        pending = tuple(sorted(on & set(res.pending if res else ())))
+        now = self.wall()
+        conf = Confirmation(not pending, now if not pending else 0.0,
+                            (now - t0) * 1e3 if not pending else 0.0,
+                            tuple(sorted(on & set(res.confirmed if res else ()))), pending)
+        self.controller.publish("unregistered", f"collective {name} unregistered",
+                                collective=name)
+        LOG.info("[fabric %s] northbound: unregistered %s", st.fabric.name, name)
+        return conf, self.state.plan_generation
 
-    def _apply(self, changes: Mapping[str, SwitchChanges], t0: float) -> Confirmation:
-        if not changes:
-            now = self.clock()
-            return Confirmation(True, now, (now - t0) * 1e3)
-        if self.apply is None:
-            return Confirmation(False, switches_pending=tuple(sorted(changes)))
-        done, pending = self.apply(changes, self.confirm_timeout_s)
-        now = self.clock()
-        if pending:
-            return Confirmation(False, 0.0, 0.0, tuple(done), tuple(pending))
-        return Confirmation(True, now, (now - t0) * 1e3, tuple(done), ())
-
-    def paths(self, collective: str = "") -> list[FlowInfo]:
-        """The pinned flows of ``collective`` (all when empty), by flow.
-
-        Raises
-        ------
-        NotFound
-            ``collective`` names no collective of the policy or the registrations.
-        """
-        rt = self.runtime
-        if collective and collective not in {c.name for c in rt.policy.collectives}:
-            known = ", ".join(sorted(c.name for c in rt.policy.collectives)) or "none"
-            raise NotFound(f"no collective {collective!r} (known: {known})")
-        fb = self.telemetry.flow_bytes
+    # -- reading ------------------------------------------------------------------------------------
+    def _flows(self, collective: str = "") -> list[FlowInfo]:
+        st = self.state
+        tel = self.controller.telemetry
+        fb = tel.flow_bytes if tel is not None else {}
         out = []
-        for d, p in sorted(rt.paths.items()):
+        for d, p in sorted(st.placement.items()):
             if collective and d.collective != collective:
                 continue
-            m = pinned_match(rt.fabric, d).fields()
+            m = pinned_match(st.fabric, d).fields()
             out.append(FlowInfo(d, p, fb.get(d, 0), ",".join(f"{k}={v}" for k, v in m.items()
                                                              if k != "eth_type")))
         return out
 
-    # -- status and events ----------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
-        """Everything ``aifabric status`` shows, as plain values (the server converts it)."""
-        rt, tel = self.runtime, self.telemetry
+    async def paths(self, collective: str = "") -> list[FlowInfo]:
+        st = self.state
+        names = {c.name for c in st.effective_policy.collectives}
+        if collective and collective not in names:
+            known = ", ".join(sorted(names)) or "none"
+            raise NotFound(f"no collective {collective[:64]!r} (known: {known})")
+        return self._flows(collective)
+
+    async def status(self) -> Mapping[str, Any]:
+        st = self.state
+        tel = self.controller.telemetry
         now = self.mono()
-        switches = [{"name": s.name, "dpid": s.dpid, "connected": rt.connected.get(s.name, False),
-                     "last_sample_age_s": (now - tel.last_sample_s[s.name])
-                     if s.name in tel.last_sample_s else -1.0} for s in rt.fabric.switches]
+        last = tel.last_sample_s if tel is not None else {}
+        switches = [{"name": s.name, "dpid": s.dpid, "connected": st.session(s.name).connected,
+                     "last_sample_age_s": (now - last[s.name]) if s.name in last else -1.0,
+                     "southbound": st.kind_of(s.name),
+                     "role": st.session(s.name).role} for s in st.fabric.switches]
         colls = []
-        for c in tel.collective_status():
-            meta = rt.registered.get(c.name)
-            colls.append({"name": c.name, "source": "northbound" if meta is not None else "policy",
-                          "flows": len(c.flows), "bytes_total": c.bytes_total,
-                          "collision_links": len(c.collision_links),
-                          "expected_bytes": (meta or {}).get("expected_bytes") or 0})
+        if tel is not None:
+            for c in tel.collective_status():
+                r = st.registered.get(c.name)
+                colls.append({"name": c.name, "source": "northbound" if r else "policy",
+                              "flows": len(c.flows), "bytes_total": c.bytes_total,
+                              "collision_links": len(c.collision_links),
+                              "expected_bytes": (r.expected_bytes if r else None) or 0})
+        p = st.policy
         return {
-            "fabric": rt.fabric.name, "routing_mode": rt.policy.routing.mode,
-            "sample_interval_s": self.sample_interval_s, "plan_generation": rt.plan_generation,
-            "switches": switches, "links": tel.link_status(), "collectives": colls,
+            "fabric": st.fabric.name, "routing_mode": p.policy.routing.mode,
+            "sample_interval_s": self.sample_interval_s, "plan_generation": st.plan_generation,
+            "switches": switches, "links": tel.link_status() if tel is not None else [],
+            "collectives": colls,
             "alerts": [{"alert": a.kind, "subject": a.subject, "switch": a.switch,
                         "age_s": now - a.since_s, "message": a.message}
-                       for a in tel.active_alerts()],
-            "traffic": tel.traffic_matrix(),
+                       for a in (tel.active_alerts() if tel is not None else [])],
+            "traffic": tel.traffic_matrix() if tel is not None else {},
+            "policy": {"generation": p.generation, "digest": p.digest, "source": p.source,
+                       "applied_unix_s": p.applied_unix_s},
         }
 
-    def subscribe(self, kinds: frozenset[str] | None = None) -> Subscription:
-        """Subscribe to events (FieldError ``kinds`` on an unknown kind)."""
+    def subscribe(self, kinds: frozenset[str] | None) -> Subscription:
+        bus = self.controller.events
+        if bus is None:
+            raise Unavailable("this controller publishes no events")
         try:
-            return self.events.subscribe(kinds)
+            sub: Subscription = bus.subscribe(kinds)
         except ValueError as exc:
             raise FieldError("kinds", str(exc)) from None
+        return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        self.events.unsubscribe(sub)
+        bus = self.controller.events
+        if bus is not None:
+            bus.unsubscribe(sub)
+
+    # -- policy ---------------------------------------------------------------------------------------
+    async def apply_policy(self, document: str, source_name: str,
+                           dry_run: bool) -> PolicyApplyResult:
+        st = self.state
+        cur = st.policy
+        try:
+            policy = check_policy_for_targets(parse_document(document, source_name), st.fabric,
+                                              self.policy_targets).policy
+        except ConfigError as exc:
+            return self._refused(exc.problems, dry_run, source_name)
+        problems = _registration_problems(policy, st, source_name)
+        if problems:
+            return self._refused(problems, dry_run, source_name)
+        loop = asyncio.get_running_loop()
+        try:
+            placement = await loop.run_in_executor(
+                self.controller.executor, _replace_policy_placement, st, policy)
+        except ValueError as exc:
+            return self._refused([_problem(source_name, "collectives", str(exc))], dry_run,
+                                 source_name)
+        pif = PolicyInForce(policy, document, source_name, cur.generation + 1,
+                            digest_of(document), self.wall())
+        prop = await self.controller.propose(
+            _expecting(st.generation, PolicyApplied(pif, placement)), dry_run=dry_run)
+        diff = switch_diffs(prop.changes)
+        now_in = self.state.policy
+        if dry_run:
+            LOG.info("[fabric %s] policy %s (dry run): %s", st.fabric.name, source_name,
+                     _summary(diff))
+            return PolicyApplyResult(prop.ok, True, (), diff, now_in.generation, now_in.digest,
+                                     prop.error)
+        if not prop.ok:
+            LOG.error("[fabric %s] policy %s not applied, generation %d stays in force: %s",
+                      st.fabric.name, source_name, now_in.generation, prop.error)
+            self.controller.publish("apply-failed", f"policy {source_name} not applied, "
+                                    f"generation {now_in.generation} stays: {prop.error}",
+                                    switch=prop.result.failed_switch if prop.result else "")
+            return PolicyApplyResult(False, False, (), diff, now_in.generation, now_in.digest,
+                                     prop.error)
+        res = prop.result
+        now = self.wall()
+        pending = tuple(res.pending) if res else ()
+        conf = Confirmation(not pending, now if not pending else 0.0,
+                            (now - pif.applied_unix_s) * 1e3 if not pending else 0.0,
+                            tuple(res.confirmed) if res else (), pending)
+        LOG.info("[fabric %s] policy generation %d applied from %s (sha256 %s): %s",
+                 st.fabric.name, now_in.generation, source_name, now_in.digest, _summary(diff))
+        self.controller.publish("policy-applied", f"policy generation {now_in.generation} "
+                                f"(sha256 {now_in.digest[:12]}) from {source_name}: "
+                                f"{_summary(diff)}")
+        return PolicyApplyResult(True, False, (), diff, now_in.generation, now_in.digest, "",
+                                 conf)
+
+    def _refused(self, problems: Any, dry_run: bool, source: str) -> PolicyApplyResult:
+        cur = self.state.policy
+        probs = tuple(problems)
+        for p in probs:
+            LOG.error("%s", p)
+        if not dry_run:
+            self.controller.publish("apply-failed", f"policy {source} refused ({len(probs)} "
+                                    f"problem(s); first: {probs[0] if probs else '?'}); "
+                                    f"generation {cur.generation} stays in force")
+        return PolicyApplyResult(False, dry_run, probs, (), cur.generation, cur.digest,
+                                 "the policy has problems; nothing changed")
+
+
+_MOVED_ON = "the controller's state changed while the change was computed; retrying"
+
+
+def _expecting(generation: int, ev: Any) -> Callable[[RuntimeState], Any]:
+    """``ev`` if the state is still at ``generation`` (the placement was computed for it)."""
+    def make(state: RuntimeState) -> Any:
+        if state.generation != generation:
+            raise ValueError(_MOVED_ON)
+        return ev
+    return make
+
+
+def _place(fabric: Fabric, installed: Mapping[FlowDemand, Path], new: list[FlowDemand],
+           down: frozenset[frozenset[str]]) -> dict[FlowDemand, Path]:
+    live = {d: p for d, p in installed.items() if path_is_up(p, down)}
+    demands = pinned_demands_bps(fabric, [*live, *new])
+    placed = place_new_flows(fabric, live, demands, new, down)
+    return {**installed, **{d: placed[d] for d in new}}  # stranded flows wait for their repair
+
+
+def _flow_key(d: FlowDemand) -> tuple[Any, ...]:
+    return (d.collective, d.src, d.dst, d.dscp, d.ip_proto, d.l4_src, d.l4_dst)
+
+
+def _replace_policy_placement(st: RuntimeState, policy: Policy) -> dict[FlowDemand, Path]:
+    """The placement under ``policy``: flows that stay (same collective, hosts and match) keep
+    their paths; new ones are placed around them; registered collectives keep theirs."""
+    if policy.routing.mode != "pinned":
+        return {}
+    down = st.down_links
+    old = {_flow_key(d): p for d, p in st.placement.items() if path_is_up(p, down)}
+    regs = tuple(r.collective for r in st.registered.values())
+    full = policy.model_copy(update={"collectives": (*policy.collectives, *regs)})
+    keep: dict[FlowDemand, Path] = {}
+    new: list[FlowDemand] = []
+    for d in expand_policy(full, st.fabric):
+        p = old.get(_flow_key(d))
+        if p is not None:
+            keep[d] = p
+        else:
+            new.append(d)
+    if not new:
+        return keep
+    demands = pinned_demands_bps(st.fabric, [*keep, *new])
+    return place_new_flows(st.fabric, keep, demands, new, down)
+
+
+def _problem(source: str, field: str, message: str) -> Any:
+    from controller.errors import ConfigProblem
+
+    return ConfigProblem(source, 0, 0, field, message)
+
+
+def _registration_problems(policy: Policy, st: RuntimeState, source: str) -> list[Any]:
+    out = []
+    if st.registered and policy.routing.mode != "pinned":
+        out.append(_problem(source, "routing.mode", f"{policy.routing.mode!r} would drop the "
+                            f"{len(st.registered)} collective(s) registered through the "
+                            "northbound API; unregister them first"))
+    taken = set(st.registered) & {c.name for c in policy.collectives}
+    for name in sorted(taken):
+        out.append(_problem(source, "collectives", f"{name!r} is registered through the "
+                            "northbound API; unregister it or rename the policy's"))
+    return out
+
+
+def switch_diffs(changes: Mapping[str, SwitchChanges]) -> tuple[SwitchDiff, ...]:
+    """One :class:`SwitchDiff` per changed switch (next-hop sets counted as groups)."""
+    out = []
+    for name in sorted(changes):
+        ch = changes[name]
+        old_sets = {f.action.next_hops for f in (*ch.delete_flows, *ch.modified_from)
+                    if f.action.next_hops is not None}
+        new_sets = {f.action.next_hops for f in (*ch.add_flows, *ch.modify_flows)
+                    if f.action.next_hops is not None}
+        out.append(SwitchDiff(name, len(ch.add_flows), len(ch.modify_flows),
+                              len(ch.delete_flows), len(new_sets - old_sets), 0,
+                              len(old_sets - new_sets), ch.lines()))
+    return tuple(out)
+
+
+def _summary(diff: tuple[SwitchDiff, ...]) -> str:
+    if not diff:
+        return "no entry changes"
+    a = sum(d.flows_added for d in diff)
+    m = sum(d.flows_modified for d in diff)
+    r = sum(d.flows_deleted for d in diff)
+    return (f"{len(diff)} switch(es): +{a} ~{m} -{r} entries ("
+            + ", ".join(f"{d.switch} +{d.flows_added} ~{d.flows_modified} -{d.flows_deleted}"
+                        for d in diff) + ")")
+
+
+__all__ = ["FabricService", "switch_diffs"]

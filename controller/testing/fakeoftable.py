@@ -1,4 +1,4 @@
-"""A flow-table simulator for os-ken OpenFlow 1.3 messages, and a tracer across a fabric.
+"""A flow-table simulator for os-ken OpenFlow 1.3 and 1.5 messages, and a tracer across a fabric.
 
 Modelled on Faucet's ``clib/fakeoftable.py``: the driver's encoders build messages with no
 datapath; :class:`FakeOFTable` applies exactly those objects and answers "which ports does this
@@ -14,7 +14,16 @@ Semantics follow OpenFlow 1.3.5 where our encoders rely on them:
   entry with that priority and match.
 * A flow whose action names a missing group is refused (:class:`FakeOFError`, as a switch answers
   ``OFPBAC_BAD_OUT_GROUP``); adding an existing group or modifying a missing one is refused;
-  deleting a group also deletes the flows that use it (§6.5).
+  deleting a group also deletes the flows that use it (§6.5). A table given ``ports`` refuses
+  an output (or bucket) to a port it lacks (``OFPBAC_BAD_OUT_PORT``; a real switch may accept
+  it, Open vSwitch does: the simulator is stricter, which is how tests make one switch refuse).
+  ``max_flows`` refuses adds beyond that many entries (``OFPFMFC_TABLE_FULL``).
+* Cookies: modify/delete with a ``cookie_mask`` touch only entries whose cookie matches
+  (§7.3.4.1); :meth:`FakeOFTable.snapshot`/:meth:`~FakeOFTable.restore` give bundles their
+  all-or-nothing semantics (:mod:`controller.testing.fakeswitch`).
+* OpenFlow 1.5 group mods carry buckets with watch/weight properties and group properties;
+  a select group with Open vSwitch's selection method (``hash``, fields, seed) picks its bucket
+  by a deterministic hash of those fields and that seed.
 * ``lookup``: the highest-priority matching entry of table 0 wins (goto-table is followed); a
   select group yields every bucket whose ``watch_port`` is up, or with ``hash_fields``, exactly one
   bucket chosen by a deterministic hash of those packet fields and ``seed``; a fast-failover
@@ -30,10 +39,14 @@ Semantics follow OpenFlow 1.3.5 where our encoders rely on them:
 
 Packets are dicts with any of: ``eth_type``, ``ipv4_src``, ``ipv4_dst``, ``ip_proto``,
 ``ip_dscp``, ``l4_src``, ``l4_dst`` (and optionally ``in_port``).
+
+Messages of either version are recognised by class name, so the 1.3 and 1.5 parsers' objects
+both apply.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +55,9 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
+from controller.drivers.openflow.dialect import Bucket, parse_selection_property
 from controller.model.topology import Fabric
+from controller.plan.model import EcmpHash
 
 CONTROLLER = "controller"
 Output = int | str  # a port number, or CONTROLLER
@@ -72,15 +87,17 @@ class _Flow:
         groups: list[int] = []
         gotos: list[int] = []
         for ins in self.instructions:
-            if isinstance(ins, parser.OFPInstructionGotoTable):
+            kind = type(ins).__name__
+            if kind == "OFPInstructionGotoTable":
                 gotos.append(ins.table_id)
-            elif isinstance(ins, parser.OFPInstructionActions):
+            elif kind == "OFPInstructionActions":
                 if ins.type != ofp.OFPIT_APPLY_ACTIONS:
                     raise FakeOFError(f"unsupported instruction type {ins.type}")
                 for act in ins.actions:
-                    if isinstance(act, parser.OFPActionOutput):
+                    akind = type(act).__name__
+                    if akind == "OFPActionOutput":
                         ports.append(act.port)
-                    elif isinstance(act, parser.OFPActionGroup):
+                    elif akind == "OFPActionGroup":
                         groups.append(act.group_id)
                     else:
                         raise FakeOFError(f"unsupported action {act!r}")
@@ -93,7 +110,29 @@ class _Flow:
 class _Group:
     group_id: int
     type_: int
-    buckets: list[Any]
+    buckets: list[Bucket]
+    selection: EcmpHash | None = None
+    raw_buckets: list[Any] = field(default_factory=list)
+    properties: list[Any] = field(default_factory=list)
+
+
+def _buckets(msg: Any) -> list[Bucket]:
+    """A group mod's buckets as :class:`Bucket` (1.3: fields; 1.5: properties)."""
+    out = []
+    for b in msg.buckets:
+        outs = tuple(a.port for a in b.actions if type(a).__name__ == "OFPActionOutput")
+        other = len(outs) != len(b.actions)
+        if hasattr(b, "watch_port"):
+            out.append(Bucket(outs, b.watch_port, b.weight, other))
+            continue
+        watch, weight = ofp.OFPP_ANY, 0
+        for prop in b.properties:
+            if type(prop).__name__ == "OFPGroupBucketPropWatch" and prop.type == 1:
+                watch = prop.watch
+            elif type(prop).__name__ == "OFPGroupBucketPropWeight":
+                weight = prop.weight
+        out.append(Bucket(outs, watch, weight, other))
+    return out
 
 
 def _match_dict(match: parser.OFPMatch) -> dict[str, Any]:
@@ -135,13 +174,20 @@ class FakeOFTable:
         (with ``seed``); if None, a select group yields every live bucket (all ECMP branches).
     seed
         Mixed into the hash so tests can vary the choice deterministically.
+    ports
+        If given, the switch's ports: outputs to other ports are refused (module docstring).
+    max_flows
+        If given, adds beyond this many entries are refused (table full).
     """
 
     def __init__(self, name: str = "switch", hash_fields: Sequence[str] | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, ports: Iterable[int] | None = None,
+                 max_flows: int | None = None) -> None:
         self.name = name
         self.hash_fields = tuple(hash_fields) if hash_fields is not None else None
         self.seed = seed
+        self.ports = frozenset(ports) if ports is not None else None
+        self.max_flows = max_flows
         self.flows: list[_Flow] = []
         self.groups: dict[int, _Group] = {}
         self.down_ports: set[int] = set()
@@ -158,25 +204,44 @@ class FakeOFTable:
             self.apply_one(msg)
 
     def apply_one(self, msg: Any) -> None:
-        if isinstance(msg, parser.OFPFlowMod):
+        kind = type(msg).__name__
+        if kind == "OFPFlowMod":
             self._flow_mod(msg)
-        elif isinstance(msg, parser.OFPGroupMod):
+        elif kind == "OFPGroupMod":
             self._group_mod(msg)
-        elif isinstance(msg, parser.OFPBarrierRequest):
+        elif kind == "OFPBarrierRequest":
             self.barriers += 1
-        elif isinstance(msg, parser.OFPPacketOut):
+        elif kind == "OFPPacketOut":
             self.packet_outs.append(msg)
-        elif isinstance(msg, parser.OFPMultipartRequest):
+        elif kind.endswith("StatsRequest") or kind == "OFPMultipartRequest":
             self.stats_requests.append(msg)
         else:
-            raise FakeOFError(f"[{self.name}] unsupported message {type(msg).__name__}")
+            raise FakeOFError(f"[{self.name}] unsupported message {kind}")
+
+    def snapshot(self) -> tuple[list[_Flow], dict[int, _Group]]:
+        """The flow and group tables (a copy), for :meth:`restore`."""
+        return copy.deepcopy(self.flows), copy.deepcopy(self.groups)
+
+    def restore(self, snap: tuple[list[_Flow], dict[int, _Group]]) -> None:
+        """Put back what :meth:`snapshot` took (entries' counters included)."""
+        self.flows, self.groups = snap
+
+    def _check_port(self, port: int, what: str) -> None:
+        if self.ports is not None and port <= ofp.OFPP_MAX and port not in self.ports:
+            raise FakeOFError(f"[{self.name}] OFPBAC_BAD_OUT_PORT: {what} outputs to port "
+                              f"{port}, which the switch lacks (ports {sorted(self.ports)})")
 
     def _flow_mod(self, msg: parser.OFPFlowMod) -> None:
         match = _match_dict(msg.match)
         cmd = msg.command
         if cmd == ofp.OFPFC_ADD:
             flow = _Flow(msg.table_id, msg.priority, match, list(msg.instructions), msg.cookie)
-            _, groups, _ = flow.outputs()
+            ports, groups, _ = flow.outputs()
+            for p in ports:
+                self._check_port(p, f"flow prio {msg.priority} {match}")
+            if self.max_flows is not None and len(self.flows) >= self.max_flows and \
+                    not any(self._same_key(f, flow) for f in self.flows):
+                raise FakeOFError(f"[{self.name}] OFPFMFC_TABLE_FULL: {len(self.flows)} entries")
             for g in groups:
                 if g not in self.groups:
                     raise FakeOFError(
@@ -191,7 +256,9 @@ class FakeOFTable:
         elif cmd in (ofp.OFPFC_MODIFY, ofp.OFPFC_MODIFY_STRICT):
             strict = cmd == ofp.OFPFC_MODIFY_STRICT
             probe = _Flow(msg.table_id, msg.priority, match, list(msg.instructions), msg.cookie)
-            _, groups, _ = probe.outputs()
+            ports, groups, _ = probe.outputs()
+            for p in ports:
+                self._check_port(p, f"modify {match}")
             for g in groups:
                 if g not in self.groups:
                     raise FakeOFError(f"[{self.name}] modify {match} to missing group {g}")
@@ -229,16 +296,29 @@ class FakeOFTable:
             out.append(f)
         return out
 
-    def _group_mod(self, msg: parser.OFPGroupMod) -> None:
+    def _new_group(self, msg: Any) -> _Group:
+        bs = _buckets(msg)
+        for b in bs:
+            for p in b.outputs:
+                self._check_port(p, f"group {msg.group_id}")
+        sel = None
+        for prop in getattr(msg, "properties", None) or ():
+            got = parse_selection_property(prop)
+            if got is not None:
+                sel = got[1]
+        return _Group(msg.group_id, msg.type, bs, sel, list(msg.buckets),
+                      list(getattr(msg, "properties", None) or ()))
+
+    def _group_mod(self, msg: Any) -> None:
         gid = msg.group_id
         if msg.command == ofp.OFPGC_ADD:
             if gid in self.groups:
-                raise FakeOFError(f"[{self.name}] group {gid} already exists")
-            self.groups[gid] = _Group(gid, msg.type, list(msg.buckets))
+                raise FakeOFError(f"[{self.name}] OFPGMFC_GROUP_EXISTS: group {gid}")
+            self.groups[gid] = self._new_group(msg)
         elif msg.command == ofp.OFPGC_MODIFY:
             if gid not in self.groups:
-                raise FakeOFError(f"[{self.name}] modify of unknown group {gid}")
-            self.groups[gid] = _Group(gid, msg.type, list(msg.buckets))
+                raise FakeOFError(f"[{self.name}] OFPGMFC_UNKNOWN_GROUP: modify of {gid}")
+            self.groups[gid] = self._new_group(msg)
         elif msg.command == ofp.OFPGC_DELETE:
             doomed = set(self.groups) if gid == ofp.OFPG_ALL else {gid} & set(self.groups)
             for g in doomed:
@@ -318,16 +398,21 @@ class FakeOFTable:
             return set()
         if group.type_ == ofp.OFPGT_FF:
             live = live[:1]
+        elif group.selection is not None:
+            sel = group.selection
+            key = repr((sel.seed, [packet.get(f) for f in sel.fields])).encode()
+            h = int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
+            live = [live[h % len(live)]]
         elif self.hash_fields is not None:
             key = repr((self.seed, gid, [packet.get(f) for f in self.hash_fields])).encode()
             h = int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
             live = [live[h % len(live)]]
         out: set[Output] = set()
         for b in live:
-            for act in b.actions:
-                if not isinstance(act, parser.OFPActionOutput):
-                    raise FakeOFError(f"[{self.name}] group {gid}: unsupported bucket action")
-                out.add(self._port_name(act.port))
+            if b.other_actions:
+                raise FakeOFError(f"[{self.name}] group {gid}: unsupported bucket action")
+            for port in b.outputs:
+                out.add(self._port_name(port))
         return out
 
     # -- counters ------------------------------------------------------------------------------
@@ -373,13 +458,22 @@ class FakeOFTable:
                 for f in self.flows]
         return parser.OFPFlowStatsReply(datapath, body=body, flags=0)
 
-    def dump(self) -> list[str]:
-        """Flow entries as sorted text lines (for failure messages and golden files)."""
+    def dump(self, resolve_groups: bool = False) -> list[str]:
+        """Flow entries as sorted text lines (for failure messages and golden files); with
+        ``resolve_groups`` a group is shown by its type and buckets' ports, not its id (ids are
+        a driver's choice)."""
         lines = []
         for f in sorted(self.flows, key=lambda f: (f.table_id, -f.priority, sorted(f.match.items(),
                                                                                    key=str))):
             ports, groups, _ = f.outputs()
-            acts = [f"output:{p}" for p in ports] + [f"group:{g}" for g in groups] or ["drop"]
+
+            def grp(g: int) -> str:
+                if not resolve_groups or g not in self.groups:
+                    return f"group:{g}"
+                gr = self.groups[g]
+                kind = "ff" if gr.type_ == ofp.OFPGT_FF else "select"
+                return f"{kind}({','.join(str(p) for b in gr.buckets for p in b.outputs)})"
+            acts = [f"output:{p}" for p in ports] + [grp(g) for g in groups] or ["drop"]
             m = ",".join(f"{k}={v}" for k, v in sorted(f.match.items()))
             lines.append(f"table={f.table_id} priority={f.priority} {m} -> {','.join(acts)}")
         return lines

@@ -1,51 +1,82 @@
-"""Plan objects → os-ken OpenFlow 1.3 messages, built with ``datapath=None``.
+"""Plan intents ↔ OpenFlow messages. Pure, in the Faucet style: nothing here talks to a switch.
 
-Pure functions in the Faucet style: nothing here talks to a switch. The os-ken app sets
-``msg.datapath`` and sends; tests apply the same objects to
+Messages are built for a :class:`~.dialect.Dialect` (OpenFlow 1.3 or 1.5) with no connection; the
+driver wraps them in a bundle and sends them; tests apply the same objects to
 :class:`controller.testing.fakeoftable.FakeOFTable`.
 
-Every entry we install carries :data:`COOKIE`. Flow identity (for modify/delete) is
-``(table, priority, match)``, sent as ``OFPFC_MODIFY_STRICT`` / ``OFPFC_DELETE_STRICT``
-(OpenFlow 1.3.5 §6.4). ECMP groups are ``OFPGT_SELECT`` with one bucket per port, weight 1 and
-``watch_port`` = that port, so a switch skips buckets whose port is down (§5.6.1). Groups of
-kind ``fast-failover`` are ``OFPGT_FF``: buckets in the intent's port order (planned port first),
-each watching its port; the switch forwards by the first live one (§5.6.1).
+* **Ownership.** Every entry aifabric installs carries :data:`COOKIE`; modifies and deletes are
+  strict (``OFPFC_MODIFY_STRICT`` / ``OFPFC_DELETE_STRICT``, OpenFlow 1.3.5 §6.4) and masked to
+  that cookie, and read-back asks for that cookie only, so entries of other applications (other
+  cookies) are never touched, whatever their table or priority. Groups are ours when their id
+  lies in ``[GROUP_ID_BASE, GROUP_ID_BASE + GROUP_ID_COUNT)``; others are never touched.
+* **Group ids.** Each distinct :class:`~controller.plan.model.NextHopSet` of a switch gets the
+  lowest free id of the range (:class:`GroupIds`); the allocation is the driver's, rebuilt from
+  what the switch reports (:func:`decode_state`). ECMP sets are ``OFPGT_SELECT`` groups with one
+  bucket per port, weight 1, ``watch_port`` = that port (a switch skips buckets whose port is
+  down, §5.6.1). A set with a hash other than the default (the 5-tuple, seed 0: what Open
+  vSwitch's default select method does, ``dp_hash`` over its symmetric L3/L4 hash with basis 0)
+  carries it as Open vSwitch's selection-method property (:mod:`.dialect`), which exists on
+  OpenFlow 1.5 only: on a switch speaking 1.3 such a set is refused with the reason, never
+  installed with the switch's default hash instead. Failover sets are ``OFPGT_FF`` with
+  buckets in preference order.
+  A set's value never changes: a different set is a different group.
+* **Order** within one change (a bundle with ATOMIC|ORDERED): add groups, add flows, modify
+  flows, delete flows, delete groups no entry uses any more — no entry ever points at a missing
+  group, even without a bundle.
 
-Statistics (:func:`port_stats_request`, :func:`flow_stats_request`) are multipart requests
-(§7.3.5); :func:`decode_match` turns a reply's match back into a plan :class:`Match`.
+Statistics: :func:`decode_match` turns a reply's match back into a plan :class:`Match`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as parser
-
+from controller.drivers.openflow.dialect import (
+    CAP_ECMP_HASH,
+    DIALECTS,
+    OF13,
+    Dialect,
+    FlowRecord,
+    GroupRecord,
+)
 from controller.plan.model import (
     ETH_TYPE_IPV4,
     IP_PROTO_TCP,
     IP_PROTO_UDP,
+    Action,
     FlowIntent,
-    GroupIntent,
     Match,
+    NextHopSet,
     SwitchChanges,
     SwitchPlan,
 )
 
 #: The cookie on every flow entry aifabric installs ("a1fab" + version nibble).
 COOKIE = 0x00A1FAB000000001
+COOKIE_MASK = 0xFFFFFFFFFFFFFFFF
+#: aifabric's group ids: ``GROUP_ID_BASE`` .. ``GROUP_ID_BASE + GROUP_ID_COUNT - 1`` (below
+#: OpenFlow's reserved ids from 0xFFFFFF00, OpenFlow 1.3.5 §7.3.4.2).
+GROUP_ID_BASE = 0xA1F0_0000
+GROUP_ID_COUNT = 1 << 20
+DEFAULT_DIALECT: Dialect = DIALECTS[OF13.version]
 
-OFMsg = Any  # an os-ken ofproto_v1_3_parser.MsgBase with datapath None
+OFMsg = Any  # an os-ken parser MsgBase
 
 
 class EncodeError(ValueError):
-    """A plan object that cannot be expressed in OpenFlow 1.3 (e.g. a missing prerequisite)."""
+    """A plan object this switch cannot hold as asked (a missing prerequisite, a value out of a
+    field's width, an ECMP hash a switch on OpenFlow 1.3 cannot honour, no group id left)."""
 
 
-# -- matches and actions -----------------------------------------------------------------------
-def encode_match(match: Match) -> parser.OFPMatch:
-    """An :class:`OFPMatch` for ``match``.
+def is_our_group(group_id: int) -> bool:
+    return GROUP_ID_BASE <= group_id < GROUP_ID_BASE + GROUP_ID_COUNT
+
+
+# -- matches and actions -------------------------------------------------------------------------
+def encode_match(match: Match, dialect: Dialect = DEFAULT_DIALECT) -> Any:
+    """An ``OFPMatch`` for ``match``.
 
     IPv4 fields and ``ip_dscp``/``ip_proto`` need ``eth_type`` 0x0800; ``l4_src``/``l4_dst`` become
     ``tcp_*`` or ``udp_*`` according to ``ip_proto`` (OpenFlow 1.3.5 §7.2.3.6, prerequisites).
@@ -82,7 +113,7 @@ def encode_match(match: Match) -> parser.OFPMatch:
         if match.l4_dst is not None:
             _width(match, "l4_dst", match.l4_dst, 16)
             f[f"{prefix}_dst"] = match.l4_dst
-    return parser.OFPMatch(**f)
+    return dialect.parser.OFPMatch(**f)
 
 
 def _width(match: Match, name: str, value: int, bits: int) -> None:
@@ -90,191 +121,240 @@ def _width(match: Match, name: str, value: int, bits: int) -> None:
         raise EncodeError(f"{match}: {name}={value} does not fit in {bits} bits")
 
 
-def encode_instructions(flow: FlowIntent) -> list[parser.OFPInstruction]:
-    """Apply-actions for the flow's action; ``drop`` is an empty instruction list."""
-    a = flow.action
-    if a.kind == "output":
-        actions = [parser.OFPActionOutput(a.arg)]
-    elif a.kind == "group":
-        actions = [parser.OFPActionGroup(a.arg)]
-    elif a.kind == "controller":
-        actions = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
-    elif a.kind == "drop":
+def encode_instructions(action: Action, group_id: int | None = None,
+                        dialect: Dialect = DEFAULT_DIALECT) -> list[Any]:
+    """Apply-actions for ``action`` (``group_id``: the id of its next-hop set's group);
+    ``drop`` is an empty instruction list."""
+    p, o = dialect.parser, dialect.ofp
+    if action.kind == "output":
+        if not 1 <= action.port <= o.OFPP_MAX:
+            raise EncodeError(f"output port {action.port} outside 1..{o.OFPP_MAX:#x}")
+        actions = [p.OFPActionOutput(action.port)]
+    elif action.kind == "next_hops":
+        if group_id is None:
+            raise EncodeError(f"{action}: no group id for its next-hop set")
+        actions = [p.OFPActionGroup(group_id)]
+    elif action.kind == "controller":
+        actions = [p.OFPActionOutput(o.OFPP_CONTROLLER, o.OFPCML_NO_BUFFER)]
+    elif action.kind == "drop":
         return []
     else:  # pragma: no cover - Action.kind is a Literal
-        raise EncodeError(f"unknown action kind {a.kind!r}")
-    return [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+        raise EncodeError(f"unknown action kind {action.kind!r}")
+    return [p.OFPInstructionActions(o.OFPIT_APPLY_ACTIONS, actions)]
 
 
-# -- flows -------------------------------------------------------------------------------------
-def _flow_mod(flow: FlowIntent, command: int, with_instructions: bool) -> parser.OFPFlowMod:
-    return parser.OFPFlowMod(
-        datapath=None,
-        cookie=COOKIE,
-        cookie_mask=0,
-        table_id=flow.table,
-        command=command,
-        priority=flow.priority,
-        buffer_id=ofp.OFP_NO_BUFFER,
-        out_port=ofp.OFPP_ANY,
-        out_group=ofp.OFPG_ANY,
-        match=encode_match(flow.match),
-        instructions=encode_instructions(flow) if with_instructions else [],
-    )
+# -- flows ---------------------------------------------------------------------------------------
+def flow_add(flow: FlowIntent, group_id: int | None = None,
+             dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
+    """``OFPFC_ADD`` for ``flow`` with :data:`COOKIE` (replaces an entry with the same table,
+    priority and match, §6.4)."""
+    return dialect.flow_mod(dialect.ofp.OFPFC_ADD, flow.table, flow.priority,
+                            encode_match(flow.match, dialect),
+                            encode_instructions(flow.action, group_id, dialect), COOKIE, 0)
 
 
-def flow_add(flow: FlowIntent) -> parser.OFPFlowMod:
-    """``OFPFC_ADD`` for ``flow`` (replaces an entry with the same table, priority and match)."""
-    return _flow_mod(flow, ofp.OFPFC_ADD, True)
+def flow_modify(flow: FlowIntent, group_id: int | None = None,
+                dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
+    """``OFPFC_MODIFY_STRICT`` of our entry with ``flow.key``: new instructions."""
+    return dialect.flow_mod(dialect.ofp.OFPFC_MODIFY_STRICT, flow.table, flow.priority,
+                            encode_match(flow.match, dialect),
+                            encode_instructions(flow.action, group_id, dialect), COOKIE,
+                            COOKIE_MASK)
 
 
-def flow_modify(flow: FlowIntent) -> parser.OFPFlowMod:
-    """``OFPFC_MODIFY_STRICT``: new instructions for the entry with ``flow.key``."""
-    return _flow_mod(flow, ofp.OFPFC_MODIFY_STRICT, True)
+def flow_delete(flow: FlowIntent, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
+    """``OFPFC_DELETE_STRICT`` of our entry with ``flow.key`` (cookie-masked: never another's)."""
+    return dialect.flow_mod(dialect.ofp.OFPFC_DELETE_STRICT, flow.table, flow.priority,
+                            encode_match(flow.match, dialect), [], COOKIE, COOKIE_MASK)
 
 
-def flow_delete(flow: FlowIntent) -> parser.OFPFlowMod:
-    """``OFPFC_DELETE_STRICT`` of the entry with ``flow.key``."""
-    return _flow_mod(flow, ofp.OFPFC_DELETE_STRICT, False)
+def record_delete(rec: FlowRecord, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
+    """Strict, cookie-masked delete of an entry of ours as read back (one we cannot decode)."""
+    return dialect.flow_mod(dialect.ofp.OFPFC_DELETE_STRICT, rec.table, rec.priority, rec.match,
+                            [], COOKIE, COOKIE_MASK)
 
 
-def delete_all_flows() -> parser.OFPFlowMod:
-    """``OFPFC_DELETE`` in every table with an empty match: removes every flow entry."""
-    return parser.OFPFlowMod(
-        datapath=None,
-        cookie=0,
-        cookie_mask=0,
-        table_id=ofp.OFPTT_ALL,
-        command=ofp.OFPFC_DELETE,
-        buffer_id=ofp.OFP_NO_BUFFER,
-        out_port=ofp.OFPP_ANY,
-        out_group=ofp.OFPG_ANY,
-        match=parser.OFPMatch(),
-        instructions=[],
-    )
+def delete_our_flows(dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
+    """``OFPFC_DELETE`` of every entry with :data:`COOKIE` in every table (foreign ones stay)."""
+    p, o = dialect.parser, dialect.ofp
+    return dialect.flow_mod(o.OFPFC_DELETE, o.OFPTT_ALL, 0, p.OFPMatch(), [], COOKIE, COOKIE_MASK)
 
 
-# -- groups ------------------------------------------------------------------------------------
-FF_KIND = "fast-failover"
+# -- groups --------------------------------------------------------------------------------------
+def group_add(group_id: int, nhs: NextHopSet, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
+    """``OFPGC_ADD`` of the group for ``nhs`` (module docstring).
+
+    Raises
+    ------
+    EncodeError
+        An ECMP set with a hash on a dialect without group selection properties.
+    """
+    o = dialect.ofp
+    if nhs.kind == "ecmp":
+        if nhs.hash is not None and CAP_ECMP_HASH not in dialect.capabilities:
+            raise EncodeError(
+                f"{nhs}: the policy's routing.ecmp hash fields and seed need OpenFlow 1.5 group "
+                f"selection properties (Open vSwitch selection_method=hash), but the switch "
+                f"speaks {dialect.name}: allow OpenFlow15 in the bridge's protocols, or hash "
+                "the default way (routing.ecmp: the 5-tuple, no seeds)")
+        return dialect.group_mod(o.OFPGC_ADD, o.OFPGT_SELECT, group_id,
+                                 [(p, 1) for p in nhs.ports], nhs.hash)
+    return dialect.group_mod(o.OFPGC_ADD, o.OFPGT_FF, group_id, [(p, 0) for p in nhs.ports],
+                             None)
 
 
-def _group_type(group: GroupIntent) -> int:
-    if group.kind == "select":
-        return int(ofp.OFPGT_SELECT)
-    if group.kind == FF_KIND:
-        return int(ofp.OFPGT_FF)
-    raise EncodeError(f"group {group.group_id}: unsupported kind {group.kind!r}")
+def group_delete(group_id: int, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
+    """``OFPGC_DELETE`` of ``group_id``."""
+    o = dialect.ofp
+    return dialect.group_mod(o.OFPGC_DELETE, o.OFPGT_SELECT, group_id, [], None)
 
 
-def _buckets(group: GroupIntent) -> list[parser.OFPBucket]:
-    gtype = _group_type(group)
-    if not group.ports:
-        raise EncodeError(f"group {group.group_id}: a {group.kind} group needs at least one port")
-    if gtype == ofp.OFPGT_FF:
-        return [
-            parser.OFPBucket(weight=0, watch_port=p, watch_group=ofp.OFPG_ANY,
-                             actions=[parser.OFPActionOutput(p)])
-            for p in group.ports
-        ]
-    return [
-        parser.OFPBucket(
-            weight=1, watch_port=p, watch_group=ofp.OFPG_ANY,
-            actions=[parser.OFPActionOutput(p)],
-        )
-        for p in sorted(group.ports)
-    ]
+def delete_group_range(ids: Iterable[int], dialect: Dialect = DEFAULT_DIALECT) -> list[OFMsg]:
+    return [group_delete(g, dialect) for g in sorted(ids)]
 
 
-def group_add(group: GroupIntent) -> parser.OFPGroupMod:
-    """``OFPGC_ADD``: a select group, one bucket per port (weight 1, watch_port = port), or a
-    fast-failover group, one bucket per port in order (watch_port = port)."""
-    return parser.OFPGroupMod(None, ofp.OFPGC_ADD, _group_type(group), group.group_id,
-                              _buckets(group))
+# -- id allocation -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupIds:
+    """One switch's allocation: next-hop set → group id (values in our range, distinct)."""
+
+    ids: Mapping[NextHopSet, int] = field(default_factory=dict)
+
+    def used(self) -> frozenset[int]:
+        return frozenset(self.ids.values())
+
+    def with_sets(self, needed: Iterable[NextHopSet]) -> tuple[GroupIds, list[NextHopSet]]:
+        """The allocation extended by every set of ``needed`` lacking an id (lowest free ids,
+        in set order), and the sets that got one.
+
+        Raises
+        ------
+        EncodeError
+            The range is exhausted.
+        """
+        new = [s for s in sorted(set(needed), key=_nhs_key) if s not in self.ids]
+        if not new:
+            return self, []
+        taken = set(self.ids.values())
+        out = dict(self.ids)
+        gid = GROUP_ID_BASE
+        for s in new:
+            while gid in taken:
+                gid += 1
+            if gid >= GROUP_ID_BASE + GROUP_ID_COUNT:
+                raise EncodeError(f"no group id left in {GROUP_ID_BASE:#x}+{GROUP_ID_COUNT}")
+            out[s] = gid
+            taken.add(gid)
+        return GroupIds(out), new
+
+    def without(self, sets: Iterable[NextHopSet]) -> GroupIds:
+        drop = set(sets)
+        return GroupIds({s: g for s, g in self.ids.items() if s not in drop})
 
 
-def group_modify(group: GroupIntent) -> parser.OFPGroupMod:
-    """``OFPGC_MODIFY``: replace the group's type and buckets."""
-    return parser.OFPGroupMod(None, ofp.OFPGC_MODIFY, _group_type(group), group.group_id,
-                              _buckets(group))
+def _nhs_key(s: NextHopSet) -> tuple[str, tuple[int, ...], tuple[str, ...], int]:
+    h = s.hash
+    return (s.kind, s.ports, h.fields if h else (), h.seed if h else -1)
 
 
-def group_delete(group_id: int) -> parser.OFPGroupMod:
-    """``OFPGC_DELETE`` of ``group_id`` (:data:`OFPG_ALL` deletes every group)."""
-    return parser.OFPGroupMod(None, ofp.OFPGC_DELETE, ofp.OFPGT_SELECT, group_id, [])
+# -- a change ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Encoded:
+    """A change as messages, in the order to send them; ``entries[i]`` is the entry message
+    ``i`` is for (a group's: the first entry that needs it), to name it in an error;
+    ``groups``: the allocation once the change is in force."""
+
+    messages: tuple[OFMsg, ...]
+    entries: tuple[FlowIntent | None, ...]
+    groups: GroupIds
+    counts: Mapping[str, int]
 
 
-def delete_all_groups() -> parser.OFPGroupMod:
-    """``OFPGC_DELETE`` with ``OFPG_ALL``."""
-    return group_delete(ofp.OFPG_ALL)
+def encode_changes(changes: SwitchChanges, installed: SwitchPlan, groups: GroupIds,
+                   dialect: Dialect = DEFAULT_DIALECT,
+                   stale: Iterable[FlowRecord] = (), orphans: Iterable[int] = ()) -> Encoded:
+    """The messages that turn a switch holding ``installed`` (with ``groups`` allocated) into
+    ``changes.apply_to(installed)``, in the safe order (module docstring).
 
+    ``stale``: entries of ours read back that decode to no intent (deleted first among the
+    deletes); ``orphans``: ids of our groups no entry uses (deleted last).
 
-def barrier() -> parser.OFPBarrierRequest:
-    """A barrier request (the switch finishes everything before it first)."""
-    return parser.OFPBarrierRequest(None)
-
-
-# -- whole switches ----------------------------------------------------------------------------
-def encode_changes(changes: SwitchChanges) -> list[OFMsg]:
-    """Messages for ``changes`` in the safe order: add/modify groups, add/modify flows, delete
-    flows, delete groups, so no flow ever points at a missing group. No barrier is appended."""
+    Raises
+    ------
+    EncodeError
+        An intent this switch cannot hold (the message names it).
+    KeyError
+        ``changes`` do not apply to ``installed``.
+    """
+    stale = tuple(stale)
+    after = changes.apply_to(installed)
+    needed = after.next_hop_sets()
+    alloc, new_sets = groups.with_sets(needed)
+    gone = [s for s in groups.ids if s not in needed]
+    first_user: dict[NextHopSet, FlowIntent] = {}
+    for f in (*changes.add_flows, *changes.modify_flows):
+        if f.action.next_hops is not None:
+            first_user.setdefault(f.action.next_hops, f)
     msgs: list[OFMsg] = []
-    msgs += [group_add(g) for g in changes.add_groups]
-    msgs += [group_modify(g) for g in changes.modify_groups]
-    msgs += [flow_add(f) for f in changes.add_flows]
-    msgs += [flow_modify(f) for f in changes.modify_flows]
-    msgs += [flow_delete(f) for f in changes.delete_flows]
-    msgs += [group_delete(g.group_id) for g in changes.delete_groups]
+    ents: list[FlowIntent | None] = []
+
+    def put(m: OFMsg, e: FlowIntent | None) -> None:
+        msgs.append(m)
+        ents.append(e)
+
+    def gid_of(f: FlowIntent) -> int | None:
+        return alloc.ids[f.action.next_hops] if f.action.next_hops is not None else None
+
+    def named(f: FlowIntent, build: Any) -> OFMsg:
+        try:
+            return build()
+        except EncodeError as exc:
+            raise EncodeError(f"{changes.switch}: entry {f} ('{f.origin}'): {exc}") from None
+
+    for s in new_sets:
+        user = first_user.get(s)
+        try:
+            put(group_add(alloc.ids[s], s, dialect), user)
+        except EncodeError as exc:
+            what = f"entry {user} ('{user.origin}')" if user else str(s)
+            raise EncodeError(f"{changes.switch}: {what}: {exc}") from None
+    for f in changes.add_flows:
+        put(named(f, lambda f=f: flow_add(f, gid_of(f), dialect)), f)
+    for f in changes.modify_flows:
+        put(named(f, lambda f=f: flow_modify(f, gid_of(f), dialect)), f)
+    for rec in stale:
+        put(record_delete(rec, dialect), None)
+    for f in changes.delete_flows:
+        put(named(f, lambda f=f: flow_delete(f, dialect)), f)
+    gone_ids = sorted({groups.ids[s] for s in gone} | set(orphans))
+    for gid in gone_ids:
+        put(group_delete(gid, dialect), None)
+    n_flow = len(changes.add_flows) + len(changes.modify_flows) + len(changes.delete_flows)
+    n_flow += len(stale)
+    counts = {"flow-mod": n_flow, "group-mod": len(new_sets) + len(gone_ids)}
+    return Encoded(tuple(msgs), tuple(ents), alloc.without(gone), counts)
+
+
+def encode_full(plan: SwitchPlan, dialect: Dialect = DEFAULT_DIALECT) -> list[OFMsg]:
+    """The naive full re-push of a switch (for comparison, and to load the simulator): delete
+    every entry with our cookie, add the groups and the entries (sorted, deterministic).
+    Foreign entries stay; our groups from an earlier allocation must be deleted by the caller."""
+    alloc, _ = GroupIds().with_sets(plan.next_hop_sets())
+    msgs: list[OFMsg] = [delete_our_flows(dialect)]
+    msgs += [group_add(g, s, dialect) for s, g in sorted(alloc.ids.items(), key=lambda x: x[1])]
+    for f in sorted(plan.flows, key=FlowIntent.sort_key):
+        gid = alloc.ids[f.action.next_hops] if f.action.next_hops is not None else None
+        msgs.append(flow_add(f, gid, dialect))
     return msgs
 
 
-def encode_full(plan: SwitchPlan) -> list[OFMsg]:
-    """Replace everything on a switch with ``plan``: delete all flows, delete all groups, add the
-    groups, add the flows (sorted, so the output is deterministic), then a barrier."""
-    msgs: list[OFMsg] = [delete_all_flows(), delete_all_groups()]
-    msgs += [group_add(g) for g in sorted(plan.groups)]
-    msgs += [flow_add(f) for f in sorted(plan.flows)]
-    msgs.append(barrier())
-    return msgs
-
-
-def packet_out(port: int, data: bytes) -> parser.OFPPacketOut:
-    """A packet-out sending ``data`` (a whole Ethernet frame) out of ``port``, from the
-    controller (``in_port`` = ``OFPP_CONTROLLER``, no buffer)."""
-    return parser.OFPPacketOut(
-        None,
-        buffer_id=ofp.OFP_NO_BUFFER,
-        in_port=ofp.OFPP_CONTROLLER,
-        actions=[parser.OFPActionOutput(port)],
-        data=data,
-    )
-
-
-# -- statistics ----------------------------------------------------------------------------------
-def port_stats_request() -> parser.OFPPortStatsRequest:
-    """Counters of every port (``OFPP_ANY``); the reply's ``tx_bytes`` are bytes."""
-    return parser.OFPPortStatsRequest(None, 0, ofp.OFPP_ANY)
-
-
-def queue_stats_request() -> parser.OFPQueueStatsRequest:
-    """Counters of every queue of every port (``OFPP_ANY``, ``OFPQ_ALL``); the reply's
-    ``tx_bytes`` are bytes, ``tx_errors`` frames dropped by the queue (OpenFlow 1.3.5
-    §7.3.5.8). A switch with no queues configured answers with an empty body."""
-    return parser.OFPQueueStatsRequest(None, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL)
-
-
-def flow_stats_request() -> parser.OFPFlowStatsRequest:
-    """Counters of every entry aifabric installed (cookie :data:`COOKIE`, all tables); the
-    reply's ``byte_count`` are bytes."""
-    return parser.OFPFlowStatsRequest(None, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                      COOKIE, 0xFFFFFFFFFFFFFFFF, parser.OFPMatch())
-
-
+# -- read-back -----------------------------------------------------------------------------------
 _DECODE = {"eth_type": "eth_type", "ipv4_src": "ipv4_src", "ipv4_dst": "ipv4_dst",
            "ip_proto": "ip_proto", "ip_dscp": "ip_dscp", "tcp_src": "l4_src",
            "tcp_dst": "l4_dst", "udp_src": "l4_src", "udp_dst": "l4_dst"}
 
 
-def decode_match(match: parser.OFPMatch) -> Match | None:
+def decode_match(match: Any) -> Match | None:
     """The plan :class:`Match` an OFPMatch of ours encodes (inverse of :func:`encode_match`), or
     None when it has a field :class:`Match` cannot hold (not one of our entries)."""
     fields: dict[str, Any] = {}
@@ -283,22 +363,139 @@ def decode_match(match: parser.OFPMatch) -> Match | None:
         if name is None or isinstance(value, tuple):  # unknown field or a masked value
             return None
         fields[name] = value
-    return Match(**fields)
+    try:
+        return Match(**fields)
+    except TypeError:
+        return None
+
+
+def decode_group(rec: GroupRecord, dialect: Dialect = DEFAULT_DIALECT) -> NextHopSet | None:
+    """The next-hop set a group of ours encodes, or None (not a shape we write)."""
+    o = dialect.ofp
+    ports = []
+    for b in rec.buckets:
+        if len(b.outputs) != 1 or b.other_actions or b.watch_port != b.outputs[0]:
+            return None
+        ports.append(b.outputs[0])
+    try:
+        if rec.type == o.OFPGT_SELECT:
+            if any(b.weight != 1 for b in rec.buckets):
+                return None
+            return NextHopSet("ecmp", tuple(sorted(ports)), rec.selection)
+        if rec.type == o.OFPGT_FF:
+            return NextHopSet("failover", tuple(ports))
+    except ValueError:
+        return None
+    return None
+
+
+def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
+                  dialect: Dialect = DEFAULT_DIALECT,
+                  cache: dict[tuple[str, int], Action] | None = None) -> Action | None:
+    """The plan action of an entry's instructions, or None (not a shape we write); ``cache``
+    shares one :class:`Action` per port and per group among a switch's entries."""
+    p, o = dialect.parser, dialect.ofp
+    ins = list(instructions)
+    if not ins:
+        return Action("drop")
+    if len(ins) != 1 or not isinstance(ins[0], p.OFPInstructionActions) or \
+            ins[0].type != o.OFPIT_APPLY_ACTIONS or len(ins[0].actions) != 1:
+        return None
+    a = ins[0].actions[0]
+    memo = cache if cache is not None else {}
+    if isinstance(a, p.OFPActionOutput):
+        if a.port == o.OFPP_CONTROLLER:
+            return Action("controller")
+        if not 1 <= a.port <= o.OFPP_MAX:
+            return None
+        got = memo.get(("output", a.port))
+        if got is None:
+            got = memo[("output", a.port)] = Action("output", a.port)
+        return got
+    if isinstance(a, p.OFPActionGroup):
+        got = memo.get(("group", a.group_id))
+        if got is None:
+            nhs = groups.get(a.group_id)
+            if nhs is None:
+                return None
+            got = memo[("group", a.group_id)] = Action.via(nhs)
+        return got
+    return None
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A switch read back: our entries as a plan, the group allocation they use, our entries
+    and groups that decode to nothing (to delete with the next change), foreign counts."""
+
+    plan: SwitchPlan
+    groups: GroupIds
+    stale: tuple[FlowRecord, ...] = ()
+    orphan_groups: tuple[int, ...] = ()
+    foreign_flows: int = 0
+    foreign_groups: int = 0
+
+
+def decode_state(switch: str, dpid: int, flows: Iterable[FlowRecord],
+                 groups: Iterable[GroupRecord], dialect: Dialect = DEFAULT_DIALECT) -> Decoded:
+    """Decode what a switch reported (flows: those with our cookie; groups: all) into intents.
+
+    Our groups that decode to a next-hop set give the allocation (two with the same set: the
+    lower id wins, the other is an orphan); our entries pointing at a group that is not ours
+    or not decodable are stale. Two entries with one key cannot exist on a switch.
+    """
+    by_id: dict[int, NextHopSet] = {}
+    alloc: dict[NextHopSet, int] = {}
+    orphans: list[int] = []
+    foreign_groups = 0
+    for g in sorted(groups, key=lambda r: r.group_id):
+        if not is_our_group(g.group_id):
+            foreign_groups += 1
+            continue
+        nhs = decode_group(g, dialect)
+        if nhs is None or nhs in alloc:
+            orphans.append(g.group_id)
+            continue
+        by_id[g.group_id] = nhs
+        alloc[nhs] = g.group_id
+    intents: list[FlowIntent] = []
+    stale: list[FlowRecord] = []
+    foreign = 0
+    memo: dict[tuple[str, int], Action] = {}
+    for r in flows:
+        if r.cookie != COOKIE:
+            foreign += 1
+            continue
+        m = decode_match(r.match)
+        a = decode_action(r.instructions, by_id, dialect, memo) if m is not None else None
+        if m is None or a is None:
+            stale.append(r)
+            continue
+        intents.append(FlowIntent(r.table, r.priority, m, a))
+    plan = SwitchPlan(switch, dpid, frozenset(intents))
+    used = plan.next_hop_sets()
+    for nhs in [s for s in alloc if s not in used]:
+        orphans.append(alloc.pop(nhs))
+    return Decoded(plan, GroupIds(alloc), tuple(stale), tuple(sorted(orphans)), foreign,
+                   foreign_groups)
 
 
 def describe(msg: OFMsg) -> str:
-    """A short human label for a message (for logs): ``flow-add``, ``group-delete``, …"""
-    if isinstance(msg, parser.OFPFlowMod):
-        return {
-            ofp.OFPFC_ADD: "flow-add", ofp.OFPFC_MODIFY: "flow-modify",
-            ofp.OFPFC_MODIFY_STRICT: "flow-modify", ofp.OFPFC_DELETE: "flow-delete",
-            ofp.OFPFC_DELETE_STRICT: "flow-delete",
-        }.get(msg.command, "flow-mod")
-    if isinstance(msg, parser.OFPGroupMod):
-        return {ofp.OFPGC_ADD: "group-add", ofp.OFPGC_MODIFY: "group-modify",
-                ofp.OFPGC_DELETE: "group-delete"}.get(msg.command, "group-mod")
-    if isinstance(msg, parser.OFPBarrierRequest):
+    """A short label of a message's kind (metrics, logs): ``flow-mod``, ``group-mod``,
+    ``bundle``, ``barrier``, ``packet-out``, ``stats``, ``role``."""
+    name = type(msg).__name__
+    if name == "OFPFlowMod":
+        return "flow-mod"
+    if name == "OFPGroupMod":
+        return "group-mod"
+    if "Bundle" in name:
+        return "bundle"
+    if name == "OFPBarrierRequest":
         return "barrier"
-    if isinstance(msg, parser.OFPPacketOut):
+    if name == "OFPPacketOut":
         return "packet-out"
-    return type(msg).__name__
+    if name == "OFPRoleRequest":
+        return "role"
+    if name.endswith("StatsRequest"):
+        return "stats"
+    return name

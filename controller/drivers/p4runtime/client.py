@@ -125,6 +125,10 @@ class P4Switch:
         self._sw = fy.Switch(name, address, opts)
         self.requests = 0
 
+    def _read(self, entity: Any) -> Any:
+        """finsy's ``Switch.read`` (an async generator its overloads type as a coroutine)."""
+        return self._sw.read(entity)
+
     @property
     def finsy(self) -> fy.Switch:
         """The underlying finsy switch (for packet I/O and tests)."""
@@ -152,15 +156,15 @@ class P4Switch:
         Entries of tables the driver does not write (fabric_tna.p4's const ``depth_bucket`` and
         ``ecn_mark``) are left out: reconciliation must never try to delete them."""
         sw, schema = self._sw, self._sw.p4info
-        entries = [codec.from_finsy_entry(e, schema) async for e in sw.read(fy.P4TableEntry())
+        entries = [codec.from_finsy_entry(e, schema) async for e in self._read(fy.P4TableEntry())
                    if codec.table_name(e, schema) in TABLES]
         members = [codec.from_finsy_member(m)
-                   async for m in sw.read(fy.P4ActionProfileMember(ECMP_SELECTOR))]
+                   async for m in self._read(fy.P4ActionProfileMember(ECMP_SELECTOR))]
         groups = [codec.from_finsy_group(g)
-                  async for g in sw.read(fy.P4ActionProfileGroup(ECMP_SELECTOR))]
+                  async for g in self._read(fy.P4ActionProfileGroup(ECMP_SELECTOR))]
         try:
             mcast = [codec.from_finsy_multicast(g)
-                     async for g in sw.read(fy.P4MulticastGroupEntry())]
+                     async for g in self._read(fy.P4MulticastGroupEntry())]
         except fy.P4ClientError as e:
             LOG.warning("%s: multicast groups not readable (%s); assuming none", self.name, e)
             mcast = []
@@ -170,14 +174,14 @@ class P4Switch:
     async def read_counters(self, counter: str) -> dict[int, tuple[int, int]]:
         """``{index: (packets, bytes)}`` of every cell of indirect ``counter`` (§9.6)."""
         out: dict[int, tuple[int, int]] = {}
-        async for c in self._sw.read(fy.P4CounterEntry(counter)):
+        async for c in self._read(fy.P4CounterEntry(counter)):
             if c.index is not None and c.data is not None:
                 out[c.index] = (c.data.packet_count, c.data.byte_count)
         return out
 
     async def read_counter(self, counter: str, index: int) -> tuple[int, int]:
         """``(packets, bytes)`` of one cell of indirect ``counter``."""
-        async for c in self._sw.read(fy.P4CounterEntry(counter, index=index)):
+        async for c in self._read(fy.P4CounterEntry(counter, index=index)):
             if c.data is not None:
                 return (c.data.packet_count, c.data.byte_count)
         raise P4SwitchError(f"{self.name}: counter {counter}[{index}] not returned")
@@ -205,7 +209,7 @@ class P4Switch:
             (p4lang/PI#376); read queue depth with :meth:`read_queue_depth_histogram` there.
         """
         try:
-            async for r in self._sw.read(fy.P4RegisterEntry(register, index=index)):
+            async for r in self._read(fy.P4RegisterEntry(register, index=index)):
                 return codec.as_int(r.data)
         except fy.P4ClientError as e:
             if e.code.name == "UNIMPLEMENTED" or "UNIMPLEMENTED" in str(e):

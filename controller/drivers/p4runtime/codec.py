@@ -107,7 +107,8 @@ def from_finsy_entry(e: fy.P4TableEntry, schema: fy.P4Schema) -> TableEntry:
     match: list[tuple[str, FieldMatch]] = []
     for k, v in (e.match or {}).items():
         f = fields[k]
-        fm = decode_match(f.match_type.name, v)
+        mt = f.match_type
+        fm = decode_match(mt if isinstance(mt, str) else mt.name, v)
         if isinstance(fm, Ternary) and fm.mask >> f.bitwidth:
             fm = Ternary(fm.value, (1 << f.bitwidth) - 1)
         match.append((f.alias, fm))

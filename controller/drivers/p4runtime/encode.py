@@ -5,11 +5,12 @@ one table of the program (names in :mod:`.pipeline`):
 
 * action ``controller`` on an ``eth_type``-only match → ``punt`` (ternary ``eth_type``) →
   ``send_to_cpu``; the packet reaches the controller as packet-in;
-* a route (match exactly ``eth_type=IPv4, ipv4_dst``) to a port or an ECMP group → ``routes``
-  (LPM /32) pointing at a member or group of the ``ecmp_selector`` action selector. Member ids are
-  port numbers (one ``set_egress(port)`` member per port used); group ids are the plan's
-  (:func:`~controller.plan.model.group_id_for_ports`), members sorted, each weight 1. The
-  selector hashes (ipv4 src, dst, protocol, l4 src, l4 dst) with crc16 (see fabric.p4);
+* a route (match exactly ``eth_type=IPv4, ipv4_dst``) to a port or an ECMP
+  :class:`~controller.plan.model.NextHopSet` → ``routes`` (LPM /32) pointing at a member or
+  group of the ``ecmp_selector`` action selector. Member ids are port numbers (one
+  ``set_egress(port)`` member per port used); group ids are the driver's (``group_ids``: port
+  set → id; by default :func:`allocate_groups`, 1, 2, ... over the sorted port sets), members
+  sorted, each weight 1. fabric.p4 has no fast-failover groups: a failover set is refused;
 * any other IPv4 match (pinned flows) → ``pinned`` (ternary on each given field) →
   ``set_egress(port)`` or ``drop``. P4Runtime orders overlapping ternary entries by priority,
   higher first (P4Runtime spec v1.3 §9.1); the entry's priority is ``8 × plan priority +
@@ -60,7 +61,14 @@ from controller.drivers.p4runtime.pipeline import (
     P4Target,
 )
 from controller.model.topology import Fabric
-from controller.plan.model import ETH_TYPE_IPV4, FabricPlan, FlowIntent, SwitchPlan
+from controller.plan.model import (
+    DEFAULT_HASH_FIELDS,
+    ETH_TYPE_IPV4,
+    FabricPlan,
+    FlowIntent,
+    SwitchPlan,
+)
+from controller.plan.model import EcmpHash as PlanHash
 from controller.policy.model import EcmpSettings
 
 #: Multiplier that leaves room for the specificity tie-break in ``pinned`` priorities.
@@ -108,15 +116,16 @@ def _pinned_entry(switch: str, flow: FlowIntent, cpu_port: int) -> TableEntry:
             match.append((name, ternary(v, width)))
         except ValueError as e:
             raise EncodeError(f"{switch}: {flow.origin or flow}: {name}: {e}") from None
+    params: tuple[tuple[str, int], ...]
     if flow.action.kind == "output":
-        action, params = "set_egress", (("port", _port(switch, flow.origin, flow.action.arg,
+        action, params = "set_egress", (("port", _port(switch, flow.origin, flow.action.port,
                                                        cpu_port)),)
     elif flow.action.kind == "drop":
         action, params = "drop", ()
     else:
         raise EncodeError(
             f"{switch}: {flow.origin or flow}: table pinned takes output or drop, not "
-            f"{flow.action} (fabric.p4 has no groups on pinned entries)"
+            f"{flow.action} (fabric.p4 has no groups or fast failover on pinned entries)"
         )
     prio = flow.priority * PRIORITY_SCALE + len(match)
     return TableEntry(PINNED.name, tuple(match), prio, action, params, origin=flow.origin)
@@ -129,6 +138,28 @@ class EcmpHash:
 
     fields: tuple[str, ...]
     seed: int
+
+
+def plan_ecmp_hash(plan: SwitchPlan) -> EcmpHash:
+    """The hash a switch's plan asks of its ECMP sets (the default, 5-tuple seed 0, when they
+    ask nothing or it has none).
+
+    Raises
+    ------
+    EncodeError
+        Two ECMP sets of the switch ask for different hashes (fabric.p4 hashes once per switch).
+    """
+    hashes = {s.hash for s in plan.next_hop_sets() if s.kind == "ecmp"}
+    if len(hashes) > 1:
+        raise EncodeError(f"{plan.switch}: ECMP sets ask for different hashes "
+                          f"{sorted(map(str, hashes))}; fabric.p4 hashes one way per switch")
+    h: PlanHash | None = next(iter(hashes), None)
+    return EcmpHash(DEFAULT_HASH_FIELDS, 0) if h is None else EcmpHash(h.fields, h.seed)
+
+
+def allocate_groups(port_sets: Any) -> dict[tuple[int, ...], int]:
+    """Group ids 1, 2, ... for ``port_sets`` in sorted order (a deterministic allocation)."""
+    return {ports: i for i, ports in enumerate(sorted(set(port_sets)), 1)}
 
 
 def ecmp_hash_settings(fabric: Fabric, ecmp: EcmpSettings) -> dict[str, EcmpHash]:
@@ -160,15 +191,18 @@ def ecmp_hash_entry(switch: str, setting: EcmpHash) -> TableEntry:
                       origin=f"ecmp hash {'+'.join(setting.fields)} seed {setting.seed}")
 
 
-def encode_flow(switch: str, flow: FlowIntent, target: P4Target = BMV2) -> TableEntry:
+def encode_flow(switch: str, flow: FlowIntent, target: P4Target = BMV2,
+                group_ids: Mapping[tuple[int, ...], int] | None = None) -> TableEntry:
     """The table entry for one flow intent (see the module docstring for the table rules);
-    ``target`` supplies the CPU port no entry may forward to.
+    ``target`` supplies the CPU port no entry may forward to; ``group_ids`` the id of each ECMP
+    port set.
 
     Raises
     ------
     EncodeError
         A match the program has no table for (non-IPv4 forwarding, a punt on more than
-        ``eth_type``), a group on a pinned entry, a port outside bit<9> or equal to CPU_PORT.
+        ``eth_type``), a next-hop set on a pinned entry, a failover set, a set without an id,
+        a port outside bit<9> or equal to CPU_PORT.
     """
     m = flow.match
     fields = m.fields()
@@ -180,18 +214,27 @@ def encode_flow(switch: str, flow: FlowIntent, target: P4Target = BMV2) -> Table
                           max(1, flow.priority), "send_to_cpu", (), origin=flow.origin)
     if m.eth_type != ETH_TYPE_IPV4:
         raise EncodeError(f"{switch}: {what}: fabric.p4 forwards IPv4 only (eth_type {m.eth_type!r})")
-    if set(fields) == {"eth_type", "ipv4_dst"} and flow.action.kind in ("output", "group"):
+    if set(fields) == {"eth_type", "ipv4_dst"} and flow.action.kind in ("output", "next_hops"):
         key = (("ipv4_dst", lpm(_ipv4(m.ipv4_dst or "0.0.0.0"), 32, 32)),)
         if flow.action.kind == "output":
             return TableEntry(ROUTES.name, key, 0,
-                              member_id=_port(switch, what, flow.action.arg, target.cpu_port),
+                              member_id=_port(switch, what, flow.action.port, target.cpu_port),
                               origin=flow.origin)
-        return TableEntry(ROUTES.name, key, 0, group_id=flow.action.arg, origin=flow.origin)
+        nhs = flow.action.next_hops
+        assert nhs is not None
+        if nhs.kind != "ecmp":
+            raise EncodeError(f"{switch}: {what}: {nhs}: fabric.p4 has select groups only (no "
+                              "fast failover)")
+        gid = (group_ids or {}).get(nhs.ports)
+        if gid is None:
+            raise EncodeError(f"{switch}: {what}: {nhs} has no group id")
+        return TableEntry(ROUTES.name, key, 0, group_id=gid, origin=flow.origin)
     return _pinned_entry(switch, flow, target.cpu_port)
 
 
 def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
-                  ecmp_hash: EcmpHash | None = None, target: P4Target = BMV2) -> SwitchEntities:
+                  ecmp_hash: EcmpHash | None = None, target: P4Target = BMV2,
+                  group_ids: Mapping[tuple[int, ...], int] | None = None) -> SwitchEntities:
     """All entities of one switch: ``plan``'s flows and groups, plus the QoS entries of
     ``qos`` (one switch's document of :func:`controller.render.bmv2.render_bmv2`, or of
     :func:`controller.render.tofino.render_tofino` for ``target`` TOFINO) and the
@@ -200,22 +243,24 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
     :data:`~.pipeline.TOFINO`) is the program the entities are for: both share every name
     except ``mark_ecn``'s threshold parameter.
 
-    ``device_id`` is the switch's dpid (simple_switch_grpc ``--device-id``).
+    ``device_id`` is the switch's dpid (simple_switch_grpc ``--device-id``); ``group_ids``:
+    ECMP port set → group id (default: :func:`allocate_groups` over the plan's sets).
 
     Raises
     ------
     EncodeError
-        An intent the program cannot express (see :func:`encode_flow`); a group that is not
-        ``select`` or that a route uses but the plan lacks; two flows that become the same
-        entry with different actions.
+        An intent the program cannot express (see :func:`encode_flow`); two flows that become
+        the same entry with different actions.
     """
     sw = plan.switch
-    groups = {g.group_id: g for g in plan.groups}
+    sets = {s.ports: s for s in plan.next_hop_sets() if s.kind == "ecmp"}
+    ids = dict(group_ids) if group_ids is not None else allocate_groups(sets)
+    groups = {ids[p]: p for p in sets if p in ids}
     entries: dict[tuple[Any, ...], TableEntry] = {}
     ports_used: set[int] = set()
     groups_used: set[int] = set()
-    for flow in sorted(plan.flows):
-        e = encode_flow(sw, flow, target)
+    for flow in sorted(plan.flows, key=FlowIntent.sort_key):
+        e = encode_flow(sw, flow, target, ids)
         old = entries.get(e.key)
         if old is not None and old.value != e.value:
             raise EncodeError(f"{sw}: '{old.origin}' and '{e.origin}' both become {e} "
@@ -224,15 +269,11 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
         if e.member_id is not None:
             ports_used.add(e.member_id)
         if e.group_id is not None:
-            if e.group_id not in groups:
-                raise EncodeError(f"{sw}: {e.origin}: group {e.group_id:#x} is not in the plan")
             groups_used.add(e.group_id)
     pgroups: set[ProfileGroup] = set()
     for gid in sorted(groups_used):
-        g = groups[gid]
-        if g.kind != "select":
-            raise EncodeError(f"{sw}: group {gid:#x} is {g.kind!r}; fabric.p4 has select only")
-        ports = tuple(sorted(_port(sw, f"group {gid:#x}", p, target.cpu_port) for p in g.ports))
+        ports = tuple(sorted(_port(sw, f"group {gid:#x}", p, target.cpu_port)
+                             for p in groups[gid]))
         ports_used.update(ports)
         pgroups.add(ProfileGroup(ECMP_SELECTOR, gid, ports))
     out_entries = set(entries.values())

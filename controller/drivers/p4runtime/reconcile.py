@@ -76,8 +76,8 @@ class Reconciliation:
 
 def _split(intended: Iterable[Entity], actual: Iterable[Entity]
            ) -> tuple[list[Update], list[Update]]:
-    want = {e.key: e for e in intended}  # type: ignore[union-attr]
-    have = {e.key: e for e in actual}  # type: ignore[union-attr]
+    want = {e.key: e for e in intended}
+    have = {e.key: e for e in actual}
     upserts: list[Update] = []
     for k in sorted(want, key=repr):
         w = want[k]
@@ -144,7 +144,7 @@ def apply(state: SwitchEntities, rec: Reconciliation) -> SwitchEntities:
     }
     for i, phase in enumerate(rec.phases, 1):
         for u in phase:
-            k = u.entity.key  # type: ignore[union-attr]
+            k = u.entity.key
             d = cur[_kind(u.entity)]
             if (u.op == "insert") == (k in d):
                 raise ValueError(f"phase {i}: {u}: {'exists' if k in d else 'not found'}")
@@ -168,7 +168,7 @@ def _partial(cur: dict[str, dict[object, Entity]], phase: tuple[Update, ...], up
     out = {k: dict(v) for k, v in cur.items()}
     for u in phase:
         kind = _kind(u.entity)
-        k = u.entity.key  # type: ignore[union-attr]
+        k = u.entity.key
         if u.op == "delete" and kind in delete:
             out[kind].pop(k, None)
         elif u.op != "delete" and kind in upsert:

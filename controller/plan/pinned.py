@@ -1,0 +1,126 @@
+"""Pinned entries: a placement (flow → path) on top of a route plan, with optional fast-failover
+protection. Pure.
+
+For each pinned flow and each switch on its path, one :data:`~controller.plan.model.PRIO_PINNED`
+entry matches the flow (:func:`pinned_match`) and outputs towards the next node. With
+``failover`` naming a switch, an entry there whose destination has other shortest next hops
+(a leaf's uplinks) forwards by a failover :class:`~controller.plan.model.NextHopSet` instead:
+its planned port first, then the other next hops ascending, so the switch moves the flow the
+moment the port goes down (OpenFlow 1.3.5 §5.6.1), before the controller re-pins. Where only one
+next hop exists (a spine towards a leaf), nothing local can help and the re-pin restores the
+flow. No port-number limit applies: the set is a value, the driver gives it an id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from controller.errors import PlanInvariantError
+from controller.model.topology import Fabric
+from controller.plan.model import (
+    ETH_TYPE_IPV4,
+    PRIO_PINNED,
+    Action,
+    FabricPlan,
+    FlowIntent,
+    Match,
+    NextHopSet,
+    SwitchPlan,
+)
+from controller.te.collectives import FlowDemand
+from controller.te.invariants import check_path
+
+TABLE = 0
+"""The one flow table the plan uses (control, pinned and route entries, told apart by priority)."""
+
+Path = tuple[str, ...]
+DownLinks = frozenset[frozenset[str]]
+NextHopMap = Mapping[str, Mapping[str, tuple[int, ...]]]
+
+
+def pinned_match(fabric: Fabric, demand: FlowDemand) -> Match:
+    """The header match of a pinned flow: IPv4 source and destination of its hosts, plus the
+    collective's DSCP and L4 fields when it declares them.
+
+    Raises
+    ------
+    KeyError
+        A host of the demand is not in ``fabric``.
+    """
+    return Match(
+        eth_type=ETH_TYPE_IPV4,
+        ipv4_src=fabric.host_by_name[demand.src].ipv4,
+        ipv4_dst=fabric.host_by_name[demand.dst].ipv4,
+        ip_proto=demand.ip_proto,
+        ip_dscp=demand.dscp,
+        l4_src=demand.l4_src,
+        l4_dst=demand.l4_dst,
+    )
+
+
+def path_is_up(path: Path, down_links: DownLinks) -> bool:
+    """True when no hop of ``path`` is a down link."""
+    return not any(frozenset(e) in down_links for e in zip(path, path[1:], strict=False))
+
+
+def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Path],
+                down_links: DownLinks = frozenset(), next_hops: NextHopMap | None = None,
+                failover: Collection[str] = ()) -> FabricPlan:
+    """``base`` (control and route entries) plus the pinned entries of ``paths``.
+
+    Parameters
+    ----------
+    fabric : Fabric
+    base : FabricPlan
+        A route plan (:func:`controller.plan.build.build_routes`); its pinned entries, if any,
+        are replaced.
+    paths : mapping of FlowDemand to tuple of str
+        The pinned path (host … host) of every flow; each must pass
+        :func:`controller.te.invariants.check_path` with ``down_links``.
+    down_links : frozenset of frozenset of str
+        Links that are down.
+    next_hops : mapping, optional
+        ``next_hops[switch][host]`` → shortest-path ports with ``down_links`` removed (the
+        route plan's); needed for ``failover``.
+    failover : collection of str
+        Switches whose entries get fast-failover protection (module docstring).
+
+    Returns
+    -------
+    FabricPlan
+
+    Raises
+    ------
+    PlanInvariantError
+        A path breaks an invariant, or two flows with one match need different actions on a
+        switch (the message names both and suggests a dscp or l4 match).
+    """
+    entries: dict[str, dict[Match, FlowIntent]] = {}
+    ff = frozenset(failover)
+    for demand, path in paths.items():
+        check_path(fabric, path, down_links, src=demand.src, dst=demand.dst)
+        match = pinned_match(fabric, demand)
+        origin = f"pin {demand.label}"
+        for i in range(1, len(path) - 1):
+            node, nxt = path[i], path[i + 1]
+            port = fabric.port_towards(node, nxt)
+            action = Action("output", port)
+            if node in ff and next_hops is not None:
+                alts = tuple(p for p in next_hops.get(node, {}).get(demand.dst, ()) if p != port)
+                if alts:
+                    action = Action.via(NextHopSet("failover", (port, *sorted(alts))))
+            fi = FlowIntent(TABLE, PRIO_PINNED, match, action, origin)
+            at = entries.setdefault(node, {})
+            old = at.get(match)
+            if old is not None and old.action != fi.action:
+                raise PlanInvariantError(
+                    f"switch {node}: pinned flows '{old.origin}' and '{origin}' have the same "
+                    f"match but leave differently ({old.action} vs {fi.action}); give one "
+                    "collective a dscp or l4 match")
+            at[match] = fi
+    out: dict[str, SwitchPlan] = {}
+    for name, sp in base.switches.items():
+        flows = {f for f in sp.flows if f.priority != PRIO_PINNED}
+        flows |= set(entries.get(name, {}).values())
+        out[name] = SwitchPlan(sp.switch, sp.dpid, frozenset(flows))
+    return FabricPlan(out)

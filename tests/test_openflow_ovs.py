@@ -1,0 +1,377 @@
+"""The controller against real Open vSwitch bridges (no Mininet needed; marked ``mininet`` like the
+other root-and-OVS tests): no wipe on connect, foreign entries survive start, kill -9, restart
+and live reloads, nothing is sent at a reconnect when nothing changed, a refused change rolls
+every switch back, a stale role generation_id is refused by the switch, and ECMP hash fields
+are programmed through OpenFlow 1.5 group properties (refused with the reason on 1.3).
+
+Each test makes its own bridges (named after the test process, removed afterwards; no other
+bridge is touched) standing in for switches of the main lab fabric by their datapath ids, and
+runs ``aifabric controller`` as a process, as an operator would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from mininet_labs.lab.processes import free_port
+from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (Open vSwitch bridges)"
+    if shutil.which("ovs-vsctl") is None:
+        return "Open vSwitch is not installed"
+    r = subprocess.run(["ovs-vsctl", "--timeout=3", "show"], capture_output=True)
+    return None if r.returncode == 0 else "Open vSwitch is not running"
+
+
+REASON = _why_not()
+pytestmark = [pytest.mark.mininet,
+              pytest.mark.skipif(REASON is not None, reason=f"Open vSwitch unavailable: {REASON}")]
+TAG = f"i12x{os.getpid() % 100000}"
+FOREIGN = 0xBEEF
+
+
+def _sh(*args: str, check: bool = True) -> str:
+    return subprocess.run(list(args), capture_output=True, text=True, check=check,
+                          timeout=30).stdout
+
+
+@contextmanager
+def bridges(spec: dict[str, tuple[int, str]]) -> Iterator[dict[str, str]]:
+    """Bridges ``{switch: (dpid, protocols)}`` in fail_mode=secure on the userspace datapath;
+    yields {switch: bridge name}; removes exactly those bridges afterwards."""
+    names = {sw: f"{TAG}{i}" for i, sw in enumerate(spec)}
+    try:
+        for sw, (dpid, protocols) in spec.items():
+            b = names[sw]
+            _sh("ovs-vsctl", "--may-exist", "add-br", b, "--", "set", "bridge", b,
+                "datapath_type=netdev", "fail_mode=secure", f"protocols={protocols}",
+                f"other-config:datapath-id={dpid:016x}")
+            deadline = time.monotonic() + 10
+            while f"dpid:{dpid:016x}" not in _sh("ovs-ofctl", "-O", protocols.split(",")[0],
+                                                  "show", b, check=False):
+                assert time.monotonic() < deadline, f"bridge {b} never got dpid {dpid:#x}"
+                time.sleep(0.1)
+        yield names
+    finally:
+        for b in names.values():
+            subprocess.run(["ovs-vsctl", "--if-exists", "del-br", b], capture_output=True,
+                           timeout=30)
+
+
+def _foreign(bridge: str) -> None:
+    """Another application's entries: another cookie, our table and priority too, another
+    table, and a group outside our id range. (Add them after the bridge has its controller:
+    Open vSwitch flushes a bridge's flow table when it gets its first controller.)"""
+    _sh("ovs-ofctl", "-O", "OpenFlow13", "add-group", bridge,
+        "group_id=77,type=select,bucket=output:1")
+    _sh("ovs-ofctl", "-O", "OpenFlow13", "add-flow", bridge,
+        f"cookie={FOREIGN:#x},table=0,priority=100,ip,nw_dst=192.168.9.9,actions=drop")
+    _sh("ovs-ofctl", "-O", "OpenFlow13", "add-flow", bridge,
+        f"cookie={FOREIGN:#x},table=3,priority=7,ipv6,actions=drop")
+
+
+def _foreign_intact(bridge: str) -> bool:
+    flows = _sh("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge, f"cookie={FOREIGN:#x}/-1")
+    groups = _sh("ovs-ofctl", "-O", "OpenFlow13", "dump-groups", bridge)
+    return ("priority=100,ip,nw_dst=192.168.9.9" in flows and "table=3" in flows
+            and "group_id=77," in groups)
+
+
+def _ours(bridge: str) -> list[str]:
+    out = _sh("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge)
+    return [ln for ln in out.splitlines() if "cookie=0xa1fab000000001" in ln]
+
+
+def _durations(bridge: str) -> dict[str, float]:
+    out = {}
+    for ln in _ours(bridge):
+        m = re.search(r"duration=([\d.]+)s.*?(priority=\S+)", ln)
+        if m:
+            out[m.group(2)] = float(m.group(1))
+    return out
+
+
+class Controller:
+    """``aifabric controller`` as a process (its own session), its log in ``log``."""
+
+    def __init__(self, tmp: Path, policy: Path, port: int, *extra: str, name: str = "c",
+                 topology: Path = MAIN_TOPOLOGY) -> None:
+        self.log = tmp / f"{name}.log"
+        self.port = port
+        self.metrics = free_port()
+        cmd = [sys.executable, "-m", "controller.cli", "controller", "-t", str(topology),
+               "-p", str(policy), "--listen", f"127.0.0.1:{port}",
+               "--metrics-listen", f"127.0.0.1:{self.metrics}", *extra]
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                     start_new_session=True,
+                                     cwd=Path(__file__).resolve().parent.parent)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait(self, pattern: str, timeout_s: float = 30, count: int = 1) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            text = self.text()
+            if len(re.findall(pattern, text)) >= count:
+                return text
+            assert self.proc.poll() is None, f"controller exited:\n{text[-3000:]}"
+            time.sleep(0.1)
+        raise AssertionError(f"{pattern!r} not in the log within {timeout_s} s:\n"
+                             f"{self.text()[-3000:]}")
+
+    def sent(self, switch: str, kind: str) -> float:
+        """aifabric_southbound_messages_total{switch, kind} from the metrics endpoint."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics",
+                                      timeout=5).read().decode()
+        m = re.search(rf'aifabric_southbound_messages_total{{kind="{kind}",switch="{switch}"}} '
+                      r"([\d.e+]+)", text)
+        return float(m.group(1)) if m else 0.0
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+        try:
+            return self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait(5)
+
+
+def _point(bridge: str, *ports: int) -> None:
+    """The bridge's controllers: tcp:127.0.0.1:PORT for each port, retried every second
+    (max_backoff 1000 ms)."""
+    args: list[str] = []
+    for i, p in enumerate(ports):
+        args += ["--", f"--id=@c{i}", "create", "Controller", f"target=tcp\\:127.0.0.1\\:{p}",
+                 "max_backoff=1000"]
+    refs = ",".join(f"@c{i}" for i in range(len(ports)))
+    _sh("ovs-vsctl", *args, "--", "set", "bridge", bridge, f"controller=[{refs}]")
+
+
+@pytest.fixture
+def policy_file(tmp_path):
+    p = tmp_path / "policy.yaml"
+    p.write_text(PINNED_POLICY.read_text())
+    return p
+
+
+def test_no_wipe_foreign_entries_survive_restart_and_reload(tmp_path, policy_file):
+    with bridges({"leaf1": (3, "OpenFlow13,OpenFlow15")}) as br:
+        b = br["leaf1"]
+        port = free_port()
+        _point(b, port)
+        _foreign(b)
+        a = Controller(tmp_path, policy_file, port, name="a")
+        try:
+            a.wait(r"\[leaf1 dpid=0x3\] reconciled: read 0 entries of ours, sent \+14")
+            assert len(_ours(b)) == 14 and _foreign_intact(b)
+            assert a.sent("leaf1", "flow-mod") == 14 and a.sent("leaf1", "bundle") == 1
+            first = _durations(b)
+        finally:
+            a.stop(signal.SIGKILL)  # kill -9: no goodbye
+        t_kill = time.monotonic()
+        # the switch keeps forwarding (fail_mode=secure) with everything in place
+        assert len(_ours(b)) == 14 and _foreign_intact(b)
+        c = Controller(tmp_path, policy_file, port, name="b")
+        try:
+            c.wait(r"\[leaf1 dpid=0x3\] reconciled: read 14 entries of ours, all as intended: "
+                   "nothing sent")
+            # no flow-mod, no group-mod at the reconnect; entries were not re-added (their age
+            # runs on from the first controller's install)
+            assert c.sent("leaf1", "flow-mod") == 0 and c.sent("leaf1", "group-mod") == 0
+            again = _durations(b)
+            waited = time.monotonic() - t_kill
+            assert set(again) == set(first)
+            assert all(again[k] >= first[k] + waited - 1.0 for k in first)
+            # live reload: SIGHUP with the ECMP policy deletes only our pinned entries
+            policy_file.write_text(ECMP_POLICY.read_text())
+            os.killpg(c.proc.pid, signal.SIGHUP)
+            c.wait(r"policy generation 2 applied")
+            assert len(_ours(b)) == 10 and _foreign_intact(b)
+            assert not [ln for ln in _ours(b) if "priority=500" in ln]
+            # a broken policy: located problem, an apply-failed event, nothing changes
+            policy_file.write_text("version: 1\nrouting:\n  mode: teleport\n")
+            before = _ours(b)
+            os.killpg(c.proc.pid, signal.SIGHUP)
+            text = c.wait(rf"{re.escape(str(policy_file))}:3:\d+")
+            assert "policy generation 3" not in text
+            assert [re.sub(r"duration=\S+ ", "", x) for x in _ours(b)] == \
+                [re.sub(r"duration=\S+ ", "", x) for x in before]
+            assert c.stop() == 0  # SIGTERM: a clean exit
+        finally:
+            c.stop(signal.SIGKILL)
+        assert len(_ours(b)) == 10 and _foreign_intact(b)
+
+
+def test_a_refused_change_rolls_back_every_switch(tmp_path, policy_file):
+    policy_file.write_text(ECMP_POLICY.read_text())
+    with bridges({"leaf1": (3, "OpenFlow13,OpenFlow15"),
+                  "leaf2": (4, "OpenFlow13")}) as br:
+        port = free_port()
+        for b in br.values():
+            _point(b, port)
+        c = Controller(tmp_path, policy_file, port)
+        try:
+            c.wait(r"reconciled: read 0 entries of ours, sent", count=2)
+            before = {sw: sorted(re.sub(r"duration=\S+ |n_packets=\S+ |n_bytes=\S+ ", "", x)
+                                 for x in _ours(b)) for sw, b in br.items()}
+            assert len(before["leaf1"]) == len(before["leaf2"]) == 10
+            # leaf2's table 0 is full now (the ECMP plan and the switch's own hidden entries):
+            # the pinned entries will be refused (OFPFMFC_TABLE_FULL)
+            active = int(re.search(r"table 0:.*?active=(\d+)", _sh(
+                "ovs-ofctl", "-O", "OpenFlow13", "dump-tables", br["leaf2"]), re.S).group(1))
+            _sh("ovs-vsctl", "--", "--id=@t", "create", "Flow_Table", f"flow_limit={active}",
+                "overflow_policy=refuse", "--", "set", "Bridge", br["leaf2"], "flow_tables:0=@t")
+            policy_file.write_text(PINNED_POLICY.read_text())
+            os.killpg(c.proc.pid, signal.SIGHUP)
+            text = c.wait(r"policy .* not applied, generation 1 stays in force")
+            assert re.search(r"\[leaf2 dpid=0x4\] change refused, rolled back on leaf1", text)
+            assert "TABLE_FULL" in text and "leaf2: entry table=0 priority=500" in text
+            after = {sw: sorted(re.sub(r"duration=\S+ |n_packets=\S+ |n_bytes=\S+ ", "", x)
+                                for x in _ours(b)) for sw, b in br.items()}
+            assert after == before
+        finally:
+            c.stop()
+
+
+def test_ovs_refuses_a_stale_generation_id_and_the_backup_never_writes(tmp_path, policy_file):
+    with bridges({"leaf1": (3, "OpenFlow13,OpenFlow15")}) as br:
+        b = br["leaf1"]
+        pa, pb = free_port(), free_port()
+        _point(b, pa, pb)
+        a = Controller(tmp_path, policy_file, pa, "--openflow-role", "master",
+                       "--generation-id", "10", name="a")
+        try:
+            a.wait(r"\[leaf1 dpid=0x3\] reconciled")
+            assert "role master (generation_id 10)" in a.text()
+            stale = Controller(tmp_path, policy_file, pb, "--openflow-role", "master",
+                               "--generation-id", "9", name="stale")
+            try:
+                text = stale.wait(r"never writing")
+                # OpenFlow 1.3.5 §6.3.6: an older generation_id is refused by the switch
+                assert re.search(r"role master with generation_id 9 refused: "
+                                 r"OFPET_ROLE_REQUEST_FAILED/OFPRRFC_STALE", text), text
+                assert stale.sent("leaf1", "flow-mod") == 0 and stale.sent("leaf1",
+                                                                             "bundle") == 0
+            finally:
+                stale.stop()
+            assert len(_ours(b)) == 14
+        finally:
+            a.stop()
+
+
+def test_ecmp_hash_through_openflow_15_and_refused_on_13(tmp_path, policy_file):
+    policy_file.write_text(ECMP_POLICY.read_text().replace(
+        "hash_fields: [ipv4_src, ipv4_dst, ip_proto, l4_src, l4_dst]",
+        "hash_fields: [ipv4_src, ipv4_dst, l4_src]\n    hash_seeds: {leaf: 7, spine: 9}"))
+    with bridges({"leaf1": (3, "OpenFlow13,OpenFlow15"),
+                  "leaf2": (4, "OpenFlow13")}) as br:
+        port = free_port()
+        for b in br.values():
+            _point(b, port)
+        c = Controller(tmp_path, policy_file, port)
+        try:
+            text = c.wait(r"\[leaf1 dpid=0x3\] reconciled: read 0 entries of ours, sent")
+            text = c.wait(r"\[leaf2 dpid=0x4\] reconciled: read 0 entries of ours, refused")
+            groups = _sh("ovs-ofctl", "-O", "OpenFlow15", "dump-groups", br["leaf1"])
+            # ovs-ofctl(8) Group Syntax: what the switch itself reports for the group
+            assert re.search(r"type=select,selection_method=hash,selection_method_param=7,"
+                             r"fields\(ip_src,ip_dst,tcp_src,udp_src\)", groups), groups
+            # on OpenFlow 1.3 the hash cannot be asked for: refused with the reason, not
+            # installed with the switch's default hash
+            assert "need OpenFlow 1.5 group selection properties" in text
+            assert "speaks OpenFlow 1.3" in text
+            assert not [ln for ln in _ours(br["leaf2"]) if "group:" in ln]
+        finally:
+            c.stop()
+
+
+@contextmanager
+def veths(bridge: str, ports: Iterator[int] | list[int]) -> Iterator[dict[int, str]]:
+    """veth pairs attached to ``bridge`` at the given OpenFlow port numbers (links up);
+    yields {port: the far end's name}; removes exactly those pairs afterwards."""
+    far: dict[int, str] = {}
+    try:
+        for p in ports:
+            near, far[p] = f"{bridge}v{p}", f"{bridge}w{p}"
+            _sh("ip", "link", "add", near, "type", "veth", "peer", "name", far[p])
+            _sh("ip", "link", "set", near, "up")
+            _sh("ip", "link", "set", far[p], "up")
+            _sh("ovs-vsctl", "add-port", bridge, near, "--", "set", "interface", near,
+                f"ofport_request={p}")
+        yield far
+    finally:
+        for p in far:
+            subprocess.run(["ip", "link", "del", f"{bridge}v{p}"], capture_output=True,
+                           timeout=30)
+
+
+def _trace_output(bridge: str, flow: str) -> int | None:
+    """The port Open vSwitch's own pipeline sends ``flow`` to (ofproto/trace), or None."""
+    out = _sh("ovs-appctl", "ofproto/trace", bridge, flow)
+    m = re.search(r"Datapath actions: (.*)", out)
+    ports = re.findall(r"output:(\d+)", out.split("Final flow")[0])
+    return int(ports[-1]) if ports and m and m.group(1).strip() != "drop" else None
+
+
+def test_a_64_port_leaf_gets_ecmp_and_fast_failover_on_ports_beyond_32(tmp_path):
+    """48 hosts + 16 spines: every uplink (ports 49-64) is in the ECMP group and in the
+    fast-failover group of a pinned flow; when the primary uplink's link goes down the switch's
+    own pipeline sends the flow out of another uplink beyond 32."""
+    from controller.model.topology import load_topology
+
+    topo = tmp_path / "leafspine_16x2x48.yaml"
+    topo.write_text("name: leafspine-16x2x48\nkind: leaf-spine\nspines: 16\nleaves: 2\n"
+                    "hosts_per_leaf: 48\nlinks:\n  host: {rate: 100Mbps, latency: 1us}\n"
+                    "  fabric: {rate: 100Mbps, latency: 1us}\n")
+    fab = load_topology(topo)
+    leaf = fab.switch_by_name["leaf1"]
+    uplinks = sorted(p for (sw, p), (peer, _) in fab.port_map.items()
+                     if sw == "leaf1" and peer.startswith("spine"))
+    assert uplinks == list(range(49, 65))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 1\nrouting:\n  mode: pinned\ncollectives:\n"
+                      "  - name: wide\n    algorithm: ring\n    ranks: [h1, h49]\n")
+    h1, h49 = fab.host_by_name["h1"], fab.host_by_name["h49"]
+    flow = f"in_port=1,ip,nw_src={h1.ipv4},nw_dst={h49.ipv4},nw_proto=17"
+    with bridges({"leaf1": (leaf.dpid, "OpenFlow13")}) as br, \
+            veths(br["leaf1"], [1, *uplinks]) as far:
+        b = br["leaf1"]
+        port = free_port()
+        _point(b, port)
+        c = Controller(tmp_path, policy, port, "--fast-failover", topology=topo)
+        try:
+            c.wait(rf"\[leaf1 dpid={leaf.dpid:#x}\] reconciled: read 0 entries of ours, sent")
+            groups = _sh("ovs-ofctl", "-O", "OpenFlow13", "dump-groups", b)
+            select = [g for g in groups.splitlines() if "type=select" in g]
+            ff = [g for g in groups.splitlines() if "type=ff" in g or "fast_failover" in g]
+            assert select and ff, groups
+            for p in uplinks:  # every uplink, 49 to 64, in both kinds of group
+                assert all(f"output:{p}" in g for g in select), select
+                assert any(f"watch_port:{p}," in g for g in ff), ff
+            first = _trace_output(b, flow)
+            assert first in uplinks, first
+            _sh("ip", "link", "set", far[first], "down")  # the primary uplink's link fails
+            deadline = time.monotonic() + 10
+            while (now := _trace_output(b, flow)) == first:
+                assert time.monotonic() < deadline, "the flow still leaves by the dead port"
+                time.sleep(0.1)
+            assert now in uplinks and now != first, now
+        finally:
+            c.stop()
