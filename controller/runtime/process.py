@@ -162,9 +162,11 @@ def policy_targets(southbound: Mapping[str, SouthboundKind], opts: ControllerOpt
     """The render targets whose checks a policy must pass here: the P4 target (``bmv2`` or
     ``tofino``) when a switch speaks P4Runtime (its QoS entries are programmed), ``openflow``
     with ``--apply-qos`` (the Open vSwitch queues are programmed)."""
+    from controller.qos.targets import TARGETS
+
     out = set()
-    if "p4runtime" in southbound.values():
-        out.add(opts.p4_target)
+    if "p4runtime" in southbound.values() and opts.p4_target in TARGETS:
+        out.add(opts.p4_target)  # an unknown target is refused with its reason later
     if opts.apply_qos:
         out.add("openflow")
     return frozenset(out)

@@ -42,8 +42,8 @@ from controller.northbound.model import (
 )
 from controller.plan.model import SwitchChanges
 from controller.plan.pinned import path_is_up, pinned_match
-from controller.qos.validate import check_policy_for_targets
 from controller.policy.model import Collective, Policy
+from controller.qos.validate import check_policy_for_targets
 from controller.runtime.controller import Controller, Proposal
 from controller.runtime.events import (
     CollectivesRegistered,
