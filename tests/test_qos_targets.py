@@ -203,19 +203,32 @@ def test_sonic_watchdog_times_within_pfcwd_ranges(write, detect, restore, expect
         load_policy_checked(path, fabric, "tofino")  # microseconds there
 
 
-# -- OpenFlow: ECMP hash knobs the driver does not program -----------------------------------------
-def test_openflow_refuses_hash_fields_and_seeds_it_does_not_program(write):
+# -- ECMP hash knobs: honoured on Open vSwitch (OpenFlow 1.5), refused where a target lacks them ---
+def test_openflow_honours_hash_fields_and_seeds_and_a_target_without_them_refuses(
+        write, monkeypatch):
+    """Open vSwitch selects an ECMP bucket by the fields and basis of OpenFlow 1.5 group
+    properties (ovs-ofctl(8), "Group Syntax": ``selection_method=hash``, ``fields(...)``,
+    ``selection_method_param``), which the OpenFlow driver programs, so ``openflow`` accepts
+    them; a switch that does not negotiate OpenFlow 1.5 is refused by the driver at run time
+    (tests/test_openflow_ovs.py). A target whose driver cannot program them refuses the policy
+    (issue 17 point 6: never validated and then ignored)."""
+    import dataclasses
+
+    from controller.qos import targets
+
     fabric = load_topology(ROOT / "mininet_labs" / "topologies" / "fattree_k4.yaml")
     path = write("version: 1\nrouting:\n  mode: ecmp\n  ecmp:\n    hash_fields: [ipv4_src, ipv4_dst]\n"
                  "    hash_seeds: {edge: 1, agg: 0, core: 13}\n")
+    for target in ("openflow", "bmv2", "tofino", "sonic"):  # SONiC: QoS only
+        load_policy_checked(path, fabric, target)
+    lacking = dataclasses.replace(targets.TARGETS["openflow"], ecmp_hash_fields=False,
+                                  ecmp_hash_seeds=False)
+    monkeypatch.setitem(targets.TARGETS, "openflow", lacking)
     msg = errors_of(path, fabric, "openflow")
     assert (f"{path}:5:18: routing.ecmp.hash_fields: hash fields ['ipv4_src', 'ipv4_dst'] cannot "
-            "be honoured on target openflow: the OpenFlow driver programs OpenFlow 1.3 select "
-            "groups") in msg
+            "be honoured on target openflow") in msg
     assert "routing.ecmp.hash_seeds.edge: hash seed 1 cannot be honoured" in msg
     assert "hash_seeds.core: hash seed 13" in msg and "hash_seeds.agg" not in msg  # 0 is default
-    for target in ("bmv2", "tofino", "sonic"):  # the P4 programs hash them; SONiC: QoS only
-        load_policy_checked(path, fabric, target)
     default = write("version: 1\nrouting: {mode: ecmp}\n", "default.yaml")
     load_policy_checked(default, fabric, "openflow")
     # the 5-tuple in any order is the default's field set

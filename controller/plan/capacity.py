@@ -293,7 +293,7 @@ def fit_tables(
         ports = route_ports.get(sw, {})
         for m, fi in list(entries.items()):  # 1: what the route entry does anyway
             dst = host_ip.get(m.ipv4_dst or "")
-            if dst is not None and ports.get(dst) == (fi.action.arg,) and fi.action.kind == "output":
+            if dst is not None and fi.action.kind == "output" and ports.get(dst) == (fi.action.port,):
                 del entries[m]
         if len(entries) > r:  # 2: one entry per destination whose flows share a port
             by_dst: dict[str, list[Match]] = {}

@@ -88,10 +88,8 @@ def _ecmp_hash(policy: Policy, caps: TargetCaps) -> list[Finding]:
         return []
     ecmp = policy.routing.ecmp
     out: list[Finding] = []
-    why = ("the OpenFlow driver programs OpenFlow 1.3 select groups, whose bucket is chosen by "
-           "Open vSwitch's default hash (MACs, VLAN, EtherType, IP addresses and protocol, "
-           "TCP/SCTP ports; basis 0); other fields and seeds need OpenFlow 1.5 group properties "
-           "selection_method=hash, fields(...) and selection_method_param")
+    why = (f"the {caps.name} driver does not program the ECMP hash fields or seed (its ECMP "
+           "groups hash the switch's default fields with its default basis)")
     if not caps.ecmp_hash_fields and set(ecmp.hash_fields) != set(FIVE_TUPLE):
         out.append(Finding(("routing", "ecmp", "hash_fields"), f"hash fields "
                            f"{list(ecmp.hash_fields)} cannot be honoured on target {caps.name}: "
