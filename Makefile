@@ -52,14 +52,14 @@ ovs:
 demo: setup
 	$(VENV)/bin/aifabric lab run $(EXPERIMENT) --out $(OUT)
 
-test: setup lint
+test: setup lint typecheck
 	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check controller mininet_labs tests bench
 	$(VENV)/bin/lint-imports
 
-# The type checker (config in pyproject.toml, [tool.mypy]); becomes part of `make test` once clean.
+# The type checker (config in pyproject.toml, [tool.mypy]); part of `make test`.
 typecheck: venv
 	$(VENV)/bin/mypy
 

@@ -199,8 +199,9 @@ def simulate_cmd(workers: int, length: int, pool: int, loss: float, seed: int) -
         sys.exit(1)
     x64 = np.stack(xs).astype(np.float64)
     s, a = x64.sum(axis=0), np.abs(x64).sum(axis=0)
-    e = np.repeat(r.exponents[0].astype(np.int64), ELEMS)[:length]
-    bound = np.array([quant.error_bound(int(ei), workers, ai) for ei, ai in zip(e, a, strict=True)])
+    exps = np.repeat(r.exponents[0].astype(np.int64), ELEMS)[:length]
+    bound = np.array([quant.error_bound(int(ei), workers, ai)
+                      for ei, ai in zip(exps, a, strict=True)])
     ok = np.abs(r.results[0].astype(np.float64) - s) <= bound
     same = all(np.array_equal(x, r.results[0]) for x in r.results)
     click.echo(f"{workers} workers, {length} values, pool {pool}, loss {loss}: "

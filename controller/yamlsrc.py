@@ -9,7 +9,7 @@ that names ``FILE:LINE:COL`` and the field.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -228,7 +228,7 @@ def validate(model: type[M], doc: Document, data: Any | None = None, context: An
         raise ConfigError(sorted(problems, key=lambda p: (p.line, p.column))) from None
 
 
-def _message(err: dict[str, Any]) -> str:
+def _message(err: Mapping[str, Any]) -> str:
     if err["type"] == "extra_forbidden":
         return "unknown key"
     msg = str(err["msg"])

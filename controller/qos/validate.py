@@ -133,7 +133,8 @@ def check_policy_for_targets(doc: Document, fabric: Fabric | None,
         The problems of the first target whose checks fail (each located ``FILE:LINE:COL``).
     """
     checked = None
-    for target in sorted(set(targets)) or [None]:
+    names: list[str | None] = [*sorted(set(targets))] or [None]
+    for target in names:
         checked = check_policy_document(doc, fabric, target)
     assert checked is not None
     return checked

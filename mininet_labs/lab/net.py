@@ -476,6 +476,22 @@ def clear_switch_state(net: Any) -> None:
         _sh(["ovs-ofctl", "-O", "OpenFlow13", "del-groups", s.name])
 
 
+def dump_switch_state(net: Any, path: Path) -> Path:
+    """Write every switch's flows, groups, ports and datapath flows to ``path`` (text), for a
+    post-mortem of a reachability failure. Never raises on a switch that answers nothing."""
+    parts: list[str] = []
+    for s in net.switches:
+        for what in ("dump-flows", "dump-groups", "dump-ports-desc", "dump-ports"):
+            r = _sh(["ovs-ofctl", "-O", "OpenFlow13", what, s.name])
+            parts.append(f"## {s.name} {what} (rc {r.returncode})\n{r.stdout}{r.stderr}")
+    r = _sh(["ovs-appctl", "dpctl/dump-flows", "-m"])
+    parts.append(f"## dpctl/dump-flows (rc {r.returncode})\n{r.stdout}{r.stderr}")
+    for h in net.hosts:
+        parts.append(f"## {h.name} ip neigh\n{h.cmd('ip neigh show')}")
+    path.write_text("\n".join(parts))
+    return path
+
+
 def flush_arp(net: Any) -> None:
     for h in net.hosts:
         h.cmd("ip neigh flush all")

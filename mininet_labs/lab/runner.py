@@ -192,8 +192,12 @@ def _start_variant_controller(lab: Lab, exp: Experiment, variant: Variant, net: 
         for line in cfg.wait_log:
             ctl.wait_log(line, 30.0)
     except (TimeoutError, RuntimeError) as exc:
+        dump = ""
+        if cfg.southbound != "p4runtime":
+            dump = ", switch state " + str(labnet.dump_switch_state(
+                net, out / f"switches-{variant.name}.txt"))
         ctl.stop()
-        raise RuntimeError(f"[{variant.name}] {exc} (log {ctl.log_path})") from None
+        raise RuntimeError(f"[{variant.name}] {exc} (log {ctl.log_path}{dump})") from None
     return ctl
 
 

@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            (a.switch_ip, a.switch_port), (a.bind_ip, a.udp_port),
                            timeout_s=a.timeout_ms / 1000, loss_tx=a.loss, loss_rx=a.loss,
                            seed=a.seed * 1000 + a.worker_id)
-    steps, ok = [], True
+    steps: list[dict[str, Any]] = []
+    ok = True
     wait_s = a.start_at - time.time()
     if wait_s > 0:
         time.sleep(wait_s)
@@ -110,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             dt = time.monotonic() - t0
             chk = check_step(spec, params, step, a.workers, total, comm.last_exponents)
             ok &= chk["within_bound"] == 1.0 and chk["exact"] == 1.0
-            steps.append({"step": step, "loss": loss, "seconds": dt, "elements": int(g.size), **chk})
+            steps.append({"step": step, "loss": loss, "seconds": dt, "elements": int(g.size),
+                          **chk})
             params = params - spec.lr * total / a.workers
     except Exception as e:  # noqa: BLE001 - reported in the JSON, exit 1
         ok = False
