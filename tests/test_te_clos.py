@@ -39,6 +39,58 @@ def fabric_state(draw):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fabric_state(), st.data())
+def test_tables_of_a_failure_derived_from_the_intact_ones_equal_built_ones(state, data):
+    """Invariant: the tables of ``index.with_down(links)`` derived from ``index``'s (only the
+    rows that climb to a newly dead link recomputed) equal tables built from scratch for the
+    failed state, at every height, also for a second failure derived from the first."""
+    f, down = state
+    sw = sorted(tuple(sorted((ln.a, ln.b))) for ln in f.links if ln.a in f.switch_by_name
+                and ln.b in f.switch_by_name)
+    more = data.draw(st.lists(st.sampled_from(sw), max_size=2, unique=True))
+    idx = PathIndex(f, down)
+    t = ClosTables.of(idx)
+    assert t is not None
+    for r in range(1, t.max_height + 1):  # the parent's rows exist: derivation applies
+        t.chains(r), t.reach(r), t.classes(r)
+    steps = [frozenset(frozenset(x) for x in more[:1]), frozenset(frozenset(x) for x in more[1:])]
+    cur = idx
+    for extra in steps:
+        nxt = cur.with_down(extra - cur.down)
+        got = ClosTables.of(nxt)
+        ref = ClosTables(PathIndex(f, nxt.down))
+        assert got is not None and got._parent is ClosTables.of(cur)
+        for r in range(1, t.max_height + 1):
+            assert np.array_equal(got.chains(r), ref.chains(r)), r
+            assert np.array_equal(got.reach(r), ref.reach(r)), r
+            assert np.array_equal(got.classes(r)[0], ref.classes(r)[0]), r
+        cur = nxt
+
+
+@pytest.mark.parametrize("steps", [
+    [{("p0a0", "c1")}],  # leaves below p0a0 climb through it: their rows change too
+    [{("p0e0", "p0a0")}, {("p1a1", "c4")}],
+    [set(switch_links(build_fat_tree("ft", 4, G, G, 1.0, 1.0), "p0a1"))],
+])
+def test_derived_tables_of_named_fat_tree_failures(steps):
+    f = build_fat_tree("ft", 4, G, G, 1.0, 1.0)
+    cur = PathIndex(f)
+    t = ClosTables.of(cur)
+    assert t is not None
+    t.warm()
+    t.classes(1), t.classes(2)
+    for links in steps:
+        cur = cur.with_down(frozenset(frozenset(x) for x in links))
+        got, ref = ClosTables.of(cur), ClosTables(PathIndex(f, cur.down))
+        assert got is not None and got._parent is not None
+        for r in (2, 1):
+            assert np.array_equal(got.chains(r), ref.chains(r))
+            assert np.array_equal(got.reach(r), ref.reach(r))
+            assert np.array_equal(got.classes(r)[0], ref.classes(r)[0])
+            assert np.array_equal(got.classes(r)[1], ref.classes(r)[1])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fabric_state(), st.integers(0, 10**6))
 def test_candidates_heights_counts_and_ranks_equal_pathindex(state, seed):
     """Invariant: the port tables name exactly PathIndex's candidates, in its order, so a

@@ -49,6 +49,29 @@ def test_placement_round_trips_paths_and_loads():
     assert p.path(3) == pin.paths[d0]  # the original is unchanged (immutable value)
 
 
+def _fresh(p: Placement) -> Placement:
+    return Placement(p.index, p.flows, p.rate_bps, p.ids, p.starts, p.base_bps)
+
+
+def test_carried_caches_equal_recomputed_ones_through_repair_reoptimise_restore():
+    """replace() carries ``owner`` and ``pinned_bps`` over (updated by the moved flows only):
+    after a chain of events they equal what a placement built from the same arrays computes."""
+    f, ds, idx, pin = _ring_plan(seed=3)
+    p = pin.placement
+    assert p is not None
+    _ = p.pinned_bps
+    rep = repair(p, [frozenset(("p0a0", "c1"))])
+    ro = reoptimise(rep.placement)
+    rep2 = repair(ro.placement, switch_links(f, "p1a1"))
+    back = restore(rep2.placement, [frozenset(("p0a0", "c1"))])
+    for q in (rep.placement, ro.placement, rep2.placement, back):
+        ref = _fresh(q)
+        assert np.array_equal(q.owner, ref.owner)
+        assert np.allclose(q.pinned_bps, ref.pinned_bps, rtol=0, atol=1e-3)
+        assert np.allclose(q.load_bps(), ref.load_bps(), rtol=0, atol=1e-3)
+    assert len(ro.moves) > 0 or len(rep.moves) > 0
+
+
 @pytest.mark.parametrize("which", ["link", "agg"])
 def test_repair_moves_exactly_the_flows_on_dead_links(which):
     f, ds, idx, pin = _ring_plan()

@@ -48,6 +48,20 @@ class NotMirroredClos(ValueError):
     """The fabric breaks one of the module docstring's conditions (a)–(c) (the message says which)."""
 
 
+def _row_hashes(reach: np.ndarray) -> np.ndarray:
+    """Two independent 64-bit hashes of each row of ``reach`` (wrapping integer arithmetic),
+    shape (rows, 2): rows differ when either hash does, except with probability ~2^-128, so
+    :meth:`ClosTables.classes` takes the distinct hash pairs instead of sorting rows W^r wide.
+    Deterministic (fixed weights per row width)."""
+    rng = np.random.default_rng(0x5EED)
+    keys = []
+    for _ in range(2):
+        wts = rng.integers(1, 2**63 - 1, size=reach.shape[1], dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            keys.append((reach.astype(np.uint64) + np.uint64(1)) @ wts)
+    return np.stack(keys, axis=1)
+
+
 class ClosTables:
     """Port-indexed up-adjacency of one fabric state (see the module docstring).
 
@@ -91,19 +105,23 @@ class ClosTables:
         self._reach: dict[int, np.ndarray] = {}
         self._classes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._chains: dict[int, np.ndarray] = {}
+        self._parent: ClosTables | None = None  # tables this state's failure derives from
+        self._changed: dict[int, np.ndarray] = {}  # rows _derived_rows recomputed, per height
+        self._keys: dict[int, np.ndarray] = {}  # per height: the row hashes of classes()
         self._leaf_num = cast(dict[str, int], index.fabric_memo(
             "switch-numbers", lambda: {s.name: i for i, s in enumerate(index.fabric.switches)}))
 
     def columns(self, row: np.ndarray) -> np.ndarray:
         """Port columns of an inner path row (2h link ids, up-links first, as :meth:`walk`
         gives): the column of each of its first h links; raises ValueError for a row that is
-        not an up-then-down path of this fabric."""
-        h = len(row) // 2
-        if len(row) != 2 * h:
+        not an up-then-down path of this fabric. A 2-d array of rows (shape (F, 2h)) gives
+        the columns of each, shape (F, h)."""
+        h = row.shape[-1] // 2
+        if row.shape[-1] != 2 * h:
             raise ValueError("an inner path has an even number of links")
         got = self.index.fabric_memo("clos-column-of-link", self._column_of_link)
         assert isinstance(got, np.ndarray)
-        out = got[row[:h]]
+        out = got[row[..., :h]]
         if (out < 0).any():
             raise ValueError("a path's first half is not made of up-links")
         return out
@@ -126,10 +144,56 @@ class ClosTables:
         with _LOCK:
             if "_clos_tables" not in memo:
                 try:
-                    memo["_clos_tables"] = ClosTables(index)
+                    tables = ClosTables(index)
                 except NotMirroredClos:
                     memo["_clos_tables"] = None
+                else:
+                    ref = memo.get("_failed_from")  # PathIndex.with_down: a weakref
+                    parent = ref() if ref is not None else None
+                    got = None if parent is None else parent.__dict__.get("_clos_tables")
+                    tables._parent = got if isinstance(got, ClosTables) else None
+                    memo["_clos_tables"] = tables
         return cast("ClosTables | None", memo["_clos_tables"])
+
+    def _derived_rows(self, r: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`chains` and :meth:`reach` at length ``r`` derived from the tables of the state
+        this one failed from (:meth:`PathIndex.with_down`) when those are built: only the rows
+        of switches that can climb to a link down here but up there are recomputed (a k = 64
+        fat-tree with one aggregation switch down: 32 of 5,120 rows; building from scratch
+        gathers all 5,120 × 4,096 × 2), the rest copied. None when there is nothing to derive
+        from. Equal to building from scratch: a sequence is -1 from its first dead link on
+        (:meth:`chains`), and reaches -1 when any of its links is dead (:meth:`reach`)."""
+        p = self._parent
+        if p is None or r not in p._chains or r not in p._reach:
+            return None
+        is_up = self.index.is_up
+        newly = np.flatnonzero(~is_up & p.index.is_up)
+        tail = self.index.link_ends()[0]
+        n = len(self.up_node)
+        hit = np.zeros(n, dtype=bool)
+        hit[tail[newly][tail[newly] < n]] = True  # switches with a newly dead up- or down-link
+        climb = p.up_node
+        for _ in range(r - 1):  # and every switch that climbs to one of them
+            safe = np.where(climb >= 0, climb, 0)
+            hit |= ((climb >= 0) & hit[safe]).any(axis=1)
+        rows = np.flatnonzero(hit)
+        chains, reach = p._chains[r].copy(), p._reach[r].copy()
+        sub = chains[rows]
+        bad = (sub < 0) | ~is_up[np.where(sub >= 0, sub, 0)]
+        bad = np.logical_or.accumulate(bad, axis=2)
+        chains[rows] = np.where(bad, -1, sub)
+        reach[rows] = np.where(bad[:, :, -1], -1, reach[rows])
+        self._changed[r] = rows
+        return chains, reach
+
+    def warm(self) -> None:
+        """Build :meth:`chains` and :meth:`reach` at every height now (at planning time): the
+        tables of a failure of this state (:meth:`PathIndex.with_down`) are then derived from
+        them row by row instead of built (k = 64 fat-tree: ~63 MB, built once here; a repair
+        after an aggregation switch failure then copies them and recomputes 32 rows)."""
+        for r in range(1, self.max_height + 1):
+            self.chains(r)
+            self.reach(r)
 
     @property
     def width(self) -> int:
@@ -152,6 +216,9 @@ class ClosTables:
             at k = 64).
         """
         got = self._reach.get(r)
+        if got is None and r > 0 and (derived := self._derived_rows(r)) is not None:
+            self._chains[r], got = derived
+            self._reach[r] = got
         if got is None:
             if r == 0:
                 got = np.arange(len(self.up_node), dtype=np.int32)[:, None]
@@ -175,6 +242,9 @@ class ClosTables:
             at k = 64, r = 2).
         """
         got = self._chains.get(r)
+        if got is None and (derived := self._derived_rows(r)) is not None:
+            got, self._reach[r] = derived
+            self._chains[r] = got
         if got is None:
             n = len(self.up_node)
             if r == 1:
@@ -221,16 +291,14 @@ class ClosTables:
         got = self._classes.get(r)
         if got is None:
             reach = self.reach(r)
-            # two independent 64-bit hashes of each row (wrapping integer arithmetic): rows
-            # differ when either does, except with probability ~2^-128; then the distinct
-            # hash pairs, instead of sorting rows W^r wide
-            rng = np.random.default_rng(0x5EED)
-            keys = []
-            for _ in range(2):
-                wts = rng.integers(1, 2**63 - 1, size=reach.shape[1], dtype=np.uint64)
-                with np.errstate(over="ignore"):
-                    keys.append((reach.astype(np.uint64) + np.uint64(1)) @ wts)
-            pair = np.stack(keys, axis=1)
+            p = self._parent
+            if p is not None and r in self._changed and r in p._keys:
+                pair = p._keys[r].copy()  # derived: only the recomputed rows hash anew
+                rows = self._changed[r]
+                pair[rows] = _row_hashes(reach[rows])
+            else:
+                pair = _row_hashes(reach)
+            self._keys[r] = pair
             _, first, inv = np.unique(pair, axis=0, return_index=True, return_inverse=True)
             got = self._classes[r] = (inv.astype(np.int64).ravel(), first.astype(np.int64))
         return got

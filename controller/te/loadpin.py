@@ -510,9 +510,10 @@ class PinState:
             code = tie.argmin(axis=1)
             rank = np.cumsum(alive, axis=1)[np.arange(len(fl)), code] - 1
             rows = np.concatenate((ups[np.arange(len(fl)), code],
-                                   downs[np.arange(len(fl)), code][:, ::-1]), axis=1)
+                                   downs[np.arange(len(fl)), code][:, ::-1]),
+                                  axis=1).astype(np.int64)
             for j, i in enumerate(fl):
-                self._place_row(i, rows[j].astype(np.int64), int(rank[j]))
+                self._place_row(i, rows[j], int(rank[j]))
 
     def max_utilisation(self) -> float:
         return float(self.util.max()) if len(self.util) else 0.0
@@ -745,6 +746,8 @@ def pin_by_load(
     state.greedy(rest)
     lower = load_lower_bound(state)
     state.local_search(lower, search_budget)
+    if state.tables is not None and len(state.flows) >= BATCH_FLOWS:
+        state.tables.warm()  # so a repair derives its failed state's tables (ClosTables.warm)
     return state.result(lower)
 
 

@@ -29,6 +29,7 @@ A *directed link id* ``i`` indexes :attr:`PathIndex.links` (``(u, v)`` pairs) an
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 
@@ -176,6 +177,7 @@ class PathIndex:
                 self._build_up_csr()
         assert self._up_ptr is not None and self._up_nbr is not None and self._up_lid is not None
         new = self._derived(self.down | extra, extra, False)
+        new.__dict__["_failed_from"] = weakref.ref(self)  # ClosTables.of derives from ours
         keep = new.is_up[self._up_lid]
         owner = np.repeat(np.arange(len(self._names)), np.diff(self._up_ptr))
         counts = np.bincount(owner[keep], minlength=len(self._names))

@@ -55,7 +55,8 @@ class Placement:
             arr.setflags(write=False)
         if len(self.starts) != len(self.flows) + 1 or len(self.rate_bps) != len(self.flows):
             raise ValueError("a placement needs one rate and one path per flow")
-        _ = self.owner  # computed now (cheap), so the first repair does not pay for it
+        if "owner" not in self.__dict__:
+            _ = self.owner  # computed now, so the first repair does not pay for it
 
     # -- building --------------------------------------------------------------------------------
     @staticmethod
@@ -122,10 +123,46 @@ class Placement:
                 out[self.flows[i]] = p
         return {self.flows[i]: out[self.flows[i]] for i in sel.tolist()}
 
+    @cached_property
+    def pinned_bps(self) -> np.ndarray:
+        """Pinned demand per directed link (background excluded), bits/s, shape
+        (n_directed_links,); read-only. :meth:`replace` carries it over, updated by the
+        moved flows only."""
+        out = np.bincount(self.ids, weights=self.rate_bps[self.owner],
+                          minlength=len(self.index.links))
+        out.setflags(write=False)
+        return out
+
     def load_bps(self) -> np.ndarray:
         """Background + pinned demand per directed link, bits/s, shape (n_directed_links,)."""
-        w = np.repeat(self.rate_bps, np.diff(self.starts))
-        return self.base_bps + np.bincount(self.ids, weights=w, minlength=len(self.index.links))
+        return self.base_bps + self.pinned_bps
+
+    def _successor(self, idx: PathIndex, ids: np.ndarray, starts: np.ndarray, base: np.ndarray,
+                   moved: np.ndarray, rows: Mapping[int, np.ndarray]) -> Placement:
+        """The placement with ``ids``/``starts``, its caches seeded from this one's where they
+        carry over: ``owner`` when no path changed length (same ``starts``), ``pinned_bps``
+        updated by the moved flows' old and new rows (O(moved hops), not O(Σ hops))."""
+        new = object.__new__(Placement)
+        for name, value in (("index", idx), ("flows", self.flows), ("rate_bps", self.rate_bps),
+                            ("ids", ids), ("starts", starts), ("base_bps", base)):
+            object.__setattr__(new, name, value)
+        if starts is self.starts and "owner" in self.__dict__:
+            new.__dict__["owner"] = self.owner
+        if "pinned_bps" in self.__dict__ and len(moved):
+            n = len(self.index.links)
+            old_ids = np.concatenate([self.links(i) for i in moved.tolist()])
+            old_w = np.repeat(self.rate_bps[moved], np.diff(self.starts)[moved])
+            new_ids = np.concatenate([np.asarray(rows[i], np.int64) for i in moved.tolist()])
+            new_w = np.repeat(self.rate_bps[moved], [len(rows[i]) for i in moved.tolist()])
+            pinned = (self.pinned_bps - np.bincount(old_ids, weights=old_w, minlength=n)
+                      + np.bincount(new_ids, weights=new_w, minlength=n))
+            np.maximum(pinned, 0.0, out=pinned)  # rounding of the subtraction
+            pinned.setflags(write=False)
+            new.__dict__["pinned_bps"] = pinned
+        elif "pinned_bps" in self.__dict__:
+            new.__dict__["pinned_bps"] = self.pinned_bps
+        new.__post_init__()
+        return new
 
     def utilisation(self) -> np.ndarray:
         """:meth:`load_bps` / capacity per directed link (dead links included)."""
@@ -151,7 +188,7 @@ class Placement:
         idx = self.index if index is None else index
         base = self.base_bps if base_bps is None else base_bps
         if not rows:
-            return Placement(idx, self.flows, self.rate_bps, self.ids, self.starts, base)
+            return self._successor(idx, self.ids, self.starts, base, np.empty(0, np.int64), rows)
         old_len = np.diff(self.starts)
         moved = np.fromiter(rows, dtype=np.int64, count=len(rows))
         new_len = np.fromiter((len(rows[i]) for i in moved.tolist()), dtype=np.int64,
@@ -160,7 +197,7 @@ class Placement:
             ids = self.ids.copy()
             for i in moved.tolist():
                 ids[self.starts[i]:self.starts[i + 1]] = rows[i]
-            return Placement(idx, self.flows, self.rate_bps, ids, self.starts, base)
+            return self._successor(idx, ids, self.starts, base, moved, rows)
         lengths = old_len.copy()
         lengths[moved] = new_len
         starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
@@ -174,4 +211,4 @@ class Placement:
                                                               + offs]
         for i in moved.tolist():
             ids[starts[i]:starts[i + 1]] = rows[i]
-        return Placement(idx, self.flows, self.rate_bps, ids, starts, base)
+        return self._successor(idx, ids, starts, base, moved, rows)

@@ -185,15 +185,14 @@ def repair(placement: Placement, down_links: Iterable[frozenset[str]], *,
     """
     idx = placement.index.with_down(down_links)
     dead = ~idx.is_up[placement.ids]
-    hit_flow = np.zeros(len(placement.flows), dtype=bool)
-    hit_flow[placement.owner[dead]] = True
-    hit = np.flatnonzero(hit_flow)
-    w = placement.rate_bps[placement.owner]
-    keep = ~hit_flow[placement.owner]
+    hit = np.unique(placement.owner[dead])
     n = len(idx.links)
-    before = (placement.base_bps + np.bincount(placement.ids, weights=w, minlength=n)) \
-        / idx.capacity_bps
-    fixed = placement.base_bps + np.bincount(placement.ids[keep], weights=w[keep], minlength=n)
+    before = placement.load_bps() / idx.capacity_bps
+    fixed = placement.base_bps + placement.pinned_bps
+    if len(hit):
+        hit_ids = np.concatenate([placement.links(i) for i in hit.tolist()])
+        hit_w = np.repeat(placement.rate_bps[hit], np.diff(placement.starts)[hit])
+        fixed = np.maximum(fixed - np.bincount(hit_ids, weights=hit_w, minlength=n), 0.0)
     state = _state(placement, idx, hit, fixed)
     state.greedy(range(len(state.flows)))
     lower = load_lower_bound(state)
@@ -271,8 +270,7 @@ def reoptimise(
         _recolour(state, goal)
         state.local_search(goal, max(search_budget - state.evaluations, 0), allowed, chain_depth)
     after = state.max_utilisation()
-    changed = [i for i in allf.tolist()
-               if not np.array_equal(state.links_of(i), placement.links(i))]
+    changed = _changed_flows(state, placement)
     rows = {i: state.links_of(i) for i in changed}
     new = placement.replace(rows)
     order, transient = order_moves(placement, rows)
@@ -282,6 +280,24 @@ def reoptimise(
                        new_paths[placement.flows[i]]) for i in order)
     return ReoptResult(new, moves, u0, after, lower, after <= goal + _EPS, transient,
                        state.evaluations)
+
+
+def _changed_flows(state: PinState, placement: Placement) -> list[int]:
+    """Positions of the flows whose path in ``state`` differs from ``placement``'s, ascending:
+    compared per path length in one array operation each (not one comparison per flow)."""
+    rows = state.rows
+    n = len(rows)
+    lens = np.fromiter((len(r) if r is not None else -1 for r in rows), np.int64, count=n)
+    old_lens = np.diff(placement.starts) - 2  # inner links: without the two access links
+    out = [np.flatnonzero(lens != old_lens)]
+    for length in np.unique(lens[lens == old_lens]).tolist():
+        sel = np.flatnonzero((lens == old_lens) & (lens == length))
+        if length == 0 or not len(sel):
+            continue
+        new = np.stack([rows[i] for i in sel.tolist()])  # type: ignore[misc]
+        old = placement.ids[placement.starts[sel][:, None] + 1 + np.arange(length)]
+        out.append(sel[(new != old).any(axis=1)])
+    return sorted(np.concatenate(out).tolist())
 
 
 def _recolour(state: PinState, goal: float) -> None:
@@ -313,10 +329,13 @@ def _recolour(state: PinState, goal: float) -> None:
         if state.max_utilisation() <= goal + _EPS:
             return
         init = np.full((len(flows), max(int(h.max(initial=0)), 1)), -1, dtype=np.int64)
-        for j, i in enumerate(flows.tolist()):
-            row = state.rows[i]
-            if row is not None and len(row) == 2 * h[j] and h[j] > 0:
-                init[j, :h[j]] = t.columns(row)
+        cur = [state.rows[i] for i in flows.tolist()]
+        lens = np.fromiter((len(r) if r is not None else -1 for r in cur), np.int64,
+                           count=len(cur))
+        for hh in np.unique(h[h > 0]).tolist():  # one gather per height, not one per flow
+            sel = np.flatnonzero((h == hh) & (lens == 2 * hh))
+            if len(sel):
+                init[sel, :hh] = t.columns(np.stack([cur[j] for j in sel.tolist()]))  # type: ignore[misc]
         if attempt == "whole flows":  # sub-flows of one flow on its one coloured path
             first: dict[tuple[str, int, str, str], int] = {}
             for j, pa in enumerate(parent):
@@ -374,14 +393,14 @@ def order_moves(placement: Placement, rows: Mapping[int, np.ndarray]) -> tuple[l
     bound = max(float((load / cap)[up].max(initial=0.0)), float((after / cap)[up].max(initial=0.0)))
     pending = dict(rows)
     order: list[int] = []
-    worst = 0.0
+    worst = -1.0
     while pending:
         best, best_peak = -1, np.inf
         for i, r in pending.items():
             w = placement.rate_bps[i]
             trial = load[r] + w
             old = placement.links(i)
-            overlap = np.isin(r, old)
+            overlap = (r[:, None] == old[None, :]).any(axis=1)  # paths are a few links long
             trial[overlap] -= w
             peak = float((trial / cap[r]).max(initial=0.0))
             if peak <= bound + _EPS:
@@ -392,6 +411,10 @@ def order_moves(placement: Placement, rows: Mapping[int, np.ndarray]) -> tuple[l
         r = pending.pop(best)
         np.subtract.at(load, placement.links(best), placement.rate_bps[best])
         np.add.at(load, r, placement.rate_bps[best])
-        worst = max(worst, float((load / cap)[up].max(initial=0.0)))
+        if worst < 0:  # after the first move: every link once
+            worst = float((load / cap)[up].max(initial=0.0))
+        else:  # later: only links this move loaded can exceed the running maximum
+            r_up = r[up[r]]
+            worst = max(worst, float((load[r_up] / cap[r_up]).max(initial=0.0)))
         order.append(best)
     return order, worst
