@@ -66,7 +66,7 @@ LOG = logging.getLogger("aifabric.p4runtime")
 #: Updates per WriteRequest; larger phases are split (each part still ordered after the last).
 MAX_BATCH = 1000
 
-__all__ = ["MAX_BATCH", "Demoted", "ElectionIdInUse", "FailedUpdate", "NotPrimaryError",
+__all__ = ["MAX_BATCH", "Demoted", "DemotedError", "ElectionIdInUse", "FailedUpdate", "NotPrimaryError",
            "P4Switch", "P4SwitchError", "ReconcileReport", "WriteError"]
 
 
@@ -83,6 +83,20 @@ class NotPrimaryError(P4SwitchError):
             f"{election_id}); P4Runtime lets only the primary write (spec §5). Stop the other "
             "controller or start this one with a higher --election-id."
         )
+        self.switch, self.election_id, self.primary_id = switch, election_id, primary_id
+
+
+class DemotedError(NotPrimaryError):
+    """The switch refused a write because another client took primary since our last write
+    (PERMISSION_DENIED, P4Runtime spec §5): a demotion, not a refused entity; nothing of that
+    WriteRequest was applied."""
+
+    def __init__(self, switch: str, election_id: int, primary_id: int | None,
+                 why: str) -> None:
+        P4SwitchError.__init__(
+            self, f"{switch}: demoted to backup: another client is primary now (election_id "
+                  f"{primary_id if primary_id is not None else 'unknown'} > ours {election_id}; "
+                  f"the switch said: {why}); nothing of this WriteRequest was applied")
         self.switch, self.election_id, self.primary_id = switch, election_id, primary_id
 
 
@@ -379,8 +393,8 @@ class P4Switch:
         try:
             await self.session.write(msgs)
         except Demoted as e:
-            raise NotPrimaryError(self.name, self.election_id,
-                                  self.session.primary_id) from e
+            raise DemotedError(self.name, self.election_id, self.session.primary_id,
+                               str(e)) from None
         except NotPrimary:
             raise NotPrimaryError(self.name, self.election_id, self.session.primary_id) from None
         except P4ClientError as e:
