@@ -277,7 +277,7 @@ class P4Switch:
 
     async def read_direct_counters(self, table: str) -> list[tuple[TableEntry, int, int]]:
         """``(entry, packets, bytes)`` of every entry of ``table`` from its direct counter
-        (§9.7)."""
+        (read with the entries, §9.1)."""
         c = self.codec
         try:
             req = [c.direct_counters_of(table)]
@@ -285,9 +285,9 @@ class P4Switch:
             raise P4SwitchError(f"{self.name}: {e}") from None
         out = []
         for ent in await self._read(req):
-            d = ent.direct_counter_entry
-            out.append((c.decode_table_entry(d.table_entry), int(d.data.packet_count),
-                        int(d.data.byte_count)))
+            t = ent.table_entry
+            out.append((c.decode_table_entry(t), int(t.counter_data.packet_count),
+                        int(t.counter_data.byte_count)))
         return out
 
     async def read_queue_depth_histogram(self, port: int, priority: int) -> dict[int, int]:
@@ -386,9 +386,17 @@ class P4Switch:
     async def write_batch(self, updates: Sequence[Update]) -> None:
         """One WriteRequest of ``updates``; raises :class:`WriteError` naming each refused one
         (module docstring: a failure without per-update details is narrowed down)."""
-        await self._write_encoded(updates, self.encode(updates))
+        req = self.session.write_request()
+        try:
+            self.codec.fill_updates(req.updates, updates)
+        except WireError as e:
+            bad = next(u for u in updates if _encodes(self.codec, u) is not None)
+            raise WriteError(self.name, [FailedUpdate(bad, "INVALID_ARGUMENT", str(e))],
+                             str(e)) from None
+        await self._write_encoded(updates, req)
 
-    async def _write_encoded(self, updates: Sequence[Update], msgs: list[p4r.Update]) -> None:
+    async def _write_encoded(self, updates: Sequence[Update],
+                             msgs: list[p4r.Update] | p4r.WriteRequest) -> None:
         self.requests += 1
         try:
             await self.session.write(msgs)
@@ -419,7 +427,7 @@ class P4Switch:
         for i in range(0, len(pending), half):
             part = pending[i:i + half]
             try:
-                await self._write_encoded(part, self.encode(part))
+                await self.write_batch(part)
             except WriteError as e:
                 out += e.failures
         return out

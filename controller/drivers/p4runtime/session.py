@@ -281,8 +281,15 @@ class P4Session:
             raise NotPrimary(f"{self.name}: backup (election_id {self.election_id}; primary "
                              f"{self.primary_id}): {what} not sent")
 
-    async def write(self, updates: Sequence[p4r.Update]) -> None:
-        """One WriteRequest of ``updates`` (CONTINUE_ON_ERROR, §12.2).
+    def write_request(self) -> p4r.WriteRequest:
+        """An empty WriteRequest of ours (device, role, election id) to fill and
+        :meth:`write`."""
+        return p4r.WriteRequest(device_id=self.device_id, role=self.role_name,
+                                election_id=self._eid)
+
+    async def write(self, updates: Sequence[p4r.Update] | p4r.WriteRequest) -> None:
+        """One WriteRequest of ``updates``, or ``updates`` itself when it is a WriteRequest
+        from :meth:`write_request` (CONTINUE_ON_ERROR, §12.2).
 
         Raises
         ------
@@ -294,8 +301,11 @@ class P4Session:
             The switch refused updates (``details``: update index → error).
         """
         self._require_primary("write")
-        req = p4r.WriteRequest(device_id=self.device_id, role=self.role_name,
-                               election_id=self._eid, updates=updates)
+        if isinstance(updates, p4r.WriteRequest):
+            req = updates
+        else:
+            req = self.write_request()
+            req.updates.extend(updates)
         self.requests += 1
         try:
             await self._stub.Write(req, timeout=RPC_TIMEOUT_S)
