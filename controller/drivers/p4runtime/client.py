@@ -346,8 +346,11 @@ class P4Switch:
         """Send ``frame`` out of ``port`` (packet-out with the ``packet_out`` header, §16.1)."""
         try:
             await self.session.packet_out(self.codec.packet_out(frame, egress_port=port, _pad=0))
-        except NotPrimary as e:
+        except (NotPrimary, SessionError) as e:
             raise P4SwitchError(str(e)) from None
+        except P4ClientError as e:
+            raise P4SwitchError(f"{self.name}: packet-out failed: {e.code.name}: "
+                                f"{e.message}") from None
 
     # -- write -----------------------------------------------------------------------------
     async def write_phases(self, rec: Reconciliation) -> int:

@@ -149,6 +149,7 @@ class P4Session:
         self._client = _Client(address, credentials, wait_for_ready=False)
         self._stub: Any = None
         self._reader: asyncio.Task[None] | None = None
+        self._send_lock = asyncio.Lock()
         self._role_msg = p4r.Role(name=role_name) if role_name else None
         self._eid = U128.encode(election_id)
 
@@ -342,7 +343,14 @@ class P4Session:
     async def packet_out(self, packet: p4r.PacketOut) -> None:
         """Send a packet-out (only the primary may, §16.1)."""
         self._require_primary("packet-out")
-        await self._client.send(p4r.StreamMessageRequest(packet=packet))
+        # one write at a time on the stream (gRPC's asyncio streams refuse a write while
+        # another is pending, and BMv2 then ends the stream with INTERNAL); and never on a
+        # closed stream (finsy's send would open a new, unarbitrated one)
+        async with self._send_lock:
+            if self.closed.is_set():
+                raise SessionError(f"{self.name}: stream closed ({self.close_reason}): "
+                                   "packet-out not sent")
+            await self._client.send(p4r.StreamMessageRequest(packet=packet))
 
     async def pipeline_cookie(self) -> int | None:
         """The cookie of the switch's pipeline (None: it has none)."""
