@@ -51,15 +51,16 @@ class Fabric:
     """The runtime with every switch on P4Runtime, probes delivered through the declared
     wiring except over links the test cuts."""
 
-    def __init__(self) -> None:
+    def __init__(self, southbound=None) -> None:
         pol = load_policy(PINNED_POLICY, FABRIC)
         self.state = initial_state(
             FABRIC, PolicyInForce(pol),
             RuntimeSettings(liveness_interval_s=INTERVAL_S, liveness_misses=MISSES,
                             liveness_hold_s=HOLD_S, lldp_interval_s=3600.0),
-            {s.name: "p4runtime" for s in FABRIC.switches}, initial_placement(FABRIC, pol))
+            southbound or {s.name: "p4runtime" for s in FABRIC.switches},
+            initial_placement(FABRIC, pol))
         for sw in FABRIC.switches:
-            feats = SwitchFeatures("p4runtime", sw.dpid, "P4Runtime 1.3")
+            feats = SwitchFeatures(self.state.southbound[sw.name], sw.dpid, "x")
             self.state = core.step(self.state, SwitchConnected(sw.name, feats, 1), 0.0).state
             self.state = core.step(self.state, RoleAssigned(sw.name, "master", 1), 0.0).state
         self.cut: set[frozenset[str]] = set()
@@ -127,3 +128,16 @@ def test_a_flapping_p4_link_goes_down_once_and_paths_do_not_flap():
     assert [t[3] for t in f.transitions] == [False, False]  # each end once, never up
     assert link in f.state.down_links
     assert all(p == placements[0] for p in placements)  # moved once, then left alone
+
+
+def test_openflow_neighbours_of_p4_switches_probe_as_often_and_nothing_goes_down():
+    """P4 leaves, OpenFlow spines: the spines' own LLDP round is every lldp_interval_s (an
+    hour here), so the runtime also probes from the spines towards the P4 leaves each liveness
+    interval; no live link goes down, and a cut one does."""
+    f = Fabric({s.name: "p4runtime" if s.role == "leaf" else "openflow"
+                for s in FABRIC.switches})
+    f.run_until(3.0)
+    assert f.transitions == []
+    f.cut.add(frozenset(("leaf3", "spine2")))
+    f.run_until(4.0)
+    assert [(s, t) for _, s, _, t in f.transitions] == [("leaf3", False)]

@@ -420,11 +420,17 @@ def _liveness(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeSta
     watched = []
     for name in p4:
         for p in ports.get(name, ()):
-            if fab.port_map[(name, p)][0] in connected:
+            peer, peer_port = fab.port_map[(name, p)]
+            if peer in connected:
                 watched.append((name, p))
             if name in writable:
                 fx.append(SendPacket(name, p, frames.build_lldp(fab.switch_by_name[name].dpid,
                                                                 p)))
+            # a neighbour on another southbound probes towards the P4 switch as often (its
+            # own probes go out only every lldp_interval_s)
+            if peer in writable and state.southbound.get(peer) != "p4runtime":
+                fx.append(SendPacket(peer, peer_port, frames.build_lldp(
+                    fab.switch_by_name[peer].dpid, peer_port)))
     mem, moves = liveness.check(state.liveness, watched, now_s, cfg.liveness_interval_s,
                                 cfg.liveness_misses, cfg.liveness_hold_s)
     for t in moves:
