@@ -316,6 +316,19 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
               help="bmv2: fabric.p4 on simple_switch_grpc; tofino: fabric_tna.p4 (untested here)")
 @click.option("--tofino-build", type=click.Path(exists=True, file_okay=False), default=None,
               help="bf-p4c output directory of fabric_tna.p4 (pipe/tofino.bin, pipe/context.json)")
+@click.option("--p4-liveness-interval", "p4_liveness_interval_s",
+              type=FiniteFloatRange(min=0.0, max=3600.0), default=0.25, show_default=True,
+              help="Seconds between LLDP liveness probes on every switch-switch port of the "
+                   "P4Runtime switches (P4Runtime has no port status); 0 = off.")
+@click.option("--p4-liveness-misses", type=click.IntRange(min=1, max=1000), default=3,
+              show_default=True,
+              help="A P4 port is down after this many intervals without a probe: detected "
+                   "within (misses + 1) x interval + 0.1 s.")
+@click.option("--p4-liveness-hold", "p4_liveness_hold_s",
+              type=FiniteFloatRange(min=0.0, max=86400.0, min_open=True), default=10.0,
+              show_default=True,
+              help="Seconds a P4 port taken down must hear probes without a gap before it is "
+                   "up again (a flapping link stays down).")
 @click.option("--election-id", "p4_election_id", default=10, show_default=True,
               type=click.IntRange(min=1, max=2**128 - 1),
               help="P4Runtime election id (the highest connected client is primary)")

@@ -39,12 +39,14 @@ QOS = {"tables": [{"table": "ecn_threshold", "match": {"egress_port": 3, "priori
 
 
 class _Controller:
-    def __init__(self, tmp: Path, targets: Path, name: str) -> None:
+    def __init__(self, tmp: Path, targets: Path, name: str,
+                 extra: list[str] | None = None) -> None:
         self.log = tmp / f"{name}.log"
         self.metrics = free_port()
         cmd = [sys.executable, "-m", "controller.cli", "controller", "-t", str(MAIN_TOPOLOGY),
                "-p", str(PINNED_POLICY), "--listen", f"127.0.0.1:{free_port()}",
-               "--p4-targets", str(targets), "--metrics-listen", f"127.0.0.1:{self.metrics}"]
+               "--p4-targets", str(targets), "--metrics-listen", f"127.0.0.1:{self.metrics}",
+               *(extra or [])]
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
                                      start_new_session=True, cwd=ROOT)
 
@@ -63,6 +65,13 @@ class _Controller:
                                       timeout=5).read().decode()
         m = re.search(rf'aifabric_southbound_messages_total{{kind="{kind}",switch="{switch}"}} '
                       r"([\d.e+]+)", text)
+        return float(m.group(1)) if m else 0.0
+
+    def metric(self, pattern: str) -> float:
+        """The value of the first sample matching ``pattern`` (a regex of name and labels)."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics",
+                                      timeout=5).read().decode()
+        m = re.search(pattern + r" ([\d.e+]+)", text)
         return float(m.group(1)) if m else 0.0
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
@@ -111,6 +120,15 @@ def test_controller_programs_a_bmv2_leaf_without_wiping_and_answers_arp(tmp_path
             assert replies, got
             assert replies[0].sender_mac == fabric.host_by_name["h3"].mac
             assert replies[0].sender_ip == fabric.host_by_name["h3"].ipv4
+            # P4 telemetry through the runtime: the leaf's counters (read every 1 s over
+            # P4Runtime) reach Prometheus: the ARP request counted on port 1
+            deadline = time.monotonic() + 15
+            rx = 0.0
+            while time.monotonic() < deadline and rx < 1:
+                rx = a.metric(r'aifabric_port_rx_packets_total\{peer="h1",port="1",'
+                              r'switch="leaf1"\}')
+                time.sleep(0.3)
+            assert rx >= 1
         finally:
             a.stop(signal.SIGKILL)  # kill -9
         ours, kept = asyncio.run(_read(bmv2.grpc_address))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from controller.drivers import frames
 from controller.drivers.p4runtime.driver import P4RuntimeDriver, decode_entities
 from controller.drivers.p4runtime.encode import encode_switch, plan_ecmp_hash
@@ -145,3 +147,55 @@ def _policy_event(state, path):
     text = path.read_text()
     return PolicyApplied(PolicyInForce(pol, text, str(path), 2, digest_of(text)),
                          initial_placement(FABRIC, pol))
+
+
+def test_p4_counters_reach_the_runtime_as_one_sample():
+    """request_counters reads fabric.p4's counters (controller/drivers/p4runtime/counters.py)
+    and reports one CounterSample: ports, queues (CE marks, depth histogram), pinned hits."""
+    from controller.drivers.p4runtime.pipeline import depth_hist_index, queue_index
+    from controller.drivers.southbound import CounterSample
+
+    m = Mixed()
+    try:
+        m.run()
+        leaf = m.p4["leaf1"]
+        leaf.cells = {("port_rx", 1): (10, 1000), ("port_tx", 3): (7, 700),
+                      ("queue_tx", queue_index(3, 0)): (7, 700),
+                      ("ecn_marked", queue_index(3, 0)): (2, 0),
+                      ("ecn_ce_tx", queue_index(3, 0)): (5, 0),
+                      ("queue_depth_hist", depth_hist_index(3, 0, 0)): (6, 0),
+                      ("queue_depth_hist", depth_hist_index(3, 0, 7)): (1, 0)}
+        pinned = next(e for e in leaf.state.entries if e.table == "pinned")
+        leaf.hits = {pinned.key: (4, 400)}
+        m.p4drv.ports["leaf1"] = (1, 3)
+        seen: list[object] = []
+        m.ctl.listeners.append(lambda ev, st: seen.append(ev))
+        m.run(m.p4drv.request_counters("leaf1", frozenset({"ports", "queues", "entries"})))
+        (s,) = [e for e in seen if isinstance(e, CounterSample)]
+        assert {(p.port, p.rx_packets, p.tx_packets) for p in s.ports} == {(1, 10, 0), (3, 0, 7)}
+        (q,) = s.queues
+        assert (q.port, q.queue_id, q.tx_packets, q.ecn_marked_packets, q.ce_packets) == (
+            3, 0, 7, 2, 5)
+        assert q.depth_hist == (6, 0, 0, 0, 0, 0, 0, 1)
+        assert [e.packets for e in s.entries if e.packets] == [4]
+        assert m.p4drv.messages_sent()[("leaf1", "p4-read")] == 1
+    finally:
+        m.close()
+
+
+def test_a_p4_backup_says_so_and_writes_nothing():
+    from controller.drivers.southbound import NotMaster
+    from controller.plan.model import SwitchChanges
+
+    m = Mixed()
+    try:
+        m.run()
+        m.p4["leaf2"].role = "backup"  # another client holds primary on leaf2
+        assert m.p4drv.role_of("leaf2") == "backup"
+        assert m.run(m.p4drv.set_role("leaf2", "master", None)) == "backup"
+        before = m.p4["leaf2"].requests
+        with pytest.raises(NotMaster, match="another client is primary"):
+            m.run(m.p4drv.apply("leaf2", SwitchChanges("leaf2"), 1.0))
+        assert m.p4["leaf2"].requests == before
+    finally:
+        m.close()

@@ -4,6 +4,7 @@ diff), the P4 pipeline model tracing every host pair across the fabric, and refu
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -156,8 +157,8 @@ def test_routes_use_members_named_by_port_and_allocated_group_ids():
     (FlowIntent(0, 1, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.1"), Action("output", 600)),
      "outside 0..511"),
     (FlowIntent(0, 500, Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1", ipv4_dst="10.0.0.2"),
-                Action.via(NextHopSet("failover", (3, 4))), "pin x"),
-     "pin x: table pinned takes output or drop"),
+                Action.via(NextHopSet("ecmp", (3, 4))), "pin x"),
+     "pin x: table pinned takes output, drop or a failover pair"),
     (FlowIntent(0, 500, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.2", l4_dst=80),
                 Action("output", 1), "pin y"), "pin y: l4 ports need ip_proto"),
 ])
@@ -231,3 +232,19 @@ def test_expand_policy_is_what_pinning_covers(fabric):
     # sanity: the pinned golden covers every demand of the policy
     pol = load_policy(PINNED_POLICY)
     assert len(build_plan(fabric, pol).pinning.paths) == len(expand_policy(pol))
+
+
+def test_a_protected_pinned_hop_encodes_its_backup_and_timeout_and_decodes_back():
+    """fabric.p4 header comment: pin_egress_protected(port, backup_port, timeout_us); the
+    driver reads it back as the failover pair the plan asked for."""
+    from controller.drivers.p4runtime.decode import decode_entry
+
+    fi = FlowIntent(0, 500, Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1",
+                                  ipv4_dst="10.0.0.2"),
+                    Action.via(NextHopSet("failover", (3, 4))), "pin x")
+    e = enc.encode_flow("leaf1", fi, timeout_us=75_000)
+    assert (e.table, e.action) == ("pinned", "pin_egress_protected")
+    assert dict(e.params) == {"port": 3, "backup_port": 4, "timeout_us": 75_000}
+    assert decode_entry(e) == dataclasses.replace(fi, origin="")
+    with pytest.raises(enc.EncodeError, match="liveness timeout 0"):
+        enc.encode_flow("leaf1", fi, timeout_us=0)

@@ -28,9 +28,9 @@ from controller.drivers.p4runtime.encode import (
 )
 from controller.drivers.p4runtime.pipeline import (
     BMV2,
-    COUNTERS,
     ECMP_SELECTOR,
     QDEPTH_BUCKETS_CELLS,
+    TNA_COUNTERS,
     TNA_DIR,
     TNA_P4INFO_TXT,
     TNA_REGISTERS,
@@ -121,7 +121,7 @@ def test_source_declares_every_table_key_and_action_of_the_tofino_target():
 
 def test_source_declares_the_counters_and_register_with_fabric_p4_sizes():
     sizes = {"PORTS": 512, "PORT_QUEUES": 4096, "PORT_QUEUES * 8": 32768}
-    for name, (size, _) in COUNTERS.items():
+    for name, (size, _) in TNA_COUNTERS.items():
         m = re.search(rf"Counter<bit<64>, [\w<>]+>\(([^,]+), CounterType_t\.\w+\) {name};", SRC)
         assert m, f"counter {name} missing"
         assert sizes.get(m.group(1), int(m.group(1)) if m.group(1).isdigit() else None) == size
@@ -203,7 +203,7 @@ def test_tables_keys_and_actions_match_the_tna_p4info(schema):
     assert schema.action_profiles[ECMP_SELECTOR].with_selector
     for name, params in TOFINO.actions.items():
         assert [(p.name, p.bitwidth) for p in schema.actions[name].params] == list(params), name
-    for name, (size, _) in COUNTERS.items():
+    for name, (size, _) in TNA_COUNTERS.items():
         assert schema.counters[name].size == size, name
     for name, (size, _) in TNA_REGISTERS.items():
         assert schema.registers[name].size == size, name

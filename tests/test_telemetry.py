@@ -326,3 +326,34 @@ def test_ecmp_runtime_has_no_pinned_traffic():
         assert tel.collective_status() == [] and rig.ctl.state.placement == {}
     finally:
         rig.close()
+
+
+def test_p4_queue_counters_become_ce_and_depth_histogram_metrics(lab):
+    """A P4 switch's queue sample (fabric.p4: ecn_marked, ecn_ce_tx, queue_depth_hist with
+    buckets [0,1), [1,2), [2,4), ... [64, inf) packets) becomes Prometheus counters and a
+    histogram whose ``le`` is each bucket's largest depth (Prometheus exposition format:
+    cumulative buckets ending in +Inf)."""
+    from controller.drivers.p4runtime.pipeline import QDEPTH_BUCKETS_CELLS, QDEPTH_BUCKETS_PKTS
+    from controller.telemetry.samples import QueueCounters
+
+    hist = (5, 1, 0, 2, 0, 0, 0, 1)
+    lab.tel.record_queues("leaf1", [
+        QueueCounters(3, 0, 9000, 9, ecn_marked_packets=2, ce_packets=4, depth_hist=hist,
+                      depth_bounds=QDEPTH_BUCKETS_PKTS),
+        QueueCounters(4, 1, 9000, 9, ecn_marked_packets=0, ce_packets=None, depth_hist=hist,
+                      depth_bounds=QDEPTH_BUCKETS_CELLS, depth_unit="cells")], 1.0)
+    text = generate_latest(registry_for(lab.ctl, 1.0)).decode()
+    fam = {f.name: f for f in text_string_to_metric_families(text)}
+    ce = {(s.labels["port"], s.name): s.value for s in fam["aifabric_queue_ce_packets"].samples}
+    assert ce == {("3", "aifabric_queue_ce_packets_total"): 4}
+    marked = {s.labels["port"]: s.value for s in fam["aifabric_queue_ecn_marked_packets"].samples
+              if s.name.endswith("_total")}
+    assert marked == {"3": 2, "4": 0}
+    for port in ("3", "4"):  # cells map onto the same packet buckets (p4/fabric/tna/README.md)
+        buckets = [(s.labels["le"], s.value) for s in fam["aifabric_queue_depth_packets"].samples
+                   if s.name.endswith("_bucket") and s.labels["port"] == port]
+        assert buckets == [("0", 5), ("1", 6), ("3", 6), ("7", 8), ("15", 8), ("31", 8),
+                           ("63", 8), ("+Inf", 9)]
+    assert set(metric_names(with_p4=True)) - set(metric_names()) == {
+        "aifabric_queue_ecn_marked_packets_total", "aifabric_queue_ce_packets_total",
+        "aifabric_queue_depth_packets_bucket"}

@@ -62,6 +62,7 @@ from controller.runtime.events import (
     Effect,
     Event,
     ForgetCounters,
+    Inject,
     Log,
     PlacementReady,
     Publish,
@@ -291,6 +292,8 @@ class Controller:
             self.publish(fx.kind, fx.message, **dict(fx.fields))
         elif isinstance(fx, SendPacket):
             self._spawn(self._send_packet(fx), f"packet-out {fx.switch}")
+        elif isinstance(fx, Inject):
+            self.post(fx.event)
         elif isinstance(fx, RequestCounters):
             self._spawn(self._counters(fx), f"counters {fx.switch}")
         elif isinstance(fx, TakeRole):

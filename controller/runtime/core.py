@@ -50,7 +50,7 @@ from controller.drivers.southbound import (
 from controller.errors import PlanInvariantError
 from controller.plan.model import SwitchChanges, diff_plans
 from controller.plan.pinned import path_is_up
-from controller.runtime import lldp
+from controller.runtime import liveness, lldp
 from controller.runtime.events import (
     AlertRound,
     CollectivesRegistered,
@@ -60,6 +60,7 @@ from controller.runtime.events import (
     Effect,
     Event,
     ForgetCounters,
+    Inject,
     Log,
     PlacementReady,
     PolicyApplied,
@@ -191,7 +192,8 @@ def _gone(state: RuntimeState, ev: SwitchGone, fx: list[Effect]) -> Step:
         return Step(state)
     new = _sessions(state, ev.switch, replace(s, connected=False, role="none"))
     dpid = state.fabric.switch_by_name[ev.switch].dpid
-    new = replace(new, lldp=lldp.forget(new.lldp, dpid))
+    new = replace(new, lldp=lldp.forget(new.lldp, dpid),
+                  liveness=liveness.forget(new.liveness, ev.switch))
     return Step(new, {}, tuple(fx))
 
 
@@ -256,6 +258,13 @@ def _seen(state: RuntimeState, src: lldp.Endpoint, dst: lldp.Endpoint, now_s: fl
           fx: list[Effect]) -> Step:
     old = state.lldp.discovered.get(src)
     new = replace(state, lldp=lldp.seen(state.lldp, src, dst, now_s))
+    cfg = state.settings
+    if cfg.liveness_interval_s:
+        at = state.fabric.switch_by_dpid.get(dst[0])
+        if at is not None:
+            new = replace(new, liveness=liveness.heard(new.liveness, (at.name, dst[1]), now_s,
+                                                       cfg.liveness_interval_s,
+                                                       cfg.liveness_misses))
     if old is None or old[0] != dst:
         fx.append(Log("debug", state.fabric.switch_by_dpid[dst[0]].name,
                       f"LLDP: port {dst[1]} hears dpid {src[0]:#x} port {src[1]}"))
@@ -397,6 +406,40 @@ def _due(state: RuntimeState, name: str, interval_s: float, now_s: float,
     return True
 
 
+def _liveness(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
+    """LLDP liveness of P4Runtime switches (:mod:`.liveness`): probe every switch–switch port
+    of the P4 switches we write, and turn ports that went silent (or came back) into the
+    PortStatus events an OpenFlow switch would have sent."""
+    cfg = state.settings
+    assert cfg.liveness_interval_s
+    fab = state.fabric
+    connected = state.connected()
+    p4 = sorted(n for n in connected if state.southbound.get(n) == "p4runtime")
+    ports = lldp.probe_ports(fab)
+    writable = state.writable()
+    watched = []
+    for name in p4:
+        for p in ports.get(name, ()):
+            peer, peer_port = fab.port_map[(name, p)]
+            if peer in connected:
+                watched.append((name, p))
+            if name in writable:
+                fx.append(SendPacket(name, p, frames.build_lldp(fab.switch_by_name[name].dpid,
+                                                                p)))
+            # a neighbour on another southbound probes towards the P4 switch as often (its
+            # own probes go out only every lldp_interval_s)
+            if peer in writable and state.southbound.get(peer) != "p4runtime":
+                fx.append(SendPacket(peer, peer_port, frames.build_lldp(
+                    fab.switch_by_name[peer].dpid, peer_port)))
+    mem, moves = liveness.check(state.liveness, watched, now_s, cfg.liveness_interval_s,
+                                cfg.liveness_misses, cfg.liveness_hold_s)
+    for t in moves:
+        fx.append(Log("warning" if not t.up else "info", t.switch,
+                      f"port {t.port} {'up' if t.up else 'down'} by LLDP liveness: {t.reason}"))
+        fx.append(Inject(PortStatus(t.switch, t.port, t.up)))
+    return replace(state, liveness=mem)
+
+
 def _tick(state: RuntimeState, now_s: float, fx: list[Effect]) -> Step:
     cfg = state.settings
     timers = dict(state.timers)
@@ -415,6 +458,9 @@ def _tick(state: RuntimeState, now_s: float, fx: list[Effect]) -> Step:
             dpid = state.fabric.switch_by_name[name].dpid
             for p in ports.get(name, ()):
                 fx.append(SendPacket(name, p, frames.build_lldp(dpid, p)))
+    if cfg.liveness_interval_s and _due(state, "liveness", cfg.liveness_interval_s, now_s,
+                                        timers):
+        new = _liveness(new, now_s, fx)
     if cfg.stats_interval_s and _due(state, "stats", cfg.stats_interval_s, now_s, timers):
         if cfg.rebalance is not None and state.placement:
             fx.append(Compute("rebalance", state.generation))

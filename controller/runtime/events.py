@@ -171,6 +171,14 @@ class AlertRound:
 
 
 @dataclass(frozen=True)
+class Inject:
+    """Feed ``event`` back into the runtime as if a driver had sent it (LLDP liveness turns a
+    silent P4 port into the PortStatus an OpenFlow switch would have sent)."""
+
+    event: SouthboundEvent
+
+
+@dataclass(frozen=True)
 class ForgetCounters:
     """A switch (re)connected: its counters restart."""
 
@@ -178,5 +186,5 @@ class ForgetCounters:
 
 
 Effect = (Log | Publish | SendPacket | RequestCounters | Reconcile | TakeRole | Compute | Converge
-          | TelemetryPaths | TelemetryLinks | AlertRound | ForgetCounters)
+          | TelemetryPaths | TelemetryLinks | AlertRound | ForgetCounters | Inject)
 

@@ -21,7 +21,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from controller.telemetry.alerts import KINDS
@@ -30,7 +35,7 @@ from controller.telemetry.alerts import KINDS
 @dataclass(frozen=True)
 class MetricDef:
     name: str
-    kind: str  # "counter" or "gauge"
+    kind: str  # "counter", "gauge" or "histogram"
     labels: tuple[str, ...]
     help: str
 
@@ -53,6 +58,14 @@ METRICS: tuple[MetricDef, ...] = (
               "Bytes sent from an egress queue (OpenFlow queue statistics)."),
     MetricDef("aifabric_queue_dropped_packets", "counter", ("switch", "port", "queue"),
               "Frames an egress queue dropped (overrun)."),
+    MetricDef("aifabric_queue_ecn_marked_packets", "counter", ("switch", "port", "queue"),
+              "Packets this switch marked ECN CE in an egress queue (P4: fabric.p4 ecn_marked)."),
+    MetricDef("aifabric_queue_ce_packets", "counter", ("switch", "port", "queue"),
+              "Packets that left an egress queue with ECN CE set, marked there or upstream "
+              "(P4: fabric.p4 ecn_ce_tx; the CE marks receivers behind the port see)."),
+    MetricDef("aifabric_queue_depth_packets", "histogram", ("switch", "port", "queue"),
+              "Packets by the egress queue depth they saw at enqueue (P4: fabric.p4 "
+              "queue_depth_hist; le = the bucket's largest depth in full-size packets)."),
     MetricDef("aifabric_link_capacity_bits_per_second", "gauge", _LINK,
               "Rate of a link direction from the topology."),
     MetricDef("aifabric_link_rate_bits_per_second", "gauge", _LINK,
@@ -124,15 +137,44 @@ METRICS: tuple[MetricDef, ...] = (
 BY_NAME = {m.name: m for m in METRICS}
 
 
-QUEUE_METRICS = frozenset({"aifabric_queue_tx_bytes", "aifabric_queue_dropped_packets"})
+P4_QUEUE_METRICS = frozenset({"aifabric_queue_ecn_marked_packets", "aifabric_queue_ce_packets",
+                              "aifabric_queue_depth_packets"})
+"""Present only for P4 switches (OpenFlow 1.3 queue statistics have no ECN marks or depth)."""
+QUEUE_METRICS = frozenset({"aifabric_queue_tx_bytes", "aifabric_queue_dropped_packets"}
+                          | P4_QUEUE_METRICS)
 """Present only when a switch has queues (``--apply-qos`` on Open vSwitch; P4 targets)."""
+_SUFFIX = {"counter": "_total", "gauge": "", "histogram": "_bucket"}
 
 
-def metric_names(with_queues: bool = True) -> list[str]:
-    """The exposed sample names (counters get ``_total``), for docs and tests; without the
-    queue metrics when ``with_queues`` is false."""
-    return [m.name + ("_total" if m.kind == "counter" else "") for m in METRICS
-            if with_queues or m.name not in QUEUE_METRICS]
+def metric_names(with_queues: bool = True, with_p4: bool = False) -> list[str]:
+    """The exposed sample names (counters get ``_total``, histograms are named by their
+    ``_bucket`` samples), for docs and tests; without the queue metrics when ``with_queues``
+    is false, without the P4-only ones unless ``with_p4``."""
+    return [m.name + _SUFFIX[m.kind] for m in METRICS
+            if (with_queues or m.name not in QUEUE_METRICS)
+            and (with_p4 or m.name not in P4_QUEUE_METRICS)]
+
+
+def depth_buckets(q: Any) -> list[tuple[str, float]] | None:
+    """Prometheus buckets (``le``, cumulative count) of a P4 queue's depth histogram
+    (:class:`~controller.telemetry.samples.QueueCounters` ``depth_hist``, bucket *b* covering
+    depths [bound_b, bound_b+1)), in full-size packets: fabric.p4's bounds are packets; the
+    Tofino program's are cells, 19 per 1500-byte packet, with the same buckets
+    (p4/fabric/tna/README.md), so bucket *b* gets the packet bound of fabric.p4's bucket *b*.
+    None when the sample has no histogram."""
+    hist, bounds = getattr(q, "depth_hist", None), tuple(getattr(q, "depth_bounds", ()))
+    if not hist or len(hist) != len(bounds):
+        return None
+    if getattr(q, "depth_unit", "packets") != "packets":
+        from controller.drivers.p4runtime.pipeline import QDEPTH_BUCKETS_PKTS
+        if len(QDEPTH_BUCKETS_PKTS) != len(bounds):
+            return None
+        bounds = QDEPTH_BUCKETS_PKTS
+    out, total = [], 0.0
+    for b, n in enumerate(hist):
+        total += n
+        out.append((str(bounds[b + 1] - 1) if b + 1 < len(bounds) else "+Inf", total))
+    return out
 
 
 class MetricsSource(Protocol):
@@ -165,7 +207,8 @@ class TelemetryCollector(Collector):
     def _families(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for m in METRICS:
-            cls = CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily
+            cls = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily,
+                   "histogram": HistogramMetricFamily}[m.kind]
             out[m.name] = cls(m.name, m.help, labels=list(m.labels))
         return out
 
@@ -186,6 +229,13 @@ class TelemetryCollector(Collector):
             lab = [sw, str(port), str(qid)]
             f["aifabric_queue_tx_bytes"].add_metric(lab, q.tx_bytes)
             f["aifabric_queue_dropped_packets"].add_metric(lab, q.dropped_packets)
+            if q.ecn_marked_packets is not None:
+                f["aifabric_queue_ecn_marked_packets"].add_metric(lab, q.ecn_marked_packets)
+            if q.ce_packets is not None:
+                f["aifabric_queue_ce_packets"].add_metric(lab, q.ce_packets)
+            buckets = depth_buckets(q)
+            if buckets is not None:
+                f["aifabric_queue_depth_packets"].add_metric(lab, buckets, None)
         for ln in tel.link_status():
             lab = [ln.name, ln.link[0], ln.link[1]]
             f["aifabric_link_capacity_bits_per_second"].add_metric(lab, ln.capacity_bps)

@@ -84,6 +84,9 @@ class ControllerOptions:
     handshake_timeout_s: float = 10.0
     max_unfinished: int = 64
     confirm_timeout_s: float = 5.0
+    p4_liveness_interval_s: float = 0.25
+    p4_liveness_misses: int = 3
+    p4_liveness_hold_s: float = 10.0
 
 
 def summary_lines(state: RuntimeState) -> list[str]:
@@ -298,7 +301,10 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
         failover_switches=frozenset(n for n, k in southbound.items() if k in failover_capable),
         rebalance=opts.rebalance, lldp_interval_s=opts.lldp_interval_s,
         lldp_grace_s=3 * opts.lldp_interval_s, stats_interval_s=stats, telemetry=telemetry,
-        confirm_timeout_s=opts.confirm_timeout_s)
+        confirm_timeout_s=opts.confirm_timeout_s,
+        liveness_interval_s=(opts.p4_liveness_interval_s or None)
+        if "p4runtime" in southbound.values() else None,
+        liveness_misses=opts.p4_liveness_misses, liveness_hold_s=opts.p4_liveness_hold_s)
     pif = PolicyInForce(policy, document, source, 1, digest_of(document), time.time())
     try:
         placement = initial_placement(fabric, policy)

@@ -23,6 +23,7 @@ from typing import Literal
 from controller.drivers.southbound import SouthboundKind, SwitchFeatures
 from controller.model.topology import Fabric
 from controller.policy.model import Collective, Policy
+from controller.runtime.liveness import LivenessMemory
 from controller.runtime.lldp import LldpMemory
 from controller.te.collectives import FlowDemand
 from controller.te.reroute import Hysteresis
@@ -97,7 +98,9 @@ class RuntimeSettings:
     (``stats_interval_s`` None: no counters requested); ``lldp_grace_s``: how long a switch
     must have been connected before a declared link of it may be reported missing;
     ``confirm_timeout_s``: how long a switch has to confirm a change; ``failover_switches``:
-    the switches whose southbound offers failover next-hop sets (their driver says so)."""
+    the switches whose southbound offers failover next-hop sets (their driver says so);
+    ``liveness_interval_s`` (None: off), ``liveness_misses``, ``liveness_hold_s``: LLDP link
+    liveness of P4Runtime switches (:mod:`controller.runtime.liveness`)."""
 
     fast_failover: bool = False
     failover_switches: frozenset[str] = frozenset()
@@ -109,6 +112,9 @@ class RuntimeSettings:
     telemetry: bool = False
     confirm_timeout_s: float = 5.0
     retry_interval_s: float = 2.0
+    liveness_interval_s: float | None = None
+    liveness_misses: int = 3
+    liveness_hold_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,7 @@ class RuntimeState:
     switches: Mapping[str, SwitchSession] = field(default_factory=dict)
     rebalance: RebalanceMemory = RebalanceMemory()
     lldp: LldpMemory = LldpMemory()
+    liveness: LivenessMemory = LivenessMemory()
     generation: int = 0
     plan_generation: int = 0
     timers: Mapping[str, float] = field(default_factory=dict)

@@ -46,6 +46,12 @@ class QueueCounters:
     ``dropped_packets`` is OpenFlow's ``tx_errors`` ("packets dropped due to overrun").
     ``depth_bytes`` (instantaneous occupancy) and ``ecn_marked_packets`` exist on P4 targets
     that export them (registers); OpenFlow 1.3 has neither, so they stay None there.
+
+    P4 (fabric.p4) also gives: ``ecn_marked_packets`` (packets this switch marked CE),
+    ``ce_packets`` (packets that left the queue with CE set, marked here or upstream), and the
+    queue-depth histogram ``depth_hist`` (cumulative packets per bucket, counted at enqueue by
+    the depth they saw) with each bucket's lower bound in ``depth_bounds`` (the last bucket is
+    open-ended), in ``depth_unit`` (``packets`` on BMv2, ``cells`` on Tofino).
     """
 
     port: int
@@ -55,6 +61,10 @@ class QueueCounters:
     dropped_packets: int = 0
     depth_bytes: int | None = None
     ecn_marked_packets: int | None = None
+    ce_packets: int | None = None
+    depth_hist: tuple[int, ...] | None = None
+    depth_bounds: tuple[int, ...] = ()
+    depth_unit: str = "packets"
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,9 @@ class FakeP4Switch:
         self.refuse: Callable[[Update], str | None] = lambda u: None
         self.reachable = True
         self.packets_out: list[tuple[int, bytes]] = []
+        self.role = "primary"  # what the switch's arbitration says of this client
+        self.cells: dict[tuple[str, int], tuple[int, int]] = {}  # counter cells (packets, bytes)
+        self.hits: dict[Any, tuple[int, int]] = {}  # pinned entry key -> (packets, bytes)
         self._in: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
         self.connected = False
 
@@ -74,6 +77,13 @@ class FakeP4Switch:
     async def packet_out(self, port: int, frame: bytes) -> None:
         self.packets_out.append((port, frame))
 
+    async def read_cells(self, cells: Any) -> dict[tuple[str, int], tuple[int, int]]:
+        return {(n, i): self.cells.get((n, i), (0, 0)) for n, i in cells if i is not None}
+
+    async def read_direct_counters(self, table: str) -> list[tuple[Any, int, int]]:
+        return [(e, *self.hits.get(e.key, (0, 0))) for e in self.state.entries
+                if e.table == table]
+
     async def packets_in(self) -> AsyncIterator[tuple[int, bytes]]:
         while True:
             item = await self._in.get()
@@ -90,8 +100,9 @@ class FakeP4Switch:
         self._in.put_nowait(None)
 
 
-def factory(switches: dict[str, FakeP4Switch]) -> Callable[[str, str, int, int], FakeP4Switch]:
+def factory(switches: dict[str, FakeP4Switch]) -> Callable[..., FakeP4Switch]:
     """A client factory for the driver that hands out ``switches`` by name."""
-    def make(name: str, address: str, device_id: int, election_id: int) -> FakeP4Switch:
+    def make(name: str, address: str, device_id: int, election_id: int,
+             **_: Any) -> FakeP4Switch:
         return switches[name]
     return make

@@ -7,14 +7,18 @@
  *
  *   ingress  punt              ternary eth_type                       -> send_to_cpu
  *            dscp_to_priority  exact dscp                             -> set_priority(priority)
- *            pinned            ternary ipv4_src ipv4_dst ip_proto     -> set_egress(port) | drop
- *                                      dscp l4_src l4_dst
+ *            pinned            ternary ipv4_src ipv4_dst ip_proto     -> set_egress(port)
+ *                                      dscp l4_src l4_dst                   | drop
+ *                              direct counter pinned_hits                   | pin_egress_protected(
+ *                                                                             port, backup_port,
+ *                                                                             timeout_us)
  *            ecmp_hash         ternary eth_type                       -> set_hash(seed, masks)
  *            routes            lpm ipv4_dst, action selector          -> set_egress(port)
  *                              ecmp_selector (over meta.hash_value, see below)
  *   egress   ecn_threshold     exact egress_port priority             -> mark_ecn(threshold_pkts)
- *   counters port_rx, port_tx (index: port), queue_tx, ecn_marked (index: port * 8 + priority),
- *            punted (index: 0 ARP, 1 LLDP, 2 other), dropped (index: 0 no route, 1 not IP)
+ *   counters port_rx, port_tx (index: port), queue_tx, ecn_marked, ecn_ce_tx
+ *            (index: port * 8 + priority), punted (index: 0 ARP, 1 LLDP, 2 other),
+ *            dropped (index: 0 no route, 1 not IP), failover_used (index: the dead primary port)
  *            queue_depth_hist (index: (port * 8 + priority) * 8 + bucket): packets by the queue
  *            depth they saw, bucket b covering depths [QDEPTH_LO[b], QDEPTH_LO[b+1]) with
  *            QDEPTH_LO = 0, 1, 2, 4, 8, 16, 32, 64 (the last bucket open-ended)
@@ -33,6 +37,20 @@
  * flips either every flow's choice or none — tiers would stay polarised whatever their seeds.
  * After fmix32 (multiplications, non-linear over XOR) different seeds give independent choices.
  * Without an entry the default action hashes the 5-tuple with seed 0.
+ *
+ * ECN: ecn_marked counts the packets this switch marked CE (ECT with the queue at or above the
+ * threshold); ecn_ce_tx counts every packet leaving a queue with CE set, marked here or on an
+ * earlier hop (the CE marks a receiver behind that port will see).
+ *
+ * Pinned hops protected in the data plane (P4 has no port-status input; liveness comes from
+ * probes): every LLDP frame received on a port stamps port_heard_us[port] with the ingress
+ * timestamp (µs); the controller sends an LLDP probe out of every fabric port each liveness
+ * interval, so each end of a live link hears its peer that often. A pinned entry written as
+ * pin_egress_protected(port, backup_port, timeout_us) sends to backup_port instead of port while
+ * port has heard nothing for more than timeout_us and backup_port has (a dead primary, a live
+ * backup); when neither has heard a probe (no controller sending them) the primary is kept.
+ * The switch flips the liveness bit itself, within timeout_us of the last probe, before the
+ * controller re-pins. failover_used[port] counts the packets sent to the backup of a dead port.
  *
  * Forwarding leaves Ethernet addresses and TTL alone, as the OpenFlow driver does (hosts learn
  * each other's real MAC from the controller's ARP replies). The only header rewrite is ECN CE,
@@ -164,6 +182,10 @@ struct metadata_t {
     bit<32> hash_value;
     bit<19> ecn_threshold_pkts;
     bit<1>  ecn_enabled;
+    /* data-plane protection of pinned hops (pin_egress_protected) */
+    bit<1>  protected;
+    port_t  backup_port;
+    bit<48> liveness_timeout_us;
 }
 
 parser FabricParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
@@ -228,6 +250,9 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
     counter(PORTS, CounterType.packets_and_bytes) port_rx;
     counter(3, CounterType.packets) punted;
     counter(2, CounterType.packets) dropped;
+    counter(PORTS, CounterType.packets) failover_used;
+    direct_counter(CounterType.packets_and_bytes) pinned_hits;
+    register<bit<48>>(PORTS) port_heard_us;
     action_selector(HashAlgorithm.identity, 32w1024, 32w32) ecmp_selector;
 
     action drop() {
@@ -240,6 +265,14 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
 
     action set_egress(port_t port) {
         standard_metadata.egress_spec = port;
+    }
+
+    /* A pinned hop with a backup next hop (header comment: data-plane protection). */
+    action pin_egress_protected(port_t port, port_t backup_port, bit<32> timeout_us) {
+        standard_metadata.egress_spec = port;
+        meta.protected = 1;
+        meta.backup_port = backup_port;
+        meta.liveness_timeout_us = (bit<48>) timeout_us;
     }
 
     action set_priority(bit<3> priority) {
@@ -296,8 +329,9 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
             meta.l4_src       : ternary @name("l4_src");
             meta.l4_dst       : ternary @name("l4_dst");
         }
-        actions = { set_egress; drop; @defaultonly NoAction; }
+        actions = { set_egress; pin_egress_protected; drop; @defaultonly NoAction; }
         const default_action = NoAction();
+        counters = pinned_hits;
         size = 4096;
     }
 
@@ -318,6 +352,10 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
             exit;
         }
         port_rx.count((bit<32>) standard_metadata.ingress_port);
+        if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
+            port_heard_us.write((bit<32>) standard_metadata.ingress_port,
+                                standard_metadata.ingress_global_timestamp);
+        }
         if (punt.apply().hit) {
             if (hdr.ethernet.ether_type == ETH_TYPE_ARP) {
                 punted.count(0);
@@ -334,7 +372,20 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
             exit;
         }
         dscp_to_priority.apply();
-        if (!pinned.apply().hit) {
+        if (pinned.apply().hit) {
+            if (meta.protected == 1) {
+                bit<48> heard;
+                bit<48> backup_heard;
+                bit<48> now = standard_metadata.ingress_global_timestamp;
+                port_heard_us.read(heard, (bit<32>) standard_metadata.egress_spec);
+                port_heard_us.read(backup_heard, (bit<32>) meta.backup_port);
+                if (now - heard > meta.liveness_timeout_us
+                        && now - backup_heard <= meta.liveness_timeout_us) {
+                    failover_used.count((bit<32>) standard_metadata.egress_spec);
+                    standard_metadata.egress_spec = meta.backup_port;
+                }
+            }
+        } else {
             ecmp_hash.apply();
             hash(meta.hash_value, HashAlgorithm.crc32, 32w0,
                  { meta.hash_seed,
@@ -367,6 +418,7 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
     counter(PORTS, CounterType.packets_and_bytes) port_tx;
     counter(PORT_QUEUES, CounterType.packets_and_bytes) queue_tx;
     counter(PORT_QUEUES, CounterType.packets) ecn_marked;
+    counter(PORT_QUEUES, CounterType.packets) ecn_ce_tx;
     counter(PORT_QUEUES * 8, CounterType.packets) queue_depth_hist;
     register<bit<19>>(PORT_QUEUES) queue_depth_pkts;
 
@@ -414,6 +466,9 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
                 && standard_metadata.enq_qdepth >= meta.ecn_threshold_pkts) {
             hdr.ipv4.ecn = ECN_CE;
             ecn_marked.count(q);
+        }
+        if (hdr.ipv4.isValid() && hdr.ipv4.ecn == ECN_CE) {
+            ecn_ce_tx.count(q);
         }
     }
 }

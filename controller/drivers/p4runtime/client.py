@@ -1,13 +1,20 @@
-"""The P4Runtime client of one switch (finsy over gRPC): the only module here that does I/O.
+"""The P4Runtime client of one switch: the only module here that does I/O with it.
 
-:class:`P4Switch` connects, takes part in client arbitration with an ``election_id`` (P4Runtime
-spec v1.3 §5, "Client Arbitration and Controller Replication": the client with the highest
-election id is primary and the only one allowed to write), installs the committed pipeline with
-SetForwardingPipelineConfig (§7; finsy skips it when the switch already runs a pipeline with the
-same cookie), reads the switch back, and writes :class:`~.reconcile.Reconciliation` phases,
-each phase one batched WriteRequest (§12). A failed write raises :class:`WriteError` listing
-every failed update with its entity and the switch's per-update error (§12.3: the server
-returns one ``p4.v1.Error`` per update, OK for those that succeeded).
+:class:`P4Switch` opens a :class:`~.session.P4Session` (gRPC channel, StreamChannel, client
+arbitration as P4Runtime spec v1.3 §5 says: primary or backup, never promoting itself),
+installs the committed pipeline with SetForwardingPipelineConfig when it is primary and the
+switch runs another one (§7; compared by cookie, as finsy does, so a pipeline finsy installed
+counts as ours), reads the switch back, and writes :class:`~.reconcile.Reconciliation` phases,
+each phase in WriteRequests of at most :data:`MAX_BATCH` updates (§12). Entities are encoded
+straight to protobuf by :class:`~.wire.WireCodec`.
+
+**Failed updates are always reported per update.** The server returns one ``p4.v1.Error`` per
+update of a failed WriteRequest (§12.3); :class:`WriteError` lists every refused update with
+its entity and error. The session accepts trailers up to
+:data:`~.session.MAX_METADATA_BYTES`, so a batch's details arrive; if a server still answers a
+batch with an error and no per-update details (e.g. RESOURCE_EXHAUSTED), the client reads the
+batch's entities back, keeps the updates that took effect, and sends the others again in
+halves until each failing update has its own error.
 
 Usage::
 
@@ -18,15 +25,23 @@ Usage::
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import finsy as fy
+from finsy.grpcutil import GRPCCredentialsTLS
+from finsy.p4client import P4ClientError
+from finsy.proto import p4r
 
-from controller.drivers.p4runtime import codec
-from controller.drivers.p4runtime.entities import Entity, SwitchEntities
+from controller.drivers.p4runtime.entities import (
+    Entity,
+    ProfileGroup,
+    ProfileMember,
+    SwitchEntities,
+    TableEntry,
+)
 from controller.drivers.p4runtime.pipeline import (
     BMV2_JSON,
     ECMP_SELECTOR,
@@ -36,11 +51,23 @@ from controller.drivers.p4runtime.pipeline import (
     depth_hist_index,
 )
 from controller.drivers.p4runtime.reconcile import Reconciliation, Update, reconcile
+from controller.drivers.p4runtime.session import (
+    Demoted,
+    ElectionIdInUse,
+    NotPrimary,
+    P4Session,
+    SessionError,
+    SessionRole,
+)
+from controller.drivers.p4runtime.wire import WireCodec, WireError
 
 LOG = logging.getLogger("aifabric.p4runtime")
 
 #: Updates per WriteRequest; larger phases are split (each part still ordered after the last).
 MAX_BATCH = 1000
+
+__all__ = ["MAX_BATCH", "Demoted", "DemotedError", "ElectionIdInUse", "FailedUpdate", "NotPrimaryError",
+           "P4Switch", "P4SwitchError", "ReconcileReport", "WriteError"]
 
 
 class P4SwitchError(RuntimeError):
@@ -50,12 +77,26 @@ class P4SwitchError(RuntimeError):
 class NotPrimaryError(P4SwitchError):
     """Another client holds a higher election id, so this one is a backup and may not write."""
 
-    def __init__(self, switch: str, election_id: int, primary_id: int) -> None:
+    def __init__(self, switch: str, election_id: int, primary_id: int | None) -> None:
         super().__init__(
             f"{switch}: another controller is primary (election_id {primary_id} > ours "
             f"{election_id}); P4Runtime lets only the primary write (spec §5). Stop the other "
             "controller or start this one with a higher --election-id."
         )
+        self.switch, self.election_id, self.primary_id = switch, election_id, primary_id
+
+
+class DemotedError(NotPrimaryError):
+    """The switch refused a write because another client took primary since our last write
+    (PERMISSION_DENIED, P4Runtime spec §5): a demotion, not a refused entity; nothing of that
+    WriteRequest was applied."""
+
+    def __init__(self, switch: str, election_id: int, primary_id: int | None,
+                 why: str) -> None:
+        P4SwitchError.__init__(
+            self, f"{switch}: demoted to backup: another client is primary now (election_id "
+                  f"{primary_id if primary_id is not None else 'unknown'} > ours {election_id}; "
+                  f"the switch said: {why}); nothing of this WriteRequest was applied")
         self.switch, self.election_id, self.primary_id = switch, election_id, primary_id
 
 
@@ -78,8 +119,9 @@ class WriteError(P4SwitchError):
     as P4Runtime's default CONTINUE_ON_ERROR atomicity does, §12.2)."""
 
     def __init__(self, switch: str, failures: Sequence[FailedUpdate], cause: str) -> None:
-        lines = "\n  ".join(str(f) for f in failures) or cause
-        super().__init__(f"{switch}: {len(failures)} update(s) refused:\n  {lines}")
+        shown = "\n  ".join(str(f) for f in failures[:20]) or cause
+        more = f"\n  ... and {len(failures) - 20} more" if len(failures) > 20 else ""
+        super().__init__(f"{switch}: {len(failures)} update(s) refused:\n  {shown}{more}")
         self.switch, self.failures = switch, tuple(failures)
 
 
@@ -102,89 +144,151 @@ class P4Switch:
     name : str
         The fabric's switch name (for messages and logs).
     address : str
-        gRPC ``host:port`` of the P4Runtime server (simple_switch_grpc ``--grpc-server-addr``).
+        gRPC ``host:port`` or ``unix:PATH`` of the P4Runtime server.
     device_id : int
         The P4Runtime device id (simple_switch_grpc ``--device-id``; aifabric uses the dpid).
     election_id : int
-        Our election id (> 0, §5); a higher one wins.
-    p4info, p4blob : Path
-        The P4Info text and target config (BMv2 JSON) installed by SetForwardingPipelineConfig.
+        Our election id (≥ 1, §5); a higher one wins.
+    p4info, p4blob : Path or bytes
+        The P4Info text and target config installed by SetForwardingPipelineConfig.
     force_pipeline : bool
         Install the pipeline even when the switch reports the same cookie (wipes its state).
+    role_name : str
+        P4Runtime role (§5; "" = the default role).
+    credentials : finsy.GRPCCredentialsTLS, optional
+        TLS for the channel.
+    backup_ok : bool
+        Stay connected as a backup (read only). When False (the default), opening as a
+        backup raises :class:`NotPrimaryError`.
+    on_role : callable, optional
+        ``on_role(role, reason)`` on every role change (demotion, ...) once open.
+    highest_seen : int, optional
+        The highest election id seen for this switch before (kept across reconnects: a backup
+        stays backup when the server promotes it against the spec).
     """
 
     def __init__(self, name: str, address: str, device_id: int, *, election_id: int = 10,
-                 p4info: Path = P4INFO_TXT, p4blob: Path = BMV2_JSON,
-                 force_pipeline: bool = False) -> None:
+                 p4info: Path = P4INFO_TXT, p4blob: Any = BMV2_JSON,
+                 force_pipeline: bool = False, role_name: str = "",
+                 credentials: GRPCCredentialsTLS | None = None, backup_ok: bool = False,
+                 on_role: Callable[[SessionRole, str], None] | None = None,
+                 highest_seen: int | None = None) -> None:
         if election_id <= 0:
             raise ValueError(f"{name}: election_id must be > 0 (P4Runtime spec §5), got {election_id}")
         self.name = name
+        self.address = address
+        self.device_id = device_id
         self.election_id = election_id
-        opts = fy.SwitchOptions(p4info=p4info, p4blob=p4blob, device_id=device_id,
-                                initial_election_id=election_id, p4force=force_pipeline)
-        self._sw = fy.Switch(name, address, opts)
+        self.schema = _schema(p4info, p4blob)
+        self.codec = _codec(self.schema)
+        self.force_pipeline = force_pipeline
+        self.backup_ok = backup_ok
+        self.session = P4Session(name, address, device_id, election_id=election_id,
+                                 role_name=role_name, credentials=credentials, on_role=on_role)
+        if highest_seen is not None:
+            self.session.highest_seen = max(highest_seen, election_id)
         self.requests = 0
 
-    def _read(self, entity: Any) -> Any:
-        """finsy's ``Switch.read`` (an async generator its overloads type as a coroutine)."""
-        return self._sw.read(entity)
-
     @property
-    def finsy(self) -> fy.Switch:
-        """The underlying finsy switch (for packet I/O and tests)."""
-        return self._sw
+    def role(self) -> SessionRole:
+        """``primary`` or ``backup`` (P4Runtime §5)."""
+        return self.session.role
 
     async def __aenter__(self) -> P4Switch:
         try:
-            await self._sw.__aenter__()
-        except Exception as e:  # noqa: BLE001 - finsy raises gRPC and its own errors
-            raise P4SwitchError(f"{self.name}: cannot connect to {self._sw.address}: {e}") from e
-        if not self._sw.is_primary:
-            primary = self._sw.primary_id
-            await self._sw.__aexit__(None, None, None)
-            raise NotPrimaryError(self.name, self.election_id, primary)
-        LOG.info("%s: primary (election_id %d), pipeline %s", self.name, self.election_id,
-                 self._sw.p4info.get_pipeline_info())
+            role = await self.session.open()
+        except ElectionIdInUse as e:
+            raise ElectionIdError(str(e)) from None
+        except SessionError as e:
+            raise P4SwitchError(f"{self.name}: cannot connect to {self.address}: {e}") from None
+        try:
+            if role == "primary":
+                cookie = await self.session.pipeline_cookie()
+                if self.force_pipeline or cookie != self.schema.p4cookie:
+                    await self.session.set_pipeline(self.schema)
+                    LOG.info("[%s] pipeline installed: %s", self.name,
+                             self.schema.get_pipeline_info())
+            elif not self.backup_ok:
+                raise NotPrimaryError(self.name, self.election_id, self.session.primary_id)
+        except BaseException:
+            await self.session.close()
+            raise
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await self._sw.__aexit__(None, None, None)
+        await self.session.close()
 
     # -- read ------------------------------------------------------------------------------
+    async def _read(self, entities: Sequence[p4r.Entity]) -> list[p4r.Entity]:
+        try:
+            return [e async for e in self.session.read(entities)]
+        except P4ClientError as e:
+            raise P4SwitchError(f"{self.name}: read failed: {e.code.name}: {e.message}") from None
+
     async def read_state(self) -> SwitchEntities:
         """Everything aifabric writes, as the switch holds it now (P4Runtime Read, §11).
         Entries of tables the driver does not write (fabric_tna.p4's const ``depth_bucket`` and
         ``ecn_mark``) are left out: reconciliation must never try to delete them."""
-        sw, schema = self._sw, self._sw.p4info
-        entries = [codec.from_finsy_entry(e, schema) async for e in self._read(fy.P4TableEntry())
-                   if codec.table_name(e, schema) in TABLES]
-        members = [codec.from_finsy_member(m)
-                   async for m in self._read(fy.P4ActionProfileMember(ECMP_SELECTOR))]
-        groups = [codec.from_finsy_group(g)
-                  async for g in self._read(fy.P4ActionProfileGroup(ECMP_SELECTOR))]
+        c = self.codec
+        ents = await self._read([c.read_all("table"), c.read_all("member", ECMP_SELECTOR),
+                                 c.read_all("group", ECMP_SELECTOR)])
+        entries, members, groups = [], [], []
+        for e in ents:
+            kind = e.WhichOneof("entity")
+            if kind == "table_entry":
+                if c.table_names.get(e.table_entry.table_id) in TABLES \
+                        and not e.table_entry.is_default_action:
+                    entries.append(c.decode_table_entry(e.table_entry))
+            elif kind == "action_profile_member":
+                members.append(c.decode_member(e.action_profile_member))
+            elif kind == "action_profile_group":
+                groups.append(c.decode_group(e.action_profile_group))
         try:
-            mcast = [codec.from_finsy_multicast(g)
-                     async for g in self._read(fy.P4MulticastGroupEntry())]
-        except fy.P4ClientError as e:
+            mcast = [c.decode_multicast(e.packet_replication_engine_entry.multicast_group_entry)
+                     for e in await self._read([c.read_all("multicast")])]
+        except P4SwitchError as e:
             LOG.warning("%s: multicast groups not readable (%s); assuming none", self.name, e)
             mcast = []
-        return SwitchEntities(self.name, sw.device_id, frozenset(entries), frozenset(members),
+        return SwitchEntities(self.name, self.device_id, frozenset(entries), frozenset(members),
                               frozenset(groups), frozenset(mcast))
+
+    async def read_cells(self, cells: Sequence[tuple[str, int | None]]
+                         ) -> dict[tuple[str, int], tuple[int, int]]:
+        """``{(counter, index): (packets, bytes)}`` of indirect counter cells, in one
+        ReadRequest (§9.6); an index None reads every cell of that counter."""
+        c = self.codec
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        for e in await self._read([c.counter_entry(n, i) for n, i in cells]):
+            ce = e.counter_entry
+            out[(c.counter_names[ce.counter_id], ce.index.index)] = (
+                int(ce.data.packet_count), int(ce.data.byte_count))
+        return out
 
     async def read_counters(self, counter: str) -> dict[int, tuple[int, int]]:
         """``{index: (packets, bytes)}`` of every cell of indirect ``counter`` (§9.6)."""
-        out: dict[int, tuple[int, int]] = {}
-        async for c in self._read(fy.P4CounterEntry(counter)):
-            if c.index is not None and c.data is not None:
-                out[c.index] = (c.data.packet_count, c.data.byte_count)
-        return out
+        return {i: v for (_, i), v in (await self.read_cells([(counter, None)])).items()}
 
     async def read_counter(self, counter: str, index: int) -> tuple[int, int]:
         """``(packets, bytes)`` of one cell of indirect ``counter``."""
-        async for c in self._read(fy.P4CounterEntry(counter, index=index)):
-            if c.data is not None:
-                return (c.data.packet_count, c.data.byte_count)
-        raise P4SwitchError(f"{self.name}: counter {counter}[{index}] not returned")
+        got = await self.read_cells([(counter, index)])
+        if (counter, index) not in got:
+            raise P4SwitchError(f"{self.name}: counter {counter}[{index}] not returned")
+        return got[(counter, index)]
+
+    async def read_direct_counters(self, table: str) -> list[tuple[TableEntry, int, int]]:
+        """``(entry, packets, bytes)`` of every entry of ``table`` from its direct counter
+        (read with the entries, §9.1)."""
+        c = self.codec
+        try:
+            req = [c.direct_counters_of(table)]
+        except WireError as e:
+            raise P4SwitchError(f"{self.name}: {e}") from None
+        out = []
+        for ent in await self._read(req):
+            t = ent.table_entry
+            out.append((c.decode_table_entry(t), int(t.counter_data.packet_count),
+                        int(t.counter_data.byte_count)))
+        return out
 
     async def read_queue_depth_histogram(self, port: int, priority: int) -> dict[int, int]:
         """``{bucket lower bound (packets): packets counted}`` of queue (``port``, ``priority``)
@@ -193,11 +297,10 @@ class P4Switch:
 
         This is how the controller reads queue depth on BMv2, whose P4Runtime server does not
         read registers (see :meth:`read_register`)."""
-        out: dict[int, int] = {}
-        for b, lo in enumerate(QDEPTH_BUCKETS_PKTS):
-            out[lo] = (await self.read_counter("queue_depth_hist",
-                                               depth_hist_index(port, priority, b)))[0]
-        return out
+        idx = [depth_hist_index(port, priority, b) for b in range(len(QDEPTH_BUCKETS_PKTS))]
+        got = await self.read_cells([("queue_depth_hist", i) for i in idx])
+        return {lo: got.get(("queue_depth_hist", i), (0, 0))[0]
+                for lo, i in zip(QDEPTH_BUCKETS_PKTS, idx, strict=True)}
 
     async def read_register(self, register: str, index: int) -> int:
         """Cell ``index`` of ``register`` (§9.9).
@@ -208,26 +311,46 @@ class P4Switch:
             The switch cannot read registers: BMv2's P4Runtime server answers UNIMPLEMENTED
             (p4lang/PI#376); read queue depth with :meth:`read_queue_depth_histogram` there.
         """
+        reg = next((r for r in self.schema.registers
+                    if (r.alias or r.name).rsplit(".", 1)[-1] == register), None)
+        if reg is None:
+            raise P4SwitchError(f"{self.name}: register {register!r} is not in the P4Info")
+        req = p4r.Entity(register_entry=p4r.RegisterEntry(register_id=reg.id,
+                                                          index=p4r.Index(index=index)))
         try:
-            async for r in self._read(fy.P4RegisterEntry(register, index=index)):
-                return codec.as_int(r.data)
-        except fy.P4ClientError as e:
-            if e.code.name == "UNIMPLEMENTED" or "UNIMPLEMENTED" in str(e):
+            got = [e async for e in self.session.read([req])]
+        except P4ClientError as err:
+            if err.code.name == "UNIMPLEMENTED":
                 raise P4SwitchError(
                     f"{self.name}: register {register}[{index}]: the switch does not read "
                     "registers over P4Runtime (UNIMPLEMENTED; BMv2: p4lang/PI#376); read "
                     "queue_depth_hist (read_queue_depth_histogram) instead") from None
-            raise P4SwitchError(f"{self.name}: register {register}[{index}]: {e}") from None
+            raise P4SwitchError(f"{self.name}: register {register}[{index}]: {err}") from None
+        for ent in got:
+            return int.from_bytes(ent.register_entry.data.bitstring, "big")
         raise P4SwitchError(f"{self.name}: register {register}[{index}] not returned")
 
+    # -- packets ---------------------------------------------------------------------------
     async def packets_in(self) -> AsyncIterator[tuple[int, bytes]]:
-        """``(ingress_port, frame)`` for every packet-in (§16.1)."""
-        async for p in self._sw.read_packets():
-            yield int(p.metadata.get("ingress_port", 0)), p.payload
+        """``(ingress_port, frame)`` for every packet-in (§16.1), until the stream ends."""
+        q = self.session.packets
+        while True:
+            p = await q.get()
+            if p is None:
+                q.put_nowait(None)  # later readers see the end too
+                return
+            meta, payload = self.codec.decode_packet_in(p)
+            yield meta.get("ingress_port", 0), payload
 
     async def packet_out(self, port: int, frame: bytes) -> None:
         """Send ``frame`` out of ``port`` (packet-out with the ``packet_out`` header, §16.1)."""
-        await self._sw.write([fy.P4PacketOut(frame, egress_port=port, _pad=0)])
+        try:
+            await self.session.packet_out(self.codec.packet_out(frame, egress_port=port, _pad=0))
+        except (NotPrimary, SessionError) as e:
+            raise P4SwitchError(str(e)) from None
+        except P4ClientError as e:
+            raise P4SwitchError(f"{self.name}: packet-out failed: {e.code.name}: "
+                                f"{e.message}") from None
 
     # -- write -----------------------------------------------------------------------------
     async def write_phases(self, rec: Reconciliation) -> int:
@@ -242,6 +365,8 @@ class P4Switch:
         ------
         WriteError
             The switch refused updates; the later phases are not sent.
+        NotPrimaryError
+            We are a backup (or were demoted): nothing more was sent.
         """
         n = 0
         for phase in rec.phases:
@@ -250,16 +375,65 @@ class P4Switch:
                 n += 1
         return n
 
+    def encode(self, updates: Sequence[Update]) -> list[p4r.Update]:
+        """The protobuf updates (raises :class:`WriteError` naming an entity that does not
+        fit the P4Info)."""
+        upd = self.codec.update
+        try:
+            return [upd(u) for u in updates]
+        except WireError as e:
+            bad = next(u for u in updates if _encodes(self.codec, u) is not None)
+            raise WriteError(self.name, [FailedUpdate(bad, "INVALID_ARGUMENT", str(e))],
+                             str(e)) from None
+
     async def write_batch(self, updates: Sequence[Update]) -> None:
-        """One WriteRequest of ``updates``; raises :class:`WriteError` naming each refused one."""
-        msgs = [_finsy_update(u) for u in updates]
+        """One WriteRequest of ``updates``; raises :class:`WriteError` naming each refused one
+        (module docstring: a failure without per-update details is narrowed down)."""
+        req = self.session.write_request()
+        try:
+            self.codec.fill_updates(req.updates, updates)
+        except WireError as e:
+            bad = next(u for u in updates if _encodes(self.codec, u) is not None)
+            raise WriteError(self.name, [FailedUpdate(bad, "INVALID_ARGUMENT", str(e))],
+                             str(e)) from None
+        await self._write_encoded(updates, req)
+
+    async def _write_encoded(self, updates: Sequence[Update],
+                             msgs: list[p4r.Update] | p4r.WriteRequest) -> None:
         self.requests += 1
         try:
-            await self._sw.write(msgs)
-        except fy.P4ClientError as e:
-            failures = [FailedUpdate(updates[i], err.canonical_code.name, err.message)
-                        for i, err in sorted(e.details.items()) if i < len(updates)]
+            await self.session.write(msgs)
+        except Demoted as e:
+            raise DemotedError(self.name, self.election_id, self.session.primary_id,
+                               str(e)) from None
+        except NotPrimary:
+            raise NotPrimaryError(self.name, self.election_id, self.session.primary_id) from None
+        except P4ClientError as e:
+            if e.details:
+                failures = [FailedUpdate(updates[i], err.canonical_code.name, err.message)
+                            for i, err in sorted(e.details.items()) if i < len(updates)]
+                raise WriteError(self.name, failures, f"{e.code.name}: {e.message}") from None
+            failures = await self._narrow(updates, f"{e.code.name}: {e.message}")
             raise WriteError(self.name, failures, f"{e.code.name}: {e.message}") from None
+
+    async def _narrow(self, updates: Sequence[Update], cause: str) -> list[FailedUpdate]:
+        """Per-update errors of a batch the switch refused without details: read back which
+        updates took effect, send the others again in halves (module docstring)."""
+        LOG.warning("[%s] a batch of %d updates failed without per-update errors (%s): "
+                    "reading back which took effect", self.name, len(updates), cause)
+        now = await self.read_state()
+        pending = [u for u in updates if not _took_effect(now, u)]
+        if len(pending) == len(updates) and len(updates) == 1:
+            return [FailedUpdate(updates[0], cause.split(":", 1)[0], cause)]
+        out: list[FailedUpdate] = []
+        half = max(1, len(pending) // 2)
+        for i in range(0, len(pending), half):
+            part = pending[i:i + half]
+            try:
+                await self.write_batch(part)
+            except WriteError as e:
+                out += e.failures
+        return out
 
     async def write_one_by_one(self, updates: Sequence[Update]) -> None:
         """Each update in its own WriteRequest (for the single-vs-batched benchmark)."""
@@ -276,7 +450,56 @@ class P4Switch:
         return ReconcileReport(self.name, actual.count, rec.counts(), n)
 
 
-def _finsy_update(u: Update) -> Any:
+class ElectionIdError(P4SwitchError):
+    """The switch refused our election id: another live client holds it (P4Runtime §5.4)."""
+
+
+def _encodes(codec: WireCodec, u: Update) -> str | None:
+    try:
+        codec.update(u)
+    except WireError as e:
+        return str(e)
+    return None
+
+
+def _took_effect(state: SwitchEntities, u: Update) -> bool:
     e: Entity = u.entity
-    f = codec.to_finsy(e)
-    return {"insert": f.__pos__, "modify": f.__invert__, "delete": f.__neg__}[u.op]()
+    pool: Any
+    if isinstance(e, TableEntry):
+        pool = {x.key: x for x in state.entries}
+    elif isinstance(e, ProfileMember):
+        pool = {x.key: x for x in state.members}
+    elif isinstance(e, ProfileGroup):
+        pool = {x.key: x for x in state.groups}
+    else:
+        pool = {x.key: x for x in state.multicast}
+    have = pool.get(e.key)
+    if u.op == "delete":
+        return have is None
+    if have is None:
+        return False
+    if isinstance(e, TableEntry):
+        return bool(have.value == e.value)
+    if isinstance(e, ProfileGroup):
+        return bool(have.member_ids == e.member_ids)
+    return bool(have == e)
+
+
+_SCHEMAS: dict[tuple[Any, ...], fy.P4Schema] = {}
+_CODECS: dict[int, WireCodec] = {}
+
+
+def _schema(p4info: Path, p4blob: Any) -> fy.P4Schema:
+    """finsy's schema of the P4Info and blob, parsed once per process."""
+    key = (str(p4info), p4blob if isinstance(p4blob, Path | str) else id(p4blob))
+    s = _SCHEMAS.get(key)
+    if s is None:
+        s = _SCHEMAS[key] = fy.P4Schema(Path(p4info), p4blob)
+    return s
+
+
+def _codec(schema: fy.P4Schema) -> WireCodec:
+    c = _CODECS.get(id(schema))
+    if c is None:
+        c = _CODECS[id(schema)] = WireCodec(schema)
+    return c

@@ -1,68 +1,80 @@
-"""The P4Runtime driver: :class:`~controller.drivers.southbound.SouthboundDriver` over finsy
+"""The P4Runtime driver: :class:`~controller.drivers.southbound.SouthboundDriver` over P4Runtime
 clients (:class:`~.client.P4Switch`), on the runtime's asyncio loop.
 
-* **connect**: one client per switch named in the targets (address, device id = dpid), primary
-  with the configured ``election_id`` (P4Runtime spec v1.3 §5); the pipeline is installed when
-  the switch lacks it. A switch that cannot be reached is retried every ``reconnect_s``.
-* **ownership**: aifabric owns the tables it writes (:data:`OWNED_TABLES`: ``punt``,
-  ``routes``, ``pinned``, ``ecmp_hash``) and the ``ecmp_selector`` action profile; entries of
-  other tables (QoS tables written by a lab or another client) are neither read back as ours
-  nor ever deleted.
-* **read back** (:meth:`P4RuntimeDriver.read_state`): P4Runtime Read, decoded into plan intents
-  (:func:`decode_entities`) — routes to a member or an ECMP group, pinned entries (plan priority
-  = P4 priority // 8), punts; the ``ecmp_hash`` entry gives the ECMP sets' hash; group ids of the
-  read-back groups are kept (the driver's allocation: port set → id).
+* **connect**: one client per switch named in the targets (address, device id = dpid), with
+  the configured ``election_id`` and ``role_name`` (P4Runtime spec v1.3 §5), over TLS when
+  ``credentials`` are given. The pipeline is installed when we are primary and the switch
+  lacks it. A switch that cannot be reached is retried every ``reconnect_s``. The client is
+  **primary or backup** and the driver says which (log, :class:`SwitchConnected` followed by
+  the role the runtime asks for); a backup stays connected, reads, and never writes.
+* **roles and fencing** (:meth:`P4RuntimeDriver.set_role`): the runtime's fencing token is the
+  election id — ``master`` with token *t* bids ``election_id = t << 64`` (the term in the high
+  64 bits, so every later term outbids every earlier one), ``backup`` with token *t* bids
+  ``election_id = t`` (below every master's: an etcd lease id, say), ``equal`` or no token
+  the configured ``election_id``. A new election id is a new stream (P4Runtime allows a re-bid
+  on an open stream, but BMv2 aborts after a refused one: :mod:`.session`); ``set_role`` then
+  raises :class:`~controller.drivers.southbound.NotConnected` and the switch reconnects
+  (:class:`SwitchConnected`, and the runtime asks again). A **demotion** (another client took
+  primary with a higher election id; or a write refused as not primary) is reported as one:
+  a :class:`~controller.drivers.southbound.RoleChanged` to ``backup`` with the reason, and
+  :class:`~controller.drivers.southbound.NotMaster` for the write.
+* **ownership**: aifabric owns the tables it writes (:data:`~.decode.OWNED_TABLES`); entries
+  of other tables are neither read back as ours nor ever deleted (:mod:`.decode`).
 * **apply**: the new plan is encoded (:func:`~.encode.encode_switch`) and reconciled against
   the entities the switch holds (:func:`~.reconcile.reconcile`): ordered WriteRequests, one per
   phase (members, groups, entries, deletes). P4Runtime applies a batch update by update, so a
   refused update leaves the switch half-changed: the driver then reads it back and writes the
   previous plan again before raising :class:`~controller.drivers.southbound.ApplyError` naming
   the refused entity, so nothing of the change stays in force.
+* **counters**: :meth:`P4RuntimeDriver.request_counters` reads the program's port, queue
+  (with ECN marks and the queue-depth histogram) and pinned-entry counters
+  (:mod:`.counters`) and reports them as one :class:`CounterSample`.
 * **packets**: packet-ins become :class:`~controller.drivers.southbound.PacketIn` events (the
-  runtime answers ARP and hears LLDP); packet-outs go out of the named port.
-* **roles**: the election id is the fencing token; ``set_role("master", token)`` with another
-  token reconnects with it; a backup never writes.
-
-Not here (issue 13): counters and queue depth from P4 switches, LLDP liveness without port
-status, data-plane failover.
+  runtime answers ARP and hears LLDP, which is also how it tells P4 links alive); packet-outs
+  go out of the named port.
+* **data-plane protection**: a pinned hop with a failover next-hop set becomes
+  ``pin_egress_protected(port, backup_port, timeout_us)`` (:mod:`.encode`): the switch itself
+  moves to the backup when the planned port stops hearing LLDP probes (capability
+  ``failover``). fabric.p4 keeps one backup per hop: the runtime plans failover pairs for P4
+  switches.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
+import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from controller.drivers.p4runtime.client import P4Switch, P4SwitchError, WriteError
+from finsy.grpcutil import GRPCCredentialsTLS
+
+from controller.drivers.p4runtime import counters as p4counters
+from controller.drivers.p4runtime.client import (
+    ElectionIdError,
+    NotPrimaryError,
+    P4Switch,
+    P4SwitchError,
+    WriteError,
+)
+from controller.drivers.p4runtime.decode import (
+    OWNED_TABLES,
+    DecodedP4,
+    decode_entities,
+    decode_entry,
+    owned,
+)
 from controller.drivers.p4runtime.encode import (
-    PRIORITY_SCALE,
+    DEFAULT_LIVENESS_TIMEOUT_US,
     EncodeError,
     encode_switch,
     plan_ecmp_hash,
 )
-from controller.drivers.p4runtime.entities import (
-    Lpm,
-    ProfileGroup,
-    ProfileMember,
-    SwitchEntities,
-    TableEntry,
-    Ternary,
-)
-from controller.drivers.p4runtime.pipeline import (
-    BMV2,
-    ECMP_HASH,
-    ECMP_SELECTOR,
-    HASH_FIELD_BITS,
-    PINNED,
-    PUNT,
-    ROUTES,
-    P4Target,
-)
+from controller.drivers.p4runtime.entities import ProfileGroup, ProfileMember, SwitchEntities
+from controller.drivers.p4runtime.pipeline import BMV2, P4Target
 from controller.drivers.p4runtime.reconcile import reconcile
 from controller.drivers.southbound import (
     ApplyError,
@@ -73,29 +85,36 @@ from controller.drivers.southbound import (
     NotMaster,
     PacketIn,
     Role,
+    RoleChanged,
+    RoleError,
     SouthboundKind,
     SwitchConnected,
     SwitchFeatures,
     SwitchGone,
     SwitchState,
 )
-from controller.plan.model import (
-    ETH_TYPE_IPV4,
-    PRIO_ROUTE,
-    Action,
-    EcmpHash,
-    FlowIntent,
-    Match,
-    NextHopSet,
-    SwitchChanges,
-    SwitchPlan,
-)
-from controller.plan.pinned import TABLE
+from controller.plan.model import FlowIntent, SwitchChanges, SwitchPlan
+from controller.security.transport import TLSFiles
+
+__all__ = ["OWNED_TABLES", "DecodedP4", "P4RuntimeDriver", "decode_entities", "decode_entry",
+           "master_election_id", "owned"]
 
 LOG = logging.getLogger("aifabric.p4runtime")
-OWNED_TABLES = frozenset({PUNT.name, ROUTES.name, PINNED.name, ECMP_HASH.name})
-_PINNED_FIELDS = {"ipv4_src": "ipv4_src", "ipv4_dst": "ipv4_dst", "ip_proto": "ip_proto",
-                  "dscp": "ip_dscp", "l4_src": "l4_src", "l4_dst": "l4_dst"}
+#: The role name aifabric's routing controller takes on P4 switches (P4Runtime spec §5).
+ROUTING_ROLE = "aifabric.routing"
+
+
+def master_election_id(token: int) -> int:
+    """The election id of a master holding fencing token ``token``: ``token << 64``.
+
+    Raises
+    ------
+    RoleError
+        ``token`` outside 1..2**64-1.
+    """
+    if not 1 <= token < 1 << 64:
+        raise RoleError("", f"fencing token {token} outside 1..2**64-1")
+    return token << 64
 
 
 class P4Client(Protocol):
@@ -103,6 +122,10 @@ class P4Client(Protocol):
 
     name: str
     requests: int
+
+    @property
+    def role(self) -> str:
+        """``primary`` or ``backup`` (the switch's arbitration)."""
 
     async def __aenter__(self) -> Any: ...
     async def __aexit__(self, *exc: Any) -> None: ...
@@ -112,105 +135,8 @@ class P4Client(Protocol):
     def packets_in(self) -> AsyncIterator[tuple[int, bytes]]: ...
 
 
-ClientFactory = Callable[[str, str, int, int], P4Client]
-"""``factory(name, address, device_id, election_id)``."""
-
-
-def owned(ents: SwitchEntities) -> SwitchEntities:
-    """``ents`` restricted to what aifabric writes (:data:`OWNED_TABLES`, the ECMP selector)."""
-    return SwitchEntities(ents.switch, ents.device_id,
-                          frozenset(e for e in ents.entries if e.table in OWNED_TABLES),
-                          frozenset(m for m in ents.members if m.profile == ECMP_SELECTOR),
-                          frozenset(g for g in ents.groups if g.profile == ECMP_SELECTOR))
-
-
-@dataclass(frozen=True)
-class DecodedP4:
-    """A P4 switch read back: our entries as a plan, the group allocation (ports → id), and how
-    many entities of ours decode to no intent (they go at the next change)."""
-
-    plan: SwitchPlan
-    group_ids: Mapping[tuple[int, ...], int]
-    undecoded: int = 0
-
-
-def _hash_of(ents: SwitchEntities) -> EcmpHash | None:
-    for e in ents.entries:
-        if e.table == ECMP_HASH.name and e.action == "set_hash":
-            params = dict(e.params)
-            fields = tuple(f for f in HASH_FIELD_BITS if params.get(f"{f}_mask", 0))
-            if fields and 0 <= params.get("seed", 0) < 1 << 32:
-                return EcmpHash(fields, params.get("seed", 0))
-    return None
-
-
-def decode_entities(ents: SwitchEntities) -> DecodedP4:
-    """Our entities of a switch as plan intents (module docstring)."""
-    ents = owned(ents)
-    ports = {m.member_id: dict(m.params).get("port") for m in ents.members
-             if m.action == "set_egress"}
-    h = _hash_of(ents)
-    groups: dict[int, NextHopSet] = {}
-    ids: dict[tuple[int, ...], int] = {}
-    for g in sorted(ents.groups, key=lambda g: g.group_id):
-        gp = [ports.get(m) for m in g.member_ids]
-        if None in gp or len(set(gp)) < 2:
-            continue
-        nhs = NextHopSet("ecmp", tuple(sorted(p for p in gp if p is not None)), h)
-        if nhs.ports in ids:
-            continue
-        groups[g.group_id] = nhs
-        ids[nhs.ports] = g.group_id
-    flows: list[FlowIntent] = []
-    bad = 0
-    for e in ents.entries:
-        fi = _decode_entry(e, ports, groups)
-        if fi is None:
-            bad += e.table != ECMP_HASH.name
-        else:
-            flows.append(fi)
-    return DecodedP4(SwitchPlan(ents.switch, ents.device_id, frozenset(flows)), ids, bad)
-
-
-def _decode_entry(e: TableEntry, ports: Mapping[int, int | None],
-                  groups: Mapping[int, NextHopSet]) -> FlowIntent | None:
-    m = dict(e.match)
-    if e.table == PUNT.name:
-        et = m.get("eth_type")
-        if isinstance(et, Ternary) and et.mask == 0xFFFF and e.action == "send_to_cpu":
-            return FlowIntent(TABLE, e.priority, Match(eth_type=et.value), Action("controller"))
-        return None
-    if e.table == ROUTES.name:
-        dst = m.get("ipv4_dst")
-        if not isinstance(dst, Lpm) or dst.prefix_len != 32:
-            return None
-        match = Match(eth_type=ETH_TYPE_IPV4, ipv4_dst=str(ipaddress.IPv4Address(dst.value)))
-        if e.member_id is not None:
-            p = ports.get(e.member_id)
-            return None if p is None else FlowIntent(TABLE, PRIO_ROUTE, match,
-                                                     Action("output", p))
-        if e.group_id is not None and e.group_id in groups:
-            return FlowIntent(TABLE, PRIO_ROUTE, match, Action.via(groups[e.group_id]))
-        return None
-    if e.table == PINNED.name:
-        fields: dict[str, Any] = {"eth_type": ETH_TYPE_IPV4}
-        for k, v in m.items():
-            name = _PINNED_FIELDS.get(k)
-            if name is None or not isinstance(v, Ternary):
-                return None
-            if v.mask != (1 << {"ipv4_src": 32, "ipv4_dst": 32, "ip_proto": 8, "dscp": 6,
-                                "l4_src": 16, "l4_dst": 16}[k]) - 1:
-                return None
-            fields[name] = str(ipaddress.IPv4Address(v.value)) if k.startswith("ipv4") else \
-                v.value
-        if e.action == "set_egress":
-            action = Action("output", dict(e.params).get("port", 0))
-        elif e.action == "drop":
-            action = Action("drop")
-        else:
-            return None
-        return FlowIntent(TABLE, e.priority // PRIORITY_SCALE, Match(**fields), action)
-    return None
+ClientFactory = Callable[..., P4Client]
+"""``factory(name, address, device_id, election_id, on_role=..., highest_seen=...)``."""
 
 
 @dataclass
@@ -221,20 +147,24 @@ class _Session:
     election_id: int
     client: P4Client | None = None
     session: int = 0
-    role: Role = "equal"
+    want: Role = "equal"
+    highest_seen: int = 0
     installed: SwitchPlan | None = None
     current: SwitchEntities | None = None
     group_ids: dict[tuple[int, ...], int] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     connected: asyncio.Event = field(default_factory=asyncio.Event)
+    reading: bool = False
 
 
-def _default_factory(target: P4Target, p4info: Path, p4blob: Any) -> ClientFactory:
-    def make(name: str, address: str, device_id: int, election_id: int) -> P4Client:
-        return P4Switch(name, address, device_id, election_id=election_id, p4info=p4info,
-                        p4blob=p4blob)
-    return make
+def _credentials(tls: GRPCCredentialsTLS | TLSFiles | None) -> GRPCCredentialsTLS | None:
+    if tls is None or isinstance(tls, GRPCCredentialsTLS):
+        return tls
+    if tls.ca is None:
+        raise ValueError("P4Runtime over TLS needs the CA certificate of the switches' "
+                         "certificates")
+    return GRPCCredentialsTLS(cacert=tls.ca, cert=tls.cert, private_key=tls.key)
 
 
 class P4RuntimeDriver:
@@ -249,7 +179,19 @@ class P4RuntimeDriver:
     p4info, p4blob
         Pipeline installed when the switch lacks it.
     election_id : int
-        Our election id (the token until :meth:`set_role` gives another).
+        Our election id until :meth:`set_role` gives a token (≥ 1; a client without one
+        never becomes primary).
+    role_name : str
+        Our P4Runtime role (:data:`ROUTING_ROLE`; "" = the default role).
+    credentials : finsy.GRPCCredentialsTLS or TLSFiles, optional
+        TLS for every switch channel (None: plain text; the caller decides whether that is
+        allowed, :func:`controller.security.southbound.p4runtime_client_credentials`).
+    ports : mapping of str to sequence of int, optional
+        Each switch's fabric ports (whose counters are read).
+    liveness_timeout_us : int
+        ``timeout_us`` of protected pinned hops (:mod:`.encode`).
+    priorities : sequence of int
+        Queues (priorities) whose counters are read on each port.
     client_factory : callable, optional
         Builds a client (tests pass a fake); default :class:`~.client.P4Switch`.
     reconnect_s : float
@@ -257,20 +199,48 @@ class P4RuntimeDriver:
     """
 
     kind: SouthboundKind = "p4runtime"
-    capabilities = frozenset({"roles", "ecmp_hash"})
 
     def __init__(self, switches: Mapping[str, tuple[str, int]], *, target: P4Target = BMV2,
                  p4info: Path | None = None, p4blob: Any = None, election_id: int = 10,
-                 client_factory: ClientFactory | None = None, reconnect_s: float = 1.0) -> None:
+                 role_name: str = ROUTING_ROLE,
+                 credentials: GRPCCredentialsTLS | TLSFiles | None = None,
+                 ports: Mapping[str, Sequence[int]] | None = None,
+                 liveness_timeout_us: int = DEFAULT_LIVENESS_TIMEOUT_US,
+                 priorities: Sequence[int] = tuple(range(8)),
+                 client_factory: ClientFactory | None = None, reconnect_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not 1 <= election_id < 1 << 128:
+            raise ValueError(f"election_id must be 1..2**128-1 (P4Runtime spec §5), got "
+                             f"{election_id}")
         self.target = target
-        self.factory = client_factory or _default_factory(target, p4info or target.p4info,
-                                                          p4blob)
+        self.role_name = role_name
+        self.credentials = _credentials(credentials)
+        self.election_id = election_id
+        self.factory = client_factory or self._default_factory(p4info or target.p4info,
+                                                               p4blob or target_blob(target))
         self.reconnect_s = reconnect_s
+        self.ports = {n: tuple(sorted(p)) for n, p in (ports or {}).items()}
+        self.liveness_timeout_us = liveness_timeout_us
+        self.priorities = tuple(priorities)
+        self.clock = clock
+        caps = {"roles", "ecmp_hash", "queue_depth"}
+        if "pin_egress_protected" in target.actions:
+            caps.add("failover")
+        self.capabilities = frozenset(caps)
         self._sessions = {n: _Session(n, a, d, election_id) for n, (a, d) in switches.items()}
         self._sink: EventSink | None = None
         self._sent: Counter[tuple[str, str]] = Counter()
         self._next_session = 0
         self._stopping = False
+
+    def _default_factory(self, p4info: Path, p4blob: Any) -> ClientFactory:
+        def make(name: str, address: str, device_id: int, election_id: int, *,
+                 on_role: Any = None, highest_seen: int | None = None) -> P4Client:
+            return P4Switch(name, address, device_id, election_id=election_id, p4info=p4info,
+                            p4blob=p4blob, role_name=self.role_name,
+                            credentials=self.credentials, backup_ok=True, on_role=on_role,
+                            highest_seen=highest_seen)
+        return make
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self, sink: EventSink) -> None:
@@ -291,39 +261,70 @@ class P4RuntimeDriver:
     def messages_sent(self) -> Mapping[tuple[str, str], int]:
         return dict(self._sent)
 
+    def role_of(self, switch: str) -> str:
+        """``primary``, ``backup`` (what the switch's arbitration says of us) or
+        ``disconnected``."""
+        s = self._sessions.get(switch)
+        if s is None or s.client is None or not s.connected.is_set():
+            return "disconnected"
+        return "backup" if s.want == "backup" else str(s.client.role)
+
     def _emit(self, ev: Any) -> None:
         if self._sink is not None:
             self._sink(ev)
 
+    def _on_role(self, s: _Session, session: int) -> Callable[[str, str], None]:
+        def cb(role: str, reason: str) -> None:
+            if s.session != session:
+                return
+            if role == "backup":
+                s.installed = s.current = None  # read back before any later write
+            self._emit(RoleChanged(s.switch, "backup" if role == "backup" else "master",
+                                   reason))
+        return cb
+
     async def _run(self, s: _Session) -> None:
         while not self._stopping:
-            client = self.factory(s.switch, s.address, s.dpid, s.election_id)
+            session = self._next_session + 1
+            self._next_session = session
+            client = self.factory(s.switch, s.address, s.dpid, s.election_id,
+                                  on_role=self._on_role(s, session),
+                                  highest_seen=s.highest_seen or None)
             try:
                 await client.__aenter__()
+            except ElectionIdError as exc:
+                LOG.error("[%s] %s; retrying in %g s", s.switch, exc, self.reconnect_s)
+                await asyncio.sleep(self.reconnect_s)
+                continue
             except P4SwitchError as exc:
                 LOG.warning("[%s] %s; retrying in %g s", s.switch, exc, self.reconnect_s)
                 await asyncio.sleep(self.reconnect_s)
                 continue
-            self._next_session += 1
-            s.client, s.session, s.installed, s.current = client, self._next_session, None, None
+            s.client, s.session, s.installed, s.current = client, session, None, None
             s.connected.set()
+            ports = self.ports.get(s.switch)
             feats = SwitchFeatures("p4runtime", s.dpid, "P4Runtime 1.3", s.address,
+                                   ports=frozenset(ports) if ports else None,
                                    capabilities=self.capabilities)
-            LOG.info("[%s] connected to %s (P4Runtime, election_id %d)", s.switch, s.address,
-                     s.election_id)
+            LOG.info("[%s] connected to %s (P4Runtime %s, election_id %d%s)", s.switch,
+                     s.address, client.role, s.election_id,
+                     f", role {self.role_name}" if self.role_name else "")
             self._emit(SwitchConnected(s.switch, feats, s.session))
             reason = "stream closed"
             try:
                 async for port, frame in client.packets_in():
                     self._emit(PacketIn(s.switch, port, frame))
+                reason = getattr(getattr(client, "session", None), "close_reason", "") or reason
             except asyncio.CancelledError:
                 reason = "stopping"
                 raise
-            except Exception as exc:  # noqa: BLE001 - finsy raises gRPC and its own errors
+            except Exception as exc:  # noqa: BLE001 - gRPC and finsy errors end the session
                 reason = str(exc)
             finally:
                 s.connected.clear()
                 s.client = None
+                seen = getattr(getattr(client, "session", None), "highest_seen", 0)
+                s.highest_seen = max(s.highest_seen, int(seen or 0))
                 self._emit(SwitchGone(s.switch, s.session, reason))
                 try:
                     await client.__aexit__(None, None, None)
@@ -366,12 +367,20 @@ class P4RuntimeDriver:
 
     def _encode(self, s: _Session, plan: SwitchPlan,
                 ids: Mapping[tuple[int, ...], int]) -> SwitchEntities:
-        return encode_switch(plan, None, plan_ecmp_hash(plan), self.target, ids)
+        return encode_switch(plan, None, plan_ecmp_hash(plan), self.target, ids,
+                             self.liveness_timeout_us)
+
+    def _writable(self, s: _Session) -> None:
+        assert s.client is not None
+        if s.want == "backup":
+            raise NotMaster(s.switch, f"we are backup of {s.switch}: no write sent")
+        if s.client.role != "primary":
+            raise NotMaster(s.switch, f"another client is primary of {s.switch} (we hold "
+                                      f"election_id {s.election_id}): no write sent")
 
     async def apply(self, switch: str, changes: SwitchChanges, timeout_s: float) -> ApplyReceipt:
         s = self._session(switch)
-        if s.role == "backup":
-            raise NotMaster(switch, f"we are backup of {switch}: no write sent")
+        self._writable(s)
         async with s.write_lock:
             if s.installed is None or s.current is None:
                 await self.read_state(switch)
@@ -391,11 +400,15 @@ class P4RuntimeDriver:
             before = s.client.requests
             try:
                 await asyncio.wait_for(s.client.write_phases(rec), timeout_s)
+            except NotPrimaryError as exc:
+                s.installed = s.current = None
+                raise NotMaster(switch, f"demoted while writing: {exc}") from None
             except WriteError as exc:
                 await self._restore(s)
                 failed = exc.failures[0] if exc.failures else None
                 entry = _intent_for(after, failed.update.entity if failed else None)
-                raise ApplyError(switch, f"{failed.code}: {failed.message}" if failed
+                more = f" (and {len(exc.failures) - 1} more)" if len(exc.failures) > 1 else ""
+                raise ApplyError(switch, f"{failed.code}: {failed.message}{more}" if failed
                                  else str(exc), entry) from None
             except (P4SwitchError, TimeoutError) as exc:
                 s.installed = s.current = None
@@ -425,26 +438,81 @@ class P4RuntimeDriver:
     async def packet_out(self, switch: str, port: int, data: bytes) -> None:
         s = self._session(switch)
         assert s.client is not None
+        if s.want == "backup" or s.client.role != "primary":
+            raise NotMaster(switch, "backup: no packet-out")
         await s.client.packet_out(port, data)
         self._sent[(switch, "packet-out")] += 1
 
     async def request_counters(self, switch: str, kinds: frozenset[CounterKind]) -> None:
-        """P4 counters reach the runtime in issue 13; nothing is requested yet."""
-        self._session(switch)
+        """Read the program's counters (:mod:`.counters`) and report one CounterSample; a
+        request while the previous read of the switch is still running is skipped."""
+        s = self._session(switch)
+        if s.reading:
+            LOG.debug("[%s] counters still being read: request skipped", switch)
+            return
+        s.reading = True
+        try:
+            sample = await p4counters.read_sample(
+                s.client, switch, self.ports.get(switch, ()), kinds, self.target,
+                self.priorities, self.clock)
+        except P4SwitchError as exc:
+            LOG.warning("[%s] counters not read: %s", switch, exc)
+            return
+        finally:
+            s.reading = False
+        self._sent[(switch, "p4-read")] += 1
+        self._emit(sample)
 
     async def set_role(self, switch: str, role: Role, token: int | None) -> Role:
+        """Take ``role`` with fencing ``token`` (module docstring: master → ``token << 64``,
+        backup → ``token``, equal / None → the configured election id).
+
+        Raises
+        ------
+        NotConnected
+            Re-arbitrating with a new election id (a new stream): the switch reconnects and
+            the runtime asks again.
+        RoleError
+            A token out of range.
+        """
         s = self._session(switch)
-        if role == "backup":
-            s.role = "backup"
-            return s.role
-        if token is not None and token != s.election_id:
-            s.election_id = token
-            if s.task is not None:  # reconnect with the new election id
+        assert s.client is not None
+        if role == "master" and token is not None:
+            try:
+                eid = master_election_id(token)
+            except RoleError as exc:
+                raise RoleError(switch, str(exc).lstrip(": ")) from None
+        elif role == "backup" and token is not None:
+            if not 1 <= token < 1 << 128:
+                raise RoleError(switch, f"backup election_id {token} outside 1..2**128-1")
+            eid = token
+        elif role == "backup":
+            eid = s.election_id
+        else:
+            eid = self.election_id
+        s.want = role
+        if eid != s.election_id:
+            s.election_id = eid
+            if s.task is not None:  # a new stream with the new election id
                 s.task.cancel()
                 s.task = asyncio.create_task(self._run(s), name=f"p4runtime {s.switch}")
-            raise NotConnected(switch, f"reconnecting with election_id {token}")
-        s.role = "master" if token is not None else "equal"
-        return s.role
+            raise NotConnected(switch, f"re-arbitrating with election_id {eid} on a new stream")
+        if role == "backup":
+            LOG.info("[%s] P4Runtime backup (election_id %d): reading, never writing",
+                     switch, eid)
+            return "backup"
+        if s.client.role == "primary":
+            return "master"
+        LOG.warning("[%s] P4Runtime backup: another client is primary (we hold election_id "
+                    "%d); no write will be sent", switch, eid)
+        return "backup"
+
+
+def target_blob(target: P4Target) -> Any:
+    """The device config of ``target`` when it has a committed one (BMv2's JSON), else None."""
+    from controller.drivers.p4runtime.pipeline import BMV2_JSON
+
+    return BMV2_JSON if target.name == "bmv2" else None
 
 
 def _intent_for(plan: SwitchPlan, entity: Any) -> FlowIntent | None:

@@ -12,7 +12,11 @@ one table of the program (names in :mod:`.pipeline`):
   set → id; by default :func:`allocate_groups`, 1, 2, ... over the sorted port sets), members
   sorted, each weight 1. fabric.p4 has no fast-failover groups: a failover set is refused;
 * any other IPv4 match (pinned flows) → ``pinned`` (ternary on each given field) →
-  ``set_egress(port)`` or ``drop``. P4Runtime orders overlapping ternary entries by priority,
+  ``set_egress(port)`` or ``drop``; a pinned hop protected by a failover
+  :class:`~controller.plan.model.NextHopSet` (planned port, backup port) →
+  ``pin_egress_protected(port, backup_port, timeout_us)``: the switch sends to the backup while
+  the planned port has heard no LLDP probe for ``timeout_us`` and the backup has (fabric.p4's
+  header comment). P4Runtime orders overlapping ternary entries by priority,
   higher first (P4Runtime spec v1.3 §9.1); the entry's priority is ``8 × plan priority +
   number of fields given``, so the plan's order is kept and, within one plan priority, a more
   specific match wins (a flow with DSCP over one without).
@@ -95,7 +99,13 @@ def _member(port: int) -> ProfileMember:
     return ProfileMember(ECMP_SELECTOR, port, "set_egress", (("port", port),))
 
 
-def _pinned_entry(switch: str, flow: FlowIntent, cpu_port: int) -> TableEntry:
+#: Default ``timeout_us`` of protected pinned hops: three probes of a 20 ms liveness interval.
+DEFAULT_LIVENESS_TIMEOUT_US = 60_000
+
+
+def _pinned_entry(switch: str, flow: FlowIntent, cpu_port: int,
+                  timeout_us: int = DEFAULT_LIVENESS_TIMEOUT_US,
+                  protected_ok: bool = True) -> TableEntry:
     m = flow.match
     given = {
         "ipv4_src": None if m.ipv4_src is None else _ipv4(m.ipv4_src),
@@ -117,15 +127,26 @@ def _pinned_entry(switch: str, flow: FlowIntent, cpu_port: int) -> TableEntry:
         except ValueError as e:
             raise EncodeError(f"{switch}: {flow.origin or flow}: {name}: {e}") from None
     params: tuple[tuple[str, int], ...]
+    nhs = flow.action.next_hops
     if flow.action.kind == "output":
         action, params = "set_egress", (("port", _port(switch, flow.origin, flow.action.port,
                                                        cpu_port)),)
     elif flow.action.kind == "drop":
         action, params = "drop", ()
+    elif nhs is not None and nhs.kind == "failover" and len(nhs.ports) >= 2:
+        if not protected_ok:
+            raise EncodeError(f"{switch}: {flow.origin or flow}: {nhs}: this target's program "
+                              "has no pin_egress_protected (fabric.p4 only)")
+        if not 1 <= timeout_us < 1 << 32:
+            raise EncodeError(f"{switch}: {flow.origin or flow}: liveness timeout {timeout_us} "
+                              "us outside 1..2**32-1")
+        primary, backup = (_port(switch, flow.origin, p, cpu_port) for p in nhs.ports[:2])
+        action, params = "pin_egress_protected", (("backup_port", backup), ("port", primary),
+                                                  ("timeout_us", timeout_us))
     else:
         raise EncodeError(
-            f"{switch}: {flow.origin or flow}: table pinned takes output or drop, not "
-            f"{flow.action} (fabric.p4 has no groups or fast failover on pinned entries)"
+            f"{switch}: {flow.origin or flow}: table pinned takes output, drop or a failover "
+            f"pair, not {flow.action} (fabric.p4 has no ECMP groups on pinned entries)"
         )
     prio = flow.priority * PRIORITY_SCALE + len(match)
     return TableEntry(PINNED.name, tuple(match), prio, action, params, origin=flow.origin)
@@ -192,10 +213,11 @@ def ecmp_hash_entry(switch: str, setting: EcmpHash) -> TableEntry:
 
 
 def encode_flow(switch: str, flow: FlowIntent, target: P4Target = BMV2,
-                group_ids: Mapping[tuple[int, ...], int] | None = None) -> TableEntry:
+                group_ids: Mapping[tuple[int, ...], int] | None = None,
+                timeout_us: int = DEFAULT_LIVENESS_TIMEOUT_US) -> TableEntry:
     """The table entry for one flow intent (see the module docstring for the table rules);
     ``target`` supplies the CPU port no entry may forward to; ``group_ids`` the id of each ECMP
-    port set.
+    port set; ``timeout_us`` the liveness timeout of protected pinned hops.
 
     Raises
     ------
@@ -223,18 +245,20 @@ def encode_flow(switch: str, flow: FlowIntent, target: P4Target = BMV2,
         nhs = flow.action.next_hops
         assert nhs is not None
         if nhs.kind != "ecmp":
-            raise EncodeError(f"{switch}: {what}: {nhs}: fabric.p4 has select groups only (no "
-                              "fast failover)")
+            raise EncodeError(f"{switch}: {what}: {nhs}: routes take select groups only (fast "
+                              "failover protects pinned hops)")
         gid = (group_ids or {}).get(nhs.ports)
         if gid is None:
             raise EncodeError(f"{switch}: {what}: {nhs} has no group id")
         return TableEntry(ROUTES.name, key, 0, group_id=gid, origin=flow.origin)
-    return _pinned_entry(switch, flow, target.cpu_port)
+    return _pinned_entry(switch, flow, target.cpu_port, timeout_us,
+                         "pin_egress_protected" in target.actions)
 
 
 def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
                   ecmp_hash: EcmpHash | None = None, target: P4Target = BMV2,
-                  group_ids: Mapping[tuple[int, ...], int] | None = None) -> SwitchEntities:
+                  group_ids: Mapping[tuple[int, ...], int] | None = None,
+                  timeout_us: int = DEFAULT_LIVENESS_TIMEOUT_US) -> SwitchEntities:
     """All entities of one switch: ``plan``'s flows and groups, plus the QoS entries of
     ``qos`` (one switch's document of :func:`controller.render.bmv2.render_bmv2`, or of
     :func:`controller.render.tofino.render_tofino` for ``target`` TOFINO) and the
@@ -244,7 +268,8 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
     except ``mark_ecn``'s threshold parameter.
 
     ``device_id`` is the switch's dpid (simple_switch_grpc ``--device-id``); ``group_ids``:
-    ECMP port set → group id (default: :func:`allocate_groups` over the plan's sets).
+    ECMP port set → group id (default: :func:`allocate_groups` over the plan's sets);
+    ``timeout_us``: the liveness timeout of protected pinned hops.
 
     Raises
     ------
@@ -260,7 +285,7 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
     ports_used: set[int] = set()
     groups_used: set[int] = set()
     for flow in sorted(plan.flows, key=FlowIntent.sort_key):
-        e = encode_flow(sw, flow, target, ids)
+        e = encode_flow(sw, flow, target, ids, timeout_us)
         old = entries.get(e.key)
         if old is not None and old.value != e.value:
             raise EncodeError(f"{sw}: '{old.origin}' and '{e.origin}' both become {e} "

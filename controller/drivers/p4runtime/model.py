@@ -91,6 +91,8 @@ def forward(state: SwitchEntities, pkt: Packet) -> str | frozenset[int]:
     pinned = [e for e in by_table.get("pinned", ()) if _matches(e, pkt)]
     if pinned:
         best = max(pinned, key=lambda e: e.priority)
+        # pin_egress_protected forwards to its planned port while that port hears probes
+        # (the model has no clock: liveness is the data plane's, tested on BMv2)
         return DROP if best.action == "drop" else frozenset([dict(best.params)["port"]])
     routes = [e for e in by_table.get("routes", ()) if _matches(e, pkt)]
     if not routes:

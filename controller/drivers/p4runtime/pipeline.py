@@ -52,7 +52,7 @@ PINNED = TableSpec(
     "pinned",
     (("ipv4_src", "ternary", 32), ("ipv4_dst", "ternary", 32), ("ip_proto", "ternary", 8),
      ("dscp", "ternary", 6), ("l4_src", "ternary", 16), ("l4_dst", "ternary", 16)),
-    ("set_egress", "drop"),
+    ("set_egress", "drop", "pin_egress_protected"),
 )
 ROUTES = TableSpec("routes", (("ipv4_dst", "lpm", 32),), ("set_egress",), profile="ecmp_selector")
 ECMP_HASH = TableSpec("ecmp_hash", (("eth_type", "ternary", 16),), ("set_hash",))
@@ -68,6 +68,7 @@ ACTIONS: dict[str, tuple[tuple[str, int], ...]] = {
     "send_to_cpu": (),
     "drop": (),
     "set_egress": (("port", 9),),
+    "pin_egress_protected": (("port", 9), ("backup_port", 9), ("timeout_us", 32)),
     "set_priority": (("priority", 3),),
     "mark_ecn": (("threshold_pkts", 19),),
     "set_hash": (("seed", 32), ("eth_src_mask", 48), ("eth_dst_mask", 48), ("ipv4_src_mask", 32),
@@ -99,15 +100,27 @@ COUNTERS: dict[str, tuple[int, str]] = {
     "port_tx": (PORTS, "egress port"),
     "queue_tx": (PORTS * PRIORITY_QUEUES, "egress port * 8 + priority"),
     "ecn_marked": (PORTS * PRIORITY_QUEUES, "egress port * 8 + priority"),
+    "ecn_ce_tx": (PORTS * PRIORITY_QUEUES, "egress port * 8 + priority"),
+    "failover_used": (PORTS, "the dead primary port of a protected pinned hop"),
     "queue_depth_hist": (PORTS * PRIORITY_QUEUES * len(QDEPTH_BUCKETS_PKTS),
                          "(egress port * 8 + priority) * 8 + depth bucket"),
     "punted": (3, "0 ARP, 1 LLDP, 2 other"),
     "dropped": (2, "0 no route, 1 not IPv4"),
 }
+#: Counters of fabric_tna.p4: fabric.p4's without ``ecn_ce_tx`` and ``failover_used``, which the
+#: TNA program does not have yet (its P4Info is bf-p4c's output, and bf-p4c is not built here),
+#: nor the direct counter ``pinned_hits`` or ``pin_egress_protected``.
+TNA_COUNTERS: dict[str, tuple[int, str]] = {
+    k: v for k, v in COUNTERS.items() if k not in ("ecn_ce_tx", "failover_used")}
+#: Direct counters: name → the table whose entries they count (read with DirectCounterEntry).
+DIRECT_COUNTERS: dict[str, str] = {"pinned_hits": "pinned"}
 #: Registers: ``queue_depth_pkts[port * 8 + priority]`` = ``enq_qdepth`` (packets) of the last
 #: packet queued there. BMv2's P4Runtime server cannot read registers (UNIMPLEMENTED,
 #: p4lang/PI#376); on BMv2 read ``queue_depth_hist`` (:func:`depth_hist_index`) instead.
-REGISTERS: dict[str, tuple[int, int]] = {"queue_depth_pkts": (PORTS * PRIORITY_QUEUES, 19)}
+#: ``port_heard_us[port]``: ingress timestamp (µs) of the last LLDP frame received on the port,
+#: the data plane's liveness input (fabric.p4's header comment; the controller does not read it).
+REGISTERS: dict[str, tuple[int, int]] = {"queue_depth_pkts": (PORTS * PRIORITY_QUEUES, 19),
+                                         "port_heard_us": (PORTS, 48)}
 
 
 def queue_index(port: int, priority: int) -> int:
@@ -187,25 +200,31 @@ class P4Target:
     ecn_param: str
     depth_register: str
     depth_buckets: tuple[int, ...]
+    counters: frozenset[str] = frozenset()
+    direct_counters: frozenset[str] = frozenset()
 
 
 BMV2 = P4Target(
     name="bmv2", source=P4_SOURCE, p4info=P4INFO_TXT, cpu_port=CPU_PORT, tables=TABLES,
     actions=ACTIONS, depth_unit="packets", cell_bytes=None, ecn_param="threshold_pkts",
     depth_register="queue_depth_pkts", depth_buckets=QDEPTH_BUCKETS_PKTS,
+    counters=frozenset(COUNTERS), direct_counters=frozenset(DIRECT_COUNTERS),
 )
 
-#: fabric_tna.p4 keeps every table, key and action name of fabric.p4; what differs: the ECN
+#: fabric_tna.p4 keeps the table, key and action names of fabric.p4 (less ``pinned``'s
+#: ``pin_egress_protected`` and the counters :data:`TNA_COUNTERS` leaves out); what differs: the ECN
 #: threshold counts cells (``threshold_cells``), the ``priority`` key of ``ecn_threshold`` is the
 #: 5-bit egress queue id, and the depth register is ``queue_depth_cells`` (32 bits).
 TOFINO = P4Target(
     name="tofino", source=TNA_SOURCE, p4info=TNA_P4INFO_TXT, cpu_port=TNA_CPU_PORT,
     tables={**TABLES, "ecn_threshold": TableSpec(
         "ecn_threshold", (("egress_port", "exact", 9), ("priority", "exact", 5)),
-        ("mark_ecn",))},
-    actions={**ACTIONS, "mark_ecn": (("threshold_cells", 19),)},
+        ("mark_ecn",)), "pinned": TableSpec(PINNED.name, PINNED.keys, ("set_egress", "drop"))},
+    actions={**{k: v for k, v in ACTIONS.items() if k != "pin_egress_protected"},
+             "mark_ecn": (("threshold_cells", 19),)},
     depth_unit="cells", cell_bytes=TOFINO_CELL_BYTES, ecn_param="threshold_cells",
     depth_register="queue_depth_cells", depth_buckets=QDEPTH_BUCKETS_CELLS,
+    counters=frozenset(TNA_COUNTERS), direct_counters=frozenset(),
 )
 TARGETS: dict[str, P4Target] = {t.name: t for t in (BMV2, TOFINO)}
 #: Registers of fabric_tna.p4 (name → (size, bit width)).

@@ -1,0 +1,104 @@
+"""Link liveness from LLDP probes, for switches that send no port status (P4Runtime has no
+port-status message). Pure: probes heard and a clock in, port transitions out.
+
+ONOS does the same for P4 devices (its LLDP link provider): the controller sends an LLDP probe
+out of every switch–switch port of a P4 switch every ``interval_s`` (packet-out) and hears it
+as a packet-in at the far end; a port that stops hearing its peer is down.
+
+* **down**: a watched port (a switch–switch port of a connected P4 switch whose peer switch is
+  connected too) that heard a probe before and has heard none for ``misses × interval_s``.
+  Detection time is therefore bounded by ``(misses + 1) × interval_s`` after the last probe
+  that got through, plus one tick of the runtime (:func:`detection_bound_s`). A port never
+  heard since its switch connected is left to the LLDP check of :mod:`.lldp` (reported missing,
+  not taken down): a switch that has not been programmed yet does not punt probes.
+* **up again** only after the port has heard probes without a gap longer than
+  ``misses × interval_s`` for ``hold_s`` (hold-down): a link that flaps faster than that stays
+  down, so the paths moved off it do not move back and forth with it.
+
+The runtime feeds the transitions back as :class:`~controller.drivers.southbound.PortStatus`
+events, so a P4 link going down is handled exactly as an OpenFlow port-status (re-pinning,
+alerts, telemetry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+PortKey = tuple[str, int]  # (switch name, port)
+
+
+@dataclass(frozen=True)
+class LivenessMemory:
+    """``heard[port]``: last time (s) a probe arrived at the port; ``since[port]``: start of the
+    current gap-free run of probes; ``down``: ports this module took down."""
+
+    heard: Mapping[PortKey, float] = field(default_factory=dict)
+    since: Mapping[PortKey, float] = field(default_factory=dict)
+    down: frozenset[PortKey] = frozenset()
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A port this module takes down (``up`` False) or brings back; ``reason`` for the log."""
+
+    switch: str
+    port: int
+    up: bool
+    reason: str
+
+
+def detection_bound_s(interval_s: float, misses: int, tick_s: float) -> float:
+    """Longest time from a link's failure to its port taken down (module docstring): the last
+    probe may have crossed just before the failure, ``misses`` intervals must pass without
+    one, and the check runs once per ``tick_s``."""
+    return (misses + 1) * interval_s + tick_s
+
+
+def heard(mem: LivenessMemory, port: PortKey, now_s: float, interval_s: float,
+          misses: int) -> LivenessMemory:
+    """A probe arrived at ``port`` at ``now_s``."""
+    last = mem.heard.get(port)
+    gap_ok = last is not None and now_s - last <= misses * interval_s
+    since = mem.since.get(port, now_s) if gap_ok else now_s
+    return replace(mem, heard={**mem.heard, port: now_s}, since={**mem.since, port: since})
+
+
+def forget(mem: LivenessMemory, switch: str) -> LivenessMemory:
+    """``switch`` left: what its ports heard no longer counts (ports it took down stay down
+    until they hear probes again for the hold time)."""
+    return replace(mem, heard={k: v for k, v in mem.heard.items() if k[0] != switch},
+                   since={k: v for k, v in mem.since.items() if k[0] != switch})
+
+
+def check(mem: LivenessMemory, watched: Iterable[PortKey], now_s: float, interval_s: float,
+          misses: int, hold_s: float) -> tuple[LivenessMemory, tuple[Transition, ...]]:
+    """The ports to take down or bring back at ``now_s`` (module docstring).
+
+    Raises
+    ------
+    ValueError
+        ``interval_s`` or ``hold_s`` not positive, ``misses`` < 1.
+    """
+    if interval_s <= 0 or hold_s <= 0 or misses < 1:
+        raise ValueError(f"liveness: interval_s {interval_s} and hold_s {hold_s} must be > 0, "
+                         f"misses {misses} >= 1")
+    out: list[Transition] = []
+    down = set(mem.down)
+    limit = misses * interval_s
+    for key in sorted(set(watched)):
+        last = mem.heard.get(key)
+        if last is None:
+            continue
+        silent = now_s - last
+        if key not in down and silent > limit:
+            down.add(key)
+            out.append(Transition(key[0], key[1], False,
+                                  f"no LLDP probe heard for {silent:.3f} s (> {misses} x "
+                                  f"{interval_s:g} s)"))
+        elif key in down and silent <= limit and now_s - mem.since.get(key, now_s) >= hold_s:
+            down.discard(key)
+            out.append(Transition(key[0], key[1], True,
+                                  f"LLDP probes heard without a gap for "
+                                  f"{now_s - mem.since[key]:.3f} s (hold {hold_s:g} s)"))
+    return replace(mem, down=frozenset(down)), tuple(out)

@@ -1,0 +1,143 @@
+"""LLDP link liveness of P4Runtime switches (controller/runtime/liveness.py): P4Runtime has no
+port-status message, so the runtime probes every switch–switch port of its P4 switches with
+LLDP packet-outs and hears them as packet-ins (as ONOS's LLDP link provider does for P4
+devices). A link whose probes stop is down within the documented bound and is handled as an
+OpenFlow port-status (re-pinning); a flapping link stays down (hold-down) so paths do not flap."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.drivers.southbound import PacketIn, PortStatus, SwitchConnected, SwitchFeatures
+from controller.model.topology import load_topology
+from controller.policy import load_policy
+from controller.runtime import core, liveness
+from controller.runtime.events import Inject, RoleAssigned, SendPacket, Tick
+from controller.runtime.placement import initial_placement
+from controller.runtime.state import PolicyInForce, RuntimeSettings, initial_state
+from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
+from tests.test_runtime_state import run
+
+FABRIC = load_topology(MAIN_TOPOLOGY)
+INTERVAL_S, MISSES, HOLD_S, TICK_S = 0.1, 3, 2.0, 0.05
+
+
+def test_bound_and_hold_down_of_the_pure_rules():
+    mem = liveness.LivenessMemory()
+    key = ("leaf1", 3)
+    for i in range(10):  # heard every interval until t = 0.9
+        mem = liveness.heard(mem, key, i * INTERVAL_S, INTERVAL_S, MISSES)
+    mem, out = liveness.check(mem, [key], 1.2, INTERVAL_S, MISSES, HOLD_S)
+    assert out == ()  # 0.3 s silent: not yet more than 3 x 0.1 s
+    mem, out = liveness.check(mem, [key], 1.21, INTERVAL_S, MISSES, HOLD_S)
+    assert [(t.switch, t.port, t.up) for t in out] == [("leaf1", 3, False)]
+    # probes again, but with a gap after 1 s: the gap-free run restarts, so no up before 2 s
+    for t in (2.0, 2.1, 2.2, 2.3, 2.4, 2.5, 2.6, 2.7, 2.8, 2.9, 3.0):
+        mem = liveness.heard(mem, key, t, INTERVAL_S, MISSES)
+    for t in (3.5, 3.6, 3.7, 3.8, 3.9, 4.0, 4.1, 4.2, 4.3, 4.4, 4.5, 4.6, 4.7, 4.8, 4.9, 5.0,
+              5.1, 5.2, 5.3, 5.4):
+        mem = liveness.heard(mem, key, t, INTERVAL_S, MISSES)
+        mem, out = liveness.check(mem, [key], t, INTERVAL_S, MISSES, HOLD_S)
+        assert out == (), t
+    mem = liveness.heard(mem, key, 5.5, INTERVAL_S, MISSES)
+    mem, out = liveness.check(mem, [key], 5.5, INTERVAL_S, MISSES, HOLD_S)
+    assert [(t.switch, t.port, t.up) for t in out] == [("leaf1", 3, True)]
+    assert liveness.detection_bound_s(INTERVAL_S, MISSES, TICK_S) == pytest.approx(0.45)
+    with pytest.raises(ValueError, match="misses"):
+        liveness.check(mem, [key], 6.0, INTERVAL_S, 0, HOLD_S)
+
+
+class Fabric:
+    """The runtime with every switch on P4Runtime, probes delivered through the declared
+    wiring except over links the test cuts."""
+
+    def __init__(self, southbound=None) -> None:
+        pol = load_policy(PINNED_POLICY, FABRIC)
+        self.state = initial_state(
+            FABRIC, PolicyInForce(pol),
+            RuntimeSettings(liveness_interval_s=INTERVAL_S, liveness_misses=MISSES,
+                            liveness_hold_s=HOLD_S, lldp_interval_s=3600.0),
+            southbound or {s.name: "p4runtime" for s in FABRIC.switches},
+            initial_placement(FABRIC, pol))
+        for sw in FABRIC.switches:
+            feats = SwitchFeatures(self.state.southbound[sw.name], sw.dpid, "x")
+            self.state = core.step(self.state, SwitchConnected(sw.name, feats, 1), 0.0).state
+            self.state = core.step(self.state, RoleAssigned(sw.name, "master", 1), 0.0).state
+        self.cut: set[frozenset[str]] = set()
+        self.transitions: list[tuple[float, str, int, bool]] = []
+        self.now = 0.0
+
+    def run_until(self, until_s: float) -> None:
+        while self.now < until_s - 1e-9:
+            self.now = round(self.now + TICK_S, 6)
+            st = core.step(self.state, Tick(self.now), self.now)
+            self.state = st.state
+            for fx in st.effects:
+                if isinstance(fx, SendPacket):
+                    peer, peer_port = FABRIC.port_map[(fx.switch, fx.port)]
+                    if frozenset((fx.switch, peer)) not in self.cut:
+                        self.state = core.step(self.state, PacketIn(peer, peer_port, fx.data),
+                                               self.now).state
+                elif isinstance(fx, Inject):
+                    ev = fx.event
+                    assert isinstance(ev, PortStatus)
+                    self.transitions.append((self.now, ev.switch, ev.port, ev.up))
+                    self.state = run(self.state, ev, self.now)[0]
+
+    def uses(self, a: str, b: str) -> int:
+        link = {a, b}
+        return sum(1 for p in self.state.placement.values()
+                   if any({u, v} == link for u, v in zip(p, p[1:], strict=False)))
+
+
+def test_a_dead_p4_link_is_seen_within_the_bound_and_its_pinned_flows_move():
+    f = Fabric()
+    f.run_until(1.0)
+    assert f.transitions == [] and f.uses("leaf1", "spine1") > 0
+    f.cut.add(frozenset(("leaf1", "spine1")))
+    f.run_until(3.0)
+    downs = [t for t in f.transitions if not t[3]]
+    assert {(s, p) for _, s, p, _ in downs} == {
+        ("leaf1", FABRIC.port_towards("leaf1", "spine1")),
+        ("spine1", FABRIC.port_towards("spine1", "leaf1"))}
+    bound = liveness.detection_bound_s(INTERVAL_S, MISSES, TICK_S)
+    assert max(t for t, *_ in downs) - 1.0 <= bound
+    assert frozenset(("leaf1", "spine1")) in f.state.down_links
+    assert f.uses("leaf1", "spine1") == 0  # re-pinned as on an OpenFlow port-status
+    # the link comes back and stays up: up again after the hold time, not before
+    f.cut.clear()
+    back = f.now
+    f.run_until(back + HOLD_S + 1.0)
+    ups = [t for t in f.transitions if t[3]]
+    assert len(ups) == 2 and all(t - back >= HOLD_S for t, *_ in ups)
+    assert not f.state.down_links
+
+
+def test_a_flapping_p4_link_goes_down_once_and_paths_do_not_flap():
+    f = Fabric()
+    f.run_until(1.0)
+    link = frozenset(("leaf2", "spine2"))
+    placements = []
+    for _ in range(10):  # 0.6 s without probes, 0.6 s with: ten times
+        f.cut.add(link)
+        f.run_until(f.now + 0.6)
+        placements.append(dict(f.state.placement))
+        f.cut.discard(link)
+        f.run_until(f.now + 0.6)
+        placements.append(dict(f.state.placement))
+    assert [t[3] for t in f.transitions] == [False, False]  # each end once, never up
+    assert link in f.state.down_links
+    assert all(p == placements[0] for p in placements)  # moved once, then left alone
+
+
+def test_openflow_neighbours_of_p4_switches_probe_as_often_and_nothing_goes_down():
+    """P4 leaves, OpenFlow spines: the spines' own LLDP round is every lldp_interval_s (an
+    hour here), so the runtime also probes from the spines towards the P4 leaves each liveness
+    interval; no live link goes down, and a cut one does."""
+    f = Fabric({s.name: "p4runtime" if s.role == "leaf" else "openflow"
+                for s in FABRIC.switches})
+    f.run_until(3.0)
+    assert f.transitions == []
+    f.cut.add(frozenset(("leaf3", "spine2")))
+    f.run_until(4.0)
+    assert [(s, t) for _, s, _, t in f.transitions] == [("leaf3", False)]
