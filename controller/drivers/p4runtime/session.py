@@ -45,6 +45,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 import finsy as fy
+import grpc
 from finsy.grpcutil import GRPCCredentialsTLS, GRPCOptions, grpc_channel
 from finsy.p4client import P4Client, P4ClientError
 from finsy.proto import U128, p4r, p4r_grpc
@@ -310,7 +311,7 @@ class P4Session:
         self.requests += 1
         try:
             await self._stub.Write(req, timeout=RPC_TIMEOUT_S)
-        except Exception as exc:
+        except grpc.RpcError as exc:  # a status from the switch (aio errors are RpcErrors)
             if not hasattr(exc, "trailing_metadata"):
                 raise
             err = P4ClientError(exc, "Write", msg=req)
@@ -335,7 +336,7 @@ class P4Session:
             async for reply in self._stub.Read(req, timeout=RPC_TIMEOUT_S):
                 for e in reply.entities:
                     yield e
-        except Exception as exc:
+        except grpc.RpcError as exc:
             if not hasattr(exc, "trailing_metadata"):
                 raise
             raise P4ClientError(exc, "Read") from None
