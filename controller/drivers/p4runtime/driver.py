@@ -78,7 +78,9 @@ from controller.drivers.southbound import (
     SwitchFeatures,
     SwitchGone,
     SwitchState,
+    TableCapacity,
 )
+from controller.plan.capacity import p4info_table_sizes
 from controller.plan.model import (
     ETH_TYPE_IPV4,
     PRIO_ROUTE,
@@ -230,6 +232,16 @@ class _Session:
     connected: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+def program_tables(p4info: Path) -> tuple[TableCapacity, ...]:
+    """Every table's ``size`` from the program's P4Info (P4Runtime spec v1.3 §6.4: the
+    minimum number of entries the target guarantees); () when the file cannot be read."""
+    try:
+        sizes = p4info_table_sizes(Path(p4info).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    return tuple(TableCapacity(name, n) for name, n in sorted(sizes.items()) if n > 0)
+
+
 def _default_factory(target: P4Target, p4info: Path, p4blob: Any) -> ClientFactory:
     def make(name: str, address: str, device_id: int, election_id: int) -> P4Client:
         return P4Switch(name, address, device_id, election_id=election_id, p4info=p4info,
@@ -266,6 +278,7 @@ class P4RuntimeDriver:
         self.factory = client_factory or _default_factory(target, p4info or target.p4info,
                                                           p4blob)
         self.reconnect_s = reconnect_s
+        self.tables = program_tables(p4info or target.p4info)
         self._sessions = {n: _Session(n, a, d, election_id) for n, (a, d) in switches.items()}
         self._sink: EventSink | None = None
         self._sent: Counter[tuple[str, str]] = Counter()
@@ -308,7 +321,7 @@ class P4RuntimeDriver:
             s.client, s.session, s.installed, s.current = client, self._next_session, None, None
             s.connected.set()
             feats = SwitchFeatures("p4runtime", s.dpid, "P4Runtime 1.3", s.address,
-                                   capabilities=self.capabilities)
+                                   tables=self.tables, capabilities=self.capabilities)
             LOG.info("[%s] connected to %s (P4Runtime, election_id %d)", s.switch, s.address,
                      s.election_id)
             self._emit(SwitchConnected(s.switch, feats, s.session))
