@@ -465,20 +465,25 @@ class Controller:
                  self.tag(""), dec.describe(), len(batches))
         expected, paths = generation, self.state.placement
         for i, batch in enumerate(batches, 1):
-            if self.state.generation != expected:
-                LOG.info("%s re-optimisation dropped after %d of %d batch(es): the state moved "
-                         "on (generation %d, not %d)", self.tag(""), i - 1, len(batches),
-                         self.state.generation, expected)
-                return
-            last = i == len(batches)
-            paths = dec.paths if last else apply_moves(paths, batch)
-            self.handle(PlacementReady("reoptimise", expected, paths))
-            if self.state.placement is not paths:
-                return  # refused (the core said why)
-            if last and dec.te is not None:
-                self._te = (paths, dec.te)
             async with self._writer:
-                res = await self._converge_locked(f"re-optimisation batch {i}/{len(batches)}")
+                # what is in force first (the repair this follows may not be sent yet)
+                pre = await self._converge_locked("before a re-optimisation batch")
+                if self.state.generation != expected or (pre is not None and not pre.ok):
+                    LOG.info("%s re-optimisation dropped after %d of %d batch(es): %s",
+                             self.tag(""), i - 1, len(batches),
+                             f"the state moved on (generation {self.state.generation}, not "
+                             f"{expected})" if self.state.generation != expected
+                             else "the switches did not take the plan in force")
+                    return
+                last = i == len(batches)
+                paths = dec.paths if last else apply_moves(paths, batch)
+                self.handle(PlacementReady("reoptimise", expected, paths))
+                if self.state.placement is not paths:
+                    return  # refused (the core said why)
+                if last and dec.te is not None:
+                    self._te = (paths, dec.te)
+                res = await self._converge_locked(
+                    f"re-optimisation batch {i}/{len(batches)}")
             if res is not None and not res.ok:
                 LOG.warning("%s re-optimisation stopped after batch %d of %d: %s",
                             self.tag(""), i, len(batches), res.error)
