@@ -387,11 +387,13 @@ def socket_rx_buffer_default(nbytes: int) -> Iterator[None]:
 
 
 def build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
-                  htb_burst_bytes: int | None = None) -> Any:
+                  htb_burst_bytes: int | None = None,
+                  protocols: Sequence[str] = ("OpenFlow13",)) -> Any:
     """Build and start a Mininet network of Open vSwitch bridges for ``fabric``, with no
     controller yet (:func:`set_controller` points the bridges at one; until then, in
     ``fail_mode=secure``, they forward nothing). ``htb_burst_bytes``: see
-    :func:`shaped_intf_class` (None: Mininet's 15k).
+    :func:`shaped_intf_class` (None: Mininet's 15k); ``protocols``: the OpenFlow versions of
+    every bridge (OVS ``Bridge.protocols``).
 
     No Mininet controller node is created: Mininet's ``RemoteController.stop()`` does nothing,
     so its shell outlived ``net.stop()`` and every clean run's teardown had to kill it ("host
@@ -400,11 +402,12 @@ def build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
     Returns the started ``mininet.net.Mininet``. The caller must call :func:`teardown`.
     """
     with socket_rx_buffer_default(OVS_RX_BUFFER_BYTES):
-        return _build_network(fabric, mtu_bytes, queue_packets, htb_burst_bytes)
+        return _build_network(fabric, mtu_bytes, queue_packets, htb_burst_bytes, protocols)
 
 
 def _build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
-                   htb_burst_bytes: int | None = None) -> Any:
+                   htb_burst_bytes: int | None = None,
+                   protocols: Sequence[str] = ("OpenFlow13",)) -> Any:
     from mininet.link import Link
     from mininet.net import Mininet
     from mininet.node import Host, OVSSwitch
@@ -413,8 +416,8 @@ def _build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
     net = Mininet(switch=OVSSwitch, host=Host, controller=None, link=Link, build=False,
                   autoSetMacs=False, autoStaticArp=False, waitConnected=False)
     for s in fabric.switches:
-        net.addSwitch(s.name, dpid=f"{s.dpid:016x}", datapath="user", protocols="OpenFlow13",
-                      failMode="secure")
+        net.addSwitch(s.name, dpid=f"{s.dpid:016x}", datapath="user",
+                      protocols=",".join(protocols), failMode="secure")
     for h in fabric.hosts:
         net.addHost(h.name, ip=f"{h.ipv4}/8", mac=h.mac)
     for ln in fabric.links:

@@ -136,12 +136,17 @@ def analyse(records: Sequence[Sequence[int]], sent: int, interval_us: float) -> 
 
 # -- the processes --------------------------------------------------------------------------------
 def send(dst: str, port: int, interval_us: float, payload_bytes: int, duration_s: float,
-         src_port: int = 0) -> dict[str, Any]:
-    """Send for ``duration_s`` seconds; returns the summary written to ``--out``."""
+         src_port: int = 0, dscp: int | None = None) -> dict[str, Any]:
+    """Send for ``duration_s`` seconds; returns the summary written to ``--out``. ``dscp``:
+    the DSCP every packet carries (None: 0), e.g. to put a probe in a priority class."""
     if not 0 <= payload_bytes <= MAX_PAYLOAD_BYTES:
         raise ValueError(f"payload must be 0..{MAX_PAYLOAD_BYTES} bytes, got {payload_bytes}")
+    if dscp is not None and not 0 <= dscp <= 63:
+        raise ValueError(f"DSCP must be 0..63, got {dscp}")
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 2**20)
+    if dscp is not None:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
     s.bind(("0.0.0.0", src_port))
     bodies = [payload(k, payload_bytes) for k in range(256)]
     step = interval_us / 1e6
@@ -167,7 +172,8 @@ def send(dst: str, port: int, interval_us: float, payload_bytes: int, duration_s
         k += 1
     s.close()
     return {"sent": seq, "start": start, "end": time.time(), "interval_us": interval_us,
-            "payload_bytes": payload_bytes, "send_errors": errors, "dst": dst, "port": port}
+            "payload_bytes": payload_bytes, "send_errors": errors, "dst": dst, "port": port,
+            "dscp": dscp}
 
 
 def receive(port: int, duration_s: float, out: Path) -> dict[str, Any]:
@@ -215,13 +221,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     snd.add_argument("--payload-bytes", type=int, default=64)
     snd.add_argument("--duration-s", type=float, required=True)
     snd.add_argument("--out", type=Path, required=True)
+    snd.add_argument("--dscp", type=int, default=None)
     rcv = sub.add_parser("recv")
     rcv.add_argument("--port", type=int, required=True)
     rcv.add_argument("--duration-s", type=float, default=3600.0)
     rcv.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     if a.cmd == "send":
-        rep = send(a.dst, a.port, a.interval_us, a.payload_bytes, a.duration_s, a.src_port)
+        rep = send(a.dst, a.port, a.interval_us, a.payload_bytes, a.duration_s, a.src_port,
+                   a.dscp)
         a.out.write_text(json.dumps(rep))
         return 0
     receive(a.port, a.duration_s, a.out)
