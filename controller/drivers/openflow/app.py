@@ -36,6 +36,7 @@ _FORWARDED = [
     ofp_event.EventOFPPortStatsReply, ofp_event.EventOFPQueueStatsReply,
     ofp_event.EventOFPRoleReply, ofp_event.EventOFPRoleStatus,
     ofp_event.EventOFPBundleCtrlMsg, ofp_event.EventONFBundleCtrlMsg,
+    ofp_event.EventOFPTableFeaturesStatsReply,
 ]
 
 
