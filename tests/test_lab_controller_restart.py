@@ -57,6 +57,7 @@ def _verdict_lab():
 def test_verdicts_come_from_the_measurements():
     lab, exp = _verdict_lab()
     step = {"step": "after-kill", "signal": "SIGKILL", "down_s": 3.0, "reconnect_s": 0.4,
+            "reconciled_after_start_s": 3.0, "reconciled_after_ready_s": 0.2,
             "reconciles": 6, "flow_mods": 0, "group_mods": 0}
     probe = {"flow": "ring-a h1->h3", "sent": 9000, "lost": 0, "max_gap_ms": 0.0,
              "max_arrival_spacing_ms": 3.0}

@@ -542,3 +542,28 @@ def teardown(net: Any | None, switch_names: Iterable[str]) -> list[str]:
     except Exception as exc:  # noqa: BLE001
         LOG.warning("cleanup failed: %s", exc)
     return leftovers
+
+
+def host_priority_class(host: Any, dscp: int, rate_bps: float, link_bps: float) -> list[str]:
+    """Give packets marked ``dscp`` their own class on ``host``'s shaped NIC, as a host's
+    traffic-class queue would (NCCL's traffic class is set on the host): under the lab's HTB
+    root ``5:`` (:func:`shaped_intf_class`), class ``5:2`` of ``rate_bps`` with a FIFO of its own
+    and a u32 filter on the DSCP (``ip dsfield``, ECN bits masked), and the data class ``5:1``
+    lowered to ``link_bps`` − ``rate_bps`` so the two together keep the link's rate. Without
+    it a probe leaving a host that also sends a ring flow waits in (and is dropped by) the
+    20-packet queue that flow keeps full. Returns the commands run; raises RuntimeError when
+    ``tc`` refuses one."""
+    eth = host.defaultIntf().name
+    mbit = 1e6
+    cmds = [f"tc class change dev {eth} parent 5:0 classid 5:1 htb "
+            f"rate {(link_bps - rate_bps) / mbit:g}Mbit quantum 9100",
+            f"tc class add dev {eth} parent 5:0 classid 5:2 htb rate {rate_bps / mbit:g}Mbit "
+            "quantum 9100 prio 0",
+            f"tc qdisc add dev {eth} parent 5:2 handle 20: pfifo limit 100",
+            f"tc filter add dev {eth} parent 5:0 protocol ip prio 1 u32 match ip dsfield "
+            f"{dscp << 2:#x} 0xfc flowid 5:2"]
+    for c in cmds:
+        out = host.cmd(c + " && echo TC-OK")
+        if "TC-OK" not in out:
+            raise RuntimeError(f"{host.name}: {c}: {out.strip()}")
+    return cmds

@@ -7,7 +7,7 @@ Example (``mininet_labs/experiments/policy_reload.yaml``)::
     name: policy-reload
     topology: ../topologies/leafspine_2x4x2.yaml
     policy: ../../policies/two_rings_probe_priority.yaml
-    workload: {kind: ring-allreduce, bytes: 24MB}
+    workload: {kind: ring-allreduce, bytes: 48MB}
     probe: {src: h2, dst: h4, interval: 1ms, payload: 64B, dscp: 46}  # on the ring kept
     reorder: {collective: ring-a, ranks: [h1, h5, h3, h7]}
     broken: {find: "algorithm: ring", replace: "algorithm: rnig"}    # first occurrence
@@ -54,6 +54,7 @@ from mininet_labs.analysis.verdict import Verdict
 from mininet_labs.lab.collectives import finish_ring, start_ring
 from mininet_labs.lab.counters import PortCounters
 from mininet_labs.lab.interface import ControllerConfig, Lab, RunContext, Variant
+from mininet_labs.lab.net import host_priority_class
 from mininet_labs.lab.probes import UdpStream
 from mininet_labs.lab.schema import (
     Experiment,
@@ -76,6 +77,9 @@ from mininet_labs.workloads.udp_probe import analyse
 
 PROBE_PORT = 9400
 DATA_STARTED_BYTES = 256 * 1024
+#: The probe's class on its source host's NIC (:func:`host_priority_class`): 1 packet/ms of
+#: 64-byte payload is ~0.9 Mbit/s with headers.
+HOST_PROBE_CLASS_BPS = 1.5e6
 EVENT_TIMEOUT_S = 60.0
 
 
@@ -211,6 +215,12 @@ class PolicyReload(Lab):
                 "flow_mods_sent": int(sent1.get("flow-mod", 0) - sent0.get("flow-mod", 0)),
                 "group_mods_sent": int(sent1.get("group-mod", 0) - sent0.get("group-mod", 0)),
                 "log": ctl.log_path.read_text(errors="replace")[log_at:]}
+
+    def setup(self, ctx: RunContext) -> None:
+        fab, dscp = ctx.exp.fabric, ctx.exp.spec.probe.dscp
+        for h in sorted(set([ctx.exp.probe_flow[0].src])):
+            link = next(ln for ln in fab.links if h in (ln.a, ln.b))
+            host_priority_class(ctx.host(h), dscp, HOST_PROBE_CLASS_BPS, link.capacity_bps)
 
     def run(self, ctx: RunContext, key: Any) -> dict[str, Any]:
         exp, s, fab = ctx.exp, ctx.exp.spec, ctx.exp.fabric
