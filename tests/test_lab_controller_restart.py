@@ -61,7 +61,7 @@ def test_verdicts_come_from_the_measurements():
             "reconciled_after_start_s": 3.0, "reconciled_after_ready_s": 0.2,
             "reconciles": 6, "flow_mods": 0, "group_mods": 0}
     probe = {"flow": "ring-a h1->h3", "sent": 9000, "lost": 0, "max_gap_ms": 0.0,
-             "lost_in_restarts": 0, "sent_in_restarts": 3000, "lost_elsewhere": 0,
+             "lost_in_windows": 0, "sent_in_windows": 3000, "lost_elsewhere": 0,
              "sent_elsewhere": 6000,
              "max_arrival_spacing_ms": 3.0}
     rec = {"steps": [step, {**step, "step": "after-term"}],

@@ -67,7 +67,7 @@ from mininet_labs.lab.schema import (
 )
 from mininet_labs.lab.switchstate import pinned_flow, southbound_counts
 from mininet_labs.lab.wait import wait_until
-from mininet_labs.workloads.udp_probe import analyse
+from mininet_labs.workloads.udp_probe import analyse, loss_in_windows
 
 PROBE_PORT = 9300
 DATA_STARTED_BYTES = 256 * 1024
@@ -120,40 +120,6 @@ def _kill_group(ctx: RunContext, sig: int) -> tuple[float, int | None]:
     t = time.time()
     os.killpg(p.pid, sig)
     return t, p.wait(timeout=30)
-
-
-def loss_in_windows(records: list[list[int]], sent: int, windows: list[tuple[float, float]]
-                    ) -> dict[str, Any]:
-    """Split a probe's losses between the restart windows (``[signal sent, every switch
-    reconciled]``, s since the epoch) and the rest of the run, so loss that the machine causes
-    anyway (the userspace datapath starved of CPU drops packets of every flow at once) is told
-    apart from loss at the restarts. Lost packet k's send time is interpolated between the
-    delivered packets around it (the sender paces at a fixed interval). ``records``: the
-    receiver's ``(seq, send_ns, recv_ns)``; ``sent``: packets sent.
-
-    >>> recs = [(0, 0, 0), (3, 3_000_000_000, 0), (4, 4_000_000_000, 0), (9, 9_000_000_000, 0)]
-    >>> r = loss_in_windows(recs, 10, [(4.5, 6.5)])
-    >>> (r["sent_in_restarts"], r["lost_in_restarts"], r["sent_elsewhere"], r["lost_elsewhere"])
-    (2, 2, 8, 4)
-    """
-    t: dict[int, float] = {}
-    for seq, send_ns, _ in records:
-        t.setdefault(int(seq), send_ns / 1e9)
-    seqs = sorted(t)
-    est = dict(t)
-    for a, b in zip(seqs, seqs[1:], strict=False):
-        for k in range(a + 1, b):
-            est[k] = t[a] + (t[b] - t[a]) * (k - a) / (b - a)
-
-    def inside(x: float) -> bool:
-        return any(w0 <= x <= w1 for w0, w1 in windows)
-
-    known = [k for k in range(sent) if k in est]
-    lost = [k for k in known if k not in t]
-    s_in = sum(1 for k in known if inside(est[k]))
-    l_in = sum(1 for k in lost if inside(est[k]))
-    return {"sent_in_restarts": s_in, "lost_in_restarts": l_in,
-            "sent_elsewhere": len(known) - s_in, "lost_elsewhere": len(lost) - l_in}
 
 
 def _log_time(log: str, text: str) -> float | None:
@@ -330,7 +296,7 @@ class ControllerRestart(Lab):
                     "every collective still running when the last restart was done"),
             Verdict("probe_loss", all(p["lost"] <= e.max_lost and p["sent"] > 0 for p in pr),
                     ", ".join(f"{p['flow']}: {p['lost']} of {p['sent']} lost "
-                              f"({p['lost_in_restarts']} of {p['sent_in_restarts']} while the "
+                              f"({p['lost_in_windows']} of {p['sent_in_windows']} while the "
                               f"controller restarted, {p['lost_elsewhere']} of "
                               f"{p['sent_elsewhere']} otherwise)" for p in pr)
                     + f" (bound {e.max_lost})", timing_sensitive=True),
@@ -355,7 +321,7 @@ class ControllerRestart(Lab):
                  f"{st['flow_mods']} flow-mods, {st['group_mods']} group-mods"
                  for st in r["steps"]]
         lines += [f"probe {p['flow']}: {p['lost']} of {p['sent']} lost ("
-                  f"{p['lost_in_restarts']} of {p['sent_in_restarts']} during the restarts), "
+                  f"{p['lost_in_windows']} of {p['sent_in_windows']} during the restarts), "
                   "longest gap "
                   f"{p['max_gap_ms']:.1f} ms (largest arrival spacing "
                   f"{p['max_arrival_spacing_ms']:.1f} ms)" for p in r["probes"]]

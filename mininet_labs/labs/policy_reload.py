@@ -73,7 +73,7 @@ from mininet_labs.lab.switchstate import (
     southbound_counts,
 )
 from mininet_labs.lab.wait import wait_until
-from mininet_labs.workloads.udp_probe import analyse
+from mininet_labs.workloads.udp_probe import analyse, loss_in_windows
 
 PROBE_PORT = 9400
 DATA_STARTED_BYTES = 256 * 1024
@@ -206,6 +206,7 @@ class PolicyReload(Lab):
         after, sent1 = snapshot(names), southbound_counts(ctl.scrape())
         changed = changed_entries(before, after)
         return {"policy_file": str(path), "event": kind, "event_message": ev.message,
+                "window": [t, time.time()],
                 "event_after_ms": round((t_ev - t) * 1e3, 1),
                 "changed": changed,
                 "flow_entries_changed": sum(len(v) for k, v in changed.items()
@@ -259,6 +260,8 @@ class PolicyReload(Lab):
             if events is not None:
                 events.close()
         rep = analyse(got["recv"]["records"], got["sent"]["sent"], got["sent"]["interval_us"])
+        split = loss_in_windows(got["recv"]["records"], rep["sent"],
+                                [tuple(reorder["window"]), tuple(broken["window"])])
         ip = {h.name: h.ipv4 for h in fab.hosts}
         moved = {ip[h] for h in s.reorder.ranks}
         kept = {ip[h] for c in exp.policy.collectives if c.name != s.reorder.collective
@@ -275,7 +278,8 @@ class PolicyReload(Lab):
             "probe": {"flow": d.label, "path": list(path), "sent": rep["sent"],
                       "received": rep["received"], "lost": rep["lost"],
                       "tail_lost": rep["tail_lost"], "max_gap_ms": rep["max_gap_ms"],
-                      "outages": rep["outages"][:20], "corrupt": got["recv"]["corrupt"]}}
+                      "outages": rep["outages"][:20], "corrupt": got["recv"]["corrupt"],
+                      **split}}
 
     def summarize(self, exp: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
         r = records[0]
@@ -312,7 +316,10 @@ class PolicyReload(Lab):
             Verdict("kept_probe_loss", r["probe"]["sent"] > 0
                     and r["probe"]["lost"] <= exp.spec.expect.max_lost,
                     f"{r['probe']['flow']}: {r['probe']['lost']} of {r['probe']['sent']} lost "
-                    f"(bound {exp.spec.expect.max_lost})"),
+                    f"({r['probe']['lost_in_windows']} of {r['probe']['sent_in_windows']} "
+                    f"between a SIGHUP and its outcome, {r['probe']['lost_elsewhere']} of "
+                    f"{r['probe']['sent_elsewhere']} otherwise; bound "
+                    f"{exp.spec.expect.max_lost})", timing_sensitive=True),
             Verdict("broken_policy_located", r["broken_located"] is not None,
                     f"log: {r['broken_located'] or 'no FILE:LINE:COL of line ' + str(exp.broken_line)}"),
             Verdict("broken_policy_apply_failed", br["event"] == "apply-failed",

@@ -135,6 +135,41 @@ def analyse(records: Sequence[Sequence[int]], sent: int, interval_us: float) -> 
 
 
 # -- the processes --------------------------------------------------------------------------------
+def loss_in_windows(records: Sequence[Sequence[int]], sent: int,
+                    windows: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """Split a probe's losses between the ``windows`` (``[(start, end)]``, s since the
+    epoch: e.g. a controller restart, a policy reload) and the rest of the run, so loss that the
+    machine causes anyway (the userspace datapath starved of CPU drops packets of every flow at
+    once) is told apart from loss while something happened. Lost packet k's send time is
+    interpolated between the delivered packets around it (the sender paces at a fixed
+    interval). ``records``: the
+    receiver's ``(seq, send_ns, recv_ns)``; ``sent``: packets sent.
+
+    >>> recs = [(0, 0, 0), (3, 3_000_000_000, 0), (4, 4_000_000_000, 0), (9, 9_000_000_000, 0)]
+    >>> r = loss_in_windows(recs, 10, [(4.5, 6.5)])
+    >>> (r["sent_in_windows"], r["lost_in_windows"], r["sent_elsewhere"], r["lost_elsewhere"])
+    (2, 2, 8, 4)
+    """
+    t: dict[int, float] = {}
+    for seq, send_ns, _ in records:
+        t.setdefault(int(seq), send_ns / 1e9)
+    seqs = sorted(t)
+    est = dict(t)
+    for a, b in zip(seqs, seqs[1:], strict=False):
+        for k in range(a + 1, b):
+            est[k] = t[a] + (t[b] - t[a]) * (k - a) / (b - a)
+
+    def inside(x: float) -> bool:
+        return any(w0 <= x <= w1 for w0, w1 in windows)
+
+    known = [k for k in range(sent) if k in est]
+    lost = [k for k in known if k not in t]
+    s_in = sum(1 for k in known if inside(est[k]))
+    l_in = sum(1 for k in lost if inside(est[k]))
+    return {"sent_in_windows": s_in, "lost_in_windows": l_in,
+            "sent_elsewhere": len(known) - s_in, "lost_elsewhere": len(lost) - l_in}
+
+
 def send(dst: str, port: int, interval_us: float, payload_bytes: int, duration_s: float,
          src_port: int = 0, dscp: int | None = None) -> dict[str, Any]:
     """Send for ``duration_s`` seconds; returns the summary written to ``--out``. ``dscp``:
