@@ -299,6 +299,8 @@ class PolicyReload(Lab):
         return [
             Verdict("all_correct", bool(correct) and all(correct),
                     f"{sum(correct)} of {len(correct)} collectives correct"),
+            Verdict("reloaded_under_traffic", all(r["collectives_running_after_reloads"]),
+                    "every collective still running after both reloads"),
             Verdict("only_reordered_entries_changed",
                     ro["flow_entries_changed"] > 0 and hosts["other"] == 0
                     and hosts["kept"] == 0 and not ro["groups_changed"],
