@@ -94,3 +94,29 @@ def ring_entry(ctx: RunContext, run: RingRun, errors: Sequence[str] = ()) -> dic
                                 run.src_ports, run.dst_port)
     return failed_entry(run.coll.name, run.coll.ranks, run.nbytes, bound, run.src_ports,
                         run.dst_port, errs)
+
+
+#: Bytes the ranks must have sent before :func:`start_rings` says the data flows.
+DATA_STARTED_BYTES = 256 * 1024
+
+
+def start_rings(ctx: RunContext, collectives: Sequence[Collective], *, seed: int, nbytes: int,
+                chunk_bytes: int, timeout_s: float) -> tuple[list[RingRun], float]:
+    """Start every collective (stream i for the i-th, results in ``OUT/<name>``) and wait until
+    their ranks' access ports sent :data:`DATA_STARTED_BYTES` more than before (connections
+    set up, data flowing). Returns the runs and when the data flowed (s since the epoch).
+    Raises WaitTimeout after ``timeout_s``."""
+    import time
+
+    from mininet_labs.lab.counters import PortCounters
+    from mininet_labs.lab.wait import wait_until
+
+    counters = PortCounters(ctx.net, ctx.exp.fabric)
+    ports = [counters.access_port(h) for c in collectives for h in c.ranks]
+    rings = [start_ring(ctx, c, seed=seed, nbytes=nbytes, stream=i, out_dir=ctx.out / c.name,
+                        chunk_bytes=chunk_bytes) for i, c in enumerate(collectives)]
+    base = sum(tx for _, tx in counters.read(ports).values())
+    t = wait_until(lambda: time.time() if sum(tx for _, tx in counters.read(ports).values())
+                   - base >= DATA_STARTED_BYTES else None, timeout_s,
+                   "the collectives' data to flow", every_s=0.02)
+    return rings, t

@@ -43,8 +43,7 @@ from controller.te.collectives import FlowDemand
 from controller.yamlsrc import Document
 from mininet_labs.analysis import failure
 from mininet_labs.analysis.verdict import Verdict
-from mininet_labs.lab.collectives import finish_ring, start_ring
-from mininet_labs.lab.counters import PortCounters
+from mininet_labs.lab.collectives import finish_ring, start_rings
 from mininet_labs.lab.interface import ControllerConfig, Lab, RunContext, Variant
 from mininet_labs.lab.policies import policy_variant
 from mininet_labs.lab.probes import UdpStream
@@ -58,10 +57,9 @@ from mininet_labs.lab.schema import (
     StrictModel,
     check_host,
 )
-from mininet_labs.lab.wait import sleep_until, wait_until
+from mininet_labs.lab.wait import sleep_until
 
 PROBE_PORT = 9200
-DATA_STARTED_BYTES = 256 * 1024
 
 
 class ProbeSpec(StrictModel):
@@ -165,21 +163,14 @@ class LinkFailure(Lab):
         ctl = ctx.controller
         a, b = exp.failed_link(case.link)
         flow = (exp.probe_flow.src, exp.probe_flow.dst)
-        counters = PortCounters(ctx.net, fab)
-        rank_ports = [counters.access_port(h) for c in exp.policy.collectives for h in c.ranks]
         probe = UdpStream(ctx, s.probe.src, s.probe.dst, PROBE_PORT, ctx.out, "probe")
         link_down = False
-        rings = []
         try:
             probe.start_receiver()
-            rings = [start_ring(ctx, c, seed=s.seed, nbytes=s.workload.bytes, stream=i,
-                                out_dir=ctx.out / c.name, chunk_bytes=s.workload.chunk_bytes)
-                     for i, c in enumerate(exp.policy.collectives)]
-            base = sum(tx for _, tx in counters.read(rank_ports).values())
-            t_data = wait_until(
-                lambda: time.time() if sum(tx for _, tx in counters.read(rank_ports).values())
-                - base >= DATA_STARTED_BYTES else None,
-                s.workload.timeout_s, "the collectives' data to flow", every_s=0.02)
+            rings, t_data = start_rings(ctx, exp.policy.collectives, seed=s.seed,
+                                        nbytes=s.workload.bytes,
+                                        chunk_bytes=s.workload.chunk_bytes,
+                                        timeout_s=s.workload.timeout_s)
             probe.start_sender(s.probe.interval * 1e6, s.probe.payload, s.workload.timeout_s)
             before = ctl.paths().get(flow)
             sleep_until(t_data + s.fail_after)

@@ -51,8 +51,7 @@ from controller.errors import ConfigError
 from controller.te.collectives import FlowDemand
 from controller.yamlsrc import Document
 from mininet_labs.analysis.verdict import Verdict
-from mininet_labs.lab.collectives import finish_ring, start_ring
-from mininet_labs.lab.counters import PortCounters
+from mininet_labs.lab.collectives import finish_ring, start_rings
 from mininet_labs.lab.interface import ControllerConfig, Lab, RunContext, Variant
 from mininet_labs.lab.net import host_priority_class
 from mininet_labs.lab.probes import UdpStream
@@ -76,7 +75,6 @@ from mininet_labs.lab.wait import wait_until
 from mininet_labs.workloads.udp_probe import analyse, loss_in_windows
 
 PROBE_PORT = 9400
-DATA_STARTED_BYTES = 256 * 1024
 #: The probe's class on its source host's NIC (:func:`host_priority_class`): 1 packet/ms of
 #: 64-byte payload is ~0.9 Mbit/s with headers.
 HOST_PROBE_CLASS_BPS = 1.5e6
@@ -227,20 +225,13 @@ class PolicyReload(Lab):
         exp, s, fab = ctx.exp, ctx.exp.spec, ctx.exp.fabric
         ctl = ctx.controller
         assert ctl is not None
-        counters = PortCounters(ctx.net, fab)
-        rank_ports = [counters.access_port(h) for c in exp.policy.collectives for h in c.ranks]
         probe = UdpStream(ctx, s.probe.src, s.probe.dst, PROBE_PORT, ctx.out, "probe")
-        rings = []
         events = None
         try:
             probe.start_receiver()
-            rings = [start_ring(ctx, c, seed=s.seed, nbytes=s.workload.bytes, stream=i,
-                                out_dir=ctx.out / c.name, chunk_bytes=s.workload.chunk_bytes)
-                     for i, c in enumerate(exp.policy.collectives)]
-            base = sum(tx for _, tx in counters.read(rank_ports).values())
-            wait_until(lambda: sum(tx for _, tx in counters.read(rank_ports).values()) - base
-                       >= DATA_STARTED_BYTES, s.workload.timeout_s,
-                       "the collectives' data to flow", every_s=0.02)
+            rings, _ = start_rings(ctx, exp.policy.collectives, seed=s.seed,
+                                   nbytes=s.workload.bytes, chunk_bytes=s.workload.chunk_bytes,
+                                   timeout_s=s.workload.timeout_s)
             probe.start_sender(s.probe.interval * 1e6, s.probe.payload, s.workload.timeout_s,
                                dscp=s.probe.dscp)
             events = ctl.watch()
