@@ -69,11 +69,9 @@ def changed_entries(before: Mapping[str, Mapping[str, list[str]]],
     """
     out: dict[str, list[str]] = {}
     for sw in sorted(set(before) | set(after)):
-        b = dict(_key_actions(x) for x in before.get(sw, {}).get("flows", []))
-        a = dict(_key_actions(x) for x in after.get(sw, {}).get("flows", []))
-        bl = {k: x for x in before.get(sw, {}).get("flows", []) for k in [_key_actions(x)[0]]}
-        al = {k: x for x in after.get(sw, {}).get("flows", []) for k in [_key_actions(x)[0]]}
-        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) or bl.get(k) != al.get(k))
+        b = {_key_actions(x)[0]: x for x in before.get(sw, {}).get("flows", [])}
+        a = {_key_actions(x)[0]: x for x in after.get(sw, {}).get("flows", [])}
+        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
         if keys:
             out[sw] = keys
         if before.get(sw, {}).get("groups") != after.get(sw, {}).get("groups"):

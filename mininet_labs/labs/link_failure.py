@@ -37,8 +37,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from controller.errors import ConfigError
-from controller.plan.build import build_plan
 from controller.te.collectives import FlowDemand
 from controller.yamlsrc import Document
 from mininet_labs.analysis import failure
@@ -57,6 +55,7 @@ from mininet_labs.lab.schema import (
     StrictModel,
     check_host,
 )
+from mininet_labs.lab.switchstate import pinned_flow
 from mininet_labs.lab.wait import sleep_until
 
 PROBE_PORT = 9200
@@ -128,19 +127,8 @@ class LinkFailure(Lab):
             update={"mode": "pinned"})})
         for key in ("src", "dst"):
             check_host(doc, fabric, ("probe", key), getattr(spec.probe, key))
-        pin = build_plan(fabric, pinned).pinning
-        hit = [(d, p) for d, p in (pin.paths.items() if pin else ())
-               if d.src == spec.probe.src and d.dst == spec.probe.dst and d.ip_proto is None
-               and d.dscp is None]
-        if not hit:
-            raise ConfigError([doc.problem(("probe",), f"no pinned flow {spec.probe.src}->"
-                                           f"{spec.probe.dst} without DSCP/L4 match in "
-                                           f"{exp.policy_path}: the probe would not follow a "
-                                           "pinned path")])
-        d, p = hit[0]
-        if len(p) < 5:
-            raise ConfigError([doc.problem(("probe",), f"{d.label} stays on one leaf "
-                                           f"({' '.join(p)}): no fabric link to fail")])
+        d, p = pinned_flow(doc, fabric, policy, spec.probe.src, spec.probe.dst, ("probe",),
+                           str(exp.policy_path))
         return FailureExperiment(**{**vars(exp), "policy": pinned}, probe_flow=d,
                                  probe_path=tuple(p))
 
