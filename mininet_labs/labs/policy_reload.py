@@ -312,7 +312,7 @@ class PolicyReload(Lab):
                     f"({r['probe']['lost_in_windows']} of {r['probe']['sent_in_windows']} "
                     f"between a SIGHUP and its outcome, {r['probe']['lost_elsewhere']} of "
                     f"{r['probe']['sent_elsewhere']} otherwise; bound "
-                    f"{exp.spec.expect.max_lost})", timing_sensitive=True),
+                    f"{exp.spec.expect.max_lost})"),
             Verdict("broken_policy_located", r["broken_located"] is not None,
                     f"log: {r['broken_located'] or 'no FILE:LINE:COL of line ' + str(exp.broken_line)}"),
             Verdict("broken_policy_apply_failed", br["event"] == "apply-failed",
