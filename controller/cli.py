@@ -470,6 +470,17 @@ def status_cmd(target: str, all_links: bool) -> None:
                       str(c.collision_links) if not c.collision_links
                       else f"[red]{c.collision_links}[/]")
         console.print(t)
+    if st.HasField("tables"):
+        t = Table(title="pinned entries per switch against table capacity (room: capacity - "
+                        "headroom)")
+        for col in ("switch", "pinned needed", "pinned kept", "room", "capacity from"):
+            t.add_column(col, justify="left" if col in ("switch", "capacity from") else "right")
+        for tw in st.tables.switches:
+            t.add_row(tw.switch, str(tw.pinned_needed), str(tw.pinned),
+                      "unlimited" if tw.room < 0 else str(tw.room), tw.source)
+        console.print(t)
+        for note in st.tables.notes:
+            console.print(f"[yellow]table capacity[/] {note}")
     if st.alerts:
         for a in st.alerts:
             console.print(f"[red]ALERT[/] {a.alert} {a.subject} ({a.age_s:.1f} s): {a.message}")

@@ -71,7 +71,8 @@ def _switch_to_proto(s: Mapping[str, Any]) -> pb.SwitchStatus:
 
 def status_to_proto(st: Mapping[str, Any]) -> pb.GetStatusResponse:
     """``NorthboundService.status()`` (keys documented there) as ``GetStatusResponse``;
-    ``policy`` and each switch's ``southbound``/``role`` may be missing (left unset)."""
+    ``policy``, ``tables`` and each switch's ``southbound``/``role`` may be missing (left
+    unset)."""
     out = pb.GetStatusResponse(
         fabric=st["fabric"], routing_mode=st["routing_mode"],
         sample_interval_s=st["sample_interval_s"], plan_generation=st["plan_generation"],
@@ -90,6 +91,11 @@ def status_to_proto(st: Mapping[str, Any]) -> pb.GetStatusResponse:
         out.policy.CopyFrom(pb.PolicyStatus(
             generation=pol["generation"], digest=pol["digest"], source=pol["source"],
             applied_unix_s=pol["applied_unix_s"]))
+    tab = st.get("tables")
+    if tab is not None:
+        out.tables.CopyFrom(pb.TablesStatus(
+            switches=[pb.SwitchTables(**t) for t in tab["switches"]], notes=tab["notes"],
+            fallback_flows=tab["fallback_flows"]))
     return out
 
 

@@ -214,7 +214,10 @@ class NorthboundService(Protocol):
         ``source``, ``flows``, ``bytes_total``, ``collision_links``, ``expected_bytes``;
         ``alerts``: mappings with ``alert``, ``subject``, ``switch``, ``age_s``, ``message``;
         ``traffic``: {(src, dst): bytes}; ``policy``: mapping with ``generation`` (int),
-        ``digest`` (sha256 hex), ``source`` (file name), ``applied_unix_s`` (float)."""
+        ``digest`` (sha256 hex), ``source`` (file name), ``applied_unix_s`` (float);
+        ``tables`` (None: no capacity known): mapping with ``switches`` (mappings with
+        ``switch``, ``pinned_needed``, ``pinned``, ``room`` (-1: unlimited), ``source``),
+        ``notes`` and ``fallback_flows`` (str lists)."""
         ...
 
     async def apply_policy(self, document: str, source_name: str,

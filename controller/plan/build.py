@@ -22,7 +22,7 @@ returned (nothing is half-built).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.model.topology import Fabric
@@ -51,7 +51,7 @@ from controller.plan.model import (
 )
 from controller.plan.pinned import TABLE, pinned_match, with_pinned
 from controller.policy.model import Policy
-from controller.te.collectives import expand_policy
+from controller.te.collectives import FlowDemand, expand_policy
 from controller.te.ecmp import NextHops, ecmp_next_hops
 from controller.te.invariants import check_routes
 from controller.te.links import normalise_down_links
@@ -192,21 +192,25 @@ def build_plan(
     if policy.routing.mode == "pinned":
         pinning = pin_flows(fabric, expand_policy(policy, fabric), down)
         plan = with_pinned(fabric, routes.plan, pinning.paths, down)
-        plan, tables = fit_plan_tables(fabric, policy, plan, pinning, routes.next_hops, capacity)
+        plan, tables = fit_plan_tables(fabric, policy, plan, pinning.paths, routes.next_hops,
+                                       capacity)
     return PlanResult(plan, pinning, routes.next_hops, tables)
 
 
-def fit_plan_tables(fabric: Fabric, policy: Policy, plan: FabricPlan, pinning: Pinning,
-                    next_hops: NextHops, capacity: Mapping[str, TableCapacity] | None = None
+def fit_plan_tables(fabric: Fabric, policy: Policy, plan: FabricPlan,
+                    paths: Mapping[FlowDemand, Sequence[str]], next_hops: NextHops,
+                    capacity: Mapping[str, TableCapacity] | None = None
                     ) -> tuple[FabricPlan, CapacityReport]:
     """``plan`` with each switch's pinned entries fitted into its table
     (:func:`controller.plan.capacity.fit_tables`: merged where paths coincide, the least
-    important flows left to ECMP), and the report of what was done."""
+    important flows left to ECMP), and the report of what was done. ``paths``: the pinned path
+    of every flow whose entries ``plan`` holds; ``capacity``: per switch (the policy's
+    ``tables`` section overrides it); importance: the policy's collectives in order."""
     pinned = {name: {f.match: f for f in sp.flows if f.priority == PRIO_PINNED}
               for name, sp in plan.switches.items()}
     caps = capacities(fabric, per_switch=capacity, policy_tables=policy.tables)
     fitted, report = fit_tables(
-        fabric, pinning.paths, pinned, next_hops, caps, lambda d: pinned_match(fabric, d),
+        fabric, paths, pinned, next_hops, caps, lambda d: pinned_match(fabric, d),
         headroom=policy.tables.headroom if policy.tables else DEFAULT_HEADROOM,
         importance=[c.name for c in policy.collectives])
     if fitted == pinned:

@@ -9,7 +9,12 @@
 * **Decisions that cost** (a repair after a link event, a re-optimisation, a re-balance round)
   run in an executor on a snapshot of the state; their result comes back as a
   :class:`~controller.runtime.events.PlacementReady` event for the generation it was computed
-  from, and is dropped if the state moved on.
+  from, and is dropped if the state moved on. Link events are handled in two phases
+  (:mod:`controller.runtime.placement`): the repair moves only the flows on a dead link and is
+  adopted at once; the re-optimisation that follows it is applied make-before-break, its moves
+  in order and in batches that keep every table within its headroom, each batch one
+  transaction adopted only if the state is still where the previous batch left it. The te
+  form of the placement (link ids) is kept beside the state, so a repair starts from it.
 * **Writes** go through one writer at a time (an ``asyncio.Lock``): reconciling a switch that
   (re)connected (read back, diff, send the difference: nothing when nothing changed), converging
   every writable switch to the intended plan after a fact changed (a port, a computed
@@ -47,6 +52,7 @@ from controller.drivers.southbound import (
     SouthboundEvent,
 )
 from controller.errors import PlanInvariantError
+from controller.plan.capacity import DEFAULT_HEADROOM
 from controller.plan.model import (
     PRIO_PINNED,
     SwitchChanges,
@@ -78,16 +84,22 @@ from controller.runtime.events import (
 from controller.runtime.intent import intended_plan
 from controller.runtime.meter import TrafficMeter, link_loads
 from controller.runtime.placement import (
+    PlacementDecision,
     PlacementInput,
     Reoptimise,
     Repair,
+    apply_moves,
+    move_batches,
     pinned_demands_bps,
-    repin_all,
+    reoptimise_moves,
+    repair_moved,
+    te_placement,
 )
 from controller.runtime.rebalance import rebalance_round
 from controller.runtime.state import RuntimeState
 from controller.runtime.transaction import TransactionResult, apply_transaction
 from controller.te.collectives import FlowDemand
+from controller.te.placement import Placement as TePlacement
 
 LOG = logging.getLogger("aifabric.runtime")
 
@@ -166,8 +178,8 @@ class Controller:
     """
 
     def __init__(self, state: RuntimeState, drivers: Mapping[str, SouthboundDriver], *,
-                 telemetry: Any = None, events: Any = None, repair: Repair = repin_all,
-                 reoptimise: Reoptimise | None = None,
+                 telemetry: Any = None, events: Any = None, repair: Repair = repair_moved,
+                 reoptimise: Reoptimise | None = reoptimise_moves,
                  mastership: Mastership | None = None, executor: Executor | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time, tick_s: float = 0.1) -> None:
@@ -195,6 +207,9 @@ class Controller:
         # switches whose last change was refused: no periodic retry before (time, backoff s)
         self._backoff: dict[str, tuple[float, float]] = {}
         self.listeners: list[Callable[[Event, core.Step], None]] = []
+        # the placement in force as a te placement (link ids): (state.placement it holds, value)
+        self._te: tuple[Mapping[FlowDemand, Any], TePlacement] | None = None
+        self._te_building: Mapping[FlowDemand, Any] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -262,7 +277,29 @@ class Controller:
             fn(ev, st)
         for fx in st.effects:
             self._effect(fx)
+        self._prepare_te()
         return st
+
+    def _prepare_te(self) -> None:
+        """Convert a new placement to its te form in the background, so the repair of the
+        next link event starts from it (:func:`controller.runtime.placement.te_placement`)."""
+        st = self.state
+        pl = st.placement
+        if not pl or self._loop is None or (self._te is not None and self._te[0] is pl) \
+                or self._te_building is pl:
+            return
+        self._te_building = pl
+        fut = self._loop.run_in_executor(self.executor, te_placement, st.fabric, pl,
+                                         st.down_links)
+
+        def done(f: asyncio.Future[TePlacement]) -> None:
+            if self._te_building is pl:
+                self._te_building = None
+            if f.cancelled() or f.exception() is not None:
+                return
+            if self.state.placement is pl:
+                self._te = (pl, f.result())
+        fut.add_done_callback(done)
 
     def _record(self, s: CounterSample) -> None:
         tel = self.telemetry
@@ -392,9 +429,10 @@ class Controller:
         else:
             fn = self.repair if fx.kind == "repair" else self.reoptimise
             assert fn is not None
-            prev = st.down_links
+            te = self._te[1] if self._te is not None and self._te[0] is st.placement else None
             inp = PlacementInput(st.fabric, st.effective_policy, st.placement, st.down_links,
-                                 prev)
+                                 te.index.down if te is not None else st.down_links,
+                                 te)
             job = lambda: _placement_job(fx.kind, fx.generation, fn, inp)  # noqa: E731
         fut = loop.run_in_executor(self.executor, job)
         fut.add_done_callback(lambda f: self._computed(fx, f))
@@ -406,7 +444,54 @@ class Controller:
         if exc is not None:
             self.handle(PlacementReady(fx.kind, fx.generation, None, error=str(exc)))
             return
-        self.handle(fut.result())
+        ready = fut.result()
+        dec = ready.outcome
+        if fx.kind == "reoptimise" and isinstance(dec, PlacementDecision):
+            self._spawn(self._reoptimised(ready.generation, dec), "re-optimisation")
+            return
+        self.handle(ready)
+        if isinstance(dec, PlacementDecision) and dec.te is not None \
+                and self.state.placement is ready.placement:
+            self._te = (ready.placement, dec.te)
+
+    async def _reoptimised(self, generation: int, dec: PlacementDecision) -> None:
+        """Apply a re-optimisation make-before-break (module docstring): its moves in order,
+        in batches that add at most the table headroom of entries to any switch
+        (:func:`controller.runtime.placement.move_batches`), each batch adopted only if the
+        state is still at the generation the previous one left, and converged (one
+        transaction: downstream entries, then the divergence switch, deletes last) before the
+        next."""
+        pol = self.state.effective_policy
+        headroom = pol.tables.headroom if pol.tables is not None else DEFAULT_HEADROOM
+        batches = move_batches(dec.moves, headroom)
+        LOG.info("%s re-optimisation: %s; applying in %d batch(es) make-before-break",
+                 self.tag(""), dec.describe(), len(batches))
+        expected, paths = generation, self.state.placement
+        for i, batch in enumerate(batches, 1):
+            async with self._writer:
+                # what is in force first (the repair this follows may not be sent yet)
+                pre = await self._converge_locked("before a re-optimisation batch")
+                if self.state.generation != expected or (pre is not None and not pre.ok):
+                    LOG.info("%s re-optimisation dropped after %d of %d batch(es): %s",
+                             self.tag(""), i - 1, len(batches),
+                             f"the state moved on (generation {self.state.generation}, not "
+                             f"{expected})" if self.state.generation != expected
+                             else "the switches did not take the plan in force")
+                    return
+                last = i == len(batches)
+                paths = dec.paths if last else apply_moves(paths, batch)
+                self.handle(PlacementReady("reoptimise", expected, paths))
+                if self.state.placement is not paths:
+                    return  # refused (the core said why)
+                if last and dec.te is not None:
+                    self._te = (paths, dec.te)
+                res = await self._converge_locked(
+                    f"re-optimisation batch {i}/{len(batches)}")
+            if res is not None and not res.ok:
+                LOG.warning("%s re-optimisation stopped after batch %d of %d: %s",
+                            self.tag(""), i, len(batches), res.error)
+                return
+            expected = self.state.generation
 
     # -- writing ------------------------------------------------------------------------------------
     def writable(self) -> frozenset[str]:
@@ -469,21 +554,27 @@ class Controller:
     async def _converge(self) -> None:
         async with self._writer:
             reason, self._converge_due = self._converge_due or "", None
-            try:
-                target = intended_plan(self.state).switches
-            except (PlanInvariantError, ValueError) as exc:
-                LOG.error("%s intended plan invalid, nothing sent: %s", self.tag(""), exc)
-                return
-            now = self.clock()
-            waiting = frozenset(n for n, (t, _) in self._backoff.items() if t > now)
-            changes = self.changes_to(target, waiting if reason == "retry" else frozenset())
-            if not changes:
-                return
-            res = await self.transaction(changes)
-            self._note(res)
-            if not res.ok:
-                self.publish("apply-failed", f"{reason}: {res.error}; rolled back",
-                             switch=res.failed_switch)
+            await self._converge_locked(reason)
+
+    async def _converge_locked(self, reason: str) -> TransactionResult | None:
+        """Send every writable switch the difference to the intended plan, as one transaction
+        (caller holds the writer lock). Returns its result (None: nothing to send)."""
+        try:
+            target = intended_plan(self.state).switches
+        except (PlanInvariantError, ValueError) as exc:
+            LOG.error("%s intended plan invalid, nothing sent: %s", self.tag(""), exc)
+            return None
+        now = self.clock()
+        waiting = frozenset(n for n, (t, _) in self._backoff.items() if t > now)
+        changes = self.changes_to(target, waiting if reason == "retry" else frozenset())
+        if not changes:
+            return None
+        res = await self.transaction(changes)
+        self._note(res)
+        if not res.ok:
+            self.publish("apply-failed", f"{reason}: {res.error}; rolled back",
+                         switch=res.failed_switch)
+        return res
 
     async def reconcile(self, switch: str, session: int) -> None:
         """Read ``switch`` back and send only the difference to the intended plan."""
@@ -579,8 +670,10 @@ class Controller:
 
 def _placement_job(kind: Any, generation: int, fn: Callable[[PlacementInput], Any],
                    inp: PlacementInput) -> PlacementReady:
-    placement = fn(inp)
-    return PlacementReady(kind, generation, placement)
+    dec = fn(inp)
+    if dec is None:
+        return PlacementReady(kind, generation, None)
+    return PlacementReady(kind, generation, dec.paths, dec)
 
 
 def _rebalance_job(st: RuntimeState, raw: Mapping[Any, Any], demands: Mapping[FlowDemand, float],

@@ -48,6 +48,7 @@ from controller.drivers.southbound import (
     SwitchGone,
 )
 from controller.errors import PlanInvariantError
+from controller.plan.capacity import TableCapacity
 from controller.plan.model import SwitchChanges, diff_plans
 from controller.plan.pinned import path_is_up
 from controller.runtime import liveness, lldp
@@ -74,7 +75,8 @@ from controller.runtime.events import (
     TelemetryPaths,
     Tick,
 )
-from controller.runtime.intent import intended_plan
+from controller.runtime.intent import intended_plan, plan_tables, switch_capacity
+from controller.runtime.placement import PlacementDecision
 from controller.runtime.state import RebalanceMemory, RuntimeState, SwitchSession
 from controller.te.collectives import FlowDemand
 
@@ -91,7 +93,31 @@ class Step:
 def _with_changes(old: RuntimeState, new: RuntimeState, effects: list[Effect]) -> Step:
     if new.generation == old.generation:
         return Step(new, {}, tuple(effects))
-    return Step(new, diff_plans(intended_plan(old), intended_plan(new)), tuple(effects))
+    changes = diff_plans(intended_plan(old), intended_plan(new))
+    return Step(new, changes, tuple(effects + _table_lines(old, new)))
+
+
+def _table_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
+    """A switch whose pinned entries do not fit its table (:func:`controller.runtime.intent.
+    plan_tables`): one warning per note and a ``table-overflow`` event, when the notes differ
+    from the old state's (each overflow is reported once, and again when it changes)."""
+    rep = plan_tables(new)
+    notes = rep.notes if rep is not None else ()
+    before = plan_tables(old)
+    if not notes or notes == (before.notes if before is not None else ()):
+        return []
+    out: list[Effect] = []
+    for note in notes:
+        sw = note.split(":", 1)[0].removeprefix("switch ")
+        out.append(Log("warning", sw if sw in new.fabric.switch_by_name else "",
+                       f"table capacity: {note}"))
+    assert rep is not None
+    fell = ", ".join(d.label for d in rep.fallback[:5]) + (" …" if len(rep.fallback) > 5 else "")
+    out.append(Publish("table-overflow", f"{len(notes)} switch(es) over table capacity; "
+                       f"{len(rep.fallback)} pinned flow(s) fall back to ECMP"
+                       + (f": {fell}" if fell else ""),
+                       (("switch", notes[0].split(":", 1)[0].removeprefix("switch ")),)))
+    return out
 
 
 def step(state: RuntimeState, event: Event, now_s: float) -> Step:
@@ -170,7 +196,24 @@ def _connected(state: RuntimeState, ev: SwitchConnected, now_s: float,
     dpid = state.fabric.switch_by_name[ev.switch].dpid
     new = replace(new, lldp=lldp.forget(new.lldp, dpid))
     fx += [ForgetCounters(ev.switch), TakeRole(ev.switch, ev.session)]
-    return Step(new, {}, tuple(fx))
+    cap_old, cap_new = switch_capacity(old.features), switch_capacity(ev.features)
+    if cap_new is None or cap_new == cap_old:  # an unreported capacity stays as it was known
+        if cap_new is None and cap_old is not None:
+            new = _sessions(new, ev.switch, replace(s, features=replace(
+                ev.features, tables=old.features.tables if old.features else ())))
+        return Step(new, {}, tuple(fx))
+    # the plan may fit differently now (table capacity): every switch converges to it
+    new = new.bump(plan_generation=new.plan_generation + 1)
+    fx.append(Log("info", ev.switch, f"table capacity {_capacity_text(cap_new)}"))
+    fx.append(Converge("table capacity reported"))
+    return _with_changes(state, new, fx)
+
+
+def _capacity_text(cap: TableCapacity) -> str:
+    parts = [f"{k} {v}" for k, v in (("total entries", cap.total_entries),
+                                     ("pinned entries", cap.pinned_entries),
+                                     ("route entries", cap.route_entries)) if v is not None]
+    return f"{', '.join(parts)} ({cap.source})"
 
 
 def _role(state: RuntimeState, ev: RoleAssigned, fx: list[Effect], why: str = "") -> Step:
@@ -327,7 +370,8 @@ def _placement(state: RuntimeState, ev: PlacementReady, now_s: float,
                                    "installed plan stays"))
         return Step(state, {}, tuple(fx))
     mem = out.memory if out is not None else state.rebalance
-    new = state.bump(placement=dict(ev.placement), plan_generation=state.plan_generation + 1,
+    placed = ev.placement if isinstance(ev.placement, dict) else dict(ev.placement)
+    new = state.bump(placement=placed, plan_generation=state.plan_generation + 1,
                      rebalance=replace(mem, hot_reported=frozenset()))
     try:
         intended_plan(new)
@@ -341,6 +385,9 @@ def _placement(state: RuntimeState, ev: PlacementReady, now_s: float,
            "rebalance": "re-balance"}[ev.kind]
     if out is not None:
         fx += _move_lines(state, out)
+    if isinstance(ev.outcome, PlacementDecision):
+        what = "repair" if ev.kind == "repair" else "re-optimisation"
+        fx.append(Log("info", "", f"{what}: {ev.outcome.describe()}"))
     fx += _repins(state.placement, new.placement, why)
     fx.append(TelemetryPaths(new.placement))
     fx.append(Converge(ev.kind))

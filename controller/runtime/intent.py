@@ -3,14 +3,25 @@
 ``intended_plan(state)`` = the route plan for the policy's ECMP settings with the down links
 removed (:func:`controller.plan.build.build_routes`) + one pinned entry per hop of every placed
 flow whose path is up (:func:`controller.plan.pinned.with_pinned`), with failover next-hop sets
-on ``failover`` switches when fast failover is on. A flow whose path crosses a down link has no
+on ``failover`` switches when fast failover is on, **fitted into each switch's table**
+(:func:`controller.plan.build.fit_plan_tables`). A flow whose path crosses a down link has no
 pinned entries until a repair places it again: its traffic follows the routes, which avoid the
-link. Nothing depends on connections, counters or clocks, so two controllers with equal state
-compute equal plans.
+link.
+
+Table capacity (issue 15, point 5): each switch's capacity is what its driver reported when it
+connected (:attr:`controller.drivers.southbound.SwitchFeatures.tables`: OpenFlow table 0's
+``max_entries`` from the table features, a P4 program's ``pinned``/``routes`` sizes from its
+P4Info; :func:`switch_capacity`), with the policy's ``tables`` section over it. A switch whose
+pinned entries do not fit (capacity minus the headroom kept for make-before-break moves) gets
+them merged where paths coincide, and the least important flows fall back to ECMP on every
+switch — a stated fallback (:func:`plan_tables`: the report the core logs and publishes, the
+status shows), never a write the switch refuses. The capacity of a switch is remembered once
+reported (also while it is disconnected), so the plan depends on the state only: two
+controllers with equal state compute equal plans.
 
 The last results are cached by input (route plans by fabric, hash settings and down links; the
-plan by those and the placement), since every event asks for the plan and most change nothing
-it depends on.
+plan by those, the placement and the capacities), since every event asks for the plan and most
+change nothing it depends on.
 """
 
 from __future__ import annotations
@@ -19,17 +30,28 @@ from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from controller.drivers.southbound import SwitchFeatures
 from controller.model.topology import Fabric
-from controller.plan.build import RoutePlan, build_routes, ecmp_hashes
+from controller.plan.build import RoutePlan, build_routes, ecmp_hashes, fit_plan_tables
+from controller.plan.capacity import (
+    P4_PINNED_TABLE,
+    P4_ROUTES_TABLE,
+    CapacityReport,
+    TableCapacity,
+)
 from controller.plan.model import FabricPlan
-from controller.plan.pinned import path_is_up, with_pinned
+from controller.plan.pinned import TABLE, path_is_up, with_pinned
 from controller.policy.model import Policy
 from controller.runtime.state import DownLinks, Path, RuntimeState
 from controller.te.collectives import FlowDemand
 
 _ROUTES: OrderedDict[tuple[Any, ...], tuple[Fabric, RoutePlan]] = OrderedDict()
-_PLANS: OrderedDict[tuple[Any, ...], tuple[Any, FabricPlan]] = OrderedDict()
+_PLANS: OrderedDict[tuple[Any, ...], tuple[Any, tuple[FabricPlan, CapacityReport | None]]] = \
+    OrderedDict()
 _CACHE_SIZE = 8
+
+Capacities = tuple[tuple[str, TableCapacity], ...]
+"""Known switch capacities, sorted by switch (hashable: part of the plan cache's key)."""
 
 
 def routes_for(fabric: Fabric, policy: Policy, down_links: DownLinks) -> RoutePlan:
@@ -48,36 +70,91 @@ def routes_for(fabric: Fabric, policy: Policy, down_links: DownLinks) -> RoutePl
     return rp
 
 
-def plan_for(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
-             down_links: DownLinks, failover: Collection[str] = ()) -> FabricPlan:
-    """The plan of a placement (module docstring).
+def switch_capacity(features: SwitchFeatures | None) -> TableCapacity | None:
+    """What a switch's driver reported of the tables the plan uses (None: nothing known):
+    OpenFlow table :data:`~controller.plan.pinned.TABLE` (``"0"``) holds every entry
+    (``total_entries``); a P4 program's ``FabricIngress.pinned``/``FabricIngress.routes``
+    sizes are the pinned and route room."""
+    if features is None or not features.tables:
+        return None
+    sizes = {t.table: t.max_entries for t in features.tables if t.max_entries is not None}
+    if features.southbound == "openflow" and str(TABLE) in sizes:
+        return TableCapacity(total_entries=sizes[str(TABLE)],
+                             source="OpenFlow table features")
+    if P4_PINNED_TABLE in sizes or P4_ROUTES_TABLE in sizes:
+        return TableCapacity(pinned_entries=sizes.get(P4_PINNED_TABLE),
+                             route_entries=sizes.get(P4_ROUTES_TABLE), source="P4Info")
+    return None
 
-    Raises
-    ------
-    PlanInvariantError
-        Two placed flows with one match need different actions on a switch, or a path breaks
-        an invariant.
-    """
+
+def known_capacities(state: RuntimeState) -> Capacities:
+    """Every switch's capacity as its driver last reported it (:func:`switch_capacity`)."""
+    out = []
+    for name, s in sorted(state.switches.items()):
+        cap = switch_capacity(s.features)
+        if cap is not None:
+            out.append((name, cap))
+    return tuple(out)
+
+
+def _fitted(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
+            down_links: DownLinks, failover: frozenset[str], capacity: Capacities
+            ) -> tuple[FabricPlan, CapacityReport | None]:
     hashes = tuple(sorted(ecmp_hashes(fabric, policy).items(), key=lambda kv: kv[0]))
-    ff = frozenset(failover)
-    key = (id(fabric), hashes, down_links, id(placement), ff)
+    order = tuple(c.name for c in policy.collectives)
+    tables = None if policy.tables is None else policy.tables.model_dump_json()
+    key = (id(fabric), hashes, down_links, id(placement), failover, capacity, tables, order)
     hit = _PLANS.get(key)
     if hit is not None and hit[0][0] is fabric and hit[0][1] is placement:
         _PLANS.move_to_end(key)
         return hit[1]
     rp = routes_for(fabric, policy, down_links)
     live = {d: p for d, p in placement.items() if path_is_up(p, down_links)}
-    plan = with_pinned(fabric, rp.plan, live, down_links, rp.next_hops, ff)
-    _PLANS[key] = ((fabric, placement), plan)
+    plan = with_pinned(fabric, rp.plan, live, down_links, rp.next_hops, failover)
+    report: CapacityReport | None = None
+    if live and (capacity or policy.tables is not None):
+        plan, report = fit_plan_tables(fabric, policy, plan, live, rp.next_hops,
+                                       dict(capacity))
+    out = (plan, report)
+    _PLANS[key] = ((fabric, placement), out)
     while len(_PLANS) > _CACHE_SIZE:
         _PLANS.popitem(last=False)
-    return plan
+    return out
+
+
+def plan_for(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
+             down_links: DownLinks, failover: Collection[str] = (),
+             capacity: Capacities = ()) -> FabricPlan:
+    """The plan of a placement (module docstring); ``policy``'s collectives, in order, say
+    which flows matter most when a table overflows.
+
+    Raises
+    ------
+    PlanInvariantError
+        Two placed flows with one match need different actions on a switch, or a path breaks
+        an invariant.
+    KeyError
+        The policy's ``tables`` section names a switch the fabric lacks.
+    """
+    return _fitted(fabric, policy, placement, down_links, frozenset(failover), capacity)[0]
+
+
+def _inputs(state: RuntimeState) -> tuple[Any, ...]:
+    ff = state.settings.failover_switches if state.settings.fast_failover else frozenset()
+    return (state.fabric, state.effective_policy, state.placement, state.down_links, ff,
+            known_capacities(state))
 
 
 def intended_plan(state: RuntimeState) -> FabricPlan:
     """What every switch should hold in ``state`` (module docstring)."""
-    ff = state.settings.failover_switches if state.settings.fast_failover else frozenset()
-    return plan_for(state.fabric, state.policy.policy, state.placement, state.down_links, ff)
+    return _fitted(*_inputs(state))[0]
+
+
+def plan_tables(state: RuntimeState) -> CapacityReport | None:
+    """The table fitting of :func:`intended_plan`: pinned entries per switch against its
+    capacity, what was merged, which flows fell back to ECMP (None: no capacity known, or
+    nothing pinned)."""
+    return _fitted(*_inputs(state))[1]
 
 
 def stranded(state: RuntimeState) -> tuple[FlowDemand, ...]:

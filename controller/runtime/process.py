@@ -92,11 +92,12 @@ class ControllerOptions:
 def summary_lines(state: RuntimeState) -> list[str]:
     """The short start-up summary."""
     from controller.plan.model import count_entries
-    from controller.runtime.intent import intended_plan
+    from controller.runtime.intent import intended_plan, plan_tables
 
     fabric = state.fabric
     plan = intended_plan(state)
     flows, groups = count_entries(plan.switches.values())
+    tables = plan_tables(state)
     counts: dict[tuple[str, str], int] = {}
     for p in state.placement.values():
         for u, v in zip(p[1:-2], p[2:-1], strict=True):
@@ -113,7 +114,7 @@ def summary_lines(state: RuntimeState) -> list[str]:
         f"plan: {flows} flow entries and {groups} next-hop sets (groups) on "
         f"{len(plan.switches)} switches",
         f"policy generation {state.policy.generation} sha256 {state.policy.digest}",
-    ]
+    ] + [f"table capacity: {note}" for note in (tables.notes if tables is not None else ())]
 
 
 def adaptive_lines(state: RuntimeState, opts: ControllerOptions) -> list[str]:

@@ -50,6 +50,7 @@ from controller.runtime.events import (
     CollectiveUnregistered,
     PolicyApplied,
 )
+from controller.runtime.intent import plan_tables
 from controller.runtime.placement import pinned_demands_bps
 from controller.runtime.registration import collective_from_request, place_new_flows
 from controller.runtime.state import Path, PolicyInForce, Registered, RuntimeState, digest_of
@@ -285,6 +286,14 @@ class FabricService:
                               "collision_links": len(c.collision_links),
                               "expected_bytes": (r.expected_bytes if r else None) or 0})
         p = st.policy
+        rep = plan_tables(st)
+        tables = None if rep is None else {
+            "switches": [{"switch": t.switch, "pinned_needed": t.pinned_needed,
+                          "pinned": t.pinned, "room": -1 if t.room is None else t.room,
+                          "source": t.capacity.source}
+                         for t in sorted(rep.switches.values(), key=lambda t: (-t.pinned,
+                                                                               t.switch))],
+            "notes": list(rep.notes), "fallback_flows": [d.label for d in rep.fallback]}
         return {
             "fabric": st.fabric.name, "routing_mode": p.policy.routing.mode,
             "sample_interval_s": self.sample_interval_s, "plan_generation": st.plan_generation,
@@ -296,6 +305,7 @@ class FabricService:
             "traffic": tel.traffic_matrix() if tel is not None else {},
             "policy": {"generation": p.generation, "digest": p.digest, "source": p.source,
                        "applied_unix_s": p.applied_unix_s},
+            "tables": tables,
         }
 
     def subscribe(self, kinds: frozenset[str] | None) -> Subscription:

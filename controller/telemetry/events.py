@@ -5,7 +5,9 @@ new path: after a failure, a re-balance or a registration), ``replan-failed`` (a
 failed; the installed plan stays), ``alert-raised``, ``alert-cleared``, ``registered``,
 ``unregistered`` (a collective through the northbound API), ``policy-applied`` (a new policy is
 in force: ``policy_generation``, ``policy_digest``), ``apply-failed`` (a policy change was
-refused or rolled back; the message names the file position, or the switch and the entry).
+refused or rolled back; the message names the file position, or the switch and the entry),
+``table-overflow`` (a switch's pinned entries do not fit its table: the message says how many
+flows fall back to ECMP; :func:`controller.runtime.intent.plan_tables`).
 
 Back-pressure: every subscriber has its own bounded queue (``queue_len`` events).
 :meth:`EventBus.publish` never blocks and never waits for a subscriber: when a subscriber's
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 EVENT_KINDS = ("link-down", "link-up", "repin", "replan-failed", "alert-raised", "alert-cleared",
-               "registered", "unregistered", "policy-applied", "apply-failed")
+               "registered", "unregistered", "policy-applied", "apply-failed", "table-overflow")
 #: events a subscriber may leave unread before it is dropped (default of EventBus.queue_len)
 DEFAULT_QUEUE_LEN = 1000
 

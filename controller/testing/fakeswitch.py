@@ -78,12 +78,15 @@ class FakeSwitch:
         Shared by the connections of one switch (a new one when None).
     part_size : int
         Entries per multipart reply part.
+    table_features : bool
+        Answer table features requests (table 0's ``max_entries``: the table's ``max_flows``,
+        else 1,000,000 as Open vSwitch reports); False: refuse them (``OFPBRC_BAD_STAT``).
     """
 
     def __init__(self, driver: Any, dpid: int, table: FakeOFTable, version: int = 4,
                  address: str = "", arbiter: RoleArbiter | None = None,
                  part_size: int = 50, journal: list[tuple[str, list[Any]]] | None = None,
-                 name: str = "") -> None:
+                 name: str = "", table_features: bool = True) -> None:
         self.driver = driver
         self.dpid = dpid
         self.table = table
@@ -92,6 +95,7 @@ class FakeSwitch:
         self.address = address or f"fake:{dpid:#x}"
         self.arbiter = arbiter or RoleArbiter()
         self.part_size = part_size
+        self.table_features = table_features
         self.received: list[Any] = []
         self.journal = journal  # committed bundles of every switch, in commit order
         self.name = name or self.address
@@ -200,6 +204,21 @@ class FakeSwitch:
                      if (f.cookie & m.cookie_mask) == (m.cookie & m.cookie_mask)]
             self._parts(m.xid, kind, [self._flow_body(f, kind) for f in flows])
             return
+        if kind == "OFPTableFeaturesStatsRequest":
+            if not self.table_features:
+                self._error(m.xid, "OFPBRC_BAD_STAT")
+                return
+            n = self.table.max_flows if self.table.max_flows is not None else 1_000_000
+            if self.version >= 5:
+                body = [p.OFPTableFeaturesStats(table_id=0, command=0, features=0, name="table0",
+                                                metadata_match=0, metadata_write=0,
+                                                capabilities=0, max_entries=n, properties=[])]
+            else:
+                body = [p.OFPTableFeaturesStats(table_id=0, name="table0", metadata_match=0,
+                                                metadata_write=0, config=0, max_entries=n,
+                                                properties=[])]
+            self._parts(m.xid, kind, body)
+            return
         if kind == "OFPGroupDescStatsRequest":
             body = []
             for g in sorted(self.table.groups.values(), key=lambda g: g.group_id):
@@ -276,6 +295,7 @@ class FakeSwitch:
             "OFPGroupDescStatsRequest": p.OFPGroupDescStatsReply,
             "OFPPortStatsRequest": p.OFPPortStatsReply,
             "OFPQueueStatsRequest": p.OFPQueueStatsReply,
+            "OFPTableFeaturesStatsRequest": p.OFPTableFeaturesStatsReply,
         }[kind]
         chunks = [body[i:i + self.part_size] for i in range(0, len(body), self.part_size)] or [[]]
         for i, chunk in enumerate(chunks):

@@ -27,13 +27,16 @@ DEFAULT_DST_PORT = 5201
 
 def rank_command(rank: int, peers: Sequence[str], nbytes: int, seed: int, stream: int,
                  src_port: int, dst_port: int, chunk_bytes: int, out: Path,
-                 dscp: int | None = None) -> list[str]:
-    """The command line of one ring rank (run inside its Mininet host)."""
+                 dscp: int | None = None, connections_per_peer: int = 1) -> list[str]:
+    """The command line of one ring rank (run inside its Mininet host); with
+    ``connections_per_peer`` c > 1, c connections from ``src_port`` … ``src_port`` + c − 1."""
     return [sys.executable, "-m", "mininet_labs.workloads.ring_allreduce", "--rank", str(rank),
             "--peers", ",".join(peers), "--bytes", str(nbytes), "--seed", str(seed),
             "--stream", str(stream), "--src-port", str(src_port), "--dst-port", str(dst_port),
             "--chunk-bytes", str(chunk_bytes), "--out", str(out),
-            *([] if dscp is None else ["--dscp", str(dscp)])]
+            *([] if dscp is None else ["--dscp", str(dscp)]),
+            *([] if connections_per_peer == 1
+              else ["--connections-per-peer", str(connections_per_peer)])]
 
 
 @dataclass
@@ -50,10 +53,13 @@ class RingRun:
 
 def start_ring(ctx: RunContext, coll: Collective, *, seed: int, nbytes: int, out_dir: Path,
                stream: int = 0, chunk_bytes: int = 256 * 1024, dst_port: int | None = None,
-               dscp: int | None = None, src_ports: Sequence[int] | None = None) -> RingRun:
+               dscp: int | None = None, src_ports: Sequence[int] | None = None,
+               connections_per_peer: int = 1) -> RingRun:
     """Start rank i of ``coll`` on host ``coll.ranks[i]`` (reports and logs in ``out_dir``).
     Source ports: ``src_ports`` or :func:`~mininet_labs.workloads.ring_allreduce.source_port` of
-    ``(seed, coll.name, i)``; destination port: ``dst_port`` or ``DEFAULT_DST_PORT + stream``."""
+    ``(seed, coll.name, i)``; destination port: ``dst_port`` or ``DEFAULT_DST_PORT + stream``;
+    ``connections_per_peer``: connections per rank pair (a policy's ``subflows: {by:
+    l4_src_range, base_port: P}`` pins connection j from source port P + j)."""
     fabric = ctx.exp.fabric
     peers = [fabric.host_by_name[h].ipv4 for h in coll.ranks]
     src = list(src_ports) if src_ports is not None else [
@@ -62,7 +68,8 @@ def start_ring(ctx: RunContext, coll: Collective, *, seed: int, nbytes: int, out
     jobs = []
     for r, h in enumerate(coll.ranks):
         rep = out_dir / f"rank{r}.json"
-        cmd = rank_command(r, peers, nbytes, seed, stream, src[r], dst, chunk_bytes, rep, dscp)
+        cmd = rank_command(r, peers, nbytes, seed, stream, src[r], dst, chunk_bytes, rep, dscp,
+                           connections_per_peer)
         jobs.append(ctx.procs.start(ctx.host(h), cmd, out_dir / f"rank{r}.log", rep,
                                     label=f"{coll.name} rank {r}"))
     return RingRun(coll, jobs, src, dst, nbytes)
@@ -87,3 +94,29 @@ def ring_entry(ctx: RunContext, run: RingRun, errors: Sequence[str] = ()) -> dic
                                 run.src_ports, run.dst_port)
     return failed_entry(run.coll.name, run.coll.ranks, run.nbytes, bound, run.src_ports,
                         run.dst_port, errs)
+
+
+#: Bytes the ranks must have sent before :func:`start_rings` says the data flows.
+DATA_STARTED_BYTES = 256 * 1024
+
+
+def start_rings(ctx: RunContext, collectives: Sequence[Collective], *, seed: int, nbytes: int,
+                chunk_bytes: int, timeout_s: float) -> tuple[list[RingRun], float]:
+    """Start every collective (stream i for the i-th, results in ``OUT/<name>``) and wait until
+    their ranks' access ports sent :data:`DATA_STARTED_BYTES` more than before (connections
+    set up, data flowing). Returns the runs and when the data flowed (s since the epoch).
+    Raises WaitTimeout after ``timeout_s``."""
+    import time
+
+    from mininet_labs.lab.counters import PortCounters
+    from mininet_labs.lab.wait import wait_until
+
+    counters = PortCounters(ctx.net, ctx.exp.fabric)
+    ports = [counters.access_port(h) for c in collectives for h in c.ranks]
+    rings = [start_ring(ctx, c, seed=seed, nbytes=nbytes, stream=i, out_dir=ctx.out / c.name,
+                        chunk_bytes=chunk_bytes) for i, c in enumerate(collectives)]
+    base = sum(tx for _, tx in counters.read(ports).values())
+    t = wait_until(lambda: time.time() if sum(tx for _, tx in counters.read(ports).values())
+                   - base >= DATA_STARTED_BYTES else None, timeout_s,
+                   "the collectives' data to flow", every_s=0.02)
+    return rings, t

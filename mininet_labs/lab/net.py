@@ -387,11 +387,13 @@ def socket_rx_buffer_default(nbytes: int) -> Iterator[None]:
 
 
 def build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
-                  htb_burst_bytes: int | None = None) -> Any:
+                  htb_burst_bytes: int | None = None,
+                  protocols: Sequence[str] = ("OpenFlow13",)) -> Any:
     """Build and start a Mininet network of Open vSwitch bridges for ``fabric``, with no
     controller yet (:func:`set_controller` points the bridges at one; until then, in
     ``fail_mode=secure``, they forward nothing). ``htb_burst_bytes``: see
-    :func:`shaped_intf_class` (None: Mininet's 15k).
+    :func:`shaped_intf_class` (None: Mininet's 15k); ``protocols``: the OpenFlow versions of
+    every bridge (OVS ``Bridge.protocols``).
 
     No Mininet controller node is created: Mininet's ``RemoteController.stop()`` does nothing,
     so its shell outlived ``net.stop()`` and every clean run's teardown had to kill it ("host
@@ -400,11 +402,12 @@ def build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
     Returns the started ``mininet.net.Mininet``. The caller must call :func:`teardown`.
     """
     with socket_rx_buffer_default(OVS_RX_BUFFER_BYTES):
-        return _build_network(fabric, mtu_bytes, queue_packets, htb_burst_bytes)
+        return _build_network(fabric, mtu_bytes, queue_packets, htb_burst_bytes, protocols)
 
 
 def _build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
-                   htb_burst_bytes: int | None = None) -> Any:
+                   htb_burst_bytes: int | None = None,
+                   protocols: Sequence[str] = ("OpenFlow13",)) -> Any:
     from mininet.link import Link
     from mininet.net import Mininet
     from mininet.node import Host, OVSSwitch
@@ -413,8 +416,8 @@ def _build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
     net = Mininet(switch=OVSSwitch, host=Host, controller=None, link=Link, build=False,
                   autoSetMacs=False, autoStaticArp=False, waitConnected=False)
     for s in fabric.switches:
-        net.addSwitch(s.name, dpid=f"{s.dpid:016x}", datapath="user", protocols="OpenFlow13",
-                      failMode="secure")
+        net.addSwitch(s.name, dpid=f"{s.dpid:016x}", datapath="user",
+                      protocols=",".join(protocols), failMode="secure")
     for h in fabric.hosts:
         net.addHost(h.name, ip=f"{h.ipv4}/8", mac=h.mac)
     for ln in fabric.links:
@@ -555,3 +558,28 @@ def teardown(net: Any | None, switch_names: Iterable[str]) -> list[str]:
     except Exception as exc:  # noqa: BLE001
         LOG.warning("cleanup failed: %s", exc)
     return leftovers
+
+
+def host_priority_class(host: Any, dscp: int, rate_bps: float, link_bps: float) -> list[str]:
+    """Give packets marked ``dscp`` their own class on ``host``'s shaped NIC, as a host's
+    traffic-class queue would (NCCL's traffic class is set on the host): under the lab's HTB
+    root ``5:`` (:func:`shaped_intf_class`), class ``5:2`` of ``rate_bps`` with a FIFO of its own
+    and a u32 filter on the DSCP (``ip dsfield``, ECN bits masked), and the data class ``5:1``
+    lowered to ``link_bps`` − ``rate_bps`` so the two together keep the link's rate. Without
+    it a probe leaving a host that also sends a ring flow waits in (and is dropped by) the
+    20-packet queue that flow keeps full. Returns the commands run; raises RuntimeError when
+    ``tc`` refuses one."""
+    eth = host.defaultIntf().name
+    mbit = 1e6
+    cmds = [f"tc class change dev {eth} parent 5:0 classid 5:1 htb "
+            f"rate {(link_bps - rate_bps) / mbit:g}Mbit quantum 9100",
+            f"tc class add dev {eth} parent 5:0 classid 5:2 htb rate {rate_bps / mbit:g}Mbit "
+            "quantum 9100 prio 0",
+            f"tc qdisc add dev {eth} parent 5:2 handle 20: pfifo limit 100",
+            f"tc filter add dev {eth} parent 5:0 protocol ip prio 1 u32 match ip dsfield "
+            f"{dscp << 2:#x} 0xfc flowid 5:2"]
+    for c in cmds:
+        out = host.cmd(c + " && echo TC-OK")
+        if "TC-OK" not in out:
+            raise RuntimeError(f"{host.name}: {c}: {out.strip()}")
+    return cmds

@@ -48,14 +48,17 @@ class UdpStream:
             self.out_dir / f"{self.name}_recv.log", rep, label=f"{self.name} receiver")
         return self
 
-    def start_sender(self, interval_us: float, payload_bytes: int, duration_s: float) -> None:
+    def start_sender(self, interval_us: float, payload_bytes: int, duration_s: float,
+                     dscp: int | None = None) -> None:
+        """Start sending (``dscp``: the DSCP the packets carry; None: 0)."""
         rep = self.out_dir / f"{self.name}_send.json"
         dst_ip = self.ctx.exp.fabric.host_by_name[self.dst].ipv4
         self.sender = self.ctx.procs.start(
             self.ctx.host(self.src),
             _cmd("send", "--dst", dst_ip, "--port", str(self.port), "--interval-us",
                  f"{interval_us:.1f}", "--payload-bytes", str(payload_bytes), "--duration-s",
-                 f"{duration_s:g}", "--out", str(rep)),
+                 f"{duration_s:g}", "--out", str(rep),
+                 *(() if dscp is None else ("--dscp", str(dscp)))),
             self.out_dir / f"{self.name}_send.log", rep, label=f"{self.name} sender")
 
     def start_rate(self, rate_bps: float, payload_bytes: int, duration_s: float) -> None:

@@ -100,6 +100,22 @@ class ControllerSession:
         forget_pids("controller_pgids", [pid])
         return rc
 
+    def relaunch(self, log_path: Path, timeout_s: float) -> None:
+        """Start this controller's command again once its process has exited (a lab that kills
+        or stops the controller and starts it again): the same OpenFlow, gRPC and metrics ports,
+        so the switches and clients find it; from then on this session stands for the new
+        process (its log in ``log_path``). Raises RuntimeError like :func:`start_controller`,
+        or when the process is still running."""
+        if self.popen.poll() is None:
+            raise RuntimeError(f"the controller (pid {self.popen.pid}) is still running")
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        forget_pids("controller_pgids", [self.popen.pid])
+        new = _launch(self.command, self.port, log_path, timeout_s, self.grpc_target,
+                      self.metrics_url, None)
+        self.popen, self.log_path = new.popen, new.log_path
+
     def wait_log(self, text: str, timeout_s: float) -> None:
         """Wait until ``text`` appears in its log (raises WaitTimeout / RuntimeError if it died)."""
         wait_until(lambda: text in self.log_path.read_text(errors="replace"), timeout_s,
@@ -243,6 +259,15 @@ def start_controller(topology: Path, policy: Path, log_path: Path, timeout_s: fl
             if "--stats-interval" not in args:
                 cmd += ["--stats-interval", f"{stats_interval_s:g}"]
             cmd += ["--grpc-listen", grpc_target, "--metrics-listen", f"127.0.0.1:{mport}"]
+    return _launch(cmd, port, log_path, timeout_s, grpc_target, metrics_url,
+                   f"all {n_switches} switches programmed" if southbound == "p4runtime" else None)
+
+
+def _launch(cmd: list[str], port: int, log_path: Path, timeout_s: float,
+            grpc_target: str | None, metrics_url: str | None,
+            ready_line: str | None) -> ControllerSession:
+    """Run ``cmd`` in its own session, log in ``log_path``; wait until it listens on ``port``
+    (and gRPC), or logs ``ready_line``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         log.write("# " + " ".join(cmd) + "\n")
@@ -252,8 +277,8 @@ def start_controller(topology: Path, policy: Path, log_path: Path, timeout_s: fl
     record_pids("controller_pgids", [p.pid])
     ctl = ControllerSession(p, port, log_path, cmd, grpc_target, metrics_url)
     try:
-        if southbound == "p4runtime":
-            ctl.wait_log(f"all {n_switches} switches programmed", timeout_s)
+        if ready_line is not None:
+            ctl.wait_log(ready_line, timeout_s)
         else:
             wait_until(lambda: _listening(port) and (
                 grpc_target is None or _listening(int(grpc_target.rsplit(":", 1)[1]))),

@@ -133,7 +133,7 @@ def _network(lab: Lab, exp: Experiment, out: Path, timings: dict[str, Any],
         if lab.network == "ovs":
             s = exp.spec.lab
             holder.mininet = labnet.build_network(exp.fabric, s.mtu_bytes, s.queue_packets,
-                                                  s.htb_burst_bytes)
+                                                  s.htb_burst_bytes, s.protocols)
         else:
             from mininet_labs.lab.p4net import build_fabric
 

@@ -90,7 +90,10 @@ class LabSpec(StrictModel):
     limit under each port's HTB shaper. ``htb_burst`` (``htb_burst_bytes``): HTB burst and cburst
     of every shaped port; without it Mininet's 15k (:func:`mininet_labs.lab.net.shaped_intf_class`).
     ``scale``: run every rate 1:N (module docstring). The timeouts bound how long all-pairs
-    reachability, a controller's start and a switch's start may take.
+    reachability, a controller's start and a switch's start may take. ``protocols``: the
+    OpenFlow versions the Open vSwitch bridges speak (OVS ``Bridge.protocols``; the controller
+    takes the highest both speak): OpenFlow 1.5 for a lab whose policy needs group selection
+    properties (ECMP hash fields and seeds).
     """
 
     mtu_bytes: Annotated[int, Field(ge=1280, le=9000)] = 9000
@@ -99,6 +102,15 @@ class LabSpec(StrictModel):
     scale: Annotated[int, Field(ge=1, le=10**9, strict=True)] = 1
     reachability_timeout_s: Annotated[float, Field(gt=0, le=600)] = 60.0
     controller_start_timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    protocols: Annotated[tuple[Literal["OpenFlow13", "OpenFlow15"], ...],
+                         Field(min_length=1)] = ("OpenFlow13",)
+
+    @field_validator("protocols")
+    @classmethod
+    def _protocols(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError("an OpenFlow version is listed twice")
+        return v
 
     @field_validator("htb_burst_bytes", mode="before")
     @classmethod

@@ -37,14 +37,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from controller.errors import ConfigError
-from controller.plan.build import build_plan
 from controller.te.collectives import FlowDemand
 from controller.yamlsrc import Document
 from mininet_labs.analysis import failure
 from mininet_labs.analysis.verdict import Verdict
-from mininet_labs.lab.collectives import finish_ring, start_ring
-from mininet_labs.lab.counters import PortCounters
+from mininet_labs.lab.collectives import finish_ring, start_rings
 from mininet_labs.lab.interface import ControllerConfig, Lab, RunContext, Variant
 from mininet_labs.lab.policies import policy_variant
 from mininet_labs.lab.probes import UdpStream
@@ -58,10 +55,10 @@ from mininet_labs.lab.schema import (
     StrictModel,
     check_host,
 )
-from mininet_labs.lab.wait import sleep_until, wait_until
+from mininet_labs.lab.switchstate import pinned_flow
+from mininet_labs.lab.wait import sleep_until
 
 PROBE_PORT = 9200
-DATA_STARTED_BYTES = 256 * 1024
 
 
 class ProbeSpec(StrictModel):
@@ -130,19 +127,8 @@ class LinkFailure(Lab):
             update={"mode": "pinned"})})
         for key in ("src", "dst"):
             check_host(doc, fabric, ("probe", key), getattr(spec.probe, key))
-        pin = build_plan(fabric, pinned).pinning
-        hit = [(d, p) for d, p in (pin.paths.items() if pin else ())
-               if d.src == spec.probe.src and d.dst == spec.probe.dst and d.ip_proto is None
-               and d.dscp is None]
-        if not hit:
-            raise ConfigError([doc.problem(("probe",), f"no pinned flow {spec.probe.src}->"
-                                           f"{spec.probe.dst} without DSCP/L4 match in "
-                                           f"{exp.policy_path}: the probe would not follow a "
-                                           "pinned path")])
-        d, p = hit[0]
-        if len(p) < 5:
-            raise ConfigError([doc.problem(("probe",), f"{d.label} stays on one leaf "
-                                           f"({' '.join(p)}): no fabric link to fail")])
+        d, p = pinned_flow(doc, fabric, policy, spec.probe.src, spec.probe.dst, ("probe",),
+                           str(exp.policy_path))
         return FailureExperiment(**{**vars(exp), "policy": pinned}, probe_flow=d,
                                  probe_path=tuple(p))
 
@@ -165,21 +151,14 @@ class LinkFailure(Lab):
         ctl = ctx.controller
         a, b = exp.failed_link(case.link)
         flow = (exp.probe_flow.src, exp.probe_flow.dst)
-        counters = PortCounters(ctx.net, fab)
-        rank_ports = [counters.access_port(h) for c in exp.policy.collectives for h in c.ranks]
         probe = UdpStream(ctx, s.probe.src, s.probe.dst, PROBE_PORT, ctx.out, "probe")
         link_down = False
-        rings = []
         try:
             probe.start_receiver()
-            rings = [start_ring(ctx, c, seed=s.seed, nbytes=s.workload.bytes, stream=i,
-                                out_dir=ctx.out / c.name, chunk_bytes=s.workload.chunk_bytes)
-                     for i, c in enumerate(exp.policy.collectives)]
-            base = sum(tx for _, tx in counters.read(rank_ports).values())
-            t_data = wait_until(
-                lambda: time.time() if sum(tx for _, tx in counters.read(rank_ports).values())
-                - base >= DATA_STARTED_BYTES else None,
-                s.workload.timeout_s, "the collectives' data to flow", every_s=0.02)
+            rings, t_data = start_rings(ctx, exp.policy.collectives, seed=s.seed,
+                                        nbytes=s.workload.bytes,
+                                        chunk_bytes=s.workload.chunk_bytes,
+                                        timeout_s=s.workload.timeout_s)
             probe.start_sender(s.probe.interval * 1e6, s.probe.payload, s.workload.timeout_s)
             before = ctl.paths().get(flow)
             sleep_until(t_data + s.fail_after)

@@ -135,13 +135,53 @@ def analyse(records: Sequence[Sequence[int]], sent: int, interval_us: float) -> 
 
 
 # -- the processes --------------------------------------------------------------------------------
+def loss_in_windows(records: Sequence[Sequence[int]], sent: int,
+                    windows: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """Split a probe's losses between the ``windows`` (``[(start, end)]``, s since the
+    epoch: e.g. a controller restart, a policy reload) and the rest of the run, so loss that the
+    machine causes anyway (the userspace datapath starved of CPU drops packets of every flow at
+    once) is told apart from loss while something happened. Lost packet k's send time is
+    interpolated between the delivered packets around it (the sender paces at a fixed
+    interval). ``records``: the
+    receiver's ``(seq, send_ns, recv_ns)``; ``sent``: packets sent.
+
+    >>> recs = [(0, 0, 0), (3, 3_000_000_000, 0), (4, 4_000_000_000, 0), (9, 9_000_000_000, 0)]
+    >>> r = loss_in_windows(recs, 10, [(4.5, 6.5)])
+    >>> (r["sent_in_windows"], r["lost_in_windows"], r["sent_elsewhere"], r["lost_elsewhere"])
+    (2, 2, 8, 4)
+    """
+    t: dict[int, float] = {}
+    for seq, send_ns, _ in records:
+        t.setdefault(int(seq), send_ns / 1e9)
+    seqs = sorted(t)
+    est = dict(t)
+    for a, b in zip(seqs, seqs[1:], strict=False):
+        for k in range(a + 1, b):
+            est[k] = t[a] + (t[b] - t[a]) * (k - a) / (b - a)
+
+    def inside(x: float) -> bool:
+        return any(w0 <= x <= w1 for w0, w1 in windows)
+
+    known = [k for k in range(sent) if k in est]
+    lost = [k for k in known if k not in t]
+    s_in = sum(1 for k in known if inside(est[k]))
+    l_in = sum(1 for k in lost if inside(est[k]))
+    return {"sent_in_windows": s_in, "lost_in_windows": l_in,
+            "sent_elsewhere": len(known) - s_in, "lost_elsewhere": len(lost) - l_in}
+
+
 def send(dst: str, port: int, interval_us: float, payload_bytes: int, duration_s: float,
-         src_port: int = 0) -> dict[str, Any]:
-    """Send for ``duration_s`` seconds; returns the summary written to ``--out``."""
+         src_port: int = 0, dscp: int | None = None) -> dict[str, Any]:
+    """Send for ``duration_s`` seconds; returns the summary written to ``--out``. ``dscp``:
+    the DSCP every packet carries (None: 0), e.g. to put a probe in a priority class."""
     if not 0 <= payload_bytes <= MAX_PAYLOAD_BYTES:
         raise ValueError(f"payload must be 0..{MAX_PAYLOAD_BYTES} bytes, got {payload_bytes}")
+    if dscp is not None and not 0 <= dscp <= 63:
+        raise ValueError(f"DSCP must be 0..63, got {dscp}")
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 2**20)
+    if dscp is not None:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
     s.bind(("0.0.0.0", src_port))
     bodies = [payload(k, payload_bytes) for k in range(256)]
     step = interval_us / 1e6
@@ -167,7 +207,8 @@ def send(dst: str, port: int, interval_us: float, payload_bytes: int, duration_s
         k += 1
     s.close()
     return {"sent": seq, "start": start, "end": time.time(), "interval_us": interval_us,
-            "payload_bytes": payload_bytes, "send_errors": errors, "dst": dst, "port": port}
+            "payload_bytes": payload_bytes, "send_errors": errors, "dst": dst, "port": port,
+            "dscp": dscp}
 
 
 def receive(port: int, duration_s: float, out: Path) -> dict[str, Any]:
@@ -215,13 +256,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     snd.add_argument("--payload-bytes", type=int, default=64)
     snd.add_argument("--duration-s", type=float, required=True)
     snd.add_argument("--out", type=Path, required=True)
+    snd.add_argument("--dscp", type=int, default=None)
     rcv = sub.add_parser("recv")
     rcv.add_argument("--port", type=int, required=True)
     rcv.add_argument("--duration-s", type=float, default=3600.0)
     rcv.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     if a.cmd == "send":
-        rep = send(a.dst, a.port, a.interval_us, a.payload_bytes, a.duration_s, a.src_port)
+        rep = send(a.dst, a.port, a.interval_us, a.payload_bytes, a.duration_s, a.src_port,
+                   a.dscp)
         a.out.write_text(json.dumps(rep))
         return 0
     receive(a.port, a.duration_s, a.out)

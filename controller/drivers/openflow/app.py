@@ -36,6 +36,7 @@ _FORWARDED = [
     ofp_event.EventOFPPortStatsReply, ofp_event.EventOFPQueueStatsReply,
     ofp_event.EventOFPRoleReply, ofp_event.EventOFPRoleStatus,
     ofp_event.EventOFPBundleCtrlMsg, ofp_event.EventONFBundleCtrlMsg,
+    ofp_event.EventOFPTableFeaturesStatsReply,
 ]
 
 
@@ -228,6 +229,14 @@ def start_openflow(driver: OpenFlowDriver, sock: socket.socket, ready: threading
     def server_factory(listen_info: Any, handle: Any = None, **_: Any) -> HelloGate:
         gate = HelloGate(sock, serve_connection, hub.spawn, limits or ListenerLimits(), ready)
         gates.append(gate)
+        # The bridge must know its gate before the gate serves a connection: switches retrying
+        # a restarted controller connect at once, and a handshake finished while ``gate`` was
+        # still None never reached ``established``, so the gate closed the working connection
+        # at its handshake deadline (seen in the controller_restart lab: every switch dropped
+        # 10 s after the restart and reconnected).
+        bridge = app_mgr.applications.get(APP_NAME)
+        if bridge is not None:
+            bridge.gate = gate
         return gate
 
     host, port = sock.getsockname()[:2]

@@ -160,6 +160,18 @@ class Dialect:
         return self._own(self.parser.OFPQueueStatsRequest(self.desc, 0, self.ofp.OFPP_ANY,
                                                           self.ofp.OFPQ_ALL))
 
+    def table_features_request(self) -> Any:
+        """Every table's features (an empty body only asks: OpenFlow 1.3.5 §7.3.5.18; a body
+        would set the tables' configuration)."""
+        return self._own(self.parser.OFPTableFeaturesStatsRequest(self.desc, 0, []))
+
+    @staticmethod
+    def table_sizes(body: list[Any]) -> dict[int, int]:
+        """Table id → ``max_entries`` from a table features reply (OpenFlow 1.3.5
+        §7.3.5.18.1: "the maximum number of flow entries that can be inserted into that
+        table")."""
+        return {int(t.table_id): int(t.max_entries) for t in body}
+
     def role_request(self, role: str, generation_id: int) -> Any:
         o = self.ofp
         code = {"master": o.OFPCR_ROLE_MASTER, "backup": o.OFPCR_ROLE_SLAVE,

@@ -7,8 +7,10 @@ through :meth:`OpenFlowDriver.connection_up`, :meth:`~OpenFlowDriver.connection_
 What it does per switch:
 
 * **connect**: a dpid the fabric declares becomes :class:`~controller.drivers.southbound.
-  SwitchConnected` (features: version, ports, what it can do: :mod:`.dialect`); an unknown dpid
-  is logged once and left alone (no message is ever sent to it).
+  SwitchConnected` (features: version, ports, what it can do: :mod:`.dialect`, and the
+  ``max_entries`` of the plan's table from a table features request, OpenFlow 1.3.5
+  §7.3.5.18, when the switch answers within ``features_timeout_s``); an unknown dpid is
+  logged once and left alone (no message is ever sent to it).
 * **read back** (:meth:`OpenFlowDriver.read_state`): flow statistics (1.3) or descriptions (1.5)
   for our cookie, and every group's description; decoded into intents and our group ids
   (:func:`~.encode.decode_state`). Foreign entries and groups are counted and never touched.
@@ -61,12 +63,15 @@ from controller.drivers.southbound import (
     SwitchFeatures,
     SwitchGone,
     SwitchState,
+    TableCapacity,
 )
 from controller.plan.model import FlowIntent, SwitchChanges, SwitchPlan
+from controller.plan.pinned import TABLE
 from controller.telemetry.samples import EntryCounters
 
 LOG = logging.getLogger("aifabric.openflow")
 DEFAULT_REPLY_TIMEOUT_S = 10.0
+DEFAULT_FEATURES_TIMEOUT_S = 3.0
 XID_BASE = 0xA1F0_0000
 
 
@@ -141,9 +146,12 @@ class OpenFlowDriver:
 
     def __init__(self, switches: Mapping[int, str], *,
                  reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
+                 features_timeout_s: float = DEFAULT_FEATURES_TIMEOUT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.names = dict(switches)
         self.reply_timeout_s = reply_timeout_s
+        self.features_timeout_s = features_timeout_s
+        self._tasks: set[asyncio.Task[None]] = set()
         self.clock = clock
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sink: EventSink | None = None
@@ -171,6 +179,8 @@ class OpenFlowDriver:
             sink(ev)
 
     async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
         for s in list(self._sessions.values()):
             for p in s.pending.values():
                 if not p.future.done():
@@ -253,11 +263,37 @@ class OpenFlowDriver:
         s = _Session(name, conn, dialect, next(self._session_ids), self.clock())
         self._sessions[name] = s
         self._by_conn[id(conn)] = s
-        feats = SwitchFeatures("openflow", conn.dpid, dialect.name, conn.address, conn.ports(),
-                               capabilities=dialect.capabilities)
-        LOG.info("%s connected from %s (%s)", label(self.names, conn.dpid), conn.address,
-                 dialect.name)
-        self._emit(SwitchConnected(name, feats, s.session))
+        assert self._loop is not None
+        task = self._loop.create_task(self._announce(s), name=f"features {name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _announce(self, s: _Session) -> None:
+        """Ask a new connection for its table features, then report it connected (the
+        runtime fits its plan into table 0's ``max_entries`` before it reconciles the switch;
+        a switch that does not answer within ``features_timeout_s`` is reported without)."""
+        conn, d = s.conn, s.dialect
+        tables: tuple[TableCapacity, ...] = ()
+        try:
+            (x,) = self._send(s, [d.table_features_request()])
+            body = await self._wait(s, self._expect(s, x, "table-features"),
+                                    "the table features request", self.features_timeout_s)
+            sizes = d.table_sizes(body)
+            if TABLE in sizes:
+                tables = (TableCapacity(str(TABLE), sizes[TABLE]),)
+        except (_SwitchError, ApplyTimeout) as exc:
+            LOG.info("%s no table features (%s): its table capacity is not known",
+                     label(self.names, conn.dpid), exc)
+        except NotConnected:
+            return
+        if self._sessions.get(s.switch) is not s:
+            return
+        feats = SwitchFeatures("openflow", conn.dpid, d.name, conn.address, conn.ports(),
+                               tables=tables, capabilities=d.capabilities)
+        LOG.info("%s connected from %s (%s%s)", label(self.names, conn.dpid), conn.address,
+                 d.name, f"; table {TABLE} holds {tables[0].max_entries} entries"
+                 if tables else "")
+        self._emit(SwitchConnected(s.switch, feats, s.session))
 
     def _down(self, conn: Connection, reason: str) -> None:
         s = self._by_conn.pop(id(conn), None)

@@ -92,7 +92,9 @@ from controller.drivers.southbound import (
     SwitchFeatures,
     SwitchGone,
     SwitchState,
+    TableCapacity,
 )
+from controller.plan.capacity import p4info_table_sizes
 from controller.plan.model import FlowIntent, SwitchChanges, SwitchPlan
 from controller.security.transport import TLSFiles
 
@@ -158,6 +160,16 @@ class _Session:
     reading: bool = False
 
 
+def program_tables(p4info: Path) -> tuple[TableCapacity, ...]:
+    """Every table's ``size`` from the program's P4Info (P4Runtime spec v1.3 §6.4: the
+    minimum number of entries the target guarantees); () when the file cannot be read."""
+    try:
+        sizes = p4info_table_sizes(Path(p4info).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    return tuple(TableCapacity(name, n) for name, n in sorted(sizes.items()) if n > 0)
+
+
 def _credentials(tls: GRPCCredentialsTLS | TLSFiles | None) -> GRPCCredentialsTLS | None:
     if tls is None or isinstance(tls, GRPCCredentialsTLS):
         return tls
@@ -219,6 +231,7 @@ class P4RuntimeDriver:
         self.factory = client_factory or self._default_factory(p4info or target.p4info,
                                                                p4blob or target_blob(target))
         self.reconnect_s = reconnect_s
+        self.tables = program_tables(p4info or target.p4info)
         self.ports = {n: tuple(sorted(p)) for n, p in (ports or {}).items()}
         self.liveness_timeout_us = liveness_timeout_us
         self.priorities = tuple(priorities)
@@ -305,7 +318,7 @@ class P4RuntimeDriver:
             ports = self.ports.get(s.switch)
             feats = SwitchFeatures("p4runtime", s.dpid, "P4Runtime 1.3", s.address,
                                    ports=frozenset(ports) if ports else None,
-                                   capabilities=self.capabilities)
+                                   tables=self.tables, capabilities=self.capabilities)
             LOG.info("[%s] connected to %s (P4Runtime %s, election_id %d%s)", s.switch,
                      s.address, client.role, s.election_id,
                      f", role {self.role_name}" if self.role_name else "")

@@ -229,7 +229,7 @@ class HostPairBytes(_message.Message):
     def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("fabric", "routing_mode", "sample_interval_s", "plan_generation", "switches", "links", "collectives", "alerts", "traffic", "policy")
+    __slots__ = ("fabric", "routing_mode", "sample_interval_s", "plan_generation", "switches", "links", "collectives", "alerts", "traffic", "policy", "tables")
     FABRIC_FIELD_NUMBER: _ClassVar[int]
     ROUTING_MODE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +240,7 @@ class GetStatusResponse(_message.Message):
     ALERTS_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
     fabric: str
     routing_mode: str
     sample_interval_s: float
@@ -250,7 +251,32 @@ class GetStatusResponse(_message.Message):
     alerts: _containers.RepeatedCompositeFieldContainer[AlertStatus]
     traffic: _containers.RepeatedCompositeFieldContainer[HostPairBytes]
     policy: PolicyStatus
-    def __init__(self, fabric: _Optional[str] = ..., routing_mode: _Optional[str] = ..., sample_interval_s: _Optional[float] = ..., plan_generation: _Optional[int] = ..., switches: _Optional[_Iterable[_Union[SwitchStatus, _Mapping]]] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., collectives: _Optional[_Iterable[_Union[CollectiveStatus, _Mapping]]] = ..., alerts: _Optional[_Iterable[_Union[AlertStatus, _Mapping]]] = ..., traffic: _Optional[_Iterable[_Union[HostPairBytes, _Mapping]]] = ..., policy: _Optional[_Union[PolicyStatus, _Mapping]] = ...) -> None: ...
+    tables: TablesStatus
+    def __init__(self, fabric: _Optional[str] = ..., routing_mode: _Optional[str] = ..., sample_interval_s: _Optional[float] = ..., plan_generation: _Optional[int] = ..., switches: _Optional[_Iterable[_Union[SwitchStatus, _Mapping]]] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., collectives: _Optional[_Iterable[_Union[CollectiveStatus, _Mapping]]] = ..., alerts: _Optional[_Iterable[_Union[AlertStatus, _Mapping]]] = ..., traffic: _Optional[_Iterable[_Union[HostPairBytes, _Mapping]]] = ..., policy: _Optional[_Union[PolicyStatus, _Mapping]] = ..., tables: _Optional[_Union[TablesStatus, _Mapping]] = ...) -> None: ...
+
+class TablesStatus(_message.Message):
+    __slots__ = ("switches", "notes", "fallback_flows")
+    SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FLOWS_FIELD_NUMBER: _ClassVar[int]
+    switches: _containers.RepeatedCompositeFieldContainer[SwitchTables]
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    fallback_flows: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, switches: _Optional[_Iterable[_Union[SwitchTables, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ..., fallback_flows: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SwitchTables(_message.Message):
+    __slots__ = ("switch", "pinned_needed", "pinned", "room", "source")
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    PINNED_NEEDED_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    ROOM_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    switch: str
+    pinned_needed: int
+    pinned: int
+    room: int
+    source: str
+    def __init__(self, switch: _Optional[str] = ..., pinned_needed: _Optional[int] = ..., pinned: _Optional[int] = ..., room: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
 
 class PolicyStatus(_message.Message):
     __slots__ = ("generation", "digest", "source", "applied_unix_s")
