@@ -208,7 +208,16 @@ def test_controller_rows_set_backoff_probe_and_secure_mode():
     assert text.count("create Controller") == 2
     assert 'target="tcp:127.0.0.1:6653"' in text
     assert text.count("max_backoff=1000") == 2 and text.count("inactivity_probe=5000") == 2
-    assert "set Bridge leaf1 controller=[@c0] fail_mode=secure" in text
+    assert "set Bridge leaf1 controller=[@c0_0] fail_mode=secure" in text
+
+
+def test_controller_rows_for_the_replicas_of_a_cluster_over_tls():
+    """One Controller row per replica, ``ssl:`` targets (ovs-vsctl(8), "Controller Target
+    Syntax": ``ssl:IP[:PORT]``)."""
+    text = " ".join(controller_rows(["leaf1", "spine1"], [7001, 7002, 7003], tls=True))
+    assert text.count("create Controller") == 6
+    assert 'target="ssl:127.0.0.1:7002"' in text and "tcp:" not in text
+    assert "set Bridge spine1 controller=[@c1_0,@c1_1,@c1_2] fail_mode=secure" in text
 
 
 # -- requirements and lab check ---------------------------------------------------------------

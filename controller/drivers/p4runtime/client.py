@@ -111,17 +111,20 @@ class P4Switch:
         The P4Info text and target config (BMv2 JSON) installed by SetForwardingPipelineConfig.
     force_pipeline : bool
         Install the pipeline even when the switch reports the same cookie (wipes its state).
+    credentials : finsy.GRPCCredentialsTLS, optional
+        TLS towards the switch (None: plain text).
     """
 
     def __init__(self, name: str, address: str, device_id: int, *, election_id: int = 10,
                  p4info: Path = P4INFO_TXT, p4blob: Path = BMV2_JSON,
-                 force_pipeline: bool = False) -> None:
+                 force_pipeline: bool = False, credentials: Any = None) -> None:
         if election_id <= 0:
             raise ValueError(f"{name}: election_id must be > 0 (P4Runtime spec §5), got {election_id}")
         self.name = name
         self.election_id = election_id
         opts = fy.SwitchOptions(p4info=p4info, p4blob=p4blob, device_id=device_id,
-                                initial_election_id=election_id, p4force=force_pipeline)
+                                initial_election_id=election_id, p4force=force_pipeline,
+                                channel_credentials=credentials)
         self._sw = fy.Switch(name, address, opts)
         self.requests = 0
 

@@ -230,10 +230,11 @@ class _Session:
     connected: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def _default_factory(target: P4Target, p4info: Path, p4blob: Any) -> ClientFactory:
+def _default_factory(target: P4Target, p4info: Path, p4blob: Any,
+                     credentials: Any = None) -> ClientFactory:
     def make(name: str, address: str, device_id: int, election_id: int) -> P4Client:
         return P4Switch(name, address, device_id, election_id=election_id, p4info=p4info,
-                        p4blob=p4blob)
+                        p4blob=p4blob, credentials=credentials)
     return make
 
 
@@ -254,6 +255,8 @@ class P4RuntimeDriver:
         Builds a client (tests pass a fake); default :class:`~.client.P4Switch`.
     reconnect_s : float
         Seconds between connection attempts.
+    credentials : finsy.GRPCCredentialsTLS, optional
+        TLS towards the switches (None: plain text).
     """
 
     kind: SouthboundKind = "p4runtime"
@@ -261,10 +264,11 @@ class P4RuntimeDriver:
 
     def __init__(self, switches: Mapping[str, tuple[str, int]], *, target: P4Target = BMV2,
                  p4info: Path | None = None, p4blob: Any = None, election_id: int = 10,
-                 client_factory: ClientFactory | None = None, reconnect_s: float = 1.0) -> None:
+                 client_factory: ClientFactory | None = None, reconnect_s: float = 1.0,
+                 credentials: Any = None) -> None:
         self.target = target
         self.factory = client_factory or _default_factory(target, p4info or target.p4info,
-                                                          p4blob)
+                                                          p4blob, credentials)
         self.reconnect_s = reconnect_s
         self._sessions = {n: _Session(n, a, d, election_id) for n, (a, d) in switches.items()}
         self._sink: EventSink | None = None
