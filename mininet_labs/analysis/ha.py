@@ -8,6 +8,8 @@
 * :func:`log_events` — a controller log's timestamped lines: entries sent (``sent N
   messages``), changes refused, masterships taken.
 * :func:`window_count` — the messages a set of logs sent inside time windows.
+* :func:`suspensions` — how long a replica's masterships were suspended (its lease unconfirmed,
+  e.g. during an etcd leader election) before etcd confirmed the lease again.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ Sample = tuple[float, Mapping[str, str], frozenset[str]]
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 _SENT = re.compile(r"\] sent (\d+) messages")
 _MASTER = re.compile(r"\[(\S+) dpid=\S+\] master \(token (\d+)\)")
+_SUSPENDED = re.compile(r"lease \S+ suspended")
+_RESUMED = re.compile(r"lease \S+ resumed")
 
 
 def good(masters: Mapping[str, str], alive: frozenset[str]) -> bool:
@@ -77,7 +81,7 @@ def longest_s(stretches: Sequence[Stretch]) -> float | None:
 @dataclass(frozen=True)
 class LogEvent:
     """A line of a controller log: ``kind`` ``sent`` (``count`` messages to ``switch``),
-    ``refused`` or ``master`` (``count`` = the token)."""
+    ``refused``, ``master`` (``count`` = the token), ``suspended`` or ``resumed`` (the lease)."""
 
     t: float
     kind: str
@@ -110,6 +114,29 @@ def log_events(text: str) -> list[LogEvent]:
             out.append(LogEvent(t, "refused", sw, 1, line))
         elif m := _MASTER.search(line):
             out.append(LogEvent(t, "master", m.group(1), int(m.group(2)), line))
+        elif _SUSPENDED.search(line):
+            out.append(LogEvent(t, "suspended", "", 0, line))
+        elif _RESUMED.search(line):
+            out.append(LogEvent(t, "resumed", "", 0, line))
+    return out
+
+
+def suspensions(events: Iterable[LogEvent], window: tuple[float, float]
+                ) -> list[float | None]:
+    """How long each lease suspension that began inside ``window`` lasted, s: from ``lease ...
+    suspended`` (the replica stopped writing: no keep-alive answered in time) to ``lease ...
+    resumed`` (etcd said the lease lives; same terms). None: not resumed (the lease ended, the
+    switches moved: the mastership view shows that)."""
+    out: list[float | None] = []
+    start: float | None = None
+    for e in sorted(events, key=lambda e: e.t):
+        if e.kind == "suspended" and window[0] <= e.t < window[1] and start is None:
+            start = e.t
+        elif e.kind == "resumed" and start is not None:
+            out.append(e.t - start)
+            start = None
+    if start is not None:
+        out.append(None)
     return out
 
 
