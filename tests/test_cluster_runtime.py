@@ -50,6 +50,14 @@ def _holds_plan(rs: ReplicaSet) -> bool:
                for n, sp in plan.switches.items())
 
 
+async def _three_programmed(rs: ReplicaSet) -> None:
+    """r1, r2, r3 started, balanced, and the switches hold the plan."""
+    for n in ("r1", "r2", "r3"):
+        await rs.start(n)
+    await rs.until(rs.balanced, what="balanced")
+    await rs.until(lambda: _holds_plan(rs), what="programmed")
+
+
 def test_balance_with_one_two_three_replicas_at_the_runtime(inputs, etcd_cluster):
     async def go() -> None:
         rs = _replicas(inputs, etcd_cluster)
@@ -90,10 +98,7 @@ def test_a_dead_replica_loses_its_switches_and_the_new_masters_send_nothing(inpu
     async def go() -> None:
         rs = _replicas(inputs, etcd_cluster)
         try:
-            for n in ("r1", "r2", "r3"):
-                await rs.start(n)
-            await rs.until(rs.balanced, what="balanced")
-            await rs.until(lambda: _holds_plan(rs), what="programmed")
+            await _three_programmed(rs)
             victim = {s for s, v in rs.masters().items() if v == ["r2"]}
             tokens = {s: rs.arbiters[s].generation_id for s in victim}
             before = rs.sent()
@@ -115,10 +120,7 @@ def test_any_replica_registers_through_etcd_and_answers_once_the_masters_confirm
     async def go() -> None:
         rs = _replicas(inputs, etcd_cluster)
         try:
-            for n in ("r1", "r2", "r3"):
-                await rs.start(n)
-            await rs.until(rs.balanced, what="balanced")
-            await rs.until(lambda: _holds_plan(rs), what="programmed")
+            await _three_programmed(rs)
             req = CollectiveRequest("job", "pair", "ring", ("h1", "h8"), dscp=10)
             reg = await rs.replicas["r2"].service.register(req)
             assert reg.confirmation.in_force
@@ -156,10 +158,7 @@ def test_registration_during_failover_completes_or_is_unavailable_never_half(inp
     async def go() -> None:
         rs = _replicas(inputs, etcd_cluster, confirm_timeout_s=0.3)
         try:
-            for n in ("r1", "r2", "r3"):
-                await rs.start(n)
-            await rs.until(rs.balanced, what="balanced")
-            await rs.until(lambda: _holds_plan(rs), what="programmed")
+            await _three_programmed(rs)
             # a collective across every leaf, so some of its switches are r1's
             req = CollectiveRequest("job", "wide", "ring", ("h1", "h3", "h5", "h7"), dscp=12)
             await rs.cut("r1")

@@ -24,7 +24,6 @@ import grpc
 import pytest
 
 from controller.northbound.client import FabricClient
-from controller.security.certs import init_dev_pki
 from controller.security.transport import TLSFiles
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 
@@ -53,16 +52,6 @@ def _tokens(path: Path) -> dict[str, str]:
             role, token = line.split()[:2]
             out[role] = token
     return out
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return init_dev_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def other_pki(tmp_path_factory):
-    return init_dev_pki(tmp_path_factory.mktemp("other-pki"))
 
 
 @pytest.fixture(scope="module")
