@@ -15,6 +15,7 @@ certificate is not signed by the peer's CA (RFC 8446 §4.4.2.4: ``bad_certificat
 from __future__ import annotations
 
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -163,3 +164,82 @@ def test_a_plain_text_client_gets_nothing_from_a_tls_controller(secured, pki):
     tok = _tokens(pki.tokens)
     with FabricClient(secured, 5.0, token=tok["operator"], insecure=True) as c:
         assert _code(c.status) == "UNAVAILABLE"
+
+
+# -- OpenFlow over TLS (Open vSwitch ``ssl:`` targets; os-ken's --ctl-privkey/--ctl-cert/--ca-certs)
+@pytest.fixture(scope="module")
+def openflow_tls(pki):
+    """A controller with ``--certs PKI`` and no northbound: its OpenFlow port (TLS)."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "controller.cli", "controller", "-t", str(MAIN_TOPOLOGY),
+           "-p", str(PINNED_POLICY), "--listen", f"127.0.0.1:{port}", "--certs",
+           str(pki.directory)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "listening for OpenFlow" in line:
+            break
+    assert any("listening for OpenFlow" in ln and "over TLS" in ln for ln in lines), "".join(lines)
+    yield port
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+#: an OpenFlow 1.3 HELLO (version 4, type 0, length 8, xid 1)
+HELLO = bytes([4, 0, 0, 8, 0, 0, 0, 1])
+
+
+def _first_bytes(sock: socket.socket) -> bytes:
+    """What the controller answers first (an OpenFlow HELLO: version, type 0), b"" if it
+    closed the connection."""
+    sock.settimeout(10)
+    try:
+        return sock.recv(8)
+    except (ssl.SSLError, ConnectionError, TimeoutError):
+        return b""
+
+
+def _switch_tls(pki, trust) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(trust.ca_cert)
+    ctx.load_cert_chain(pki.switch_cert, pki.switch_key)
+    return ctx
+
+
+def test_openflow_over_tls_talks_to_a_switch_of_its_ca(openflow_tls, pki):
+    ctx = _switch_tls(pki, pki)
+    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", openflow_tls), timeout=10),
+                         server_hostname="127.0.0.1") as s:
+        s.sendall(HELLO)
+        head = _first_bytes(s)
+    assert len(head) == 8 and head[1] == 0, head     # OFPT_HELLO (OpenFlow 1.3.5 §7.5.1)
+
+
+def test_openflow_refuses_a_switch_certificate_of_another_ca(openflow_tls, pki, other_pki):
+    ctx = _switch_tls(other_pki, pki)
+    try:
+        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", openflow_tls), timeout=10),
+                             server_hostname="127.0.0.1") as s:
+            s.sendall(HELLO)
+            head = _first_bytes(s)
+    except (ssl.SSLError, ConnectionError):
+        head = b""
+    assert head == b""
+
+
+def test_openflow_refuses_plain_tcp(openflow_tls):
+    with socket.create_connection(("127.0.0.1", openflow_tls), timeout=10) as s:
+        s.sendall(HELLO)
+        head = _first_bytes(s)
+    assert len(head) < 8 or head[1] != 0, head
