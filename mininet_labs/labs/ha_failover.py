@@ -19,10 +19,12 @@ Example (``mininet_labs/experiments/ha_failover.yaml``)::
 
 Set-up (once): a ``members``-member etcd cluster on loopback
 (:class:`controller.testing.etcd.EtcdCluster`), ``replicas`` processes ``aifabric controller
---cluster etcd://... --replica rN --insecure`` (loopback only), every bridge with one Controller
-row per replica (``fail_mode=secure``: a bridge keeps its entries while no controller writes), all
-hosts reachable, mastership balanced, and two collectives registered through a replica's
-northbound (they must survive everything).
+--cluster etcd://... --replica rN`` (``tls: true``: ``--certs PKI`` of ``aifabric certs init``
+and etcd client certificates, Open vSwitch with ``set-ssl`` and ``ssl:`` targets; otherwise
+``--insecure``, loopback only), every bridge with one Controller row per replica
+(``fail_mode=secure``: a bridge keeps its entries while no controller writes), all hosts
+reachable, mastership balanced, and two collectives registered through a replica's northbound
+(they must survive everything).
 
 Each scenario runs with both probes sending (1 packet per ``probe_interval``) and a poller that
 reads the cluster's mastership view (GetStatus of a live replica, every ~50 ms):
@@ -65,7 +67,11 @@ from mininet_labs.lab import net as labnet
 from mininet_labs.lab.interface import Lab, RunContext, Variant
 from mininet_labs.lab.policies import policy_variant
 from mininet_labs.lab.probes import UdpStream
-from mininet_labs.lab.processes import ControllerSession, start_controller
+from mininet_labs.lab.processes import (
+    ControllerSecurity,
+    ControllerSession,
+    start_controller,
+)
 from mininet_labs.lab.requirements import Requirement, tool
 from mininet_labs.lab.schema import (
     FabricExperimentSpec,
@@ -115,6 +121,9 @@ class Spec(FabricExperimentSpec):
     scenarios: Annotated[tuple[Scenario, ...], Field(min_length=1)] = (
         "kill-master", "sigterm-master", "pause-master", "etcd-member", "rolling-restart")
     settle: Annotated[Seconds, Field(ge=0.5, le=30)] = 1.5
+    #: every channel over TLS with the development PKI of ``aifabric certs init``: OpenFlow
+    #: (Open vSwitch ``ssl:`` targets), the northbound (tokens), etcd (client certificates)
+    tls: bool = False
     expect: ExpectSpec = ExpectSpec()
 
 
@@ -133,13 +142,15 @@ class Replicas:
     timeout_s: float
     sessions: dict[str, ControllerSession]
     paused: set[str]
+    security: ControllerSecurity | None = None
+    etcd_args: tuple[str, ...] = ()
 
     def start(self, name: str) -> None:
         args = ("--cluster", self.etcd_url, "--replica", name, "--lease-ttl",
-                str(self.lease_ttl))
+                str(self.lease_ttl), *self.etcd_args)
         self.sessions[name] = start_controller(
             self.topology, self.policy, self.log(name), self.timeout_s, args, telemetry=True,
-            ports=self.ports[name], append_log=True)
+            ports=self.ports[name], append_log=True, security=self.security)
 
     def log(self, name: str) -> Path:
         return self.out / f"controller-{name}.log"
@@ -256,8 +267,22 @@ class HaFailover(Lab):
         exp, s = ctx.exp, ctx.exp.spec
         ctx.out.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
+        security = etcd_args = None
+        client_tls = None
+        if s.tls:
+            from controller.security.certs import init_dev_pki
+
+            pki = init_dev_pki(ctx.out / "pki", force=True)
+            security = ControllerSecurity.dev(pki.directory)
+            # etcd's server certificate and the replicas' client certificate: the controller's
+            # (serverAuth and clientAuth, SAN 127.0.0.1)
+            client_tls = (pki.controller_cert, pki.controller_key, pki.ca_cert)
+            etcd_args = ("--etcd-ca", str(pki.ca_cert), "--etcd-cert",
+                         str(pki.controller_cert), "--etcd-key", str(pki.controller_key))
+            labnet.set_switch_tls(pki.switch_key, pki.switch_cert, pki.ca_cert)
+            ctx.state["switch_tls"] = True
         etcd = EtcdCluster(s.etcd.members, heartbeat_ms=int(s.etcd.heartbeat * 1e3),
-                           election_ms=int(s.etcd.election * 1e3))
+                           election_ms=int(s.etcd.election * 1e3), client_tls=client_tls)
         ctx.state["etcd"] = etcd
         etcd.start()
         policy = ctx.out / "policy.yaml"
@@ -268,20 +293,21 @@ class HaFailover(Lab):
         rs = Replicas(exp.topology_path, policy, ctx.out, etcd.url, names,
                       {n: (ports[3 * i], ports[3 * i + 1], ports[3 * i + 2])
                        for i, n in enumerate(names)}, s.lease_ttl,
-                      s.lab.controller_start_timeout_s, {}, set())
+                      s.lab.controller_start_timeout_s, {}, set(), security,
+                      etcd_args or ())
         ctx.state["replicas"] = rs
         labnet.clear_switch_state(ctx.net)
         labnet.flush_arp(ctx.net)
         for n in names:
             rs.start(n)
-        labnet.set_controller(ctx.net, [rs.ports[n][0] for n in names])
+        labnet.set_controller(ctx.net, [rs.ports[n][0] for n in names], tls=s.tls)
         labnet.ping_all(ctx.net, exp.fabric, s.lab.reachability_timeout_s)
         wait_until(lambda: rs.balanced() or None, 60.0, "mastership balanced", every_s=0.2)
         client = rs.sessions[names[0]].client
         for job, name, ranks in REGISTERED:
             client.register(job, name, list(ranks))
         ctx.state["results"] = {"setup_s": round(time.monotonic() - t0, 2),
-                                "etcd": etcd.url, "replicas": list(names),
+                                "etcd": etcd.url, "replicas": list(names), "tls": s.tls,
                                 "registered": [f"{j}.{n}" for j, n, _ in REGISTERED]}
 
     def teardown(self, ctx: RunContext) -> None:
@@ -291,6 +317,8 @@ class HaFailover(Lab):
         etcd = ctx.state.get("etcd")
         if etcd is not None:
             etcd.stop()
+        if ctx.state.pop("switch_tls", False):
+            labnet.clear_switch_tls()
 
     # -- one scenario ------------------------------------------------------------------------
     def run(self, ctx: RunContext, scenario: str) -> dict[str, Any]:
