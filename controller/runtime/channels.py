@@ -78,18 +78,28 @@ class Channels:
     metrics_tls: TLSFiles | None = None
     metrics_auth: Any = None                # controller.security.metrics_http.BasicAuth
     insecure: bool = False
+    #: the channels in use: "openflow", "northbound", "p4runtime", "etcd"
+    used: frozenset[str] = frozenset()
 
     def lines(self) -> list[str]:
-        """One start-up line per channel saying how it is secured."""
+        """One start-up line per channel in use saying how it is secured."""
         def say(name: str, on: object, extra: str = "") -> str:
             return f"{name}: {'TLS' + extra if on is not None else 'PLAIN TEXT (--insecure)'}"
-        out = [say("OpenFlow", self.openflow,
-                   " (switch certificates required)" if self.openflow is not None
-                   and self.openflow.verify_mode == ssl.CERT_REQUIRED else "")]
-        nb = say("northbound", self.northbound, " with client certificates (mTLS)"
-                 if self.northbound_mtls else "")
-        nb += ", bearer tokens" if self.northbound_interceptors else ", NO TOKENS (--insecure)"
-        return [*out, nb]
+        out = []
+        if "openflow" in self.used:
+            out.append(say("OpenFlow", self.openflow,
+                           " (switch certificates required)" if self.openflow is not None
+                           and self.openflow.verify_mode == ssl.CERT_REQUIRED else ""))
+        if "northbound" in self.used:
+            nb = say("northbound", self.northbound, " with client certificates (mTLS)"
+                     if self.northbound_mtls else "")
+            out.append(nb + (", bearer tokens" if self.northbound_interceptors
+                             else ", NO TOKENS (--insecure)"))
+        if "p4runtime" in self.used:
+            out.append(say("P4Runtime", self.p4runtime))
+        if "etcd" in self.used:
+            out.append(say("etcd", self.etcd))
+        return out
 
 
 def _files(opts: SecurityOptions) -> TLSFiles | None:
@@ -126,7 +136,9 @@ def secure_channels(opts: SecurityOptions, *, openflow: bool, northbound: bool, 
     """
     ins = opts.insecure
     files = _files(opts)
-    out: dict[str, Any] = {"insecure": ins}
+    used = {name for name, on in (("openflow", openflow), ("northbound", northbound),
+                                  ("p4runtime", p4), ("etcd", cluster)) if on}
+    out: dict[str, Any] = {"insecure": ins, "used": frozenset(used)}
     if openflow:
         f = require_tls("OpenFlow listener", files, insecure=ins)
         out["openflow"] = openflow_context(f) if f is not None else None
