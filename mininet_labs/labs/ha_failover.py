@@ -212,8 +212,9 @@ class Replicas:
 class Poller:
     """Samples the mastership view every :data:`POLL_S` in a thread (module docstring)."""
 
-    def __init__(self, rs: Replicas) -> None:
+    def __init__(self, rs: Replicas, avoid: frozenset[str] = frozenset()) -> None:
         self.rs = rs
+        self.avoid = avoid      # a replica about to be paused: a call to it would hang
         self.samples: list[ha.Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="ha-poller")
@@ -230,7 +231,7 @@ class Poller:
         while not self._stop.is_set():
             alive = self.rs.alive()
             try:
-                st = self.rs.status()
+                st = self.rs.status(self.avoid)
                 self.samples.append((time.time(), self.rs.masters(st), alive))
             except Exception:  # noqa: BLE001 - no answer: no sample
                 pass
@@ -343,7 +344,8 @@ class HaFailover(Lab):
             for p in probes:
                 p.start_sender(s.probe_interval * 1e6, 64, 600.0)
             time.sleep(0.5)
-            with Poller(rs) as poller:
+            with Poller(rs, frozenset({victim}) if scenario == "pause-master"
+                        else frozenset()) as poller:
                 t0 = time.time()
                 if scenario in ("kill-master", "sigterm-master"):
                     sig = signal.SIGKILL if scenario == "kill-master" else signal.SIGTERM
