@@ -51,7 +51,7 @@ def requests(n: int, hosts: list[str]) -> list[tuple[str, str, list[str], tuple[
 def run_calls(target: str, n: int, hosts: list[str], workers: int) -> tuple[float, list[float],
                                                                            int, list[str]]:
     reqs = requests(n, hosts)
-    clients = [FabricClient(target, timeout_s=60.0) for _ in range(workers)]
+    clients = [FabricClient(target, timeout_s=60.0, insecure=True) for _ in range(workers)]
     lat: list[float] = []
     errors: list[str] = []
     confirmed = 0
@@ -128,7 +128,8 @@ def ovs(n: int, workers: int) -> None:
         proc = subprocess.Popen(
             [sys.executable, "-m", "controller.cli", "controller", "-t", str(TOPO), "-p",
              str(POLICY), "--listen", f"127.0.0.1:{port}", "--grpc-listen",
-             f"127.0.0.1:{grpc_port}"], stdout=open(log, "w"), stderr=subprocess.STDOUT,
+             f"127.0.0.1:{grpc_port}", "--insecure"], stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
             cwd=ROOT)
         deadline = time.monotonic() + 60
         while "all 6 switches programmed" not in log.read_text():

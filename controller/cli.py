@@ -40,6 +40,51 @@ _CONTROLLER_OPT = click.option(
     envvar="AIFABRIC_CONTROLLER", help="The controller's --grpc-listen address HOST:PORT.")
 
 
+def _client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The TLS and token options of every command that talks to a running controller."""
+    opts = [
+        click.option("--ca", type=click.Path(dir_okay=False), envvar="AIFABRIC_CA",
+                     help="CA certificate that signed the controller's (TLS). Env AIFABRIC_CA."),
+        click.option("--cert", type=click.Path(dir_okay=False), envvar="AIFABRIC_CERT",
+                     help="Client certificate, when the controller requires mutual TLS. Env "
+                          "AIFABRIC_CERT."),
+        click.option("--key", type=click.Path(dir_okay=False), envvar="AIFABRIC_KEY",
+                     help="The client certificate's key. Env AIFABRIC_KEY."),
+        click.option("--token", envvar="AIFABRIC_TOKEN",
+                     help="Bearer token (read-only: status, paths, top; operator: also policy "
+                          "apply). Env AIFABRIC_TOKEN."),
+        click.option("--insecure", is_flag=True,
+                     help="Talk plain text (a controller started with --insecure)."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _client(target: str, sec: dict[str, Any], timeout_s: float = 10.0) -> Any:
+    """A :class:`~controller.northbound.client.FabricClient` from the client options; exits 2
+    naming the problem (no TLS without --insecure, an unreadable file)."""
+    from controller.northbound.client import FabricClient
+    from controller.security.transport import InsecureChannelRefused, TLSFiles
+
+    ca, cert, key = sec.get("ca"), sec.get("cert"), sec.get("key")
+    tls = None
+    try:
+        if ca or cert or key:
+            tls = TLSFiles(Path(cert) if cert else None, Path(key) if key else None,
+                           Path(ca) if ca else None)
+            tls.read()
+        return FabricClient(target, timeout_s=timeout_s, tls=tls, token=sec.get("token"),
+                            insecure=bool(sec.get("insecure")))
+    except InsecureChannelRefused:
+        err_console.print(f"{target}: no TLS: give the controller's CA with --ca (or "
+                          "AIFABRIC_CA), or --insecure for a controller that runs in plain "
+                          "text", markup=False)
+    except (ValueError, OSError) as exc:
+        err_console.print(f"TLS files: {exc}", markup=False)
+    sys.exit(EXIT_INVALID)
+
+
 def _report(exc: ConfigError) -> None:
     for problem in exc.problems:
         click.echo(str(problem), err=True)
@@ -61,7 +106,8 @@ def main() -> None:
 @click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=0.1, max=3600.0), default=60.0,
               show_default=True,
               help="Seconds to wait for the controller (applying waits for every switch).")
-def policy_apply(file: str, target: str, dry_run: bool, timeout_s: float) -> None:
+@_client_options
+def policy_apply(file: str, target: str, dry_run: bool, timeout_s: float, **sec: Any) -> None:
     """Apply policy FILE to a running controller (its --grpc-listen address).
 
     The controller validates FILE whole, prints the per-switch diff, and applies it to every
@@ -69,11 +115,10 @@ def policy_apply(file: str, target: str, dry_run: bool, timeout_s: float) -> Non
     --dry-run, valid), 2 with FILE:LINE:COL messages when FILE is invalid (nothing changed), 1
     when the apply failed and was rolled back or no controller answers.
     """
-    from controller.northbound.client import FabricClient
     from controller.northbound.convert import problem_from_proto
 
     text = _read_text(file)
-    with FabricClient(target, timeout_s=timeout_s) as client:
+    with _client(target, sec, timeout_s) as client:
         reply = _rpc(lambda: client.apply_policy(text, file, dry_run))
     running = f"policy generation {reply.generation} ({reply.digest[:12]})"
     if reply.problems:
@@ -254,6 +299,116 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
 
 
 # -- controller --------------------------------------------------------------------------------
+_SECURITY_KEYS = ("certs", "cert", "key", "ca", "tokens", "mtls", "insecure", "etcd_ca",
+                  "etcd_cert", "etcd_key", "metrics_tls", "metrics_user",
+                  "metrics_password_file")
+_CLUSTER_KEYS = ("cluster_url", "replica", "lease_ttl_s", "keepalive_interval_s",
+                 "cluster_confirm_timeout_s")
+
+
+def _security_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """TLS and authentication of every channel (``controller`` command)."""
+    path = click.Path(dir_okay=False)
+    opts = [
+        click.option("--certs", type=click.Path(file_okay=False), default=None,
+                     help="Directory of `aifabric certs init`: controller.crt/.key, ca.crt and "
+                          "tokens (the options below override single files)."),
+        click.option("--cert", type=path, default=None,
+                     help="The controller's certificate (PEM): OpenFlow listener, gRPC "
+                          "northbound, P4Runtime client."),
+        click.option("--key", type=path, default=None, help="Its private key (PEM)."),
+        click.option("--ca", type=path, default=None,
+                     help="CA of the peers' certificates: switches must present one signed by "
+                          "it (OpenFlow), it verifies P4Runtime switches, and with --mtls "
+                          "northbound clients."),
+        click.option("--tokens", type=path, default=None,
+                     help="Bearer token file (ROLE TOKEN [NAME] per line): read-only or "
+                          "operator per northbound call."),
+        click.option("--mtls", is_flag=True,
+                     help="Northbound clients must present a certificate signed by --ca."),
+        click.option("--insecure", is_flag=True,
+                     help="Allow plain text (and calls without a token) on every channel "
+                          "without TLS material; each is logged as INSECURE. For labs on "
+                          "loopback only."),
+        click.option("--etcd-ca", type=path, default=None,
+                     help="CA of the etcd members' certificates (TLS to etcd)."),
+        click.option("--etcd-cert", type=path, default=None,
+                     help="Client certificate for etcd's --client-cert-auth."),
+        click.option("--etcd-key", type=path, default=None, help="Its private key."),
+        click.option("--metrics-tls", is_flag=True,
+                     help="Serve the metrics over HTTPS with the controller's certificate."),
+        click.option("--metrics-user", default=None,
+                     help="Require HTTP basic auth on the metrics endpoint (this user)."),
+        click.option("--metrics-password-file", type=path, default=None,
+                     help="File holding the metrics password (at least 12 characters)."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """High availability on etcd (``controller`` command)."""
+    opts = [
+        click.option("--cluster", "cluster_url", default=None, metavar="etcd://HOST:PORT[,...]",
+                     help="Run as one replica of a cluster whose state lives in etcd (needs "
+                          "--replica)."),
+        click.option("--replica", default=None,
+                     help="This replica's name, unique among the live replicas."),
+        click.option("--lease-ttl", "lease_ttl_s", type=click.IntRange(min=1, max=60),
+                     default=1, show_default=True,
+                     help="Mastership lease TTL, s (etcd grants at least ceil(1.5 x its "
+                          "--election-timeout)). A crashed replica's switches move after "
+                          "about TTL + 0.5 s."),
+        click.option("--keepalive-interval", "keepalive_interval_s",
+                     type=FiniteFloatRange(min=0.01, max=20.0), default=0.2, show_default=True,
+                     help="Seconds between lease keep-alives (at most TTL/3)."),
+        click.option("--cluster-confirm-timeout", "cluster_confirm_timeout_s",
+                     type=FiniteFloatRange(min=0.1, max=3600.0), default=10.0,
+                     show_default=True,
+                     help="How long a northbound write waits for the masters of the switches "
+                          "it changes, then UNAVAILABLE (it stays in the cluster's intent)."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _security(more: dict[str, Any]) -> Any:
+    from controller.runtime.channels import SecurityOptions
+
+    v = {k: more.pop(k) for k in _SECURITY_KEYS}
+    certs = v.pop("certs")
+    if certs is not None:
+        return SecurityOptions.from_dir(certs, **v)
+    return SecurityOptions(**v)
+
+
+def _cluster(more: dict[str, Any], listen: str, grpc_listen: str | None) -> Any:
+    v = {k: more.pop(k) for k in _CLUSTER_KEYS}
+    url, replica = v["cluster_url"], v["replica"]
+    if (url is None) != (replica is None):
+        raise click.BadParameter("--cluster and --replica go together",
+                                 param_hint="--cluster/--replica")
+    if url is None:
+        return None
+    from controller.cluster.etcd import ClusterURLError, parse_cluster_url
+    from controller.cluster.lease import LeaseSettings
+    from controller.runtime.cluster import ClusterOptions
+
+    try:
+        parse_cluster_url(url)
+        lease = LeaseSettings(ttl_s=v["lease_ttl_s"],
+                              keepalive_interval_s=v["keepalive_interval_s"],
+                              margin_s=min(0.1, v["lease_ttl_s"] - v["keepalive_interval_s"]
+                                           - 0.01))
+    except (ClusterURLError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--cluster/--lease-ttl") from None
+    adv = {"openflow": listen, **({"northbound": grpc_listen} if grpc_listen else {})}
+    return ClusterOptions(url, replica, lease=lease,
+                          confirm_timeout_s=v["cluster_confirm_timeout_s"], advertise=adv)
+
+
 @main.command("controller")
 @click.option("--topology", "-t", required=True, type=click.Path(dir_okay=False))
 @click.option("--policy", "-p", "policy_file", required=True, type=click.Path(dir_okay=False))
@@ -350,6 +505,8 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
               show_default=True,
               help="OpenFlow connections that may be unfinished (no HELLO or handshake yet) at "
                    "once; more are closed on accept.")
+@_security_options
+@_cluster_options
 def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
                    apply_qos: bool, ovsdb: str, stats_interval_s: float | None, rebalance: bool,
                    rebalance_threshold: float, rebalance_margin: float, rebalance_hold_s: float,
@@ -375,6 +532,8 @@ def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
                                  param_hint="--generation-id")
     if rebalance and stats_interval_s is None:
         stats_interval_s = 1.0
+    more["security"] = _security(more)
+    more["cluster"] = _cluster(more, listen, grpc_listen)
     hysteresis = (Hysteresis(rebalance_threshold, rebalance_margin, rebalance_hold_s)
                   if rebalance else None)
     rules = AlertRules(utilisation_ceiling=util_ceiling, utilisation_peak=util_peak,
@@ -436,11 +595,11 @@ def _links_table(st: Any, rows: int | None = None, fabric_only: bool = True) -> 
 @main.command("status")
 @_CONTROLLER_OPT
 @click.option("--all-links", is_flag=True, help="Also show host links.")
-def status_cmd(target: str, all_links: bool) -> None:
-    """Switches, links with utilisation, collectives and alerts of a running controller."""
-    from controller.northbound.client import FabricClient
-
-    with FabricClient(target) as client:
+@_client_options
+def status_cmd(target: str, all_links: bool, **sec: Any) -> None:
+    """Switches (with who masters each, in a cluster), links with utilisation, collectives and
+    alerts of a running controller."""
+    with _client(target, sec) as client:
         st = _rpc(client.status)
     console.print(f"fabric {st.fabric}: routing {st.routing_mode}, plan generation "
                   f"{st.plan_generation}, statistics every {st.sample_interval_s:g} s",
@@ -452,13 +611,25 @@ def status_cmd(target: str, all_links: bool) -> None:
         when = datetime.datetime.fromtimestamp(pol.applied_unix_s).isoformat(" ", "seconds")
         console.print(f"policy generation {pol.generation}: {pol.source}, sha256 {pol.digest}, "
                       f"applied {when}", markup=False)
-    t = Table(title="switches")
-    for col in ("switch", "dpid", "southbound", "role", "connected", "last sample"):
+    cluster = st.cluster if st.HasField("cluster") else None
+    if cluster is not None:
+        console.print(f"cluster: answered by replica {cluster.replica}; live replicas "
+                      f"{', '.join(cluster.replicas) or 'none'}; intent generation "
+                      f"{cluster.intent_generation}", markup=False)
+    t = Table(title="switches" + (" (role: this replica's; master: who writes it, with its "
+                                  "fencing token)" if cluster is not None else ""))
+    cols = ["switch", "dpid", "southbound", "role", "connected", "last sample"]
+    if cluster is not None:
+        cols[4:4] = ["master", "token"]
+    for col in cols:
         t.add_column(col)
     for s in st.switches:
-        t.add_row(s.name, f"{s.dpid:#x}", s.southbound or "-", s.role or "-",
-                  "yes" if s.connected else "[red]no[/]",
-                  "never" if s.last_sample_age_s < 0 else f"{s.last_sample_age_s:.1f} s ago")
+        row = [s.name, f"{s.dpid:#x}", s.southbound or "-", s.role or "-",
+               "yes" if s.connected else "[red]no[/]",
+               "never" if s.last_sample_age_s < 0 else f"{s.last_sample_age_s:.1f} s ago"]
+        if cluster is not None:
+            row[4:4] = [s.master or "[red]none[/]", str(s.master_token) if s.master else "-"]
+        t.add_row(*row)
     console.print(t)
     console.print(_links_table(st, fabric_only=not all_links))
     if st.collectives:
@@ -491,11 +662,10 @@ def status_cmd(target: str, all_links: bool) -> None:
 @main.command("paths")
 @click.argument("collective")
 @_CONTROLLER_OPT
-def paths_cmd(collective: str, target: str) -> None:
+@_client_options
+def paths_cmd(collective: str, target: str, **sec: Any) -> None:
     """The hop list of every pinned flow of COLLECTIVE (exit 2 if there is none)."""
-    from controller.northbound.client import FabricClient
-
-    with FabricClient(target) as client:
+    with _client(target, sec) as client:
         reply = _rpc(lambda: client.paths(collective))
     t = Table(title=f"{collective}: pinned paths")
     for col in ("flow", "hops", "bytes", "match"):
@@ -512,16 +682,15 @@ def paths_cmd(collective: str, target: str) -> None:
 @click.option("--rows", "-n", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--count", type=click.IntRange(min=1), default=None,
               help="Stop after this many refreshes (default: until Ctrl-C).")
-def top_cmd(target: str, interval_s: float, rows: int, count: int | None) -> None:
+@_client_options
+def top_cmd(target: str, interval_s: float, rows: int, count: int | None, **sec: Any) -> None:
     """A live table of the busiest links, refreshed every --interval seconds."""
     import time
 
     from rich.live import Live
 
-    from controller.northbound.client import FabricClient
-
     n = 0
-    with FabricClient(target) as client, Live(console=console, auto_refresh=False) as live:
+    with _client(target, sec) as client, Live(console=console, auto_refresh=False) as live:
         try:
             while count is None or n < count:
                 st = _rpc(client.status)

@@ -103,9 +103,15 @@ def _rel(path: Path) -> str:
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.option("--listen", default="127.0.0.1:6653", show_default=True,
               help="OpenFlow listen address HOST:PORT (for switches FILE does not name).")
+@click.option("--certs", type=click.Path(file_okay=False), default=None,
+              help="Directory of `aifabric certs init` (TLS towards the switches).")
+@click.option("--insecure", is_flag=True,
+              help="Allow plain text on channels without TLS material (logged).")
 def controller(topology: str, policy_file: str, targets: str, election_id: int,
-               target_name: str, tofino_build: str | None, log_level: str, listen: str) -> None:
+               target_name: str, tofino_build: str | None, log_level: str, listen: str,
+               certs: str | None, insecure: bool) -> None:
     """Deprecated: ``aifabric controller --p4-targets FILE`` (exit 0; 1 failed; 2 invalid)."""
+    from controller.runtime.channels import SecurityOptions
     from controller.runtime.p4process import run_p4_controller
 
     host, _, port = listen.rpartition(":")
@@ -114,4 +120,6 @@ def controller(topology: str, policy_file: str, targets: str, election_id: int,
     sys.exit(run_p4_controller(topology, policy_file, targets, election_id, target_name,
                                tofino_build, listen_host=host or "127.0.0.1",
                                listen_port=int(port) if port.isdigit() else 6653,
-                               log_level=log_level))
+                               log_level=log_level,
+                               security=(SecurityOptions.from_dir(certs, insecure=insecure)
+                                         if certs else SecurityOptions(insecure=insecure))))

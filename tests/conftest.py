@@ -51,3 +51,19 @@ def etcd_cluster():
         pytest.skip("etcd is not installed (make setup installs Debian's etcd-server)")
     with EtcdCluster(3, heartbeat_ms=50, election_ms=500) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A development PKI of ``aifabric certs init`` (controller/security/certs.py)."""
+    from controller.security.certs import init_dev_pki
+
+    return init_dev_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def other_pki(tmp_path_factory):
+    """Another, unrelated development PKI (a wrong CA)."""
+    from controller.security.certs import init_dev_pki
+
+    return init_dev_pki(tmp_path_factory.mktemp("other-pki"))

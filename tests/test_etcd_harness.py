@@ -80,16 +80,19 @@ def test_one_member_killed_cluster_still_answers_then_member_rejoins(etcd_cluste
     assert _put_get(only_m0, b"after-kill", b"2") == b"2"
 
 
-def test_etcd_over_mutual_tls(tmp_path):
+@pytest.mark.parametrize("members", [1, 3])
+def test_etcd_over_mutual_tls(tmp_path, members):
     """EtcdClient with EtcdTLS against members started with --client-cert-auth; a client without
-    a certificate, or with one from another CA, gets nothing."""
+    a certificate, or with one from another CA, gets nothing. With 3 members the one channel's
+    target (``ipv4:A:P,B:Q,C:R``) names no host: the certificate is checked against the first
+    endpoint's (EtcdTLS.server_name)."""
     from controller.cluster.etcd import EtcdTLS, retrying
     from controller.security.certs import init_dev_pki
 
     pki = init_dev_pki(tmp_path / "pki")
     other = init_dev_pki(tmp_path / "other")
     op_crt, op_key = pki.client_certs["operator"]
-    with EtcdCluster(1, heartbeat_ms=50, election_ms=500,
+    with EtcdCluster(members, heartbeat_ms=50, election_ms=500,
                      client_tls=(pki.controller_cert, pki.controller_key, pki.ca_cert)) as c:
         async def put_get(tls: EtcdTLS) -> bytes | None:
             client = EtcdClient(EtcdSettings(tuple(c.endpoints), rpc_timeout_s=2.0, tls=tls))

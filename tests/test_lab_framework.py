@@ -208,7 +208,16 @@ def test_controller_rows_set_backoff_probe_and_secure_mode():
     assert text.count("create Controller") == 2
     assert 'target="tcp:127.0.0.1:6653"' in text
     assert text.count("max_backoff=1000") == 2 and text.count("inactivity_probe=5000") == 2
-    assert "set Bridge leaf1 controller=[@c0] fail_mode=secure" in text
+    assert "set Bridge leaf1 controller=[@c0_0] fail_mode=secure" in text
+
+
+def test_controller_rows_for_the_replicas_of_a_cluster_over_tls():
+    """One Controller row per replica, ``ssl:`` targets (ovs-vsctl(8), "Controller Target
+    Syntax": ``ssl:IP[:PORT]``)."""
+    text = " ".join(controller_rows(["leaf1", "spine1"], [7001, 7002, 7003], tls=True))
+    assert text.count("create Controller") == 6
+    assert 'target="ssl:127.0.0.1:7002"' in text and "tcp:" not in text
+    assert "set Bridge spine1 controller=[@c1_0,@c1_1,@c1_2] fail_mode=secure" in text
 
 
 # -- requirements and lab check ---------------------------------------------------------------
@@ -285,6 +294,10 @@ def test_no_clean_up_without_the_lab_lock(tmp_path, monkeypatch):
 
     monkeypatch.setattr(net, "LOCK_FILE", tmp_path / "lock")
     monkeypatch.setattr(net, "STATE_DIR", tmp_path)
+    # the lock above is this test's own: the machine's bridges (marked aifabric-lab) belong to
+    # whatever lab holds the real lock; a clean-up here once deleted a running lab's fabric
+    monkeypatch.setattr(net, "our_bridges", lambda names: [])
+    monkeypatch.setattr(net, "remove_orphan_qos", lambda names: [])
     net.save_state({"workload_pids": [999999]})
     with pytest.raises(RuntimeError, match="needs the lab lock"):
         net.cleanup_leftovers([])

@@ -52,7 +52,7 @@ def _controller(policy_path, connected=None):
               options={"confirm_timeout_s": 1.0})
     rig.connect(*(connected or ()))
     nb = rig.run(start_northbound(rig.service, "127.0.0.1", 0))
-    client = FabricClient(f"127.0.0.1:{nb.port}", timeout_s=5.0)
+    client = FabricClient(f"127.0.0.1:{nb.port}", timeout_s=5.0, insecure=True)
 
     def close(grace=0):
         rig.run(nb.stop(grace))
@@ -221,22 +221,23 @@ def test_place_new_flows_keeps_installed_paths():
 
 def test_cli_status_and_paths(ctl):
     ctl.client.register("j", "pair", ["h2", "h4"])
-    r = CliRunner().invoke(cli, ["status", "-c", ctl.target])
+    r = CliRunner().invoke(cli, ["status", "-c", ctl.target, "--insecure"])
     assert r.exit_code == 0, r.output
     assert "fabric leafspine-2x4x2: routing pinned" in r.output
     assert "j.pair" in r.output and "alerts: none" in r.output
-    r = CliRunner().invoke(cli, ["paths", "j.pair", "-c", ctl.target])
+    r = CliRunner().invoke(cli, ["paths", "j.pair", "-c", ctl.target, "--insecure"])
     assert r.exit_code == 0, r.output
     hops = " ".join(ctl.rt.paths[next(d for d in ctl.rt.paths if d.collective == "j.pair")])
     assert hops in r.output
-    r = CliRunner().invoke(cli, ["paths", "nosuch", "-c", ctl.target])
+    r = CliRunner().invoke(cli, ["paths", "nosuch", "-c", ctl.target, "--insecure"])
     assert r.exit_code == 2 and "NOT_FOUND" in r.output
-    r = CliRunner().invoke(cli, ["top", "-c", ctl.target, "--count", "2", "--interval", "0.1"])
+    r = CliRunner().invoke(cli, ["top", "-c", ctl.target, "--count", "2", "--interval", "0.1",
+                                  "--insecure"])
     assert r.exit_code == 0 and "busiest first" in r.output
 
 
 def test_cli_unreachable_controller_exits_1():
-    r = CliRunner().invoke(cli, ["status", "-c", "127.0.0.1:1"])
+    r = CliRunner().invoke(cli, ["status", "-c", "127.0.0.1:1", "--insecure"])
     assert r.exit_code == 1 and "no aifabric controller answers at 127.0.0.1:1" in r.output
 
 
@@ -268,11 +269,12 @@ def test_overlong_collective_name_is_invalid_argument():
 def test_policy_apply_dry_run_then_apply_changes_only_what_differs(ctl):
     ring_a = {d: p for d, p in ctl.rt.paths.items() if d.collective == "ring-a"}
     r = CliRunner().invoke(cli, ["policy", "apply", str(PINNED_POLICY), "-c", ctl.target,
-                                 "--dry-run"])
+                                 "--dry-run", "--insecure"])
     assert r.exit_code == 0, r.output
     assert "dry run: valid" in r.output and "+ table=0 priority=500" in r.output
     assert all(d.collective == "ring-a" for d in ctl.rt.paths)  # nothing changed
-    r = CliRunner().invoke(cli, ["policy", "apply", str(PINNED_POLICY), "-c", ctl.target])
+    r = CliRunner().invoke(cli, ["policy", "apply", str(PINNED_POLICY), "-c", ctl.target,
+                                 "--insecure"])
     assert r.exit_code == 0, r.output
     # ring-b's flows are added around ring-a, whose paths and entries stay as they were
     assert {d.collective for d in ctl.rt.paths} == {"ring-a", "ring-b"}

@@ -27,7 +27,8 @@ def ctl():
 
 
 def run(*args: str):
-    return CliRunner().invoke(cli, list(args))
+    """The CLI against a plain-text controller (the fake: no TLS, no tokens)."""
+    return CliRunner().invoke(cli, [*args, "--insecure"])
 
 
 def test_policy_apply_prints_the_diff_and_the_new_generation(ctl):
@@ -101,7 +102,7 @@ def test_policy_apply_without_a_controller_says_so():
 
 def test_paths_and_top_against_the_fake(ctl):
     svc, target = ctl
-    with FabricClient(target) as c:
+    with FabricClient(target, insecure=True) as c:
         c.register("j", "pair", ["h1", "h2"])
     r = run("paths", "j.pair", "-c", target)
     assert r.exit_code == 0 and "h1 leaf1 h2" in r.output

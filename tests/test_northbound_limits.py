@@ -54,7 +54,7 @@ def serve() -> Iterator[Callable[..., SimpleNamespace]]:
         nb = NorthboundThread(svc, "127.0.0.1", 0, limits=limits)
         target = f"127.0.0.1:{nb.port}"
         s = SimpleNamespace(svc=svc, nb=nb, server=nb.server, target=target,
-                            client=FabricClient(target, timeout_s=10.0), channels=[])
+                            client=FabricClient(target, timeout_s=10.0, insecure=True), channels=[])
         started.append(s)
         return s
 
@@ -365,7 +365,7 @@ def test_unary_limit_is_separate_from_streams(serve):
 def test_client_deadline_does_not_cut_the_service_work_in_half(serve):
     s = serve()
     set_gate(s)
-    quick = FabricClient(s.target, timeout_s=0.3)
+    quick = FabricClient(s.target, timeout_s=0.3, insecure=True)
     try:
         with pytest.raises(NorthboundError) as ei:
             quick.register("j", "late", ["h1", "h2"])
@@ -403,7 +403,7 @@ def test_service_errors_map_to_status_codes_without_tracebacks(serve, exc, code,
 
 
 def test_unreachable_controller_is_said_in_words():
-    with FabricClient("127.0.0.1:1", timeout_s=5) as c, pytest.raises(NorthboundError) as ei:
+    with FabricClient("127.0.0.1:1", timeout_s=5, insecure=True) as c, pytest.raises(NorthboundError) as ei:
         c.status()
     assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
     assert str(ei.value).startswith("no aifabric controller answers at 127.0.0.1:1 (")

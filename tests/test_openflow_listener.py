@@ -125,7 +125,7 @@ def test_500_idle_connections_to_the_controller_leave_no_thread_behind(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "controller.cli", "controller", "-t", str(MAIN_TOPOLOGY), "-p",
          str(PINNED_POLICY), "--listen", f"127.0.0.1:{port}", "--hello-timeout", "1",
-         "--handshake-timeout", "2", "--max-unfinished", "64"],
+         "--handshake-timeout", "2", "--max-unfinished", "64", "--insecure"],
         stdout=open(log, "w"), stderr=subprocess.STDOUT,
         cwd=Path(__file__).resolve().parent.parent)
     try:

@@ -116,7 +116,7 @@ class Controller:
         self.metrics = free_port()
         cmd = [sys.executable, "-m", "controller.cli", "controller", "-t", str(topology),
                "-p", str(policy), "--listen", f"127.0.0.1:{port}",
-               "--metrics-listen", f"127.0.0.1:{self.metrics}", *extra]
+               "--metrics-listen", f"127.0.0.1:{self.metrics}", "--insecure", *extra]
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
                                      start_new_session=True,
                                      cwd=Path(__file__).resolve().parent.parent)

@@ -11,6 +11,7 @@ from controller.cli_p4 import p4
 from controller.drivers.frames import ARP_REPLY, Arp, arp_frame, parse_arp
 from controller.errors import ConfigError
 from controller.model import load_topology
+from controller.runtime.channels import SecurityOptions
 from controller.runtime.p4process import arp_answer, load_targets, run_p4_controller
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY, ROOT
 
@@ -84,6 +85,9 @@ def test_targets_file_refuses_no_switch_and_bad_addresses(write, doc):
     assert load_targets(write(json.dumps({"leaf1": "unix:/tmp/s.sock"}), "ux.json"), fab)
 
 
+INSECURE = SecurityOptions(insecure=True)
+
+
 def test_tofino_controller_without_a_build_or_p4info_exits_2(write, tmp_path, monkeypatch):
     import dataclasses
 
@@ -91,17 +95,17 @@ def test_tofino_controller_without_a_build_or_p4info_exits_2(write, tmp_path, mo
 
     ok = write(json.dumps({"leaf1": "127.0.0.1:9559"}), "t.json")
     args = (str(MAIN_TOPOLOGY), str(PINNED_POLICY), str(ok), 10)
-    assert run_p4_controller(*args, "tofino", None) == 2  # no --tofino-build
+    assert run_p4_controller(*args, "tofino", None, security=INSECURE) == 2  # no --tofino-build
     (tmp_path / "pipe").mkdir()
     (tmp_path / "pipe" / "tofino.bin").write_bytes(b"BIN")
     (tmp_path / "pipe" / "context.json").write_bytes(b"not json")
     missing = dataclasses.replace(pipeline.TOFINO, p4info=tmp_path / "none.p4info.txtpb")
     monkeypatch.setitem(pipeline.TARGETS, "tofino", missing)
-    assert run_p4_controller(*args, "tofino", str(tmp_path)) == 2  # P4Info missing
+    assert run_p4_controller(*args, "tofino", str(tmp_path), security=INSECURE) == 2  # P4Info missing
     monkeypatch.setitem(pipeline.TARGETS, "tofino",
                         dataclasses.replace(missing, p4info=pipeline.P4INFO_TXT))
-    assert run_p4_controller(*args, "tofino", str(tmp_path)) == 2  # context.json not JSON
-    assert run_p4_controller(*args, "nosuch", None) == 2
+    assert run_p4_controller(*args, "tofino", str(tmp_path), security=INSECURE) == 2  # context.json not JSON
+    assert run_p4_controller(*args, "nosuch", None, security=INSECURE) == 2
 
 
 def test_controller_command_bounds_election_id_and_log_level():

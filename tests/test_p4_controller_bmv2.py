@@ -46,7 +46,7 @@ class _Controller:
         cmd = [sys.executable, "-m", "controller.cli", "controller", "-t", str(MAIN_TOPOLOGY),
                "-p", str(PINNED_POLICY), "--listen", f"127.0.0.1:{free_port()}",
                "--p4-targets", str(targets), "--metrics-listen", f"127.0.0.1:{self.metrics}",
-               *(extra or [])]
+               "--insecure", *(extra or [])]
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
                                      start_new_session=True, cwd=ROOT)
 

@@ -26,7 +26,9 @@ def _free_addr() -> tuple[str, int]:
 
 def _start(topology, policy, host, port) -> subprocess.Popen:
     code = ("import sys; from controller.runtime.process import run_controller; "
-            f"sys.exit(run_controller({str(topology)!r}, {str(policy)!r}, {host!r}, {port}))")
+            "from controller.runtime.channels import SecurityOptions; "
+            f"sys.exit(run_controller({str(topology)!r}, {str(policy)!r}, {host!r}, {port}, "
+            "security=SecurityOptions(insecure=True)))")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

@@ -17,7 +17,6 @@ import grpc.aio
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from controller.security.certs import init_dev_pki
 from controller.security.grpc_tls import bind, dial
 from controller.security.interceptor import (
     AioTokenAuthInterceptor,
@@ -31,16 +30,6 @@ from controller.security.transport import InsecureChannelRefused, TLSFiles
 SERVICE = "aifabric.v1.Northbound"
 READ_TOKEN = "r" * 32
 OP_TOKEN = "o" * 32
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return init_dev_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def other_pki(tmp_path_factory):
-    return init_dev_pki(tmp_path_factory.mktemp("other-pki"))
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 def _start(*extra):
     return subprocess.Popen(
         [sys.executable, "-m", "controller.cli", "controller", "-t", str(MAIN_TOPOLOGY), "-p",
-         str(PINNED_POLICY), "--listen", f"127.0.0.1:{free_port()}", "--stats-interval", "0.2", *extra],
+         str(PINNED_POLICY), "--listen", f"127.0.0.1:{free_port()}", "--stats-interval", "0.2", "--insecure",
+         *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -43,7 +44,7 @@ def test_metrics_and_grpc_endpoints_then_sigterm():
                      "aifabric_alerts_raised_total", "aifabric_link_up"):
             assert name in text
         assert all(n.split("_total")[0] in text for n in metric_names() if "port" not in n)
-        with FabricClient(grpc_at) as c:
+        with FabricClient(grpc_at, insecure=True) as c:
             st = c.status()
             assert st.fabric == "leafspine-2x4x2" and st.sample_interval_s == 0.2
             assert {f.collective for f in c.paths().flows} == {"ring-a", "ring-b"}

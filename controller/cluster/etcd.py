@@ -46,11 +46,17 @@ class ClusterURLError(ValueError):
 @dataclass(frozen=True)
 class EtcdTLS:
     """TLS to etcd: the CA that signed the members' certificates, and optionally this client's
-    certificate and key (PEM files) for etcd's ``--client-cert-auth``."""
+    certificate and key (PEM files) for etcd's ``--client-cert-auth``.
+
+    ``server_name``: the name every member's certificate must carry (its subjectAltNames);
+    None: the host of the first endpoint. One channel reaches all members (target
+    ``ipv4:A:P,B:Q,...``), whose authority is no host name: without it gRPC's hostname check
+    fails for a cluster of more than one member."""
 
     ca_path: Path
     cert_path: Path | None = None
     key_path: Path | None = None
+    server_name: str | None = None
 
     def credentials(self) -> grpc.ChannelCredentials:
         cert = self.cert_path.read_bytes() if self.cert_path else None
@@ -173,8 +179,10 @@ class EtcdClient(aetcd.Client):
             if s.tls is None:
                 self.channel = grpc.aio.insecure_channel(self._target, options=options)
             else:
-                self.channel = grpc.aio.secure_channel(self._target, s.tls.credentials(),
-                                                       options=options)
+                name = s.tls.server_name or s.endpoints[0][0]
+                self.channel = grpc.aio.secure_channel(
+                    self._target, s.tls.credentials(),
+                    options=[*options, ("grpc.ssl_target_name_override", name)])
             self.kvstub = aetcd.rpc.KVStub(self.channel)
             self.clusterstub = aetcd.rpc.ClusterStub(self.channel)
             self.leasestub = aetcd.rpc.LeaseStub(self.channel)

@@ -6,12 +6,16 @@
     /aifabric/<fabric>/intent/commit              id of the commit that set that generation
     /aifabric/<fabric>/intent/policy              JSON   the applied policy (PolicyRecord)
     /aifabric/<fabric>/intent/collectives/<name>  JSON   one registered collective
+    /aifabric/<fabric>/intent/placement           bytes  the placement of the pinned flows (the
+                                                         runtime's encoding; opaque here)
     /aifabric/<fabric>/ha/replicas/<replica>      JSON   a live replica (attached to its lease)
     /aifabric/<fabric>/ha/masters/<switch>        JSON   the master of a switch (the master's lease)
+    /aifabric/<fabric>/acks/<replica>             JSON   the intent generation a replica has in
+                                                         force on the switches it masters (its lease)
 
-The ``ha/`` keys live only as long as the lease they are attached to: a replica whose lease ends
-(revoked on stop, expired after a crash or a stall) disappears together with its masterships, in
-one etcd revision.
+The ``ha/`` and ``acks/`` keys live only as long as the lease they are attached to: a replica
+whose lease ends (revoked on stop, expired after a crash or a stall) disappears together with its
+masterships, in one etcd revision.
 """
 
 from __future__ import annotations
@@ -68,6 +72,10 @@ class ClusterKeys:
     def collective(self, name: str) -> bytes:
         return self.collectives_prefix + _check_name("collective", name).encode()
 
+    @property
+    def placement(self) -> bytes:
+        return self.intent_prefix + b"placement"
+
     # -- high availability -----------------------------------------------------------------------
     @property
     def ha_prefix(self) -> bytes:
@@ -86,3 +94,11 @@ class ClusterKeys:
 
     def master(self, switch: str) -> bytes:
         return self.masters_prefix + _check_name("switch", switch).encode()
+
+    # -- confirmations ---------------------------------------------------------------------------
+    @property
+    def acks_prefix(self) -> bytes:
+        return self.root + b"acks/"
+
+    def ack(self, replica: str) -> bytes:
+        return self.acks_prefix + _check_name("replica", replica).encode()

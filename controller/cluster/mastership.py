@@ -131,9 +131,21 @@ class MastershipService:
         self._kicks = 0          # reconcile requests so far
         self._done_kicks = 0     # requests covered by a completed round
         self._tasks: list[asyncio.Task[None]] = []
+        self._watch_task: asyncio.Task[None] | None = None
         self._watch: Any = None
 
     # -- the runtime's API -----------------------------------------------------------------------
+    async def observe(self, timeout_s: float = 10.0) -> None:
+        """Load the view and follow it (:meth:`masters`, :meth:`replicas`) without registering:
+        no other replica sees this one yet, so nothing is rebalanced towards it. A runtime calls
+        it first, connects its switches as a backup with the current masters' tokens, then
+        :meth:`start`. Raises asyncio.TimeoutError when etcd is not reachable in ``timeout_s``
+        (the watch keeps trying in the background until :meth:`stop`)."""
+        if self._watch_task is None:
+            self._watch_task = asyncio.get_running_loop().create_task(self._watch_loop())
+            self._tasks.append(self._watch_task)
+        await asyncio.wait_for(self._synced.wait(), timeout_s)
+
     async def start(self, timeout_s: float = 10.0) -> None:
         """Register, load the view, claim this replica's share; returns after the first round
         (raises asyncio.TimeoutError when etcd is not reachable in ``timeout_s``; the service then
@@ -142,17 +154,25 @@ class MastershipService:
             return
         self._running = True
         loop = asyncio.get_running_loop()
-        for coro in (self._session_loop(), self._watch_loop(), self._reconcile_loop()):
+        if self._watch_task is None:
+            self._watch_task = loop.create_task(self._watch_loop())
+            self._tasks.append(self._watch_task)
+        elif self._synced.is_set():
+            for s in sorted(self._switches):   # the view was loaded before we ran: report it
+                self._update_role(s, "synced")
+        for coro in (self._session_loop(), self._reconcile_loop()):
             self._tasks.append(loop.create_task(coro))
         await asyncio.wait_for(self._first_round(), timeout_s)
 
     async def stop(self) -> None:
         """Step down from every switch (NONE events), revoke the lease (the other replicas take
         over at once) and end the background tasks."""
-        if not self._running:
+        if not self._running and self._watch_task is None:
             return
-        self._running = False
-        self._step_down_all(Role.NONE, "stopped")
+        if self._running:
+            self._running = False
+            self._step_down_all(Role.NONE, "stopped")
+        self._watch_task = None
         lease, self._lease = self._lease, None
         if lease is not None:
             await lease.revoke()
@@ -330,7 +350,7 @@ class MastershipService:
     async def _watch_loop(self) -> None:
         prefix = self.keys.ha_prefix
         need_snapshot = True
-        while self._running:
+        while self._running or self._watch_task is not None:
             try:
                 if need_snapshot:
                     snap = await self.client.get_prefix(prefix)
@@ -340,7 +360,7 @@ class MastershipService:
                                                              start_revision=self._revision + 1)
                 async for ev in self._watch:
                     self._apply_event(ev)
-                if not self._running:
+                if not self._running and self._watch_task is None:
                     return
             except aetcd.RevisionCompactedError:
                 need_snapshot = True

@@ -1,11 +1,13 @@
-"""The fabric's intent, shared by every replica through etcd: the applied policy and the registered
-collectives.
+"""The fabric's intent, shared by every replica through etcd: the applied policy, the registered
+collectives and the placement of the pinned flows (an opaque blob the runtime encodes, so a new
+master recomputes the plan its predecessor had and finds nothing to send).
 
 Every change is one etcd transaction guarded by the **intent generation** (compare-and-swap): it
 applies only if the generation is still the one the caller read, and raises it by one. Two replicas
 committing concurrently cannot both win; the loser gets :class:`StaleGeneration` with the current
 generation, re-reads and decides again. A change is all or nothing (a policy with a batch of
-registrations, or a batch of unregistrations), so nothing is ever half-registered.
+registrations, or a batch of unregistrations, with the placement that goes with it), so nothing
+is ever half-registered.
 
 A commit whose answer is lost (the etcd member died mid-call) is resolved, not guessed: each commit
 writes its own random id next to the generation, and the store re-reads both: our id → it
@@ -99,22 +101,27 @@ class CollectiveRecord:
 
 @dataclass(frozen=True)
 class IntentSnapshot:
-    """The whole intent at one etcd revision. ``generation`` 0: nothing was ever committed."""
+    """The whole intent at one etcd revision. ``generation`` 0: nothing was ever committed.
+    ``placement``: the placement blob of the last commit that wrote one (None: never)."""
 
     generation: int
     revision: int
     policy: PolicyRecord | None
     collectives: Mapping[str, CollectiveRecord] = field(default_factory=dict)
+    placement: bytes | None = None
 
 
 @dataclass(frozen=True)
 class IntentChange:
     """One commit: an optional new policy (document text, source name), collectives to register
-    (name → spec; an existing name is replaced) and names to unregister (each must exist)."""
+    (name → spec; an existing name is replaced), names to unregister (each must exist) and an
+    optional new placement blob (the runtime's encoding; etcd's request size limit, 1.5 MiB by
+    default, bounds it)."""
 
     policy: tuple[str, str] | None = None
     register: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     unregister: frozenset[str] = frozenset()
+    placement: bytes | None = None
 
     def __post_init__(self) -> None:
         both = set(self.register) & set(self.unregister)
@@ -123,7 +130,8 @@ class IntentChange:
         if len(self.register) + len(self.unregister) > MAX_CHANGES:
             raise ValueError(f"at most {MAX_CHANGES} collectives per commit (etcd --max-txn-ops), "
                              f"got {len(self.register) + len(self.unregister)}")
-        if self.policy is None and not self.register and not self.unregister:
+        if (self.policy is None and not self.register and not self.unregister
+                and self.placement is None):
             raise ValueError("empty change")
 
 
@@ -234,6 +242,8 @@ class IntentStore:
         for name in sorted(change.unregister):
             compare.append(tx.version(k.collective(name)) > 0)
             ops.append(tx.delete(k.collective(name)))
+        if change.placement is not None:
+            ops.append(tx.put(k.placement, change.placement))
         # the generation last: a watcher that sees it has seen the whole commit
         ops += [tx.put(k.commit, commit_id), tx.put(k.generation, str(new_gen).encode()),
                 tx.get(k.intent_prefix, prefix_range_end(k.intent_prefix))]
@@ -308,16 +318,20 @@ class _State:
         self.generation = 0
         self.policy: PolicyRecord | None = None
         self.collectives: dict[str, CollectiveRecord] = {}
+        self.placement: bytes | None = None
 
     def load(self, snap: IntentSnapshot) -> None:
         self.generation = snap.generation
         self.policy = snap.policy
         self.collectives = dict(snap.collectives)
+        self.placement = snap.placement
 
     def put(self, key: bytes, value: bytes) -> None:
         k = self.keys
         if key == k.generation:
             self.generation = _gen(value)
+        elif key == k.placement:
+            self.placement = bytes(value)
         elif key == k.policy:
             d = json.loads(value)
             self.policy = PolicyRecord(document=d["document"], source=d["source"],
@@ -332,9 +346,12 @@ class _State:
         k = self.keys
         if key == k.policy:
             self.policy = None
+        elif key == k.placement:
+            self.placement = None
         elif key.startswith(k.collectives_prefix):
             self.collectives.pop(key[len(k.collectives_prefix):].decode(), None)
 
     def snapshot(self, revision: int) -> IntentSnapshot:
         return IntentSnapshot(generation=self.generation, revision=revision, policy=self.policy,
-                              collectives=MappingProxyType(dict(self.collectives)))
+                              collectives=MappingProxyType(dict(self.collectives)),
+                              placement=self.placement)

@@ -3,10 +3,17 @@
 Register a ``torch.distributed`` process group's ranks before the first collective::
 
     from controller.northbound.client import FabricClient, register_process_group
+    from controller.security.transport import TLSFiles
 
-    with FabricClient("10.0.0.254:50051") as fabric:
+    tls = TLSFiles(ca=Path("/etc/aifabric/ca.crt"))      # verifies the controller
+    with FabricClient("10.0.0.254:50051", tls=tls, token=os.environ["AIFABRIC_TOKEN"]) as fabric:
         reply = register_process_group(fabric, job="llama-7b", name="dp-allreduce")
         # every rank returns once rank 0's registration is in force
+
+The channel is TLS (``tls``: the CA of the controller's certificate, and a client certificate
+and key when the controller requires mutual TLS) and every call carries the bearer ``token``
+(``authorization: Bearer TOKEN``; an operator token registers, a read-only one reads). Plain
+text only with ``insecure=True`` (a WARNING is logged).
 
 ``register_process_group`` gathers each rank's IPv4 address (``all_gather_object``), lets rank
 0 register them in rank order, and broadcasts the reply, so every rank starts its collectives
@@ -28,6 +35,8 @@ import grpc
 
 from controller.northbound.v1 import aifabric_pb2 as pb
 from controller.northbound.v1 import aifabric_pb2_grpc as pb_grpc
+from controller.security.interceptor import bearer_metadata
+from controller.security.transport import TLSFiles
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 #: largest reply the client accepts (a status of a large fabric); the server's own send limit
@@ -57,10 +66,15 @@ class NorthboundError(grpc.RpcError):
         return self._details
 
     def __str__(self) -> str:
+        if self._code == grpc.StatusCode.UNAVAILABLE and self._details.startswith("cluster: "):
+            return f"UNAVAILABLE: {self._details}"   # a cluster replica's own answer
         if self._code == grpc.StatusCode.UNAVAILABLE:
             return (f"no aifabric controller answers at {self.target} (is it running with "
-                    f"--grpc-listen at that address? set it with --controller HOST:PORT): "
-                    f"{self._details}")
+                    f"--grpc-listen at that address? set it with --controller HOST:PORT; "
+                    f"TLS: --ca): {self._details}")
+        if self._code == grpc.StatusCode.UNAUTHENTICATED:
+            return (f"UNAUTHENTICATED: {self._details} (give a token: --token or "
+                    "AIFABRIC_TOKEN)")
         if self._code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return (f"the controller at {self.target} gave no answer within "
                     f"{self.timeout_s:g} s")
@@ -69,13 +83,26 @@ class NorthboundError(grpc.RpcError):
 
 class FabricClient:
     """A connection to the controller's northbound service at ``target`` (``host:port``);
-    ``timeout_s``: deadline of every unary call (s)."""
+    ``timeout_s``: deadline of every unary call (s); ``tls``, ``token``, ``insecure``: module
+    docstring.
 
-    def __init__(self, target: str = DEFAULT_TARGET, timeout_s: float = 10.0) -> None:
+    Raises
+    ------
+    InsecureChannelRefused
+        No ``tls`` and not ``insecure``.
+    """
+
+    def __init__(self, target: str = DEFAULT_TARGET, timeout_s: float = 10.0, *,
+                 tls: TLSFiles | None = None, token: str | None = None,
+                 insecure: bool = False) -> None:
+        from controller.security.grpc_tls import dial
+
         self.target = target
         self.timeout_s = timeout_s
-        self.channel = grpc.insecure_channel(
-            target, options=[("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES)])
+        self.channel = dial(target, tls, insecure=insecure, channel="northbound client",
+                            options=[("grpc.max_receive_message_length",
+                                      MAX_RECEIVE_MESSAGE_BYTES)])
+        self.metadata = bearer_metadata(token) if token else ()
         self.stub = pb_grpc.NorthboundStub(self.channel)
 
     def __enter__(self) -> FabricClient:
@@ -90,7 +117,7 @@ class FabricClient:
     def _call(self, method: CallFn, request: Any, timeout_s: float | None = None) -> Any:
         t = self.timeout_s if timeout_s is None else timeout_s
         try:
-            return method(request, timeout=t)
+            return method(request, timeout=t, metadata=self.metadata)
         except grpc.RpcError as exc:
             raise NorthboundError(exc.code(), exc.details() or "", self.target, t) from None
 
@@ -135,7 +162,8 @@ class FabricClient:
         """Events as they happen (``call.cancel()`` on the returned iterator stops it). No
         deadline; iterating raises ``grpc.RpcError`` when the stream ends with an error
         (``RESOURCE_EXHAUSTED "too slow: N events not read"`` for a reader that fell behind)."""
-        return self.stub.WatchEvents(pb.WatchEventsRequest(kinds=list(kinds)))
+        return self.stub.WatchEvents(pb.WatchEventsRequest(kinds=list(kinds)),
+                                     metadata=self.metadata)
 
 
 def local_ipv4(towards: str = "10.255.255.255") -> str:

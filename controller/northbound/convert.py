@@ -63,20 +63,25 @@ def event_to_proto(ev: Event) -> pb.Event:
                     policy_generation=ev.policy_generation, policy_digest=ev.policy_digest)
 
 
-def _switch_to_proto(s: Mapping[str, Any]) -> pb.SwitchStatus:
+def _switch_to_proto(s: Mapping[str, Any],
+                     masters: Mapping[str, tuple[str, int]]) -> pb.SwitchStatus:
+    master, token = masters.get(s["name"], ("", 0))
     return pb.SwitchStatus(name=s["name"], dpid=s["dpid"], connected=s["connected"],
                            last_sample_age_s=s["last_sample_age_s"],
-                           southbound=s.get("southbound", ""), role=s.get("role", ""))
+                           southbound=s.get("southbound", ""), role=s.get("role", ""),
+                           master=master, master_token=token)
 
 
 def status_to_proto(st: Mapping[str, Any]) -> pb.GetStatusResponse:
     """``NorthboundService.status()`` (keys documented there) as ``GetStatusResponse``;
-    ``policy``, ``tables`` and each switch's ``southbound``/``role`` may be missing (left
-    unset)."""
+    ``policy``, ``tables``, ``cluster`` and each switch's ``southbound``/``role`` may be
+    missing (left unset)."""
+    cl = st.get("cluster")
+    masters = cl["masters"] if cl else {}
     out = pb.GetStatusResponse(
         fabric=st["fabric"], routing_mode=st["routing_mode"],
         sample_interval_s=st["sample_interval_s"], plan_generation=st["plan_generation"],
-        switches=[_switch_to_proto(s) for s in st["switches"]],
+        switches=[_switch_to_proto(s, masters) for s in st["switches"]],
         links=[pb.LinkStatus(src=ln.link[0], dst=ln.link[1], up=ln.up,
                              fabric_link=ln.fabric_link, capacity_bps=ln.capacity_bps,
                              rate_bps=ln.rate_bps, utilisation=ln.utilisation,
@@ -96,6 +101,9 @@ def status_to_proto(st: Mapping[str, Any]) -> pb.GetStatusResponse:
         out.tables.CopyFrom(pb.TablesStatus(
             switches=[pb.SwitchTables(**t) for t in tab["switches"]], notes=tab["notes"],
             fallback_flows=tab["fallback_flows"]))
+    if cl:
+        out.cluster.CopyFrom(pb.ClusterStatus(replica=cl["replica"], replicas=cl["replicas"],
+                                              intent_generation=cl["intent_generation"]))
     return out
 
 

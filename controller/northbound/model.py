@@ -10,6 +10,8 @@ to status codes:
 :class:`NotFound`          ``NOT_FOUND``
 :class:`Unavailable`       ``FAILED_PRECONDITION`` (the controller's state forbids it)
 :class:`Busy`              ``RESOURCE_EXHAUSTED`` (the controller cannot take it now; retry)
+:class:`NotConfirmed`      ``UNAVAILABLE`` (a cluster: etcd or the switches' masters did not
+                           confirm in time)
 =========================  ======================================================================
 
 No message quotes more than :data:`ECHO_MAX_CHARS` characters of a value a client sent
@@ -65,6 +67,16 @@ class Unavailable(RuntimeError):
 class Busy(RuntimeError):
     """The controller cannot take this request now (gRPC ``RESOURCE_EXHAUSTED``): a bounded
     queue is full. The client may retry later with back-off; nothing was changed."""
+
+
+class NotConfirmed(RuntimeError):
+    """A replica of a cluster could not get the change confirmed (gRPC ``UNAVAILABLE``): etcd
+    did not take it (nothing changed), or it is in etcd's intent but the masters of some
+    switches did not confirm in time (it goes in force when they do; the same request again
+    waits again). The message says which; it starts with ``cluster: ``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"cluster: {message}")
 
 
 # -- requests -------------------------------------------------------------------------------------
@@ -217,7 +229,9 @@ class NorthboundService(Protocol):
         ``digest`` (sha256 hex), ``source`` (file name), ``applied_unix_s`` (float);
         ``tables`` (None: no capacity known): mapping with ``switches`` (mappings with
         ``switch``, ``pinned_needed``, ``pinned``, ``room`` (-1: unlimited), ``source``),
-        ``notes`` and ``fallback_flows`` (str lists)."""
+        ``notes`` and ``fallback_flows`` (str lists);
+        ``cluster`` (None alone): ``replica``, ``replicas`` (live, by name), ``masters``
+        ({switch: (replica, token)}), ``intent_generation``."""
         ...
 
     async def apply_policy(self, document: str, source_name: str,

@@ -6,7 +6,8 @@ Status codes: :class:`~controller.northbound.model.FieldError` → ``INVALID_ARG
 (``"field: message"``; also a string too long, a repeated field too long, a string that is not
 UTF-8), :class:`~controller.northbound.model.NotFound` → ``NOT_FOUND``,
 :class:`~controller.northbound.model.Unavailable` → ``FAILED_PRECONDITION``,
-:class:`~controller.northbound.model.Busy` → ``RESOURCE_EXHAUSTED``; any other exception of the
+:class:`~controller.northbound.model.Busy` → ``RESOURCE_EXHAUSTED``,
+:class:`~controller.northbound.model.NotConfirmed` → ``UNAVAILABLE``; any other exception of the
 service is logged with its traceback and answered ``INTERNAL "internal error (see the
 controller log)"``, never with the traceback.
 
@@ -52,6 +53,7 @@ from controller.northbound.model import (
     Busy,
     FieldError,
     NorthboundService,
+    NotConfirmed,
     NotFound,
     Unavailable,
 )
@@ -69,6 +71,7 @@ _STATUS: dict[type[Exception], grpc.StatusCode] = {
     NotFound: grpc.StatusCode.NOT_FOUND,
     Unavailable: grpc.StatusCode.FAILED_PRECONDITION,
     Busy: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    NotConfirmed: grpc.StatusCode.UNAVAILABLE,
     SlowSubscriber: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 

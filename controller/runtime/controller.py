@@ -28,8 +28,11 @@
 
 Mastership (which switches we may write) comes from a :class:`Mastership`: the only controller
 (:class:`SoleController`, the default) writes everywhere without a role request; a fixed role
-and ``generation_id`` (:class:`StaticMastership`) exercises the drivers' fencing; issue 14's
-etcd-backed mastership plugs in here.
+and ``generation_id`` (:class:`StaticMastership`) exercises the drivers' fencing; a replica of a
+cluster asks etcd (:class:`controller.runtime.cluster.ClusterMastership`). The mastership is
+asked again right before every write (a deposed master sends nothing), and
+:meth:`Controller.role_changed` turns a change of it into a role request to the switch (only
+the answer to the latest request per switch counts).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from typing import Any, Protocol
 
 from controller.drivers.southbound import (
     CounterSample,
+    NotMaster,
     Role,
     RoleError,
     SouthboundDriver,
@@ -210,6 +214,9 @@ class Controller:
         # the placement in force as a te placement (link ids): (state.placement it holds, value)
         self._te: tuple[Mapping[FlowDemand, Any], TePlacement] | None = None
         self._te_building: Mapping[FlowDemand, Any] | None = None
+        #: called after every reconcile, converge and proposal (what the switches hold changed)
+        self.after_write: list[Callable[[], None]] = []
+        self._role_requests: dict[str, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -382,6 +389,8 @@ class Controller:
         return self.drivers[self.state.kind_of(switch)]
 
     async def _send_packet(self, fx: SendPacket) -> None:
+        if fx.switch not in self.writable():
+            return  # a backup answers nothing (OpenFlow SLAVE / P4Runtime backup may not send)
         try:
             await self.driver_of(fx.switch).packet_out(fx.switch, fx.port, fx.data)
         except SouthboundError as exc:
@@ -394,17 +403,35 @@ class Controller:
             LOG.debug("%s counters not requested: %s", self.tag(fx.switch), exc)
 
     async def _take_role(self, fx: TakeRole) -> None:
+        n = self._role_requests.get(fx.switch, 0) + 1
+        self._role_requests[fx.switch] = n
         role, token = self.mastership.role_for(fx.switch)
         try:
             got = await self.driver_of(fx.switch).set_role(fx.switch, role, token)
         except RoleError as exc:
-            LOG.error("%s %s; staying backup", self.tag(fx.switch), exc)
+            if self._role_requests.get(fx.switch) == n:
+                LOG.error("%s %s; staying backup", self.tag(fx.switch), exc)
             got = "backup"
         except SouthboundError as exc:
             LOG.warning("%s no role taken: %s", self.tag(fx.switch), exc)
             return
+        if self._role_requests.get(fx.switch) != n:
+            return  # a later request was sent: its answer decides
+        if got != "backup" and role == "master":
+            LOG.info("%s master (token %s)", self.tag(fx.switch), token)
         self.handle(RoleAssigned(fx.switch, "backup" if got == "backup" else "master",
                                  fx.session))
+
+    def role_changed(self, switch: str) -> None:
+        """The mastership of ``switch`` changed (on the loop): when we are no longer master,
+        stop writing at once; then request the role we now hold from the switch."""
+        s = self.state.session(switch)
+        if not s.connected:
+            return
+        role, _ = self.mastership.role_for(switch)
+        if role != "master" and s.role == "master":
+            self.handle(RoleAssigned(switch, "backup", s.session))
+        self._spawn(self._take_role(TakeRole(switch, s.session)), f"role {switch}")
 
     # -- computed decisions --------------------------------------------------------------------------
     def demands(self) -> dict[FlowDemand, float]:
@@ -487,6 +514,7 @@ class Controller:
                     self._te = (paths, dec.te)
                 res = await self._converge_locked(
                     f"re-optimisation batch {i}/{len(batches)}")
+            self._written()
             if res is not None and not res.ok:
                 LOG.warning("%s re-optimisation stopped after batch %d of %d: %s",
                             self.tag(""), i, len(batches), res.error)
@@ -507,6 +535,10 @@ class Controller:
             del self.installed[switch]  # out of step: read back at the next reconcile
 
     async def _apply(self, switch: str, part: SwitchChanges) -> Any:
+        role, _ = self.mastership.role_for(switch)
+        if role == "backup":
+            # asked right before the write: a replica whose lease ended sends nothing
+            raise NotMaster(switch, f"no longer master of {switch}: nothing sent")
         drv = self.driver_of(switch)
         receipt = await drv.apply(switch, part, self.state.settings.confirm_timeout_s)
         n = sum(v for k, v in receipt.messages.items() if k != "bundle")
@@ -551,10 +583,20 @@ class Controller:
         self._converge_due = reason
         self._spawn(self._converge(), "converge")
 
+    def _written(self) -> None:
+        for fn in self.after_write:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the writer
+                LOG.exception("[controller] after-write listener failed")
+
     async def _converge(self) -> None:
-        async with self._writer:
-            reason, self._converge_due = self._converge_due or "", None
-            await self._converge_locked(reason)
+        try:
+            async with self._writer:
+                reason, self._converge_due = self._converge_due or "", None
+                await self._converge_locked(reason)
+        finally:
+            self._written()
 
     async def _converge_locked(self, reason: str) -> TransactionResult | None:
         """Send every writable switch the difference to the intended plan, as one transaction
@@ -578,6 +620,12 @@ class Controller:
 
     async def reconcile(self, switch: str, session: int) -> None:
         """Read ``switch`` back and send only the difference to the intended plan."""
+        try:
+            await self._reconcile(switch, session)
+        finally:
+            self._written()
+
+    async def _reconcile(self, switch: str, session: int) -> None:
         async with self._writer:
             s = self.state.session(switch)
             if not s.connected or s.session != session or s.role != "master":
@@ -665,6 +713,7 @@ class Controller:
             self.handle(ev)
             if self.state.generation != st.state.generation:
                 self.request_converge("facts changed during the change")
+            self._written()
             return Proposal(True, shown, res, "", self.state)
 
 

@@ -30,6 +30,9 @@ Rules per event:
   retry of switches that do not hold the intended plan, each on its own interval.
 * **PolicyApplied / CollectivesRegistered / CollectiveUnregistered** — the operator's decisions
   (stepped by the process once the switches confirmed them).
+* **IntentSynced** — in a cluster, the intent committed to etcd (policy, registrations,
+  placement) replaces the state's; the masters converge to it. LLDP links are checked only
+  between switches this replica masters (a backup neither probes nor gets packet-ins).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from controller.runtime.events import (
     Event,
     ForgetCounters,
     Inject,
+    IntentSynced,
     Log,
     PlacementReady,
     PolicyApplied,
@@ -171,6 +175,8 @@ def step(state: RuntimeState, event: Event, now_s: float) -> Step:
         intended_plan(new)
         fx.append(TelemetryPaths(new.placement))
         return _with_changes(state, new, fx)
+    if isinstance(event, IntentSynced):
+        return _intent(state, event, now_s, fx)
     if isinstance(event, CollectiveUnregistered):
         if event.name not in state.registered:
             raise KeyError(event.name)
@@ -181,6 +187,39 @@ def step(state: RuntimeState, event: Event, now_s: float) -> Step:
         fx.append(TelemetryPaths(new.placement))
         return _with_changes(state, new, fx)
     raise TypeError(f"unknown event {type(event).__name__}")
+
+
+def _intent(state: RuntimeState, ev: IntentSynced, now_s: float, fx: list[Effect]) -> Step:
+    """Adopt the cluster's intent: nothing changes when policy, registrations and placement are
+    those in force (a replica's own commit coming back); an intent whose plan breaks an
+    invariant here is logged and not adopted (its generation is not reached)."""
+    same_policy = (state.policy.digest == ev.policy.digest
+                   and state.policy.generation == ev.policy.generation)
+    if (same_policy and dict(state.registered) == dict(ev.registered)
+            and dict(state.placement) == dict(ev.placement)):
+        return Step(replace(state, intent_generation=ev.generation))
+    changes: dict[str, object] = {"registered": dict(ev.registered),
+                                  "placement": dict(ev.placement),
+                                  "plan_generation": state.plan_generation + 1,
+                                  "intent_generation": ev.generation}
+    if not same_policy:
+        changes.update(policy=ev.policy, rebalance=RebalanceMemory(changed_at_s=now_s))
+    new = state.bump(**changes)
+    try:
+        intended_plan(new)
+    except (PlanInvariantError, ValueError) as exc:
+        fx.append(Log("error", "", f"intent generation {ev.generation} not adopted: its plan "
+                                   f"breaks an invariant here: {exc}"))
+        fx.append(Publish("apply-failed", f"intent generation {ev.generation} not adopted: "
+                                          f"{exc}"))
+        return Step(state, {}, tuple(fx))
+    fx.append(Log("info", "", f"intent generation {ev.generation} in force: policy generation "
+                              f"{ev.policy.generation} (sha256 {ev.policy.digest[:12]}), "
+                              f"{len(ev.registered)} registered collective(s), "
+                              f"{len(ev.placement)} pinned flow(s)"))
+    fx.append(TelemetryPaths(new.placement))
+    fx.append(Converge(f"intent generation {ev.generation}"))
+    return _with_changes(state, new, fx)
 
 
 # -- switches ----------------------------------------------------------------------------------
@@ -493,7 +532,7 @@ def _tick(state: RuntimeState, now_s: float, fx: list[Effect]) -> Step:
     new = state
     if _due(state, "lldp", cfg.lldp_interval_s, now_s, timers):
         connected_at = {state.fabric.switch_by_name[n].dpid: s.connected_at_s
-                        for n, s in state.switches.items() if s.connected}
+                        for n, s in state.switches.items() if s.connected and s.role == "master"}
         mem, _report, lines = lldp.check_round(state.lldp, state.fabric, connected_at, now_s,
                                                cfg.lldp_interval_s, cfg.lldp_grace_s)
         new = replace(new, lldp=mem)

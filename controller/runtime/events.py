@@ -5,7 +5,8 @@
 role a switch granted us), :class:`PlacementReady` (a repair, re-optimisation or re-balance
 computed off the loop, for the generation it was computed from), :class:`PolicyApplied`,
 :class:`CollectivesRegistered`, :class:`CollectiveUnregistered` (operator decisions, stepped
-once the switches confirmed them).
+once the switches confirmed them), :class:`IntentSynced` (a replica of a cluster adopts the
+intent committed to etcd).
 
 **Effects** (out): what the controller process does after a step — log, publish an event,
 send a frame, ask for counters, read a switch back and reconcile it, take a role, compute a
@@ -78,8 +79,19 @@ class CollectiveUnregistered:
     name: str
 
 
+@dataclass(frozen=True)
+class IntentSynced:
+    """The cluster's intent (etcd) at intent ``generation``: the policy in force, the registered
+    collectives and the placement every replica programs (:mod:`controller.runtime.cluster`)."""
+
+    policy: PolicyInForce
+    registered: Mapping[str, Registered]
+    placement: Mapping[FlowDemand, Path]
+    generation: int
+
+
 RuntimeEvent = (Tick | RoleAssigned | PlacementReady | PolicyApplied | CollectivesRegistered
-                | CollectiveUnregistered)
+                | CollectiveUnregistered | IntentSynced)
 Event = SouthboundEvent | RuntimeEvent
 
 

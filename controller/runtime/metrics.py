@@ -303,17 +303,22 @@ def registry_for(source: MetricsSource, sample_interval_s: float) -> CollectorRe
     return reg
 
 
-def start_metrics_server(source: MetricsSource, sample_interval_s: float, host: str, port: int
-                         ) -> tuple[Any, Any, int]:
-    """Serve ``/metrics`` on ``host:port`` (0: a free port). Returns (server, thread, port).
+def start_metrics_server(source: MetricsSource, sample_interval_s: float, host: str, port: int,
+                         *, tls: Any = None, basic_auth: Any = None,
+                         insecure: bool = False) -> Any:
+    """Serve ``/metrics`` on ``host:port`` (0: a free port) with
+    :func:`controller.security.metrics_http.serve_metrics` (``tls``: HTTPS; ``basic_auth``:
+    answer 401 without it; a non-loopback address needs TLS or ``insecure``). Returns the
+    :class:`~controller.security.metrics_http.MetricsServer` (``url``, ``port``, ``close()``).
 
     Raises
     ------
     OSError
         The address cannot be bound.
+    InsecureChannelRefused
+        A non-loopback address without TLS and without ``insecure``.
     """
-    from prometheus_client import start_http_server
+    from controller.security.metrics_http import serve_metrics
 
-    server, thread = start_http_server(port, addr=host,
-                                       registry=registry_for(source, sample_interval_s))
-    return server, thread, int(server.server_address[1])
+    return serve_metrics(registry_for(source, sample_interval_s), host=host, port=port, tls=tls,
+                         basic_auth=basic_auth, insecure=insecure)

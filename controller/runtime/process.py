@@ -18,10 +18,19 @@ and counts as a failure too. A controller that listens early and answers at once
 next attempt; ``max_backoff=1000`` on the Controller row (the labs set it) bounds the wait by
 1 s.
 
-Signals: SIGTERM and SIGINT stop the controller (exit 0); SIGHUP re-reads the policy file and
-applies it live (:meth:`controller.runtime.service.FabricService.apply_policy`: validated whole,
-FILE:LINE:COL problems logged and nothing changed on error, only differing entries sent,
-rolled back on a switch error).
+Every channel is TLS or refused (:mod:`controller.runtime.channels`): without TLS material and
+without ``--insecure`` the controller exits 2 before anything listens, naming the channel.
+
+With ``--cluster etcd://...`` and ``--replica NAME`` it is one replica of a cluster
+(:mod:`controller.runtime.cluster`): the policy, the registered collectives and the placement
+come from etcd (an empty cluster gets this replica's policy file), the switches connect to it
+as a backup, and it masters its share of them.
+
+Signals: SIGTERM and SIGINT stop the controller (exit 0; a replica steps down first, so the
+others take its switches at once); SIGHUP re-reads the policy file and applies it live
+(:meth:`controller.runtime.service.FabricService.apply_policy`: validated whole, FILE:LINE:COL
+problems logged and nothing changed on error, only differing entries sent, rolled back on a
+switch error; a replica applies it to the whole cluster through etcd).
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
 if TYPE_CHECKING:
     from controller.drivers.southbound import SouthboundKind
     from controller.model.topology import Fabric
+    from controller.runtime.channels import Channels, SecurityOptions
+    from controller.runtime.cluster import ClusterOptions
     from controller.runtime.controller import Controller, Mastership
     from controller.runtime.state import RuntimeState
     from controller.te.reroute import Hysteresis
@@ -87,6 +98,8 @@ class ControllerOptions:
     p4_liveness_interval_s: float = 0.25
     p4_liveness_misses: int = 3
     p4_liveness_hold_s: float = 10.0
+    security: SecurityOptions | None = None
+    cluster: ClusterOptions | None = None
 
 
 def summary_lines(state: RuntimeState) -> list[str]:
@@ -215,6 +228,11 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
         return EXIT_INVALID
     logging.basicConfig(level=opts.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        channels = _channels(opts, southbound, p4_addresses)
+    except _Invalid as exc:
+        print(f"controller refused to start: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     from controller.drivers.openflow.listener import bind_listener
 
     sock = None
@@ -229,7 +247,7 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
                  opts.listen_host, sock.getsockname()[1], _since_process_start())
     try:
         return asyncio.run(_main(fabric, policy, document, str(policy_path), southbound,
-                                 p4_addresses, opts, sock, early))
+                                 p4_addresses, opts, sock, early, channels))
     except _Invalid as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_INVALID
@@ -243,6 +261,28 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
                 sock.close()
             except OSError:
                 pass
+
+
+def _channels(opts: ControllerOptions, southbound: Mapping[str, SouthboundKind],
+              p4_addresses: Mapping[str, str]) -> Channels:
+    """Every channel secured or refused (:func:`controller.runtime.channels.secure_channels`);
+    raises _Invalid with the reason."""
+    from controller.runtime.channels import SecurityOptions, check_files, secure_channels
+    from controller.security.tokens import TokenFileError
+    from controller.security.transport import InsecureChannelRefused
+
+    sec = opts.security or SecurityOptions()
+    unreadable = check_files(sec)
+    if unreadable:
+        raise _Invalid("; ".join(unreadable))
+    try:
+        return secure_channels(
+            sec, openflow=any(k == "openflow" for k in southbound.values()),
+            northbound=opts.grpc_listen is not None, p4=bool(p4_addresses),
+            cluster=opts.cluster is not None,
+            metrics_host=opts.metrics_listen[0] if opts.metrics_listen else None)
+    except (InsecureChannelRefused, TokenFileError, ValueError, OSError) as exc:
+        raise _Invalid(str(exc)) from None
 
 
 def _since_process_start() -> float:
@@ -319,7 +359,8 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
 
 async def _main(fabric: Fabric, policy: Any, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], p4_addresses: Mapping[str, str],
-                opts: ControllerOptions, sock: Any, early: _EarlySignals) -> int:
+                opts: ControllerOptions, sock: Any, early: _EarlySignals,
+                channels: Channels) -> int:
     from controller.runtime.controller import Controller, StaticMastership
 
     loop = asyncio.get_running_loop()
@@ -346,14 +387,15 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
             # connection that sends no HELLO within its backoff (1 s at first) and backs off
             ready.set()
             of_handle = start_openflow(drv, sock, ready, schedule, ListenerLimits(
-                opts.hello_timeout_s, opts.handshake_timeout_s, opts.max_unfinished))
+                opts.hello_timeout_s, opts.handshake_timeout_s, opts.max_unfinished),
+                tls=channels.openflow)
         except RuntimeError as exc:
             raise _Failed(str(exc)) from None
     if p4_addresses:
         from controller.runtime.targets import p4_driver
 
         try:
-            drivers["p4runtime"] = p4_driver(fabric, p4_addresses, opts)
+            drivers["p4runtime"] = p4_driver(fabric, p4_addresses, opts, channels.p4runtime)
         except (ConfigError, ValueError, OSError) as exc:
             if of_handle is not None:
                 of_handle.stop()
@@ -381,11 +423,23 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
     mastership: Mastership | None = None
     if opts.generation_id is not None and opts.openflow_role in ("master", "backup"):
         mastership = StaticMastership(opts.openflow_role, opts.generation_id)  # type: ignore[arg-type]
+    cluster = since = None
+    if opts.cluster is not None:
+        try:
+            cluster, since, state = await _join_cluster(fabric, southbound, opts, channels,
+                                                        state)
+        except _Failed:
+            if of_handle is not None:
+                of_handle.stop()
+            raise
+        mastership = cluster.mastership
     ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership)
     from controller.runtime.service import FabricService
 
+    if cluster is not None:
+        cluster.attach(ctl)
     service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
-                            policy_targets=policy_targets(southbound, opts))
+                            policy_targets=policy_targets(southbound, opts), cluster=cluster)
     qos = None
     if opts.apply_qos:
         from controller.drivers.ovs.qos import OvsQosApplier
@@ -404,9 +458,11 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         print(line, flush=True)
     if qos is not None:
         print(qos.summary(), flush=True)
+    for line in channels.lines():
+        print(line, flush=True)
     edges = _Edges()
     try:
-        await edges.start(ctl, service, opts, state.settings.stats_interval_s or 1.0)
+        await edges.start(ctl, service, opts, state.settings.stats_interval_s or 1.0, channels)
     except (OSError, RuntimeError) as exc:
         if of_handle is not None:
             of_handle.stop()
@@ -428,14 +484,24 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
     await ctl.start()
     ready.set()
     if of_handle is not None:
-        LOG.info("[controller] listening for OpenFlow 1.3/1.5 switches on %s:%d",
-                 opts.listen_host, of_handle.port)
+        LOG.info("[controller] listening for OpenFlow 1.3/1.5 switches on %s:%d%s",
+                 opts.listen_host, of_handle.port,
+                 " over TLS" if channels.openflow is not None else " (plain TCP, --insecure)")
+    joining = None
+    if cluster is not None:
+        assert since is not None
+        joining = asyncio.create_task(cluster.start(since), name="cluster-join")
     if early.hup.is_set():
         on_hup()
     try:
         while not stop.is_set():
             if early.stop.is_set():
                 break
+            if joining is not None and joining.done():
+                failed = joining.exception()
+                if failed is not None:
+                    LOG.error("[cluster] joining the cluster failed: %s", failed)
+                joining = None
             try:
                 await asyncio.wait_for(stop.wait(), 0.2)
             except TimeoutError:
@@ -444,6 +510,10 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         if in_main:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
+        if joining is not None:
+            joining.cancel()
+        if cluster is not None:
+            await cluster.stop()
         await edges.stop()
         await ctl.stop()
         qos_stop.set()
@@ -451,6 +521,49 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
             qos.join(2.0)
     LOG.info("[controller] stopped cleanly")
     return EXIT_OK
+
+
+async def _join_cluster(fabric: Fabric, southbound: Mapping[str, SouthboundKind],
+                        opts: ControllerOptions, channels: Channels, state: RuntimeState
+                        ) -> tuple[Any, Any, RuntimeState]:
+    """Connect to etcd, read (or seed) the intent and adopt it, load the mastership view.
+    Returns (ClusterRuntime, the snapshot read, the state holding it); raises _Failed."""
+    from dataclasses import replace
+
+    from controller.cluster.store import StoreUnavailable
+    from controller.qos.validate import check_policy_for_targets
+    from controller.runtime import core
+    from controller.runtime.cluster import ClusterRuntime
+    from controller.runtime.clustercodec import IntentDecodeError
+    from controller.yamlsrc import parse_document
+
+    assert opts.cluster is not None
+    copts = replace(opts.cluster, etcd_tls=channels.etcd)
+    targets = policy_targets(southbound, opts)
+
+    def resolve_policy(document: str, source: str) -> Any:
+        return check_policy_for_targets(parse_document(document, source), fabric,
+                                        targets).policy
+
+    cluster = ClusterRuntime(copts, fabric, southbound, resolve_policy)
+    try:
+        since = await asyncio.wait_for(cluster.read_or_seed(state), copts.start_timeout_s)
+        ev = cluster.resolve(since, state)
+        await cluster.observe()
+    except (StoreUnavailable, TimeoutError, IntentDecodeError, OSError) as exc:
+        await cluster.stop()
+        raise _Failed(f"cluster {copts.url}: {exc or type(exc).__name__}") from None
+    if ev.policy.digest != state.policy.digest:
+        LOG.warning("[cluster] the cluster's policy is in force: generation %d from %s (sha256 "
+                    "%s); --policy %s (sha256 %s) differs and is not applied (SIGHUP or aifabric "
+                    "policy apply applies it to the whole cluster)", ev.policy.generation,
+                    ev.policy.source, ev.policy.digest[:12], state.policy.source,
+                    state.policy.digest[:12])
+    state = core.step(state, ev, time.monotonic()).state
+    print(f"cluster: replica {copts.replica} of {copts.url}: intent generation "
+          f"{since.generation}, {len(ev.registered)} registered collective(s); "
+          f"live replicas: {', '.join(cluster.service.replicas()) or 'none yet'}", flush=True)
+    return cluster, since, state
 
 
 def _stopped_while_starting(of_handle: Any) -> int:
@@ -484,7 +597,7 @@ class _Edges:
         self.grpc: Any = None
 
     async def start(self, ctl: Controller, service: Any, opts: ControllerOptions,
-                    interval_s: float) -> None:
+                    interval_s: float, channels: Channels) -> None:
         if ctl.telemetry is not None:
             self.lines.append(f"telemetry: port, queue and flow counters every {interval_s:g} "
                               "s; alerts on link state, loss and utilisation")
@@ -492,24 +605,30 @@ class _Edges:
             from controller.runtime.metrics import start_metrics_server
 
             h, p = opts.metrics_listen
-            self.metrics, _, bound = start_metrics_server(ctl, interval_s, h, p)
-            self.lines.append(f"metrics: http://{h}:{bound}/metrics")
+            self.metrics = start_metrics_server(ctl, interval_s, h, p, tls=channels.metrics_tls,
+                                                basic_auth=channels.metrics_auth,
+                                                insecure=channels.insecure)
+            auth = " (basic auth)" if channels.metrics_auth is not None else ""
+            self.lines.append(f"metrics: {self.metrics.url}{auth}")
         if opts.grpc_listen is not None:
             from controller.northbound.server import start_northbound
 
             h, p = opts.grpc_listen
             try:
-                self.grpc = await start_northbound(service, h, p)
+                self.grpc = await start_northbound(
+                    service, h, p, credentials=channels.northbound,
+                    interceptors=channels.northbound_interceptors)
             except RuntimeError:
                 await self.stop()
                 raise
-            self.lines.append(f"northbound: gRPC aifabric.v1.Northbound on {h}:{self.grpc.port}")
+            how = "TLS" if channels.northbound is not None else "PLAIN TEXT"
+            self.lines.append(f"northbound: gRPC aifabric.v1.Northbound on {h}:{self.grpc.port}"
+                              f" ({how})")
 
     async def stop(self) -> None:
         if self.grpc is not None:
             await self.grpc.stop(1.0)
             self.grpc = None
         if self.metrics is not None:
-            self.metrics.shutdown()
-            self.metrics.server_close()
+            self.metrics.close()
             self.metrics = None

@@ -26,7 +26,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.errors import ConfigError
+from controller.cluster.store import StaleGeneration
+from controller.errors import ConfigError, PlanInvariantError
 from controller.model.topology import Fabric
 from controller.northbound.model import (
     Busy,
@@ -34,6 +35,7 @@ from controller.northbound.model import (
     Confirmation,
     FieldError,
     FlowInfo,
+    NotConfirmed,
     NotFound,
     PolicyApplyResult,
     Registration,
@@ -44,6 +46,8 @@ from controller.plan.model import SwitchChanges
 from controller.plan.pinned import path_is_up, pinned_match
 from controller.policy.model import Collective, Policy
 from controller.qos.validate import check_policy_for_targets
+from controller.runtime import clusterservice
+from controller.runtime.cluster import ClusterRuntime
 from controller.runtime.controller import Controller, Proposal
 from controller.runtime.events import (
     CollectivesRegistered,
@@ -52,7 +56,11 @@ from controller.runtime.events import (
 )
 from controller.runtime.intent import plan_tables
 from controller.runtime.placement import pinned_demands_bps
-from controller.runtime.registration import collective_from_request, place_new_flows
+from controller.runtime.registration import (
+    collective_from_request,
+    place_new_flows,
+    qualified_name,
+)
 from controller.runtime.state import Path, PolicyInForce, Registered, RuntimeState, digest_of
 from controller.te.collectives import FlowDemand, expand_collective, expand_policy
 from controller.telemetry.events import Subscription
@@ -87,6 +95,9 @@ class FabricService:
         Wall-clock and monotonic seconds.
     policy_targets : collection of str
         Render targets whose checks a new policy must pass (``check_policy_for_targets``).
+    cluster : ClusterRuntime, optional
+        A replica of a cluster: writes go to etcd first (:mod:`controller.runtime.
+        clusterservice`); ``status`` says who masters which switch.
     """
 
     def __init__(self, controller: Controller, *, sample_interval_s: float = 0.0,
@@ -94,10 +105,14 @@ class FabricService:
                  max_batch: int = 512, max_queue: int = 4096,
                  batch_window_s: float = 0.05, batch_quiet_s: float = 0.005,
                  wall: Callable[[], float] = time.time,
-                 mono: Callable[[], float] = time.monotonic) -> None:
+                 mono: Callable[[], float] = time.monotonic,
+                 cluster: ClusterRuntime | None = None) -> None:
         self.controller = controller
+        self.cluster = cluster
         self.sample_interval_s = sample_interval_s
         self.policy_targets = frozenset(policy_targets)
+        if cluster is not None:
+            max_batch = min(max_batch, clusterservice.MAX_BATCH)
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.batch_window_s = batch_window_s
@@ -119,6 +134,10 @@ class FabricService:
         if st.policy.policy.routing.mode != "pinned":
             raise Unavailable(f"routing.mode is {st.policy.policy.routing.mode!r}: the "
                               "controller pins collectives only in 'pinned' mode")
+        if self.cluster is not None:
+            again = await self._registered_again(req)
+            if again is not None:
+                return again
         collective_from_request(req, st.fabric, st.effective_policy, st.placement)
         if len(self._queue) >= self.max_queue:
             raise Busy(f"{len(self._queue)} registrations are waiting (limit {self.max_queue}); "
@@ -129,6 +148,27 @@ class FabricService:
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._batches(), name="registration-batcher")
         return await fut
+
+    async def _registered_again(self, req: CollectiveRequest) -> Registration | None:
+        """A cluster replica answers a request repeated after UNAVAILABLE (exactly the same
+        collective is in the intent) by waiting for it to be in force; None otherwise."""
+        st = self.state
+        name = qualified_name(req.job, req.name)
+        if name not in st.registered or self.cluster is None:
+            return None
+        pol = st.effective_policy
+        others = pol.model_copy(update={"collectives": tuple(
+            c for c in pol.collectives if c.name != name)})
+        try:
+            coll = collective_from_request(req, st.fabric, others,
+                                           [d for d in st.placement if d.collective != name])
+        except FieldError:
+            return None
+        if not clusterservice.already_registered(st, coll, req.job, req.expected_bytes):
+            return None
+        t0 = self.wall()
+        conf, _ = await clusterservice.confirm_existing(self.cluster, st, name, t0)
+        return Registration(name, tuple(self._flows(name)), conf, self.state.plan_generation)
 
     async def _gather(self) -> None:
         """Let concurrent callers join the batch: wait while requests keep arriving (each
@@ -185,6 +225,10 @@ class FabricService:
                     p.future.set_exception(FieldError("ranks", str(exc)))
                 return
             entries = tuple(Registered(c, p.req.job, p.req.expected_bytes, p.t0) for p, c in ok)
+            if self.cluster is not None:
+                if await self._register_in_cluster(ok, entries, placement, st, attempt):
+                    return
+                continue
             ev = CollectivesRegistered(entries, placement)
             prop = await self.controller.propose(_expecting(st.generation, ev))
             if not prop.ok and prop.error == _MOVED_ON and attempt < 2:
@@ -192,6 +236,54 @@ class FabricService:
             self.batches += 1
             self._answer(ok, prop)
             return
+
+    async def _register_in_cluster(self, ok: list[tuple[_Pending, Collective]],
+                                   entries: tuple[Registered, ...],
+                                   placement: Mapping[FlowDemand, Path], st: RuntimeState,
+                                   attempt: int) -> bool:
+        """A batch through etcd (:mod:`controller.runtime.clusterservice`); False: the intent
+        moved on meanwhile, place the batch again."""
+        assert self.cluster is not None
+        cl = self.cluster
+        names = [c.name for _, c in ok]
+
+        def fail(exc: Exception) -> bool:
+            for p, _ in ok:
+                if not p.future.done():
+                    p.future.set_exception(exc)
+            return True
+
+        try:
+            gen = await clusterservice.commit_registrations(cl, st, entries, placement)
+        except StaleGeneration as exc:
+            if attempt >= 2:
+                return fail(NotConfirmed("the cluster's intent kept changing while the "
+                                         "registration was placed; retry"))
+            await cl.wait_generation(exc.actual, cl.opts.confirm_timeout_s)
+            return False
+        except (PlanInvariantError, ValueError) as exc:
+            return fail(Unavailable(f"the plan with {', '.join(names)} is invalid: {exc}"))
+        except NotConfirmed as exc:
+            return fail(exc)
+        self.batches += 1
+        try:
+            confirmed, now = await clusterservice.wait_in_force(
+                cl, gen, clusterservice.switches_of(placement, names),
+                f"registering {', '.join(names)}")
+        except NotConfirmed as exc:
+            LOG.warning("[fabric %s] northbound: %s", st.fabric.name, exc)
+            return fail(exc)
+        for p, coll in ok:
+            reg = clusterservice.registration_reply(self, coll, confirmed, now, p.t0)
+            self.controller.publish("registered", f"collective {coll.name} registered: "
+                                    f"{len(reg.flows)} pinned flow(s), intent generation "
+                                    f"{gen}, in force", collective=coll.name)
+            LOG.info("[fabric %s] northbound: registered %s (%s) with %d flows; intent "
+                     "generation %d in force in %.1f ms", st.fabric.name, coll.name,
+                     " ".join(coll.ranks), len(reg.flows), gen, reg.confirmation.apply_ms)
+            if not p.future.done():
+                p.future.set_result(reg)
+        return True
 
     def _answer(self, ok: list[tuple[_Pending, Collective]], prop: Proposal) -> None:
         now = self.wall()
@@ -229,6 +321,12 @@ class FabricService:
                               "registered; change the policy instead")
         if name not in st.registered:
             raise NotFound(f"no registered collective {name[:64]!r}")
+        if self.cluster is not None:
+            conf, gen = await clusterservice.unregister(self.cluster, self, name)
+            self.controller.publish("unregistered", f"collective {name} unregistered",
+                                    collective=name)
+            LOG.info("[fabric %s] northbound: unregistered %s", st.fabric.name, name)
+            return conf, gen
         on = {n for d, p in st.placement.items() if d.collective == name for n in p[1:-1]}
         prop = await self.controller.propose(lambda s: CollectiveUnregistered(name))
         if not prop.ok:
@@ -306,6 +404,7 @@ class FabricService:
             "policy": {"generation": p.generation, "digest": p.digest, "source": p.source,
                        "applied_unix_s": p.applied_unix_s},
             "tables": tables,
+            "cluster": self.cluster.view() if self.cluster is not None else None,
         }
 
     def subscribe(self, kinds: frozenset[str] | None) -> Subscription:
@@ -336,6 +435,8 @@ class FabricService:
         problems = _registration_problems(policy, st, source_name)
         if problems:
             return self._refused(problems, dry_run, source_name)
+        if self.cluster is not None and not dry_run:
+            return await self._apply_in_cluster(document, source_name, policy)
         loop = asyncio.get_running_loop()
         try:
             placement = await loop.run_in_executor(
@@ -375,6 +476,54 @@ class FabricService:
                                 f"{_summary(diff)}")
         return PolicyApplyResult(True, False, (), diff, now_in.generation, now_in.digest, "",
                                  conf)
+
+    async def _apply_in_cluster(self, document: str, source: str,
+                                policy: Policy) -> PolicyApplyResult:
+        """ApplyPolicy through etcd (:mod:`controller.runtime.clusterservice`)."""
+        assert self.cluster is not None
+        cl = self.cluster
+        loop = asyncio.get_running_loop()
+        err = "the cluster's intent kept changing; apply again"
+        for _attempt in range(3):
+            st = self.state
+            cur = st.policy
+            try:
+                placement = await loop.run_in_executor(
+                    self.controller.executor, _replace_policy_placement, st, policy)
+            except ValueError as exc:
+                return self._refused([_problem(source, "collectives", str(exc))], False, source)
+            pif = PolicyInForce(policy, document, source, cur.generation + 1,
+                                digest_of(document), self.wall())
+            try:
+                done = await clusterservice.apply_policy(cl, st, document, source, pif,
+                                                         placement)
+            except StaleGeneration as exc:
+                await cl.wait_generation(exc.actual, cl.opts.confirm_timeout_s)
+                continue
+            except (PlanInvariantError, ValueError, NotConfirmed) as exc:
+                err = str(exc)
+                break
+            diff = switch_diffs(done.changes)
+            now_in = self.state.policy
+            conf = Confirmation(not done.pending, done.in_force_unix_s,
+                                (done.in_force_unix_s - pif.applied_unix_s) * 1e3
+                                if not done.pending else 0.0, done.confirmed, done.pending)
+            LOG.info("[fabric %s] policy generation %d (intent generation %d) applied from %s "
+                     "(sha256 %s): %s%s", st.fabric.name, now_in.generation, done.generation,
+                     source, now_in.digest, _summary(diff),
+                     f"; not yet confirmed on {', '.join(done.pending)}" if done.pending
+                     else "")
+            self.controller.publish("policy-applied", f"policy generation {now_in.generation} "
+                                    f"(sha256 {now_in.digest[:12]}) from {source}: "
+                                    f"{_summary(diff)}")
+            return PolicyApplyResult(True, False, (), diff, now_in.generation, now_in.digest,
+                                     "", conf)
+        cur = self.state.policy
+        LOG.error("[fabric %s] policy %s not applied, generation %d stays in force: %s",
+                  self.state.fabric.name, source, cur.generation, err)
+        self.controller.publish("apply-failed", f"policy {source} not applied, generation "
+                                f"{cur.generation} stays: {err}")
+        return PolicyApplyResult(False, False, (), (), cur.generation, cur.digest, err)
 
     def _refused(self, problems: Any, dry_run: bool, source: str) -> PolicyApplyResult:
         cur = self.state.policy

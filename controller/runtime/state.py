@@ -124,7 +124,8 @@ class RuntimeState:
     ``generation`` increases with every change of what the plan depends on (policy,
     registrations, placement, down links); a computation started for one generation is applied
     only if the state is still at it. ``plan_generation`` counts plans made current (exported).
-    ``timers``: when each periodic job is next due (s, monotonic).
+    ``timers``: when each periodic job is next due (s, monotonic). ``intent_generation``: in a
+    cluster, the generation of the intent in etcd this state holds (0 alone).
     """
 
     fabric: Fabric
@@ -142,6 +143,7 @@ class RuntimeState:
     generation: int = 0
     plan_generation: int = 0
     timers: Mapping[str, float] = field(default_factory=dict)
+    intent_generation: int = 0
 
     @property
     def down_links(self) -> DownLinks:

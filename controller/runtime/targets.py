@@ -81,11 +81,13 @@ def p4_pipeline(target: str, tofino_build: str | Path | None) -> tuple[Any, Any]
     return p4t, (p4t.p4info, blob)
 
 
-def p4_driver(fabric: Fabric, addresses: Mapping[str, str], opts: Any) -> Any:
+def p4_driver(fabric: Fabric, addresses: Mapping[str, str], opts: Any,
+              credentials: Any = None) -> Any:
     """The P4Runtime driver for the switches of ``addresses`` (options: ``p4_target``,
     ``tofino_build``, ``p4_election_id``, ``p4_liveness_interval_s``, ``p4_liveness_misses``:
     protected pinned hops fail over in the data plane after ``misses × interval`` without a
-    probe, the controller's own bound); counters are read on every fabric port."""
+    probe, the controller's own bound); counters are read on every fabric port;
+    ``credentials``: finsy's TLS channel credentials (None: plain text)."""
     from controller.drivers.p4runtime.driver import P4RuntimeDriver
 
     p4t, (p4info, blob) = p4_pipeline(opts.p4_target, opts.tofino_build)
@@ -97,4 +99,5 @@ def p4_driver(fabric: Fabric, addresses: Mapping[str, str], opts: Any) -> Any:
                                                  * interval_s * 1e6))
     return P4RuntimeDriver({n: (a, fabric.switch_by_name[n].dpid) for n, a in addresses.items()},
                            target=p4t, p4info=p4info, p4blob=blob,
-                           election_id=opts.p4_election_id, ports=ports, **kw)
+                           election_id=opts.p4_election_id, credentials=credentials,
+                           ports=ports, **kw)

@@ -11,11 +11,12 @@ OpenFlow bundle committed with ATOMIC|ORDERED; ordered P4Runtime batches) in thr
 3. **break** — every switch's deletes (entries, and next-hop sets no entry uses any more).
 
 Switches of one phase are written concurrently; a switch whose change lies in one phase gets one
-unit; a transaction on one switch only is one unit (no cross-switch order to keep). When a
-switch refuses its part (nothing of that part is in force on it), every part already confirmed
-is undone with its inverse, in reverse order, and the error names the switch and the entry.
-A part that cannot be undone (the switch went away) is reported; that switch is read back and
-reconciled when it returns.
+unit; a transaction on one switch only is one unit (no cross-switch order to keep). A switch
+whose mastership moved away meanwhile (the driver or the mastership says "not master") is
+pending, not a failure: its new master writes it. When a switch refuses its part (nothing of
+that part is in force on it), every part already confirmed is undone with its inverse, in
+reverse order, and the error names the switch and the entry. A part that cannot be undone (the
+switch went away) is reported; that switch is read back and reconciled when it returns.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ async def apply_transaction(changes: Mapping[str, SwitchChanges], apply: Apply,
     receipts: list[ApplyReceipt] = []
     t0 = time.perf_counter()
     failure: tuple[str, FlowIntent | None, str] | None = None
+    lost: set[str] = set()
     for part in phases(live):
         results = await asyncio.gather(*(apply(c.switch, c) for c in part),
                                        return_exceptions=True)
@@ -106,6 +108,8 @@ async def apply_transaction(changes: Mapping[str, SwitchChanges], apply: Apply,
                 receipts.append(r)
                 if on_confirmed is not None:
                     on_confirmed(c.switch, c)
+            elif isinstance(r, NotMaster):
+                lost.add(c.switch)  # mastership moved meanwhile: its new master writes it
             elif failure is None:
                 if isinstance(r, ApplyError):
                     failure = (c.switch, r.entry, str(r))
@@ -119,7 +123,8 @@ async def apply_transaction(changes: Mapping[str, SwitchChanges], apply: Apply,
     for rc in receipts:
         msgs.update(rc.messages)
     if failure is None:
-        confirmed = tuple(sorted({c.switch for c in done}))
+        confirmed = tuple(sorted({c.switch for c in done} - lost))
+        pending = tuple(sorted({*pending, *lost}))
         return TransactionResult(True, confirmed, pending, messages=dict(msgs),
                                  receipts=tuple(receipts),
                                  elapsed_ms=(time.perf_counter() - t0) * 1e3)

@@ -311,6 +311,10 @@ class FakeSwitch:
         t_discard = o.ONF_BCT_DISCARD_REQUEST if onf else o.OFPBCT_DISCARD_REQUEST
         cls = p.ONFBundleCtrlMsg if onf else p.OFPBundleCtrlMsg
         bid = m.bundle_id
+        if self._role() == "backup":
+            # Open vSwitch: handle_bundle_control() starts with reject_slave_controller()
+            self._error(m.xid, "OFPBRC_IS_SLAVE")
+            return
         if m.type == t_open:
             if bid in self._bundles:
                 self._error(m.xid, "OFPBFC_BUNDLE_EXIST")

@@ -100,9 +100,10 @@ def parse_register_read(text: str) -> int:
 
 def switch_command(binary: str, ports: Sequence[tuple[int, str]], *, device_id: int,
                    grpc_addr: str, log_file: Path | None, pcap_dir: Path | None,
-                   thrift_port: int = 9090) -> list[str]:
+                   thrift_port: int = 9090, target_args: Sequence[str] = ()) -> list[str]:
     """The simple_switch_grpc command line: ``ports`` as ``(port number, interface)``, no P4
-    program (the controller installs it with SetForwardingPipelineConfig)."""
+    program (the controller installs it with SetForwardingPipelineConfig); ``target_args``
+    go after ``--`` (e.g. :func:`controller.security.southbound.bmv2_grpc_tls_args`)."""
     cmd = [binary, "--device-id", str(device_id), "--thrift-port", str(thrift_port), "--no-p4"]
     for num, ifname in ports:
         cmd += ["-i", f"{num}@{ifname}"]
@@ -111,7 +112,7 @@ def switch_command(binary: str, ports: Sequence[tuple[int, str]], *, device_id: 
     if pcap_dir is not None:
         cmd += ["--pcap", str(pcap_dir)]
     cmd += ["--", "--grpc-server-addr", grpc_addr, "--cpu-port", str(CPU_PORT),
-            "--priority-queues", str(PRIORITY_QUEUES)]
+            "--priority-queues", str(PRIORITY_QUEUES), *target_args]
     return cmd
 
 
@@ -132,6 +133,8 @@ class NetnsSwitch:
     workdir: Path = field(default_factory=lambda: Path("/tmp"))
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     proc: subprocess.Popen[bytes] | None = None
+    #: simple_switch_grpc target options (after ``--``), e.g. its TLS server
+    target_args: tuple[str, ...] = ()
 
     @property
     def netns(self) -> str:
@@ -189,7 +192,8 @@ class NetnsSwitch:
             _ip("-n", self.netns, "link", "set", m_sw, "up")
             cmd = switch_command(binary, [(p, self._sw_if(p)) for p in range(1, self.ports + 1)],
                                  device_id=self.device_id, grpc_addr=self.grpc_address,
-                                 log_file=self.log_file, pcap_dir=None)
+                                 log_file=self.log_file, pcap_dir=None,
+                                 target_args=self.target_args)
             self.proc = subprocess.Popen(  # noqa: S603
                 ["ip", "netns", "exec", self.netns, "nice", "-n", "5", *cmd],
                 stdout=subprocess.DEVNULL, stderr=open(self.workdir / f"bmv2-{self.tag}.err", "wb"),

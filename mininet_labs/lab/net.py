@@ -453,23 +453,45 @@ MAX_BACKOFF_MS = 1000
 INACTIVITY_PROBE_MS = 5000
 
 
-def controller_rows(switches: Iterable[str], port: int) -> list[str]:
+def controller_rows(switches: Iterable[str], port: int | Sequence[int],
+                    tls: bool = False) -> list[str]:
     """The ``ovs-vsctl`` arguments (one transaction) that point every bridge of ``switches`` at
-    ``tcp:127.0.0.1:port`` through a new Controller row with :data:`MAX_BACKOFF_MS` and
+    ``tcp:127.0.0.1:PORT`` (``ssl:`` with ``tls``; one Controller row per port: the replicas of
+    a cluster) through new Controller rows with :data:`MAX_BACKOFF_MS` and
     :data:`INACTIVITY_PROBE_MS`, and keep ``fail_mode=secure`` (a bridge without its controller
     forwards with the entries it has and learns nothing). The one place a lab configures
     controllers."""
+    ports = [port] if isinstance(port, int) else list(port)
+    scheme = "ssl" if tls else "tcp"
     args: list[str] = []
     for i, sw in enumerate(switches):
-        args += ["--", f"--id=@c{i}", "create", "Controller", f"target=\"tcp:127.0.0.1:{port}\"",
-                 f"max_backoff={MAX_BACKOFF_MS}", f"inactivity_probe={INACTIVITY_PROBE_MS}",
-                 "--", "set", "Bridge", sw, f"controller=[@c{i}]", "fail_mode=secure"]
+        ids = []
+        for j, p in enumerate(ports):
+            ids.append(f"@c{i}_{j}")
+            args += ["--", f"--id=@c{i}_{j}", "create", "Controller",
+                     f"target=\"{scheme}:127.0.0.1:{p}\"", f"max_backoff={MAX_BACKOFF_MS}",
+                     f"inactivity_probe={INACTIVITY_PROBE_MS}"]
+        args += ["--", "set", "Bridge", sw, f"controller=[{','.join(ids)}]", "fail_mode=secure"]
     return args
 
 
-def set_controller(net: Any, port: int) -> None:
-    """Point every switch of ``net`` at ``tcp:127.0.0.1:port`` (:func:`controller_rows`)."""
-    _sh(["ovs-vsctl", *controller_rows([s.name for s in net.switches], port)], check=True)
+def set_controller(net: Any, port: int | Sequence[int], tls: bool = False) -> None:
+    """Point every switch of ``net`` at the controller(s) on ``port`` (:func:`controller_rows`;
+    ``tls``: ``ssl:`` targets, after :func:`set_switch_tls`)."""
+    _sh(["ovs-vsctl", *controller_rows([s.name for s in net.switches], port, tls)], check=True)
+
+
+def set_switch_tls(key: Path, cert: Path, ca: Path) -> None:
+    """Open vSwitch's TLS settings for ``ssl:`` controller targets: its private key, its
+    certificate, and the CA it verifies the controllers' certificates with (``ovs-vsctl
+    set-ssl``; one setting for the whole OVS instance: only a lab holding the lab lock sets
+    it, and :func:`clear_switch_tls` removes it)."""
+    _sh(["ovs-vsctl", "set-ssl", str(key), str(cert), str(ca)], check=True)
+
+
+def clear_switch_tls() -> None:
+    """Remove Open vSwitch's TLS settings (``ovs-vsctl del-ssl``)."""
+    _sh(["ovs-vsctl", "del-ssl"])
 
 
 def clear_switch_state(net: Any) -> None:

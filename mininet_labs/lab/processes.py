@@ -4,6 +4,9 @@
   (P4Runtime) in its own session and process group, log in ``OUT/controller-<variant>.log``; with
   telemetry, its gRPC API (:class:`controller.northbound.client.FabricClient`) and metrics URL,
   through which labs measure what the controller knows (link bytes, pinned paths, events).
+  :class:`ControllerSecurity` says how its channels are secured: ``--insecure`` by default (a
+  lab runs on loopback; the controller logs every plain-text channel), or the development
+  certificates and tokens of ``aifabric certs init`` (:meth:`ControllerSecurity.dev`).
 * :class:`HostProcesses`: workload processes inside Mininet hosts, each with a log and, usually, a
   JSON report; :meth:`HostProcesses.wait_all` waits for a group with one deadline and kills what
   is late; :meth:`HostProcesses.reports` reads the reports (a report with ``error`` is a failure).
@@ -61,6 +64,38 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+@dataclass(frozen=True)
+class ControllerSecurity:
+    """The security flags a lab's controller gets (``args``) and how the lab's client talks to
+    its northbound (``ca``, ``cert``, ``key``, ``token``; plain text when ``args`` has
+    ``--insecure`` and no ``ca``)."""
+
+    args: tuple[str, ...] = ("--insecure",)
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    token: str | None = None
+
+    @classmethod
+    def dev(cls, pki: Path, role: str = "operator") -> ControllerSecurity:
+        """The development PKI of ``aifabric certs init PKI``: the controller runs with
+        ``--certs PKI`` (TLS on OpenFlow and the northbound, tokens), the lab's client with
+        the CA, the ``role`` client certificate and that role's token."""
+        token = next(line.split()[1] for line in (pki / "tokens").read_text().splitlines()
+                     if line.strip() and not line.startswith("#") and line.split()[0] == role)
+        return cls(("--certs", str(pki)), pki / "ca.crt", pki / f"client-{role}.crt",
+                   pki / f"client-{role}.key", token)
+
+    def client(self, target: str, timeout_s: float = 10.0) -> Any:
+        """A :class:`~controller.northbound.client.FabricClient` for ``target``."""
+        from controller.northbound.client import FabricClient
+        from controller.security.transport import TLSFiles
+
+        tls = TLSFiles(self.cert, self.key, self.ca) if self.ca is not None else None
+        return FabricClient(target, timeout_s, tls=tls, token=self.token,
+                            insecure=tls is None and "--insecure" in self.args)
+
+
 @dataclass
 class ControllerSession:
     """A running controller (see the module docstring). ``port``: its OpenFlow port (0 for P4);
@@ -72,6 +107,7 @@ class ControllerSession:
     command: list[str]
     grpc_target: str | None = None
     metrics_url: str | None = None
+    security: ControllerSecurity = field(default_factory=ControllerSecurity)
     _client: Any = field(default=None, repr=False)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -113,7 +149,7 @@ class ControllerSession:
             self._client = None
         forget_pids("controller_pgids", [self.popen.pid])
         new = _launch(self.command, self.port, log_path, timeout_s, self.grpc_target,
-                      self.metrics_url, None)
+                      self.metrics_url, None, self.security, append_log=log_path == self.log_path)
         self.popen, self.log_path = new.popen, new.log_path
 
     def wait_log(self, text: str, timeout_s: float) -> None:
@@ -128,9 +164,7 @@ class ControllerSession:
         if self.grpc_target is None:
             raise RuntimeError("this controller was started without telemetry (no gRPC API)")
         if self._client is None:
-            from controller.northbound.client import FabricClient
-
-            self._client = FabricClient(self.grpc_target)
+            self._client = self.security.client(self.grpc_target)
         return self._client
 
     def link_bytes(self, after_wall_s: float | None = None, timeout_s: float = 15.0
@@ -234,10 +268,15 @@ class EventLog:
 def start_controller(topology: Path, policy: Path, log_path: Path, timeout_s: float,
                      args: Sequence[str] = (), telemetry: bool = False,
                      stats_interval_s: float = 1.0, southbound: str = "openflow",
-                     targets: Path | None = None, n_switches: int = 0) -> ControllerSession:
+                     targets: Path | None = None, n_switches: int = 0,
+                     security: ControllerSecurity | None = None,
+                     ports: tuple[int, int, int] | None = None,
+                     append_log: bool = False) -> ControllerSession:
     """Start a controller in its own session and wait until it is ready: an OpenFlow controller
     listens on a free port (and on its gRPC port with ``telemetry``); a P4 controller logs that
-    all ``n_switches`` switches are programmed.
+    all ``n_switches`` switches are programmed. ``security``: its channels (default
+    ``--insecure``); ``ports``: (OpenFlow, gRPC, metrics) to listen on instead of free ones (a
+    replica restarted where the switches expect it); ``append_log``: add to the log.
 
     Raises
     ------
@@ -245,37 +284,40 @@ def start_controller(topology: Path, policy: Path, log_path: Path, timeout_s: fl
         It exited or was not ready within ``timeout_s``; the message carries its log's tail.
     """
     grpc_target = metrics_url = None
+    sec = security or ControllerSecurity()
     if southbound == "p4runtime":
         port = 0
         cmd = [sys.executable, "-m", "controller.cli", "p4", "controller", "-t", str(topology),
-               "-p", str(policy), "--targets", str(targets), *args]
+               "-p", str(policy), "--targets", str(targets), *sec.args, *args]
     else:
-        port = free_port()
+        port = ports[0] if ports else free_port()
         cmd = [sys.executable, "-m", "controller.cli", "controller", "--topology", str(topology),
-               "--policy", str(policy), "--listen", f"127.0.0.1:{port}", *args]
+               "--policy", str(policy), "--listen", f"127.0.0.1:{port}", *sec.args, *args]
         if telemetry:
-            gport, mport = free_port(), free_port()
+            gport, mport = ports[1:] if ports else (free_port(), free_port())
             grpc_target, metrics_url = f"127.0.0.1:{gport}", f"http://127.0.0.1:{mport}/metrics"
             if "--stats-interval" not in args:
                 cmd += ["--stats-interval", f"{stats_interval_s:g}"]
             cmd += ["--grpc-listen", grpc_target, "--metrics-listen", f"127.0.0.1:{mport}"]
     return _launch(cmd, port, log_path, timeout_s, grpc_target, metrics_url,
-                   f"all {n_switches} switches programmed" if southbound == "p4runtime" else None)
+                   f"all {n_switches} switches programmed" if southbound == "p4runtime" else None,
+                   sec, append_log=append_log)
 
 
 def _launch(cmd: list[str], port: int, log_path: Path, timeout_s: float,
             grpc_target: str | None, metrics_url: str | None,
-            ready_line: str | None) -> ControllerSession:
-    """Run ``cmd`` in its own session, log in ``log_path``; wait until it listens on ``port``
-    (and gRPC), or logs ``ready_line``."""
+            ready_line: str | None, sec: ControllerSecurity, *,
+            append_log: bool = False) -> ControllerSession:
+    """Run ``cmd`` in its own session, log in ``log_path`` (appended to with ``append_log``);
+    wait until it listens on ``port`` (and gRPC), or logs ``ready_line``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log:
+    with open(log_path, "a" if append_log else "w") as log:
         log.write("# " + " ".join(cmd) + "\n")
         log.flush()
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              cwd=REPO_ROOT, env=child_env(), start_new_session=True)
     record_pids("controller_pgids", [p.pid])
-    ctl = ControllerSession(p, port, log_path, cmd, grpc_target, metrics_url)
+    ctl = ControllerSession(p, port, log_path, cmd, grpc_target, metrics_url, sec)
     try:
         if ready_line is not None:
             ctl.wait_log(ready_line, timeout_s)

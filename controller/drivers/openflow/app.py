@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -142,7 +143,7 @@ class OsKenBridge(app_manager.OSKenApp):
             c.close()
 
 
-def serve_connection(sock: socket.socket, address: Any) -> None:
+def serve_connection(sock: Any, address: Any) -> None:
     """os-ken's ``datapath_connection_factory``, minus a thread leak.
 
     With os-ken's native hub (plain threads), ``hub.kill`` does nothing, so when a connection
@@ -202,9 +203,11 @@ class OsKenHandle:
 
 def start_openflow(driver: OpenFlowDriver, sock: socket.socket, ready: threading.Event,
                    schedule: Callable[[float, Callable[[], None]], Any],
-                   limits: ListenerLimits | None = None) -> OsKenHandle:
+                   limits: ListenerLimits | None = None,
+                   tls: ssl.SSLContext | None = None) -> OsKenHandle:
     """Run os-ken with :class:`OsKenBridge` feeding ``driver``, accepting on ``sock`` through a
-    :class:`~.listener.HelloGate` that hands connections over once ``ready`` is set.
+    :class:`~.listener.HelloGate` that hands connections over once ``ready`` is set (over TLS
+    with ``tls``).
 
     os-ken's threads all start from one daemon thread (threads inherit the daemon flag), so none
     keeps the process alive. One os-ken per process (its application manager is a singleton).
@@ -227,7 +230,8 @@ def start_openflow(driver: OpenFlowDriver, sock: socket.socket, ready: threading
     gates: list[HelloGate] = []
 
     def server_factory(listen_info: Any, handle: Any = None, **_: Any) -> HelloGate:
-        gate = HelloGate(sock, serve_connection, hub.spawn, limits or ListenerLimits(), ready)
+        gate = HelloGate(sock, serve_connection, hub.spawn, limits or ListenerLimits(), ready,
+                         tls=tls)
         gates.append(gate)
         # The bridge must know its gate before the gate serves a connection: switches retrying
         # a restarted controller connect at once, and a handshake finished while ``gate`` was

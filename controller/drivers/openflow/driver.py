@@ -482,9 +482,15 @@ class OpenFlowDriver:
                     s.pending.pop(x, None)
                 raise
             finally:
-                s.bundle_errors.pop(bid, None)
+                errs = s.bundle_errors.pop(bid, [])
             for x in xids[1:-1]:
                 s.pending.pop(x, None)
+            if errs:
+                # an add refused while the commit went through (the bundle then lacked it):
+                # what the switch holds is unknown until read back
+                s.installed = None
+                x, why = errs[0]
+                raise ApplyError(switch, why, entry_of.get(x))
             s.installed, s.groups, s.stale, s.orphans = after, enc.groups, (), ()
             return ApplyReceipt(switch, dict(kinds), (time.perf_counter() - t0) * 1e3)
 

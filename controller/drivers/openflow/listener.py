@@ -14,6 +14,12 @@ itself, OpenFlow 1.3.5 §6.3.1); only then is it handed to os-ken. Bounds
 * ``max_unfinished``: at most this many connections may be waiting for a HELLO or a handshake;
   beyond that, new ones are closed on accept (and counted).
 
+**TLS** (``tls``: an ``ssl.SSLContext``; Open vSwitch ``ssl:`` targets): the accept stage also
+does the TLS handshake, without a thread and within ``hello_timeout_s`` (a client that fails
+it — no certificate, one of another CA, plain TCP — is closed and counted), then reads the first
+8 decrypted bytes (a TLS socket cannot peek) and hands os-ken a
+:class:`~.tls.TLSConnection` that returns them first.
+
 The socket is bound before the controller is ready (``ready`` event unset): switches that
 connect early are held — their HELLO waits in the socket — and handed over the moment the
 runtime is ready, so a restarted controller is reachable as soon as it listens. The deadlines
@@ -26,6 +32,7 @@ from __future__ import annotations
 import logging
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +63,7 @@ class ListenerStats:
     closed_no_hello: int = 0
     closed_not_openflow: int = 0
     closed_no_handshake: int = 0
+    closed_tls_failed: int = 0
 
 
 def bind_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
@@ -96,13 +104,18 @@ class HelloGate:
         Connections are handed over only once it is set (None: at once).
     clock : callable
         Monotonic seconds.
+    tls : ssl.SSLContext, optional
+        Server-side TLS for every connection (module docstring); None: plain TCP.
     """
 
-    def __init__(self, sock: socket.socket, handle: Callable[[socket.socket, Any], Any],
+    def __init__(self, sock: socket.socket, handle: Callable[[Any, Any], Any],
                  spawn: Callable[..., Any], limits: ListenerLimits = ListenerLimits(),
                  ready: threading.Event | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.sock = sock
+        self.tls = tls
+        self._tls_pending: dict[int, bytes | None] = {}  # fd -> None: handshaking; bytes: read
         self.handle = handle
         self.spawn = spawn
         self.limits = limits
@@ -111,8 +124,8 @@ class HelloGate:
         self.stats = ListenerStats()
         self._sel = selectors.DefaultSelector()
         self._waiting: dict[int, tuple[socket.socket, Any, float]] = {}  # fd -> sock, addr, due
-        self._held: dict[int, tuple[socket.socket, Any]] = {}  # HELLO seen, gate closed
-        self._handed: dict[Any, tuple[socket.socket, float]] = {}  # addr -> sock, due
+        self._held: dict[int, tuple[Any, Any]] = {}  # HELLO seen, gate closed
+        self._handed: dict[Any, tuple[Any, float]] = {}  # addr -> sock, due
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._opened_at: float | None = None
@@ -153,7 +166,7 @@ class HelloGate:
                     if key.fileobj is self.sock:
                         self._accept(now)
                     else:
-                        self._peek(key.fileobj, now)  # type: ignore[arg-type]
+                        self._peek(key.fileobj, now)
                 self._release_held(now)
                 self._expire(now)
         finally:
@@ -186,22 +199,38 @@ class HelloGate:
                 continue
             conn.setblocking(False)
             due = now + self.limits.hello_timeout_s
+            fd = conn.fileno()
+            if self.tls is not None:
+                try:
+                    conn = self.tls.wrap_socket(conn, server_side=True,
+                                                do_handshake_on_connect=False)
+                except (ssl.SSLError, OSError) as exc:
+                    self.stats.closed_tls_failed += 1
+                    LOG.info("[listener] %s: TLS refused (%s); closed", addr, exc)
+                    _close(conn)
+                    continue
+                self._tls_pending[fd] = None
             with self._lock:
-                self._waiting[conn.fileno()] = (conn, addr, due)
+                self._waiting[fd] = (conn, addr, due)
             self._sel.register(conn, selectors.EVENT_READ, addr)
 
-    def _peek(self, conn: socket.socket, now: float) -> None:
+    def _peek(self, conn: Any, now: float) -> None:
         fd = conn.fileno()
         entry = self._waiting.get(fd)
         if entry is None:
             return
         _, addr, _ = entry
-        try:
-            head = conn.recv(8, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            head = b""
+        if fd in self._tls_pending:
+            head = self._tls_read(fd, conn)
+            if head is None:
+                return
+        else:
+            try:
+                head = conn.recv(8, socket.MSG_PEEK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                head = b""
         if not head:
             self._drop(fd, "closed before HELLO", None)
             return
@@ -209,13 +238,54 @@ class HelloGate:
             return
         if head[0] == 0 or head[0] > MAX_OFP_VERSION or head[1] != OFPT_HELLO:
             self.stats.closed_not_openflow += 1
-            self._drop(fd, f"not an OpenFlow HELLO (first bytes {head.hex()})", logging.INFO)
+            self._drop(fd, f"not an OpenFlow HELLO (first bytes {head[:8].hex()})",
+                       logging.INFO)
             return
         self._sel.unregister(conn)
+        if fd in self._tls_pending:
+            from controller.drivers.openflow.tls import TLSConnection
+
+            conn = TLSConnection(conn, self._tls_pending.pop(fd) or b"")
         with self._lock:
             del self._waiting[fd]
             self._held[fd] = (conn, addr)
         self._release_held(now)
+
+    def _tls_read(self, fd: int, conn: ssl.SSLSocket) -> bytes | None:
+        """Advance the TLS handshake, then read up to the first 8 bytes; the bytes so far
+        (b"": closed or failed), or None while waiting for the peer."""
+        if self._tls_pending[fd] is None:
+            try:
+                conn.do_handshake()
+            except ssl.SSLWantReadError:
+                self._sel.modify(conn, selectors.EVENT_READ, self._waiting[fd][1])
+                return None
+            except ssl.SSLWantWriteError:
+                self._sel.modify(conn, selectors.EVENT_WRITE, self._waiting[fd][1])
+                return None
+            except (ssl.SSLError, OSError) as exc:
+                self.stats.closed_tls_failed += 1
+                LOG.info("[listener] %s: TLS handshake failed (%s); closed",
+                         self._waiting[fd][1], getattr(exc, "reason", None) or exc)
+                self._tls_pending.pop(fd, None)
+                self._drop(fd, "TLS handshake failed", None)
+                return None
+            self._tls_pending[fd] = b""
+            self._sel.modify(conn, selectors.EVENT_READ, self._waiting[fd][1])
+        buf = self._tls_pending[fd] or b""
+        while len(buf) < 8:
+            try:
+                chunk = conn.recv(8 - len(buf))
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                break
+            except (ssl.SSLError, OSError):
+                chunk = b""
+            if not chunk:
+                self._tls_pending.pop(fd, None)
+                return b""
+            buf += chunk
+        self._tls_pending[fd] = buf
+        return buf if len(buf) >= 8 else None
 
     def _release_held(self, now: float) -> None:
         if not self._held or not self._gate_open(now):
@@ -223,7 +293,7 @@ class HelloGate:
         with self._lock:
             held, self._held = self._held, {}
         for conn, addr in held.values():
-            conn.setblocking(True)
+            conn.setblocking(True)  # a TLSConnection stays non-blocking inside
             with self._lock:
                 self._handed[addr] = (conn, now + self.limits.handshake_timeout_s)
             self.stats.handed_over += 1
@@ -252,6 +322,7 @@ class HelloGate:
                 pass
 
     def _drop(self, fd: int, why: str, level: int | None) -> None:
+        self._tls_pending.pop(fd, None)
         with self._lock:
             entry = self._waiting.pop(fd, None)
         if entry is None:

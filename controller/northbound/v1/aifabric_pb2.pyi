@@ -145,20 +145,24 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SwitchStatus(_message.Message):
-    __slots__ = ("name", "dpid", "connected", "last_sample_age_s", "southbound", "role")
+    __slots__ = ("name", "dpid", "connected", "last_sample_age_s", "southbound", "role", "master", "master_token")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DPID_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     LAST_SAMPLE_AGE_S_FIELD_NUMBER: _ClassVar[int]
     SOUTHBOUND_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    MASTER_FIELD_NUMBER: _ClassVar[int]
+    MASTER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     name: str
     dpid: int
     connected: bool
     last_sample_age_s: float
     southbound: str
     role: str
-    def __init__(self, name: _Optional[str] = ..., dpid: _Optional[int] = ..., connected: bool = ..., last_sample_age_s: _Optional[float] = ..., southbound: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+    master: str
+    master_token: int
+    def __init__(self, name: _Optional[str] = ..., dpid: _Optional[int] = ..., connected: bool = ..., last_sample_age_s: _Optional[float] = ..., southbound: _Optional[str] = ..., role: _Optional[str] = ..., master: _Optional[str] = ..., master_token: _Optional[int] = ...) -> None: ...
 
 class LinkStatus(_message.Message):
     __slots__ = ("src", "dst", "up", "fabric_link", "capacity_bps", "rate_bps", "utilisation", "loss_ratio", "bytes_total", "dropped_total", "microbursts", "pinned_flows")
@@ -229,7 +233,7 @@ class HostPairBytes(_message.Message):
     def __init__(self, src: _Optional[str] = ..., dst: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("fabric", "routing_mode", "sample_interval_s", "plan_generation", "switches", "links", "collectives", "alerts", "traffic", "policy", "tables")
+    __slots__ = ("fabric", "routing_mode", "sample_interval_s", "plan_generation", "switches", "links", "collectives", "alerts", "traffic", "policy", "tables", "cluster")
     FABRIC_FIELD_NUMBER: _ClassVar[int]
     ROUTING_MODE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +245,7 @@ class GetStatusResponse(_message.Message):
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
     fabric: str
     routing_mode: str
     sample_interval_s: float
@@ -252,7 +257,8 @@ class GetStatusResponse(_message.Message):
     traffic: _containers.RepeatedCompositeFieldContainer[HostPairBytes]
     policy: PolicyStatus
     tables: TablesStatus
-    def __init__(self, fabric: _Optional[str] = ..., routing_mode: _Optional[str] = ..., sample_interval_s: _Optional[float] = ..., plan_generation: _Optional[int] = ..., switches: _Optional[_Iterable[_Union[SwitchStatus, _Mapping]]] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., collectives: _Optional[_Iterable[_Union[CollectiveStatus, _Mapping]]] = ..., alerts: _Optional[_Iterable[_Union[AlertStatus, _Mapping]]] = ..., traffic: _Optional[_Iterable[_Union[HostPairBytes, _Mapping]]] = ..., policy: _Optional[_Union[PolicyStatus, _Mapping]] = ..., tables: _Optional[_Union[TablesStatus, _Mapping]] = ...) -> None: ...
+    cluster: ClusterStatus
+    def __init__(self, fabric: _Optional[str] = ..., routing_mode: _Optional[str] = ..., sample_interval_s: _Optional[float] = ..., plan_generation: _Optional[int] = ..., switches: _Optional[_Iterable[_Union[SwitchStatus, _Mapping]]] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., collectives: _Optional[_Iterable[_Union[CollectiveStatus, _Mapping]]] = ..., alerts: _Optional[_Iterable[_Union[AlertStatus, _Mapping]]] = ..., traffic: _Optional[_Iterable[_Union[HostPairBytes, _Mapping]]] = ..., policy: _Optional[_Union[PolicyStatus, _Mapping]] = ..., tables: _Optional[_Union[TablesStatus, _Mapping]] = ..., cluster: _Optional[_Union[ClusterStatus, _Mapping]] = ...) -> None: ...
 
 class TablesStatus(_message.Message):
     __slots__ = ("switches", "notes", "fallback_flows")
@@ -277,6 +283,16 @@ class SwitchTables(_message.Message):
     room: int
     source: str
     def __init__(self, switch: _Optional[str] = ..., pinned_needed: _Optional[int] = ..., pinned: _Optional[int] = ..., room: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
+
+class ClusterStatus(_message.Message):
+    __slots__ = ("replica", "replicas", "intent_generation")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    INTENT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    replicas: _containers.RepeatedScalarFieldContainer[str]
+    intent_generation: int
+    def __init__(self, replica: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., intent_generation: _Optional[int] = ...) -> None: ...
 
 class PolicyStatus(_message.Message):
     __slots__ = ("generation", "digest", "source", "applied_unix_s")

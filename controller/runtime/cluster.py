@@ -1,0 +1,451 @@
+"""A controller replica of a cluster: the runtime wired to etcd (``aifabric controller --cluster
+etcd://HOST:PORT[,...] --replica NAME``).
+
+What etcd holds (:mod:`controller.cluster.store`, :mod:`controller.runtime.clustercodec`): the
+applied policy (document, generation, digest), the registered collectives and the placement of
+the pinned flows — everything :func:`controller.runtime.intent.intended_plan` depends on besides
+the down links, which every replica hears from the switches. Every replica follows that intent
+(:meth:`ClusterRuntime.start`: a watch turned into :class:`~controller.runtime.events.
+IntentSynced` events), so a replica that takes over a switch computes the plan its predecessor
+had and, reading the switch back, finds nothing to send.
+
+Mastership is per switch (:class:`~controller.cluster.mastership.MastershipService`: etcd leases,
+balanced across the live replicas). :class:`ClusterMastership` is the runtime's
+:class:`~controller.runtime.controller.Mastership` on it: master with the term's token
+(OpenFlow ``generation_id`` = token; P4Runtime ``election_id`` = token << 64), otherwise backup
+(OpenFlow SLAVE with the current master's token; P4Runtime with this replica's lease id, below
+every master's). Every role change becomes a role request to the switch
+(:meth:`~controller.runtime.controller.Controller.role_changed`); the runtime asks again right
+before every write, and the switches refuse a deposed master's writes themselves.
+
+Start-up order (:meth:`ClusterRuntime.start`): the intent is read (the first replica of an empty
+cluster commits its policy file and the initial placement), the mastership view is loaded
+without registering (:meth:`~controller.cluster.mastership.MastershipService.observe`), the
+switches connect as backups with the masters' tokens, and only then does the replica register
+and claim its share (a restarted replica takes switches only once it can write to them).
+
+Writes from the northbound go to etcd first (:mod:`controller.runtime.clusterservice`); each
+replica converges the switches it masters to the intent it watches and then says so under its
+lease (``acks/<replica>``: the intent generation and the switches that hold its plan), which
+:meth:`ClusterRuntime.wait_confirmed` waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aetcd
+
+from controller.cluster.etcd import TRANSIENT_ERRORS, EtcdClient, EtcdSettings, EtcdTLS
+from controller.cluster.keys import ClusterKeys
+from controller.cluster.lease import LeaseSettings
+from controller.cluster.mastership import MastershipEvent, MastershipService
+from controller.cluster.store import (
+    IntentChange,
+    IntentSnapshot,
+    IntentStore,
+    StaleGeneration,
+)
+from controller.drivers.southbound import Role, SouthboundKind
+from controller.errors import ConfigError
+from controller.model.topology import Fabric
+from controller.plan.model import empty_plan
+from controller.runtime.clustercodec import (
+    IntentDecodeError,
+    check_placement,
+    decode_placement,
+    encode_placement,
+    policy_in_force,
+    registered_from_spec,
+)
+from controller.runtime.events import IntentSynced
+from controller.runtime.intent import intended_plan
+from controller.runtime.state import Registered, RuntimeState
+
+LOG = logging.getLogger("aifabric.cluster")
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """``--cluster``/``--replica`` and their timings.
+
+    ``confirm_timeout_s``: how long a northbound write waits for the masters of the switches
+    it changes (then UNAVAILABLE); ``connect_wait_s``: how long a starting replica waits for
+    its switches to connect before it claims its share; ``start_timeout_s``: how long it waits
+    for etcd at start (then it exits).
+    """
+
+    url: str
+    replica: str
+    lease: LeaseSettings = LeaseSettings()
+    rpc_timeout_s: float = 0.5
+    etcd_tls: EtcdTLS | None = None
+    confirm_timeout_s: float = 10.0
+    connect_wait_s: float = 10.0
+    start_timeout_s: float = 15.0
+    advertise: Mapping[str, str] = field(default_factory=dict)
+
+
+class ClusterMastership:
+    """The runtime's :class:`~controller.runtime.controller.Mastership` on etcd (module
+    docstring). ``role_for`` reads the lease's validity from the clock each time."""
+
+    def __init__(self, service: MastershipService,
+                 southbound: Mapping[str, SouthboundKind]) -> None:
+        self.service = service
+        self.southbound = dict(southbound)
+        self._tokens: dict[str, int] = {}
+
+    def note(self, ev: MastershipEvent) -> None:
+        """Remember the latest token seen for a switch (a backup's SLAVE request carries it
+        while no master is known)."""
+        if ev.term is not None:
+            self._tokens[ev.switch] = max(self._tokens.get(ev.switch, 0), ev.term.token)
+
+    def role_for(self, switch: str) -> tuple[Role, int | None]:
+        term = self.service.term(switch)
+        p4 = self.southbound.get(switch) == "p4runtime"
+        if term is not None:
+            return "master", term.election_id if p4 else term.generation_id
+        if p4:
+            return "backup", self.service.backup_election_id or None
+        seen = self.service.masters().get(switch)
+        token = seen.token if seen is not None else self._tokens.get(switch)
+        return "backup", token
+
+
+class ClusterRuntime:
+    """One replica's link to the cluster (module docstring).
+
+    Parameters
+    ----------
+    opts : ClusterOptions
+    fabric : Fabric
+    southbound : mapping
+        Switch → ``openflow``/``p4runtime`` (the tokens differ).
+    resolve_policy : callable
+        ``(document, source) -> Policy``: a stored policy document validated as at start
+        (raises ConfigError).
+    client : EtcdClient, optional
+        Made from ``opts`` when None (tests pass their own).
+    """
+
+    def __init__(self, opts: ClusterOptions, fabric: Fabric,
+                 southbound: Mapping[str, SouthboundKind],
+                 resolve_policy: Callable[[str, str], Any], *,
+                 client: aetcd.Client | None = None) -> None:
+        self.opts = opts
+        self.fabric = fabric
+        self.keys = ClusterKeys(fabric.name)
+        self.client = client or EtcdClient(EtcdSettings.from_url(
+            opts.url, rpc_timeout_s=opts.rpc_timeout_s, tls=opts.etcd_tls))
+        self.store = IntentStore(self.client, self.keys, deadline_s=opts.start_timeout_s)
+        self.service = MastershipService(self.client, opts.replica,
+                                         [s.name for s in fabric.switches], keys=self.keys,
+                                         lease=opts.lease, advertise=opts.advertise)
+        self.mastership = ClusterMastership(self.service, southbound)
+        self._resolve_policy = resolve_policy
+        self._policies: dict[str, Any] = {}
+        self.ctl: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._acks: dict[str, tuple[int, frozenset[str]]] = {}
+        self._waiters: set[asyncio.Future[None]] = set()
+        self._ack_dirty = asyncio.Event()
+        self.last_snapshot: IntentSnapshot | None = None
+
+    # -- the intent --------------------------------------------------------------------------
+    async def read_or_seed(self, state: RuntimeState) -> IntentSnapshot:
+        """The intent in etcd; an empty cluster gets ``state``'s policy document and placement
+        first (one commit; a replica seeding at the same moment loses and reads the winner's).
+        Raises StoreUnavailable."""
+        snap = await self.store.snapshot()
+        if snap.generation == 0:
+            pol = state.policy
+            try:
+                snap = await self.store.commit(
+                    IntentChange(policy=(pol.document, pol.source),
+                                 placement=encode_placement(state.placement)),
+                    expected_generation=0, now_unix_s=pol.applied_unix_s or time.time())
+                LOG.info("[cluster] replica %s: the cluster had no intent; committed the "
+                         "policy %s (sha256 %s) as generation %d", self.opts.replica,
+                         pol.source, pol.digest[:12], snap.generation)
+            except StaleGeneration:
+                snap = await self.store.snapshot()
+        self.last_snapshot = snap
+        return snap
+
+    def resolve(self, snap: IntentSnapshot, state: RuntimeState) -> IntentSynced:
+        """The runtime event for a stored intent. Raises IntentDecodeError (the value named)."""
+        rec = snap.policy
+        if rec is None:
+            raise IntentDecodeError(f"intent generation {snap.generation} has no policy")
+        policy = self._policies.get(rec.digest)
+        if policy is None:
+            try:
+                policy = self._resolve_policy(rec.document, rec.source)
+            except ConfigError as exc:
+                raise IntentDecodeError(
+                    f"the policy of intent generation {snap.generation} ({rec.source}) is "
+                    f"invalid here: " + "; ".join(map(str, exc.problems[:3]))) from None
+            self._policies = {rec.digest: policy}
+        registered: dict[str, Registered] = {
+            n: registered_from_spec(n, c.spec) for n, c in sorted(snap.collectives.items())}
+        pif = policy_in_force(policy, rec.document, rec.source, rec.generation,
+                              rec.applied_unix_s)
+        effective = policy
+        if registered:
+            effective = policy.model_copy(update={"collectives": (
+                *policy.collectives, *(r.collective for r in registered.values()))})
+        placement = decode_placement(snap.placement) if snap.placement is not None else None
+        problems = (check_placement(self.fabric, effective, placement)
+                    if placement is not None else ["none stored"])
+        if placement is None or problems:
+            from controller.runtime.placement import initial_placement
+
+            LOG.warning("[cluster] the stored placement of intent generation %d does not fit "
+                        "(%s); pinning every flow again (the same on every replica)",
+                        snap.generation, "; ".join(problems))
+            placement = initial_placement(self.fabric, effective, state.down_links)
+        return IntentSynced(pif, registered, placement, snap.generation)
+
+    async def commit(self, change: IntentChange, expected_generation: int) -> IntentSnapshot:
+        """One intent commit (:meth:`~controller.cluster.store.IntentStore.commit`)."""
+        return await self.store.commit(change, expected_generation=expected_generation,
+                                       now_unix_s=time.time())
+
+    # -- start and stop ----------------------------------------------------------------------
+    async def observe(self) -> None:
+        """Load the mastership view (no registration yet): role requests get the masters'
+        tokens from the first connection on."""
+        await self.service.observe(self.opts.start_timeout_s)
+
+    def attach(self, ctl: Any) -> None:
+        """Feed ``ctl`` (a :class:`~controller.runtime.controller.Controller` whose
+        mastership is :attr:`mastership`) with role changes; write acks after its writes."""
+        self.ctl = ctl
+        self.service.add_listener(self._on_role)
+        ctl.after_write.append(self._ack_dirty.set)
+        ctl.listeners.append(self._on_step)
+
+    async def start(self, since: IntentSnapshot) -> None:
+        """Follow the intent from ``since``, write acks, wait (at most ``connect_wait_s``) for
+        the switches to connect, then register and claim this replica's share."""
+        loop = asyncio.get_running_loop()
+        for coro in (self._follow_intent(since), self._follow_acks(), self._write_acks()):
+            self._tasks.append(loop.create_task(coro))
+        t0 = time.monotonic()
+        names = [s.name for s in self.fabric.switches]
+        while time.monotonic() - t0 < self.opts.connect_wait_s:
+            if all(self.ctl.state.session(n).connected for n in names):
+                break
+            await asyncio.sleep(0.05)
+        n = sum(1 for x in names if self.ctl.state.session(x).connected)
+        LOG.info("[cluster] replica %s: %d of %d switches connected as backup after %.1f s; "
+                 "registering with the cluster", self.opts.replica, n, len(names),
+                 time.monotonic() - t0)
+        await self.service.start(self.opts.start_timeout_s)
+        LOG.info("[cluster] replica %s registered (lease %x, TTL %d s); live replicas: %s",
+                 self.opts.replica, self.service.lease_id, self.service.granted_ttl_s,
+                 ", ".join(self.service.replicas()))
+
+    async def stop(self) -> None:
+        """Step down from every switch (the others take over at once: the lease is revoked),
+        end the watches, close the client."""
+        try:
+            await asyncio.wait_for(self.service.stop(), 5.0)
+        except (TimeoutError, *TRANSIENT_ERRORS, aetcd.ClientError) as exc:
+            LOG.warning("[cluster] stopping the mastership: %s (the lease expires by itself)",
+                        exc)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        with contextlib.suppress(Exception):
+            await self.client.close()
+
+    # -- following etcd ------------------------------------------------------------------------
+    async def _follow_intent(self, since: IntentSnapshot) -> None:
+        async for snap in self.store.watch(since):
+            self.last_snapshot = snap
+            try:
+                ev = self.resolve(snap, self.ctl.state)
+            except IntentDecodeError as exc:
+                LOG.error("[cluster] intent generation %d not adopted: %s", snap.generation,
+                          exc)
+                continue
+            self.ctl.handle(ev)
+            self._ack_dirty.set()
+            self._poke()
+
+    def _on_role(self, ev: MastershipEvent) -> None:
+        self.mastership.note(ev)
+        self._poke()
+        self._ack_dirty.set()
+        if self.ctl is not None:
+            self.ctl.role_changed(ev.switch)
+
+    def _on_step(self, ev: Any, step: Any) -> None:
+        from controller.runtime.events import PlacementReady
+
+        if isinstance(ev, PlacementReady) and step.changes and self.ctl is not None:
+            st = step.state
+            if st.placement is not None:
+                asyncio.get_running_loop().create_task(self._commit_placement(st))
+
+    async def _commit_placement(self, st: RuntimeState) -> None:
+        """A placement this replica computed (a repair, a re-balance) goes to etcd, so every
+        replica programs the same one; a concurrent commit wins and brings its own."""
+        try:
+            await self.commit(IntentChange(placement=encode_placement(st.placement)),
+                              st.intent_generation)
+        except StaleGeneration:
+            return
+        except Exception as exc:  # noqa: BLE001 - etcd unreachable: the next decision retries
+            LOG.warning("[cluster] placement not committed: %s", exc)
+
+    async def _follow_acks(self) -> None:
+        prefix = self.keys.acks_prefix
+        revision = 0
+        while True:
+            try:
+                if revision == 0:
+                    rng = await self.client.get_prefix(prefix)
+                    self._acks = {}
+                    for kv in rng:
+                        self._ack_put(kv.value)
+                    revision = rng.header.revision
+                    self._poke()
+                watch = await self.client.watch_prefix(prefix, start_revision=revision + 1)
+                async for ev in watch:
+                    revision = max(revision, ev.kv.mod_revision)
+                    if ev.kind == "PUT":
+                        self._ack_put(ev.kv.value)
+                    else:
+                        self._acks.pop(ev.kv.key[len(prefix):].decode(), None)
+                    self._poke()
+            except aetcd.RevisionCompactedError:
+                revision = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any stream failure: resume
+                LOG.debug("[cluster] ack watch failed (%s); resuming", exc)
+                await asyncio.sleep(0.05)
+
+    def _ack_put(self, raw: bytes) -> None:
+        try:
+            d = json.loads(raw)
+            self._acks[str(d["replica"])] = (int(d["generation"]), frozenset(d["in_force"]))
+        except (ValueError, KeyError, TypeError):
+            LOG.warning("[cluster] ignoring a malformed ack %r", raw[:80])
+
+    def in_force(self) -> frozenset[str]:
+        """The switches this replica masters that hold the plan of its state now."""
+        ctl = self.ctl
+        st = ctl.state
+        target = intended_plan(st).switches
+        out = set()
+        for n in st.writable():
+            sw = st.fabric.switch_by_name[n]
+            if ctl.installed.get(n) == target.get(n, empty_plan(n, sw.dpid)):
+                out.add(n)
+        return frozenset(out)
+
+    async def _write_acks(self) -> None:
+        last: tuple[int, bytes] | None = None
+        while True:
+            await self._ack_dirty.wait()
+            self._ack_dirty.clear()
+            await asyncio.sleep(0)   # one write for a burst of changes
+            lease = self.service.lease_id
+            if not lease:
+                continue
+            value = json.dumps({"replica": self.opts.replica,
+                                "generation": self.ctl.state.intent_generation,
+                                "in_force": sorted(self.in_force())}).encode()
+            if last == (lease, value):
+                continue
+            try:
+                await self.client.put(self.keys.ack(self.opts.replica), value, lease=lease)
+                last = (lease, value)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - etcd away or the lease ended: retry
+                LOG.debug("[cluster] ack not written (%s); retrying", exc)
+                await asyncio.sleep(0.1)
+                self._ack_dirty.set()
+
+    # -- waiting for confirmations -------------------------------------------------------------
+    def _poke(self) -> None:
+        for f in self._waiters:
+            if not f.done():
+                f.set_result(None)
+        self._waiters.clear()
+
+    async def _changed(self, timeout_s: float) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(fut)
+        try:
+            await asyncio.wait_for(fut, min(timeout_s, 0.25))
+        except TimeoutError:
+            pass
+        finally:
+            self._waiters.discard(fut)
+
+    def confirmed(self, switches: Iterable[str], generation: int) -> frozenset[str]:
+        """Those of ``switches`` whose current master said it holds the plan of intent
+        ``generation`` (or a later one)."""
+        masters = self.service.masters()
+        live = set(self.service.replicas())
+        out = set()
+        for s in switches:
+            m = masters.get(s)
+            if m is None or m.replica not in live:
+                continue
+            ack = self._acks.get(m.replica)
+            if ack is not None and ack[0] >= generation and s in ack[1]:
+                out.add(s)
+        return frozenset(out)
+
+    async def wait_generation(self, generation: int, timeout_s: float) -> bool:
+        """Wait until this replica's state holds intent ``generation`` (the watch brought it);
+        False on timeout."""
+        end = time.monotonic() + timeout_s
+        while self.ctl.state.intent_generation < generation:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            await self._changed(left)
+        return True
+
+    async def wait_confirmed(self, switches: Collection[str], generation: int,
+                             timeout_s: float | None = None
+                             ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Wait until the masters of ``switches`` confirmed intent ``generation``, at most
+        ``timeout_s`` (default ``confirm_timeout_s``). Returns (confirmed, pending)."""
+        want = frozenset(switches)
+        end = time.monotonic() + (self.opts.confirm_timeout_s if timeout_s is None
+                                  else timeout_s)
+        while True:
+            got = self.confirmed(want, generation)
+            left = end - time.monotonic()
+            if got == want or left <= 0:
+                return tuple(sorted(got)), tuple(sorted(want - got))
+            await self._changed(left)
+
+    # -- status ---------------------------------------------------------------------------------
+    def view(self) -> dict[str, Any]:
+        """Who masters which switch, the live replicas, and this replica's intent generation
+        (for ``aifabric status``)."""
+        masters = self.service.masters()
+        return {"replica": self.opts.replica, "replicas": list(self.service.replicas()),
+                "masters": {s: (t.replica, t.token) for s, t in masters.items()},
+                "intent_generation": self.ctl.state.intent_generation if self.ctl else 0}

@@ -1,0 +1,58 @@
+"""Fencing enforced by BMv2 itself (issue 14, "done means": a deposed master's write refused by
+BMv2 — lower election_id): two controllers get their mastership terms of one switch from an etcd
+handover (as in ``tests/test_fencing_ovs.py``) and connect to a real ``simple_switch_grpc`` with
+``election_id = token << 64`` (:attr:`controller.cluster.fencing.MastershipTerm.election_id`).
+
+P4Runtime spec §5 (client arbitration): the client with the highest election_id is the primary;
+a Write from any other client is refused with PERMISSION_DENIED, and a client that arbitrates with
+a lower id than the primary's is a backup. So once the new master has arbitrated, the deposed
+master's write is refused by the switch, and its reconnection does not make it primary again.
+
+Skips without BMv2, the compiled fabric program, etcd or root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from controller.drivers.p4runtime.client import NotPrimaryError, P4Switch, WriteError
+from controller.drivers.p4runtime.encode import qos_entries
+from controller.drivers.p4runtime.pipeline import P4INFO_TXT
+from controller.drivers.p4runtime.reconcile import Update
+from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason
+from tests.test_fencing_ovs import _terms_from_a_handover
+
+_why = bmv2_missing_reason() or (None if P4INFO_TXT.exists() else "p4/fabric/build not compiled")
+pytestmark = [pytest.mark.mininet, pytest.mark.skipif(_why is not None, reason=_why or "")]
+
+
+def _entry(port: int, threshold: int) -> list[Update]:
+    qos = {"tables": [{"table": "ecn_threshold", "match": {"egress_port": port, "priority": 0},
+                       "action": "mark_ecn", "params": {"threshold_pkts": threshold}}]}
+    return [Update("insert", e) for e in qos_entries("leaf1", qos)]
+
+
+def test_deposed_master_is_refused_by_bmv2(etcd_cluster, tmp_path):
+    old_token, new_token = _terms_from_a_handover(etcd_cluster)
+    assert new_token > old_token
+    with NetnsSwitch(ports=4, device_id=3, workdir=tmp_path) as bmv2:
+        async def go() -> None:
+            old = P4Switch("leaf1", bmv2.grpc_address, 3, election_id=old_token << 64)
+            async with old:
+                await old.write_batch(_entry(1, 5))        # still the master: accepted
+                new = P4Switch("leaf1", bmv2.grpc_address, 3, election_id=new_token << 64)
+                async with new:
+                    await asyncio.sleep(0.2)                 # the arbitration update reaches old
+                    with pytest.raises(WriteError) as ei:
+                        await old.write_batch(_entry(2, 6))
+                    assert "PERMISSION_DENIED" in str(ei.value), str(ei.value)
+                    await new.write_batch(_entry(2, 6))      # the new master writes
+                    # the deposed master connecting again is a backup, not primary
+                    with pytest.raises(NotPrimaryError):
+                        async with P4Switch("leaf1", bmv2.grpc_address, 3,
+                                            election_id=old_token << 64):
+                            pass
+
+        asyncio.run(go())
