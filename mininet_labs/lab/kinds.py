@@ -17,6 +17,7 @@ KINDS: dict[str, str] = {
     "qos-priority": "mininet_labs.labs.qos_priority:LAB",
     "adaptive-reroute": "mininet_labs.labs.adaptive_reroute:LAB",
     "link-failure": "mininet_labs.labs.link_failure:LAB",
+    "subflow-failure": "mininet_labs.labs.subflow_failure:LAB",
     "cross-dc": "mininet_labs.labs.cross_dc:LAB",
     "telemetry": "mininet_labs.labs.telemetry:LAB",
     "ecn-marking-p4": "mininet_labs.labs.ecn_marking_p4:LAB",
