@@ -75,7 +75,9 @@ def ratios_by_variant(records: Sequence[Mapping[str, Any]]) -> dict[str, list[fl
 
 def summarize(records: Sequence[Mapping[str, Any]], fluid_bps: float, intact_fluid_bps: float,
               link_rate_bps: float, min_gain: float, target_ratio: float) -> dict[str, Any]:
-    """Per variant: busbw/bound mean, min, max, n and the placement bounds seen; the gain of
+    """Per variant: busbw/bound mean, min, max, n, the mean over runs of the slower ring's
+    busbw/bound (the rings share the bottleneck; the one that finishes first frees it for the
+    other) and the placement bounds seen; the gain of
     the pinned variant with the most connections per peer over ``pinned-1`` (difference of the
     means of busbw/fluid bound) and the thresholds the verdicts use."""
     ratios = ratios_by_variant(records)
@@ -83,8 +85,12 @@ def summarize(records: Sequence[Mapping[str, Any]], fluid_bps: float, intact_flu
     for name, xs in ratios.items():
         pb = sorted({r["placement_bound_bps"] for r in records
                      if r["variant"] == name and r.get("placement_bound_bps") is not None})
+        slowest = [min(c["busbw_over_bound"] for c in r["collectives"]) for r in records
+                   if r["variant"] == name and r["collectives"]
+                   and all(c.get("busbw_over_bound") is not None for c in r["collectives"])]
         variants[name] = {"n": len(xs), "mean": round(mean(xs), 4) if xs else None,
                           "min": min(xs, default=None), "max": max(xs, default=None),
+                          "slowest_ring_mean": round(mean(slowest), 4) if slowest else None,
                           "placement_bounds_bps": pb}
     pinned = sorted((int(n.removeprefix(PINNED_PREFIX)), n) for n in variants
                     if n.startswith(PINNED_PREFIX))
@@ -116,7 +122,9 @@ def verdicts(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -
     n_pinned = sum(len(r["collectives"]) for r in pinned)
     fluid = summary["fluid_bound_bps"]
     vs = summary["variants"]
-    means = ", ".join(f"{n} {v['mean']:.3f}" for n, v in vs.items() if v["mean"] is not None)
+    means = ", ".join(f"{n} {v['mean']:.3f}" + ("" if v["slowest_ring_mean"] is None else
+                                                 f" (slower ring {v['slowest_ring_mean']:.3f})")
+                      for n, v in vs.items() if v["mean"] is not None)
     pbs = "; ".join(f"{n} {'/'.join(f'{b / 1e6:g}' for b in v['placement_bounds_bps'])}"
                     for n, v in vs.items() if v["placement_bounds_bps"])
     gain = summary["gain"]
