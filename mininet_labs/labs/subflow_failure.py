@@ -62,7 +62,8 @@ from mininet_labs.lab.schema import (
 )
 from mininet_labs.lab.wait import wait_until
 
-#: The controller's log quiet this long after a link event: repair and re-optimisation done.
+#: The controller's log (telemetry alerts aside) quiet this long after a link event: repair
+#: and re-optimisation done.
 QUIET_S = 3.0
 
 
@@ -200,12 +201,14 @@ class SubflowFailure(Lab):
         state = {"size": -1, "since": 0.0}
 
         def ready() -> bool:
-            text = ctl.log_path.read_text(errors="replace")
-            if f" {word}: " not in text[offset:]:
+            text = ctl.log_path.read_text(errors="replace")[offset:]
+            if f" {word}: " not in text:
                 return False
             now = time.monotonic()
-            if len(text) != state["size"]:
-                state["size"], state["since"] = len(text), now
+            # telemetry alerts (utilisation over windows) are no decisions: not counted
+            size = sum(len(ln) for ln in text.splitlines() if " alert " not in ln)
+            if size != state["size"]:
+                state["size"], state["since"] = size, now
                 return False
             if now - state["since"] < QUIET_S:
                 return False
