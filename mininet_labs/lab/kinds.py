@@ -19,6 +19,7 @@ KINDS: dict[str, str] = {
     "link-failure": "mininet_labs.labs.link_failure:LAB",
     "controller-restart": "mininet_labs.labs.controller_restart:LAB",
     "policy-reload": "mininet_labs.labs.policy_reload:LAB",
+    "subflow-failure": "mininet_labs.labs.subflow_failure:LAB",
     "cross-dc": "mininet_labs.labs.cross_dc:LAB",
     "telemetry": "mininet_labs.labs.telemetry:LAB",
     "ecn-marking-p4": "mininet_labs.labs.ecn_marking_p4:LAB",
