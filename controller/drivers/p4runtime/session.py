@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import finsy as fy
 from finsy.grpcutil import GRPCCredentialsTLS, GRPCOptions, grpc_channel
@@ -313,7 +313,7 @@ class P4Session:
         except Exception as exc:  # noqa: BLE001 - a gRPC status: the drivers import no grpc
             if not hasattr(exc, "trailing_metadata"):
                 raise
-            err = P4ClientError(exc, "Write", msg=req)  # type: ignore[arg-type]
+            err = P4ClientError(cast(Any, exc), "Write", msg=req)  # a grpc.RpcError
             if _code(err) == "PERMISSION_DENIED":
                 self._demote(err.message)
                 raise Demoted(f"{self.name}: write refused, we were demoted ({err.message}); "
@@ -338,7 +338,7 @@ class P4Session:
         except Exception as exc:  # noqa: BLE001 - a gRPC status: the drivers import no grpc
             if not hasattr(exc, "trailing_metadata"):
                 raise
-            raise P4ClientError(exc, "Read") from None  # type: ignore[arg-type]
+            raise P4ClientError(cast(Any, exc), "Read") from None  # a grpc.RpcError
 
     async def packet_out(self, packet: p4r.PacketOut) -> None:
         """Send a packet-out (only the primary may, §16.1)."""
