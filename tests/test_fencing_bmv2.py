@@ -14,10 +14,11 @@ Skips without BMv2, the compiled fabric program, etcd or root.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
-from controller.drivers.p4runtime.client import NotPrimaryError, P4Switch, WriteError
+from controller.drivers.p4runtime.client import NotPrimaryError, P4Switch
 from controller.drivers.p4runtime.encode import qos_entries
 from controller.drivers.p4runtime.pipeline import P4INFO_TXT
 from controller.drivers.p4runtime.reconcile import Update
@@ -39,20 +40,30 @@ def test_deposed_master_is_refused_by_bmv2(etcd_cluster, tmp_path):
     assert new_token > old_token
     with NetnsSwitch(ports=4, device_id=3, workdir=tmp_path) as bmv2:
         async def go() -> None:
-            old = P4Switch("leaf1", bmv2.grpc_address, 3, election_id=old_token << 64)
-            async with old:
-                await old.write_batch(_entry(1, 5))        # still the master: accepted
-                new = P4Switch("leaf1", bmv2.grpc_address, 3, election_id=new_token << 64)
-                async with new:
+            new = P4Switch("leaf1", bmv2.grpc_address, 3, election_id=new_token << 64)
+            async with contextlib.AsyncExitStack() as outer:
+                old = P4Switch("leaf1", bmv2.grpc_address, 3, election_id=old_token << 64)
+                async with old:
+                    await old.write_batch(_entry(1, 5))        # still the master: accepted
+                    await outer.enter_async_context(new)
                     await asyncio.sleep(0.2)                 # the arbitration update reaches old
-                    with pytest.raises(WriteError) as ei:
+                    # the old client heard it is a backup now: it sends nothing
+                    with pytest.raises(NotPrimaryError):
                         await old.write_batch(_entry(2, 6))
+                    # a zombie that did not hear it sends the write anyway (its stale
+                    # election_id in the request, as P4Runtime §5 puts it there): BMv2 refuses
+                    req = old.session.write_request()
+                    old.codec.fill_updates(req.updates, _entry(2, 6))
+                    assert req.election_id.high == old_token
+                    with pytest.raises(Exception) as ei:  # grpc.aio.AioRpcError
+                        await old.session._stub.Write(req, timeout=10)
                     assert "PERMISSION_DENIED" in str(ei.value), str(ei.value)
                     await new.write_batch(_entry(2, 6))      # the new master writes
-                    # the deposed master connecting again is a backup, not primary
-                    with pytest.raises(NotPrimaryError):
-                        async with P4Switch("leaf1", bmv2.grpc_address, 3,
-                                            election_id=old_token << 64):
-                            pass
+                # the deposed master connecting again (its old session closed) is a backup,
+                # not primary, while the new master holds the switch
+                with pytest.raises(NotPrimaryError):
+                    async with P4Switch("leaf1", bmv2.grpc_address, 3,
+                                        election_id=old_token << 64):
+                        pass
 
         asyncio.run(go())

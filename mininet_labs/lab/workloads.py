@@ -119,6 +119,9 @@ def torch_command(ctx: RunContext, coll: Collective, rank: int, w: Any, seed: in
                 str(w.batch), "--bucket-cap-mb", f"{w.bucket_cap_mb:g}", "--lr", f"{w.lr:g}"]
     if register_target is not None:
         cmd += ["--register", register_target, "--job", ctx.exp.spec.name, "--name", coll.name]
+        ctl = ctx.controller
+        if ctl is None or "--insecure" in ctl.security.args:
+            cmd.append("--insecure")  # the lab's controller is plain text (TLS: no client certs)
     return cmd, env
 
 

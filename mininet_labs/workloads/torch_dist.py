@@ -60,17 +60,18 @@ def gloo_ring_order(ranks: Sequence[str]) -> list[str]:
     return [ranks[0], *reversed(ranks[1:])]
 
 
-def gloo_ring_client(target: str) -> Any:
+def gloo_ring_client(target: str, insecure: bool = False) -> Any:
     """A :class:`~controller.northbound.client.FabricClient` for ``target`` whose ``register``
     pins the ring in gloo's direction (:func:`gloo_ring_order`): ``register_process_group``
-    hands it the ranks in process-group order, rank i → rank i + 1."""
+    hands it the ranks in process-group order, rank i → rank i + 1. ``insecure``: plain text
+    (the lab's controller runs with ``--insecure``; the client refuses plain text otherwise)."""
     from controller.northbound.client import FabricClient
 
     class GlooRingClient(FabricClient):
         def register(self, job: str, name: str, ranks: Sequence[str], **kwargs: Any) -> Any:
             return super().register(job, name, gloo_ring_order(list(ranks)), **kwargs)
 
-    return GlooRingClient(target, timeout_s=60.0)
+    return GlooRingClient(target, timeout_s=60.0, insecure=insecure)
 
 
 def _init(a: argparse.Namespace) -> dict[str, Any]:
@@ -87,7 +88,7 @@ def _init(a: argparse.Namespace) -> dict[str, Any]:
         from controller.northbound.client import register_process_group
 
         t0 = time.perf_counter()
-        with gloo_ring_client(a.register) as fabric:
+        with gloo_ring_client(a.register, insecure=a.insecure) as fabric:
             reply = register_process_group(fabric, job=a.job, name=a.name, address=a.address)
         reg = {"registered": True, "collective": reply.collective,
                "in_force": reply.confirmation.in_force,
@@ -267,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     common.add_argument("--address", help="this rank's IPv4 address (for the registration)")
     common.add_argument("--timeout-s", type=float, default=600.0)
     common.add_argument("--register", help="the controller's gRPC target (HOST:PORT or unix:PATH)")
+    common.add_argument("--insecure", action="store_true",
+                        help="register over plain text (a lab controller run with --insecure)")
     common.add_argument("--job", default="lab")
     common.add_argument("--name", default="torch")
     common.add_argument("--out", type=Path, required=True)
