@@ -91,6 +91,8 @@ class ProbeSettings(StrictModel):
 class ExpectSpec(StrictModel):
     max_gap: Annotated[Seconds, Field(ge=0)] = 5e-3
     max_lost: Annotated[int, Field(ge=0, strict=True)] = 0
+    # issue 12: every switch reconciled within this long of the restarted runtime being ready
+    max_reconnect: Annotated[Seconds, Field(gt=0)] = 1.0
 
 
 class Spec(FabricExperimentSpec):
@@ -301,7 +303,15 @@ class ControllerRestart(Lab):
                               f"{st['flow_mods']} flow-mods, {st['group_mods']} group-mods "
                               f"(controller metrics), all reconciled {st['reconciled_after_ready_s']} s "
                               "after the runtime was ready"
-                              for st in steps))]
+                              for st in steps)),
+            Verdict("reconnected_within",
+                    bool(steps) and all(st["reconciled_after_ready_s"] is not None
+                                        and st["reconciled_after_ready_s"] <= e.max_reconnect
+                                        for st in steps),
+                    "; ".join(f"{st['step']}: every switch reconciled "
+                              f"{st['reconciled_after_ready_s']} s after the runtime was ready"
+                              for st in steps) + f" (bound {e.max_reconnect:g} s)",
+                    timing_sensitive=True)]
 
     def report(self, exp: Any, records: list[dict[str, Any]], summary: dict[str, Any]
                ) -> list[Any]:

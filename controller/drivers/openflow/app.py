@@ -24,6 +24,7 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
+from controller.drivers.openflow import tablefeatures
 from controller.drivers.openflow.driver import OpenFlowDriver
 from controller.drivers.openflow.listener import HelloGate, ListenerLimits
 
@@ -227,6 +228,7 @@ def start_openflow(driver: OpenFlowDriver, sock: socket.socket, ready: threading
     from os_ken.lib import hub
     # isort: on
 
+    tablefeatures.install()
     gates: list[HelloGate] = []
 
     def server_factory(listen_info: Any, handle: Any = None, **_: Any) -> HelloGate:
