@@ -40,11 +40,11 @@ QOS = {"tables": [{"table": "ecn_threshold", "match": {"egress_port": 3, "priori
 
 class _Controller:
     def __init__(self, tmp: Path, targets: Path, name: str,
-                 extra: list[str] | None = None) -> None:
+                 extra: list[str] | None = None, policy: Path = PINNED_POLICY) -> None:
         self.log = tmp / f"{name}.log"
         self.metrics = free_port()
         cmd = [sys.executable, "-m", "controller.cli", "controller", "-t", str(MAIN_TOPOLOGY),
-               "-p", str(PINNED_POLICY), "--listen", f"127.0.0.1:{free_port()}",
+               "-p", str(policy), "--listen", f"127.0.0.1:{free_port()}",
                "--p4-targets", str(targets), "--metrics-listen", f"127.0.0.1:{self.metrics}",
                "--insecure", *(extra or [])]
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
