@@ -554,8 +554,13 @@ def _tick(state: RuntimeState, now_s: float, fx: list[Effect]) -> Step:
             fx.append(AlertRound(now_s))
         kinds = frozenset({"ports", "entries", "queues"} if cfg.telemetry
                           else {"ports", "entries"})
+        # the re-balancer reads queue depth where a switch counts it (P4)
+        depth = cfg.rebalance is not None and cfg.standing_depth is not None
         for name in sorted(state.connected()):
-            fx.append(RequestCounters(name, kinds))  # type: ignore[arg-type]
+            feats = state.switches[name].features
+            k = kinds | {"queues"} if depth and feats is not None \
+                and "queue_depth" in feats.capabilities else kinds
+            fx.append(RequestCounters(name, k))  # type: ignore[arg-type]
     if _due(state, "retry", cfg.retry_interval_s, now_s, timers):
         fx.append(Converge("retry"))
     return Step(replace(new, timers=timers), {}, tuple(fx))

@@ -17,6 +17,7 @@ KINDS: dict[str, str] = {
     "qos-priority": "mininet_labs.labs.qos_priority:LAB",
     "adaptive-reroute": "mininet_labs.labs.adaptive_reroute:LAB",
     "link-failure": "mininet_labs.labs.link_failure:LAB",
+    "link-failure-p4": "mininet_labs.labs.link_failure:BMV2",
     "controller-restart": "mininet_labs.labs.controller_restart:LAB",
     "policy-reload": "mininet_labs.labs.policy_reload:LAB",
     "subflow-failure": "mininet_labs.labs.subflow_failure:LAB",
