@@ -1,9 +1,10 @@
 """The processes a lab starts, and the one way it starts, waits for and stops them.
 
 * :class:`ControllerSession`: ``aifabric controller`` (OpenFlow switches, or with
-  ``--p4-targets`` P4Runtime ones) in its own session and process group, log in ``OUT/controller-<variant>.log``; with
-  telemetry, its gRPC API (:class:`controller.northbound.client.FabricClient`) and metrics URL,
-  through which labs measure what the controller knows (link bytes, pinned paths, events).
+  ``--p4-targets`` P4Runtime ones) in its own session and process group, log in
+  ``OUT/controller-<variant>.log``; with telemetry, its gRPC API
+  (:class:`controller.northbound.client.FabricClient`) and metrics URL, through which labs
+  measure what the controller knows (link bytes, pinned paths, events).
   :class:`ControllerSecurity` says how its channels are secured: ``--insecure`` by default (a
   lab runs on loopback; the controller logs every plain-text channel), or the development
   certificates and tokens of ``aifabric certs init`` (:meth:`ControllerSecurity.dev`).
