@@ -16,6 +16,7 @@ KINDS: dict[str, str] = {
     "ecmp-vs-pinned-p4": "mininet_labs.labs.ecmp_vs_pinned:BMV2",
     "qos-priority": "mininet_labs.labs.qos_priority:LAB",
     "adaptive-reroute": "mininet_labs.labs.adaptive_reroute:LAB",
+    "adaptive-reroute-p4": "mininet_labs.labs.adaptive_reroute:BMV2",
     "link-failure": "mininet_labs.labs.link_failure:LAB",
     "link-failure-p4": "mininet_labs.labs.link_failure:BMV2",
     "controller-restart": "mininet_labs.labs.controller_restart:LAB",

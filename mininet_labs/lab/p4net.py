@@ -71,3 +71,33 @@ def build_fabric(fabric: Fabric, sock_dir: Path, log_dir: Path, lab: Any, shaped
 def grpc_targets(net: Any) -> dict[str, str]:
     """``{switch: "unix:PATH"}`` of every BMv2 node (the P4 controller's ``--targets``)."""
     return {sw.name: sw.grpc_address for sw in net.switches}
+
+
+def hashed_src_port(fabric: Fabric, policy: Any, switch: str, src: str, dst: str,
+                    dst_port: int, out_port: int, first: int = 20000) -> int:
+    """A UDP source port (from ``first`` up) for which fabric.p4's ECMP hash on ``switch`` sends
+    ``src`` → ``dst`` (hosts) UDP ``dst_port`` out of ``out_port``: the switch's entities for
+    ``policy`` (:func:`controller.runtime.p4process.intended_state`) through the pipeline
+    model's hash (:func:`controller.drivers.p4runtime.model.forward_hashed`, checked against
+    BMv2 by tests/test_p4_bmv2.py). A lab steers a flow it does not pin this way, as an unlucky
+    hash would.
+
+    Raises
+    ------
+    ValueError
+        No port up to 65535 hashes there (``out_port`` is not an ECMP next hop of the flow).
+    """
+    import ipaddress
+
+    from controller.drivers.p4runtime.model import Packet, forward_hashed
+    from controller.runtime.p4process import intended_state
+
+    state = intended_state(fabric, policy)[switch]
+    s, d = fabric.host_by_name[src], fabric.host_by_name[dst]
+    for sport in range(first, 65536):
+        pkt = Packet(0x0800, int(ipaddress.IPv4Address(s.ipv4)),
+                     int(ipaddress.IPv4Address(d.ipv4)), 17, 0, sport, dst_port,
+                     int(s.mac.replace(":", ""), 16), int(d.mac.replace(":", ""), 16))
+        if forward_hashed(state, pkt) == out_port:
+            return sport
+    raise ValueError(f"no UDP source port sends {src}->{dst} out of {switch} port {out_port}")

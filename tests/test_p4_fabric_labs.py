@@ -1,0 +1,127 @@
+"""The BMv2 twins of the link-failure and adaptive re-routing labs (``link-failure-p4``,
+``adaptive-reroute-p4``, driven by ``aifabric controller --p4-targets``): the experiment files
+load and bad ones are refused, located; the background's UDP source port is one fabric.p4's
+ECMP hash sends out of the collective's uplink; the labs themselves run (marked ``mininet``) when
+BMv2, Mininet and the compiled program are here, and skip naming what is missing otherwise."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from controller.drivers.p4runtime.model import Packet, forward_hashed
+from controller.errors import ConfigError
+from controller.runtime.p4process import intended_state
+from mininet_labs.lab import requirements as req
+from mininet_labs.lab.p4net import hashed_src_port
+from mininet_labs.lab.runner import load, requirements_of, run_experiment
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENTS = ROOT / "mininet_labs" / "experiments"
+LINK = EXPERIMENTS / "link_failure_p4.yaml"
+ADAPTIVE = EXPERIMENTS / "adaptive_reroute_p4.yaml"
+
+
+def _copy(tmp_path, src: Path, old: str, new: str) -> Path:
+    f = tmp_path / src.name
+    f.write_text(src.read_text().replace(old, new)
+                 .replace("../topologies", str(EXPERIMENTS.parent / "topologies"))
+                 .replace("../../policies", str(ROOT / "policies")))
+    return f
+
+
+def test_shipped_experiments_load_with_the_controller_flags():
+    lab, exp = load(LINK)
+    assert exp.spec.kind == "link-failure-p4" and lab.network == "bmv2"
+    assert "6 simple_switch_grpc, LLDP liveness 6 x 100 ms" in lab.describe(exp)
+    by_case = {v.name: v.controller for v in lab.variants(exp)}
+    ff = by_case["uplink-fast-failover"]
+    assert ff.southbound == "p4runtime" and ff.telemetry
+    assert ff.args == ("--fast-failover", "--p4-liveness-interval", "0.1",
+                       "--p4-liveness-misses", "6")
+    assert "--fast-failover" not in by_case["uplink-repin"].args
+    lab, exp = load(ADAPTIVE)
+    assert exp.spec.kind == "adaptive-reroute-p4" and lab.network == "bmv2"
+    by_mode = {v.name: v.controller for v in lab.variants(exp)}
+    assert by_mode["static"].args == () and by_mode["static"].southbound == "p4runtime"
+    args = by_mode["adaptive"].args
+    assert args[args.index("--rebalance-queue-depth") + 1] == "8"
+    assert args[args.index("--rebalance-margin") + 1] == "0.25"
+
+
+@pytest.mark.parametrize(("src", "old", "new", "where"), [
+    (LINK, "liveness: {interval: 100ms", "liveness: {interval: 1ms", "liveness.interval"),
+    (LINK, "misses: 6}", "misses: 0}", "liveness.misses"),
+    (ADAPTIVE, "queued_fraction: 0.5}", "queued_fraction: 2}", "controller.queued_fraction"),
+    (ADAPTIVE, "switch: bmv2", "switch: ovs", "switch"),
+])
+def test_bad_experiments_are_refused_located(tmp_path, src, old, new, where):
+    f = _copy(tmp_path, src, old, new)
+    with pytest.raises(ConfigError) as ei:
+        load(f)
+    assert f"{f}:" in str(ei.value) and where in str(ei.value)
+
+
+def test_the_background_port_hashes_onto_the_victims_uplink():
+    _, exp = load(ADAPTIVE)
+    leaf, spine = exp.victim_path[1], exp.victim_path[2]
+    uplink = exp.fabric.port_towards(leaf, spine)
+    state = intended_state(exp.fabric, exp.policy)[leaf]
+    bg = exp.spec.background
+    s, d = exp.fabric.host_by_name[bg.src], exp.fabric.host_by_name[bg.dst]
+    for out in {exp.fabric.port_towards(leaf, sp) for sp in ("spine1", "spine2")}:
+        sport = hashed_src_port(exp.fabric, exp.policy, leaf, bg.src, bg.dst, 9100, out)
+        pkt = Packet(0x0800, int(ipaddress.IPv4Address(s.ipv4)),
+                     int(ipaddress.IPv4Address(d.ipv4)), 17, 0, sport, 9100,
+                     int(s.mac.replace(":", ""), 16), int(d.mac.replace(":", ""), 16))
+        assert forward_hashed(state, pkt) == out
+    with pytest.raises(ValueError, match="no UDP source port"):
+        hashed_src_port(exp.fabric, exp.policy, leaf, bg.src, bg.dst, 9100, 1)  # h1's port
+    assert uplink in {3, 4}
+
+
+def _missing(path: Path) -> str | None:
+    m = req.missing(requirements_of(*load(path)))
+    return "; ".join(m) if m else None
+
+
+@pytest.mark.mininet
+@pytest.mark.skipif(_missing(LINK) is not None, reason=f"BMv2 lab unavailable: {_missing(LINK)}")
+def test_link_failure_on_bmv2_is_seen_by_liveness_and_repinned(tmp_path):
+    # What the Open vSwitch lab checks (tests/test_lab_link_failure.py), on BMv2: the failure is
+    # seen without a port status (LLDP liveness), the probe's flow leaves the failed link, the
+    # probe comes back within the experiment's bound ((misses + 1) x interval + the re-pin).
+    res = run_experiment(LINK, tmp_path)
+    data = res.data
+    assert [c["case"] for c in data["runs"]] == ["uplink-fast-failover", "uplink-repin",
+                                                 "downlink-repin"]
+    for c in data["runs"]:
+        assert all(x["correct"] for x in c["collectives"]), c["collectives"]
+        assert c["controller_liveness_events"], "LLDP liveness never took a port down"
+        assert c["controller_port_events"], "the controller never heard of the failure"
+        assert c["resumed_after_failure_ms"] is not None, c["probe"]
+    v = res.verdicts
+    assert v["all_correct"] and v["probe_intact"] and v["repinned_off_failed_link"], \
+        data["verdicts"]
+    assert data["teardown_removed"] == []
+
+
+@pytest.mark.mininet
+@pytest.mark.skipif(_missing(ADAPTIVE) is not None,
+                    reason=f"BMv2 lab unavailable: {_missing(ADAPTIVE)}")
+def test_adaptive_reroute_on_bmv2_moves_the_squeezed_flow(tmp_path):
+    res = run_experiment(ADAPTIVE, tmp_path)
+    data = res.data
+    by_mode = {m["mode"]: m for m in data["runs"]}
+    ad, st = by_mode["adaptive"], by_mode["static"]
+    assert ad["collective"]["correct"] and st["collective"]["correct"]
+    # the background was hashed onto the victim's links: it squeezed the victim flow
+    assert st["victim_rx_during_bps"] < 0.6 * st["victim_rx_before_bps"], st
+    # the controller moved exactly the squeezed flow, from P4 counters, and said why
+    assert len(ad["controller_moves"]) == 1, ad["controller_moves"]
+    assert "moved ring-a h1->h3" in ad["controller_moves"][0]
+    assert ad["moved_to_port"] not in (None, ad["series"][0]["output"])
+    assert st["controller_moves"] == [] and res.verdicts["static_never_moved"]
+    assert data["teardown_removed"] == []
