@@ -1,5 +1,6 @@
-"""The BMv2 twins of the link-failure and adaptive re-routing labs (``link-failure-p4``,
-``adaptive-reroute-p4``, driven by ``aifabric controller --p4-targets``): the experiment files
+"""The BMv2 twins of the link-failure, adaptive re-routing and telemetry labs
+(``link-failure-p4``, ``adaptive-reroute-p4``, ``telemetry-p4``, driven by ``aifabric controller
+--p4-targets``): the experiment files
 load and bad ones are refused, located; the background's UDP source port is one fabric.p4's
 ECMP hash sends out of the collective's uplink; the labs themselves run (marked ``mininet``) when
 BMv2, Mininet and the compiled program are here, and skip naming what is missing otherwise."""
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ROOT / "mininet_labs" / "experiments"
 LINK = EXPERIMENTS / "link_failure_p4.yaml"
 ADAPTIVE = EXPERIMENTS / "adaptive_reroute_p4.yaml"
+TELEMETRY = EXPERIMENTS / "telemetry_p4.yaml"
 
 
 def _copy(tmp_path, src: Path, old: str, new: str) -> Path:
@@ -49,6 +51,11 @@ def test_shipped_experiments_load_with_the_controller_flags():
     args = by_mode["adaptive"].args
     assert args[args.index("--rebalance-queue-depth") + 1] == "8"
     assert args[args.index("--rebalance-margin") + 1] == "0.25"
+    lab, exp = load(TELEMETRY)
+    assert exp.spec.kind == "telemetry-p4" and lab.network == "bmv2"
+    (v,) = lab.variants(exp)
+    assert v.controller.southbound == "p4runtime" and v.controller.args == (
+        "--p4-liveness-interval", "0.1", "--p4-liveness-misses", "6")
 
 
 @pytest.mark.parametrize(("src", "old", "new", "where"), [
@@ -125,3 +132,19 @@ def test_adaptive_reroute_on_bmv2_moves_the_squeezed_flow(tmp_path):
     assert ad["moved_to_port"] not in (None, ad["series"][0]["output"])
     assert st["controller_moves"] == [] and res.verdicts["static_never_moved"]
     assert data["teardown_removed"] == []
+
+
+@pytest.mark.mininet
+@pytest.mark.skipif(_missing(TELEMETRY) is not None,
+                    reason=f"BMv2 lab unavailable: {_missing(TELEMETRY)}")
+def test_telemetry_on_bmv2_counters_match_the_pinned_paths(tmp_path):
+    res = run_experiment(TELEMETRY, tmp_path)
+    (run,) = res.data["runs"]
+    v = res.verdicts
+    assert v["ring_correct"] and v["registered_in_force"] and v["bmv2_matches_getpaths"], \
+        res.data["verdicts"]
+    assert run["counters"]["bmv2"]["max_error_of_flow"] <= 0.05, run["counters"]["bmv2"]
+    assert run["counters"]["controller"]["max_error_of_flow"] <= 0.05, run["counters"]
+    # fabric.p4's queue-depth histogram counted the run's packets (per port and queue)
+    assert sum(run["queues"]["depth_packets_bucket"].values()) > 0, run["queues"]
+    assert v["repinned_off_failed_link"], res.data["verdicts"]

@@ -24,6 +24,7 @@ KINDS: dict[str, str] = {
     "subflow-failure": "mininet_labs.labs.subflow_failure:LAB",
     "cross-dc": "mininet_labs.labs.cross_dc:LAB",
     "telemetry": "mininet_labs.labs.telemetry:LAB",
+    "telemetry-p4": "mininet_labs.labs.telemetry:BMV2",
     "ecn-marking-p4": "mininet_labs.labs.ecn_marking_p4:LAB",
     "ina-allreduce": "mininet_labs.labs.ina_allreduce:LAB",
     "ha-failover": "mininet_labs.labs.ha_failover:LAB",
