@@ -148,3 +148,28 @@ def test_telemetry_on_bmv2_counters_match_the_pinned_paths(tmp_path):
     # fabric.p4's queue-depth histogram counted the run's packets (per port and queue)
     assert sum(run["queues"]["depth_packets_bucket"].values()) > 0, run["queues"]
     assert v["repinned_off_failed_link"], res.data["verdicts"]
+
+
+def test_bmv2_links_serve_lldp_before_the_data():
+    # P4Runtime has no port status: the liveness probes must not wait behind a saturated link's
+    # data (mininet_labs/lab/net.py shaped_intf_class). The tc commands: unclassified traffic to
+    # the data class 5:3, LLDP (EtherType 0x88cc, IEEE 802.1AB) to 5:2 at HTB prio 0.
+    pytest.importorskip("mininet")
+    from mininet_labs.lab.net import shaped_intf_class
+
+    cls = shaped_intf_class(lldp_first=True)
+    intf = object.__new__(cls)
+    intf.node = type("Node", (), {"name": "leaf1"})()
+    cmds, parent = intf.bwCmds(bw=15.0)
+    qdiscs, _ = intf.delayCmds(parent, max_queue_size=20)
+    text = [c % ("tc", "x") for c in (*cmds, *qdiscs)]
+    assert "tc qdisc add dev x root handle 5:0 htb default 3" in text
+    assert any("classid 5:2 htb" in c and " prio 0 " in c for c in text)
+    assert any("classid 5:3 htb" in c and " prio 1 " in c for c in text)
+    assert any("protocol 0x88cc" in c and "flowid 5:2" in c for c in text)
+    assert any("parent 5:3" in c and "pfifo limit 20" in c for c in text)
+    assert any("parent 5:2" in c and "pfifo limit 20" in c for c in text)
+    plain = object.__new__(shaped_intf_class())
+    plain.node = intf.node
+    cmds, parent = plain.bwCmds(bw=15.0)
+    assert parent.strip() == "parent 5:1" and not any("0x88cc" in c for c in cmds)

@@ -3,7 +3,8 @@ network namespace, P4Runtime on a Unix socket: :mod:`mininet_labs.lab.ina_switch
 
 * :func:`build_fabric`: the switches and hosts of a generated fabric, links shaped with tc (HTB
   at each link's rate, a pfifo of ``queue_packets``: the Open vSwitch labs' shaping,
-  :func:`mininet_labs.lab.net.shaped_intf_class`). BMv2's own egress queues stay unshaped:
+  :func:`mininet_labs.lab.net.shaped_intf_class`), LLDP first (the liveness probes of the
+  controller in their own HTB class, served before the data). BMv2's own egress queues stay unshaped:
   ``set_queue_rate`` counts packets per second and would stack with the tc queue, so the tc
   queue is the bottleneck, as with Open vSwitch.
 * :func:`build_star`: hosts on one switch, links not shaped.
@@ -46,7 +47,7 @@ def build_fabric(fabric: Fabric, sock_dir: Path, log_dir: Path, lab: Any, shaped
 
     from mininet_labs.lab.ina_switch import bmv2_switch_class
 
-    intf_cls = labnet.shaped_intf_class()
+    intf_cls = labnet.shaped_intf_class(lldp_first=True)
     sw_cls = bmv2_switch_class()
     net = Mininet(host=Host, controller=None, link=Link, build=False, autoSetMacs=False,
                   autoStaticArp=False, waitConnected=False)
