@@ -59,6 +59,7 @@ from mininet_labs.lab.schema import (
     Bmv2LabSpec,
     Experiment,
     FabricExperimentSpec,
+    LivenessSpec,
     RingWorkloadSpec,
     Seconds,
     Seed,
@@ -111,15 +112,6 @@ class Spec(FabricExperimentSpec):
         if len(set(names)) != len(names):
             raise ValueError("a case name is used twice")
         return v
-
-
-class LivenessSpec(StrictModel):
-    """The P4 controller's LLDP liveness: a probe out of every switch–switch port every
-    ``interval``; a port is down after ``misses`` intervals without one (also the data plane's
-    timeout of a protected hop)."""
-
-    interval: Annotated[Seconds, Field(ge=0.02, le=5.0)] = 0.25
-    misses: Annotated[int, Field(ge=1, le=100)] = 3
 
 
 class P4Spec(Spec):
@@ -287,9 +279,7 @@ class LinkFailureP4(LinkFailure):
                          "no port status); no sch_netem on this kernel, so no delay or loss model")
 
     def controller_args(self, exp: Any, case: Any) -> tuple[str, ...]:
-        lv = exp.spec.liveness
-        return (*super().controller_args(exp, case), "--p4-liveness-interval",
-                f"{lv.interval:g}", "--p4-liveness-misses", str(lv.misses))
+        return (*super().controller_args(exp, case), *exp.spec.liveness.args())
 
 
 LAB = LinkFailure()

@@ -68,6 +68,7 @@ from mininet_labs.lab.schema import (
     Bmv2LabSpec,
     Experiment,
     FabricExperimentSpec,
+    LivenessSpec,
     RingWorkloadSpec,
     Seconds,
     Seed,
@@ -91,13 +92,6 @@ class Spec(FabricExperimentSpec):
     workload: RingWorkloadSpec
     stats_interval: Annotated[Seconds, Field(ge=0.05, le=10)] = 0.5
     expect: ExpectSpec = ExpectSpec()
-
-
-class LivenessSpec(StrictModel):
-    """LLDP liveness of the P4 switches (``--p4-liveness-interval``/``-misses``)."""
-
-    interval: Annotated[Seconds, Field(ge=0.02, le=5.0)] = 0.25
-    misses: Annotated[int, Field(ge=1, le=100)] = 3
 
 
 class P4Spec(Spec):
@@ -362,9 +356,7 @@ class TelemetryP4(Telemetry):
     switch_label = "bmv2"
 
     def controller_args(self, exp: Any) -> tuple[str, ...]:
-        lv = exp.spec.liveness
-        return ("--p4-liveness-interval", f"{lv.interval:g}", "--p4-liveness-misses",
-                str(lv.misses))
+        return tuple(exp.spec.liveness.args())
 
     def output_ports(self, ctx: RunContext, paths: dict[tuple[str, str], list[str]]
                      ) -> dict[tuple[str, str, str], int | None]:
