@@ -37,12 +37,12 @@ def _copy(tmp_path, src: Path, old: str, new: str) -> Path:
 def test_shipped_experiments_load_with_the_controller_flags():
     lab, exp = load(LINK)
     assert exp.spec.kind == "link-failure-p4" and lab.network == "bmv2"
-    assert "6 simple_switch_grpc, LLDP liveness 6 x 100 ms" in lab.describe(exp)
+    assert "6 simple_switch_grpc, LLDP liveness 10 x 100 ms" in lab.describe(exp)
     by_case = {v.name: v.controller for v in lab.variants(exp)}
     ff = by_case["uplink-fast-failover"]
     assert ff.southbound == "p4runtime" and ff.telemetry
     assert ff.args == ("--fast-failover", "--p4-liveness-interval", "0.1",
-                       "--p4-liveness-misses", "6")
+                       "--p4-liveness-misses", "10")
     assert "--fast-failover" not in by_case["uplink-repin"].args
     lab, exp = load(ADAPTIVE)
     assert exp.spec.kind == "adaptive-reroute-p4" and lab.network == "bmv2"
@@ -55,12 +55,12 @@ def test_shipped_experiments_load_with_the_controller_flags():
     assert exp.spec.kind == "telemetry-p4" and lab.network == "bmv2"
     (v,) = lab.variants(exp)
     assert v.controller.southbound == "p4runtime" and v.controller.args == (
-        "--p4-liveness-interval", "0.1", "--p4-liveness-misses", "6")
+        "--p4-liveness-interval", "0.1", "--p4-liveness-misses", "10")
 
 
 @pytest.mark.parametrize(("src", "old", "new", "where"), [
     (LINK, "liveness: {interval: 100ms", "liveness: {interval: 1ms", "liveness.interval"),
-    (LINK, "misses: 6}", "misses: 0}", "liveness.misses"),
+    (LINK, "misses: 10}", "misses: 0}", "liveness.misses"),
     (ADAPTIVE, "queued_fraction: 0.5}", "queued_fraction: 2}", "controller.queued_fraction"),
     (ADAPTIVE, "switch: bmv2", "switch: ovs", "switch"),
 ])

@@ -102,3 +102,24 @@ def hashed_src_port(fabric: Fabric, policy: Any, switch: str, src: str, dst: str
         if forward_hashed(state, pkt) == out_port:
             return sport
     raise ValueError(f"no UDP source port sends {src}->{dst} out of {switch} port {out_port}")
+
+
+def set_link_cut(net: Any, a: str, b: str, cut: bool, queue_packets: int) -> None:
+    """Cut the link ``a``–``b`` of a BMv2 fabric (``cut``: every frame either end sends is
+    dropped, LLDP included) or restore it (its queues hold ``queue_packets`` again).
+
+    Not ``ip link set down``: a BMv2 port whose interface goes down stops BMv2's receive path on
+    every port of that switch (measured: fabric.p4's ``port_rx`` of leaf1's other ports stopped
+    counting while the kernel still counted their frames arriving), so the switch, not the link,
+    would fail. The interfaces stay up; both pfifos under the link's HTB classes
+    (:func:`mininet_labs.lab.net.shaped_intf_class` with ``lldp_first``) get a limit of 0.
+    """
+    limit = 0 if cut else int(queue_packets)
+    na, nb = net.get(a), net.get(b)
+    for ia, ib in na.connectionsTo(nb):
+        for intf in (ia, ib):
+            for parent, handle in (("5:3", "10:"), ("5:2", "11:")):
+                out = intf.node.cmd(f"tc qdisc change dev {intf.name} parent {parent} handle "
+                                    f"{handle} pfifo limit {limit}")
+                if out.strip():
+                    raise RuntimeError(f"{intf.name}: tc qdisc change failed: {out.strip()}")

@@ -34,8 +34,9 @@ no port status: the controller learns of the failure from its LLDP liveness prob
 ``--p4-liveness-interval``/``--p4-liveness-misses``: a port is down after ``misses`` silent
 intervals), and ``fast_failover: true`` plans fabric.p4's protected pinned hops
 (``pin_egress_protected``): the switch itself moves to the backup port once the planned one has
-heard no probe for ``misses × interval``. ``ip link set down`` on a BMv2 port's veth drops what
-BMv2 sends out of it and stops the probes both ways; the verdicts are the Open vSwitch lab's.
+heard no probe for ``misses × interval``. The link is cut by dropping every frame either end
+sends (:func:`mininet_labs.lab.p4net.set_link_cut`), not by ``ip link set down``, which stops
+BMv2's receive path on every port of the switch; the verdicts are the Open vSwitch lab's.
 """
 
 from __future__ import annotations
@@ -163,6 +164,10 @@ class LinkFailure(Lab):
         return (f"{exp.fabric.name}{on}; probe {exp.probe_flow.label} on "
                 f"{' '.join(exp.probe_path)}; cases: {cases}")
 
+    def set_link(self, ctx: RunContext, a: str, b: str, up: bool) -> None:
+        """Take the link ``a``–``b`` down (both ends, ``ip link set``) or up again."""
+        ctx.net.configLinkStatus(a, b, "up" if up else "down")
+
     def controller_args(self, exp: Any, case: Any) -> tuple[str, ...]:
         """The controller flags of ``case``."""
         return ("--fast-failover",) if case.fast_failover else ()
@@ -192,7 +197,7 @@ class LinkFailure(Lab):
             before = ctl.paths().get(flow)
             sleep_until(t_data + s.fail_after)
             t_fail = time.time()
-            ctx.net.configLinkStatus(a, b, "down")
+            self.set_link(ctx, a, b, False)
             link_down = True
             t_fail_done = time.time()
             results = [finish_ring(ctx, ring, s.workload.timeout_s) for ring in rings]
@@ -201,7 +206,7 @@ class LinkFailure(Lab):
         finally:
             probe.stop()
             if link_down:
-                ctx.net.configLinkStatus(a, b, "up")
+                self.set_link(ctx, a, b, True)
         text = ctl.log_path.read_text(errors="replace")
         limit = case.max_gap if case.max_gap is not None else s.expect.max_gap
         rec = failure.failure_record(got["sent"], got["recv"], t_fail, t_fail_done, limit)
@@ -274,12 +279,18 @@ class LinkFailureP4(LinkFailure):
     kind = "link-failure-p4"
     spec_model = P4Spec
     network = "bmv2"
-    failure_emulation = ("ip link set down on both ends of the link (BMv2's veth: what it sends "
-                         "out of the port is dropped, LLDP probes stop both ways; P4Runtime has "
-                         "no port status); no sch_netem on this kernel, so no delay or loss model")
+    failure_emulation = ("every frame either end sends is dropped (both pfifos of the link's tc "
+                         "classes at limit 0; the interfaces stay up: an interface set down stops "
+                         "BMv2's receive path on all its ports); LLDP probes stop both ways and "
+                         "P4Runtime has no port status; no sch_netem on this kernel")
 
     def controller_args(self, exp: Any, case: Any) -> tuple[str, ...]:
         return (*super().controller_args(exp, case), *exp.spec.liveness.args())
+
+    def set_link(self, ctx: RunContext, a: str, b: str, up: bool) -> None:
+        from mininet_labs.lab.p4net import set_link_cut
+
+        set_link_cut(ctx.net, a, b, not up, ctx.exp.spec.lab.queue_packets)
 
 
 LAB = LinkFailure()

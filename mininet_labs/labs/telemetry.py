@@ -148,6 +148,10 @@ class Telemetry(Lab):
                                                  fab.host_by_name[dst].ipv4)
                 for (src, dst), hops in paths.items() for u in hops[1:-1]}
 
+    def set_link(self, ctx: RunContext, a: str, b: str, up: bool) -> None:
+        """Take the link ``a``–``b`` down (both ends, ``ip link set``) or up again."""
+        ctx.net.configLinkStatus(a, b, "up" if up else "down")
+
     def queue_report(self, scrape: str, scrape0: str) -> dict[str, Any]:
         """What the switches' queues showed during the run (none on Open vSwitch without
         ``--apply-qos``)."""
@@ -175,7 +179,7 @@ class Telemetry(Lab):
                 events.close()
             down = ctx.state.pop("link_down", None)
             if down is not None:
-                ctx.net.configLinkStatus(*down, "up")
+                self.set_link(ctx, down[0], down[1], True)
 
     def _steps(self, ctx: RunContext, events: Any, step: list[str]) -> dict[str, Any]:
         from controller.runtime.metrics import metric_names
@@ -254,7 +258,7 @@ class Telemetry(Lab):
         subject = "-".join(sorted((a, b)))
         step[0] = f"waiting for the link {subject} down alert"
         t_fail = time.time()
-        ctx.net.configLinkStatus(a, b, "down")
+        self.set_link(ctx, a, b, False)
         ctx.state["link_down"] = (a, b)
         seen: list[str] = []
 
@@ -296,7 +300,7 @@ class Telemetry(Lab):
             "repin_event_after_s": None if repin is None else round(repin[0] - t_fail, 3),
             "paths_after": {f"{x}->{y}": list(h) for (x, y), h in after.items()},
             "paths_avoid_failed_link": avoid}
-        ctx.net.configLinkStatus(a, b, "up")
+        self.set_link(ctx, a, b, True)
         ctx.state.pop("link_down", None)
         step[0] = "watching events"
         try:
@@ -391,6 +395,11 @@ class TelemetryP4(Telemetry):
                 res[(u, src, dst)] = next(iter(got)) if isinstance(got, frozenset) \
                     and len(got) == 1 else None
         return res
+
+    def set_link(self, ctx: RunContext, a: str, b: str, up: bool) -> None:
+        from mininet_labs.lab.p4net import set_link_cut
+
+        set_link_cut(ctx.net, a, b, not up, ctx.exp.spec.lab.queue_packets)
 
     def queue_report(self, scrape: str, scrape0: str) -> dict[str, Any]:
         def delta(name: str) -> dict[str, float]:
