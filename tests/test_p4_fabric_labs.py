@@ -15,9 +15,9 @@ import pytest
 from controller.drivers.p4runtime.model import Packet, forward_hashed
 from controller.errors import ConfigError
 from controller.runtime.p4process import intended_state
-from mininet_labs.lab import requirements as req
 from mininet_labs.lab.p4net import hashed_src_port
-from mininet_labs.lab.runner import load, requirements_of, run_experiment
+from mininet_labs.lab.runner import load, run_experiment
+from tests.test_p4_lab import _missing
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ROOT / "mininet_labs" / "experiments"
@@ -74,11 +74,13 @@ def test_bad_experiments_are_refused_located(tmp_path, src, old, new, where):
 def test_the_background_port_hashes_onto_the_victims_uplink():
     _, exp = load(ADAPTIVE)
     leaf, spine = exp.victim_path[1], exp.victim_path[2]
-    uplink = exp.fabric.port_towards(leaf, spine)
+    uplink = exp.fabric.port_towards(leaf, spine)  # the victim's: one of the two below
     state = intended_state(exp.fabric, exp.policy)[leaf]
     bg = exp.spec.background
     s, d = exp.fabric.host_by_name[bg.src], exp.fabric.host_by_name[bg.dst]
-    for out in {exp.fabric.port_towards(leaf, sp) for sp in ("spine1", "spine2")}:
+    outs = {exp.fabric.port_towards(leaf, sp) for sp in ("spine1", "spine2")}
+    assert uplink in outs
+    for out in outs:
         sport = hashed_src_port(exp.fabric, exp.policy, leaf, bg.src, bg.dst, 9100, out)
         pkt = Packet(0x0800, int(ipaddress.IPv4Address(s.ipv4)),
                      int(ipaddress.IPv4Address(d.ipv4)), 17, 0, sport, 9100,
@@ -86,12 +88,6 @@ def test_the_background_port_hashes_onto_the_victims_uplink():
         assert forward_hashed(state, pkt) == out
     with pytest.raises(ValueError, match="no UDP source port"):
         hashed_src_port(exp.fabric, exp.policy, leaf, bg.src, bg.dst, 9100, 1)  # h1's port
-    assert uplink in {3, 4}
-
-
-def _missing(path: Path) -> str | None:
-    m = req.missing(requirements_of(*load(path)))
-    return "; ".join(m) if m else None
 
 
 @pytest.mark.mininet
