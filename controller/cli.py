@@ -439,6 +439,17 @@ def _cluster(more: dict[str, Any], listen: str, grpc_listen: str | None) -> Any:
 @click.option("--rebalance-hold", "rebalance_hold_s", type=FiniteFloatRange(min=0.0, max=86400.0),
               default=5.0, show_default=True,
               help="Seconds a moved flow stays on its new path before it may move again.")
+@click.option("--rebalance-queue-depth", "rebalance_standing_depth",
+              type=click.IntRange(min=0, max=1_000_000), default=8, show_default=True,
+              help="Queue depth (packets on BMv2, cells on Tofino) that counts as a standing "
+                   "queue: on switches that count queue depth (P4), a link whose packets found "
+                   "one for at least --rebalance-queued-fraction of them is congested at once "
+                   "(no second round of background needed); 0 = queue depth not used.")
+@click.option("--rebalance-queued-fraction", type=FiniteFloatRange(min=0.0, max=1.0,
+                                                                    min_open=True),
+              default=0.5, show_default=True,
+              help="Share of a link's packets that must find a standing queue (see "
+                   "--rebalance-queue-depth).")
 @click.option("--fast-failover", is_flag=True,
               help="Protect pinned entries with OpenFlow fast-failover groups where a switch "
                    "has another next hop towards the destination.")
@@ -510,6 +521,7 @@ def _cluster(more: dict[str, Any], listen: str, grpc_listen: str | None) -> Any:
 def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
                    apply_qos: bool, ovsdb: str, stats_interval_s: float | None, rebalance: bool,
                    rebalance_threshold: float, rebalance_margin: float, rebalance_hold_s: float,
+                   rebalance_standing_depth: int, rebalance_queued_fraction: float,
                    fast_failover: bool, metrics_listen: str | None, grpc_listen: str | None,
                    util_ceiling: float, util_window_s: float, util_peak: float,
                    loss_threshold: float, microburst_threshold: float, **more: Any) -> None:
@@ -543,7 +555,9 @@ def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
                             stats_interval_s=stats_interval_s or None, rebalance=hysteresis,
                             fast_failover=fast_failover, metrics_listen=metrics,
                             grpc_listen=grpc_at, alert_rules=rules,
-                            microburst_threshold=microburst_threshold, **more))
+                            microburst_threshold=microburst_threshold,
+                            standing_depth=rebalance_standing_depth or None,
+                            queued_fraction=rebalance_queued_fraction, **more))
 
 
 def _host_port(option: str, value: str, allow_zero: bool = False) -> tuple[str, int]:

@@ -141,3 +141,66 @@ def test_openflow_neighbours_of_p4_switches_probe_as_often_and_nothing_goes_down
     f.cut.add(frozenset(("leaf3", "spine2")))
     f.run_until(4.0)
     assert [(s, t) for _, s, _, t in f.transitions] == [("leaf3", False)]
+
+
+def test_a_stalled_controller_takes_no_port_down():
+    # The checks stop for 2 s (the controller's loop blocked; measured in the BMv2 lab): the
+    # time away is not silence, so nothing goes down; a port that stays silent after the
+    # controller is back goes down once misses x interval have passed since then.
+    keys = [("leaf1", 3), ("leaf1", 4)]
+    mem = liveness.LivenessMemory()
+    for i in range(10):
+        t = i * INTERVAL_S
+        for k in keys:
+            mem = liveness.heard(mem, k, t, INTERVAL_S, MISSES)
+        mem, out = liveness.check(mem, keys, t, INTERVAL_S, MISSES, HOLD_S)
+        assert out == ()
+    mem, out = liveness.check(mem, keys, 2.9, INTERVAL_S, MISSES, HOLD_S)  # 2 s late
+    assert out == ()
+    mem = liveness.heard(mem, keys[0], 2.95, INTERVAL_S, MISSES)  # the queued packet-ins
+    t = 2.9
+    while t < 3.35:
+        t = round(t + TICK_S, 3)
+        mem, out = liveness.check(mem, keys, t, INTERVAL_S, MISSES, HOLD_S)
+        mem = liveness.heard(mem, keys[0], t, INTERVAL_S, MISSES)
+        if out:
+            break
+    # port 4 heard nothing after the stall: down within 3 x 0.1 s of the controller being back
+    # (its last probe counts as heard one interval before the return), not at once
+    assert [(x.port, x.up) for x in out] == [(4, False)] and 3.0 < t <= 3.2 + 1e-9, t
+
+
+def test_a_silent_switch_takes_none_of_its_links_down():
+    # Every port of spine1 falls silent at once (its BMv2 starved of CPU: measured in the lab):
+    # neither its ports nor its neighbours' ports towards it go down. A single dead link is
+    # still seen: leaf1 port 3 silent while its port 4 hears.
+    peers = {("leaf1", 3): "spine1", ("leaf1", 4): "spine2", ("leaf2", 3): "spine1",
+             ("leaf2", 4): "spine2", ("spine1", 1): "leaf1", ("spine1", 2): "leaf2",
+             ("spine2", 1): "leaf1", ("spine2", 2): "leaf2"}
+    keys = sorted(peers)
+    mem = liveness.LivenessMemory()
+    t = 0.0
+    for i in range(10):
+        t = round(i * INTERVAL_S, 3)
+        for k in keys:
+            mem = liveness.heard(mem, k, t, INTERVAL_S, MISSES)
+        mem, out = liveness.check(mem, keys, t, INTERVAL_S, MISSES, HOLD_S, peers)
+    quiet = {("spine1", 1), ("spine1", 2), ("leaf1", 3), ("leaf2", 3)}  # spine1 mute
+    for i in range(10, 20):
+        t = round(i * INTERVAL_S, 3)
+        for k in keys:
+            if k not in quiet:
+                mem = liveness.heard(mem, k, t, INTERVAL_S, MISSES)
+        mem, out = liveness.check(mem, keys, t, INTERVAL_S, MISSES, HOLD_S, peers)
+        assert out == (), (t, out)
+    # spine1 hears again; then only the leaf1-spine1 link dies (both ends silent)
+    dead = {("spine1", 1), ("leaf1", 3)}
+    got = []
+    for i in range(20, 30):
+        t = round(i * INTERVAL_S, 3)
+        for k in keys:
+            if k not in dead:
+                mem = liveness.heard(mem, k, t, INTERVAL_S, MISSES)
+        mem, out = liveness.check(mem, keys, t, INTERVAL_S, MISSES, HOLD_S, peers)
+        got += [(x.switch, x.port, x.up) for x in out]
+    assert sorted(got) == [("leaf1", 3, False), ("spine1", 1, False)]

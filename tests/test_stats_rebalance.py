@@ -74,10 +74,17 @@ class RT:
         return link_loads(FABRIC, self.meter, st.placement, pinned_demands_bps(FABRIC,
                           st.placement), st.down_links, st.rebalance.changed_at_s, now)
 
+    def link_loads_depth(self, now, depth):
+        st = self.state
+        return link_loads(FABRIC, self.meter, st.placement, pinned_demands_bps(FABRIC,
+                          st.placement), st.down_links, st.rebalance.changed_at_s, now,
+                          standing_depth=depth)
+
     def rebalance(self, now):
         st = self.state
         demands = pinned_demands_bps(FABRIC, st.placement)
-        out = rebalance_round(st, self.link_loads(now), demands, now)
+        out = rebalance_round(st, self.link_loads_depth(now, st.settings.standing_depth),
+                              demands, now)
         step = core.step(st, PlacementReady("rebalance", out.generation, out.placement, out), now)
         self.state = step.state
         return SimpleNamespace(**vars(out), changes=step.changes)
@@ -328,3 +335,119 @@ def test_fast_failover_sets_protect_leaf_uplinks(tmp_path):
         assert rig.ctl.state.placement[d][2] == other
     finally:
         rig.close()
+
+
+# -- queue depth (P4 switches: fabric.p4's queue_depth_hist) -----------------------------------
+BOUNDS = (0, 1, 2, 4, 8, 16, 32, 64)  # fabric.p4's buckets (controller/drivers/p4runtime/pipeline.py)
+
+
+def _queues(port, hist_by_prio):
+    from controller.telemetry.samples import QueueCounters
+
+    return [QueueCounters(port, prio, 0, sum(h), depth_hist=tuple(h), depth_bounds=BOUNDS)
+            for prio, h in hist_by_prio.items()]
+
+
+def test_meter_queue_depth_is_the_interval_histogram_summed_over_queues():
+    m = TrafficMeter()
+    m.queues("leaf1", _queues(3, {0: [10, 0, 0, 0, 0, 0, 0, 0]}), 0.0)
+    assert m.port_depth == {}  # one sample: no interval yet
+    m.queues("leaf1", _queues(3, {0: [16, 0, 0, 0, 2, 0, 0, 0], 1: [0, 0, 0, 0, 0, 1, 1, 0]}),
+             1.0)
+    qd = m.port_depth[("leaf1", 3)]
+    # interval: priority 0 gave 6 at depth 0 and 2 at >= 8; priority 1 (new) 1 each at 16, 32
+    assert qd.packets == (6, 0, 0, 0, 2, 1, 1, 0) and (qd.t0_s, qd.t1_s) == (0.0, 1.0)
+    assert qd.fraction_at_least(8) == pytest.approx(0.4)
+    assert qd.fraction_at_least(0) == 1.0
+    m.queues("leaf1", _queues(3, {0: [1, 0, 0, 0, 0, 0, 0, 0]}), 2.0)  # counters reset
+    assert ("leaf1", 3) not in m.port_depth
+    m.forget_switch("leaf1")
+    assert m.port_depth == {} and m._depth == {}
+
+
+def _depth_step(rt, c, port_queued):
+    """Queue-depth histograms at ``c.t``: every switch–switch port enqueued 100 packets in the
+    interval, ``port_queued[(u, v)]`` of them (default 0) at depth >= 16."""
+    for sw in FABRIC.switches:
+        qs = []
+        for ln in FABRIC.links:
+            if sw.name not in (ln.a, ln.b) or FABRIC.is_host(ln.a) or FABRIC.is_host(ln.b):
+                continue
+            peer = ln.b if ln.a == sw.name else ln.a
+            port = ln.port_of(sw.name)
+            deep = port_queued.get((sw.name, peer), 0)
+            total = rt.depth_totals.setdefault((sw.name, port), [0] * len(BOUNDS))
+            total[0] += 100 - deep
+            total[5] += deep
+            qs += _queues(port, {0: list(total)})
+        rt.meter.queues(sw.name, qs, c.t)
+
+
+def test_a_standing_queue_makes_a_link_hot_in_the_first_round(tmp_path):
+    # With queue depth (P4), a background that shows as a standing queue at the link's egress
+    # moves the flow at once; without a standing queue (or without depth: OpenFlow) the same
+    # background must persist a second round (controller/runtime/rebalance.py docstring).
+    for depth, moves_in_round in ((8, 1), (None, 2)):
+        rt = RT(_one_ring_policy(tmp_path), Hysteresis(threshold=0.9, margin=0.1, min_hold_s=5.0),
+                standing_depth=depth, queued_fraction=0.5)
+        rt.depth_totals = {}
+        c = Counters(rt)
+        h1h3 = _flow(rt, "ring-a h1->h3")
+        spine = rt.paths[h1h3][2]
+        rates = {d.label: CAP for d in rt.paths}
+        c.step(1.0, rates, {})
+        _depth_step(rt, c, {})
+        c.step(1.0, rates, {})
+        _depth_step(rt, c, {})
+        assert rt.rebalance(c.t).moves == ()
+        rates[h1h3.label] = 3 * MBPS
+        bg = {("leaf1", spine): 12 * MBPS, (spine, "leaf2"): 12 * MBPS}
+        moved = None
+        for rnd in (1, 2):
+            c.step(1.0, rates, bg)
+            _depth_step(rt, c, {("leaf1", spine): 80})
+            if depth is not None:
+                (ld,) = [x for k, x in rt.link_loads_depth(c.t, depth).items()
+                         if k == ("leaf1", spine)]
+                assert ld.queued_fraction == pytest.approx(0.8)
+            out = rt.rebalance(c.t)
+            if out.moves:
+                moved = rnd
+                assert [m.flow for m in out.moves] == [h1h3]
+                break
+        assert moved == moves_in_round, depth
+
+
+def test_a_queue_without_background_moves_nothing(tmp_path):
+    # TCP fills its own bottleneck queue: a standing queue on a link that carries only its
+    # pinned flow at line rate is no reason to move it.
+    rt = RT(_one_ring_policy(tmp_path), Hysteresis(threshold=0.9, margin=0.1, min_hold_s=5.0),
+            standing_depth=8)
+    rt.depth_totals = {}
+    c = Counters(rt)
+    h1h3 = _flow(rt, "ring-a h1->h3")
+    spine = rt.paths[h1h3][2]
+    rates = {d.label: CAP for d in rt.paths}
+    for _ in range(4):
+        c.step(1.0, rates, {})
+        _depth_step(rt, c, {("leaf1", spine): 100})
+        assert rt.rebalance(c.t).moves == ()
+
+
+def test_rebalancing_asks_p4_switches_for_queue_counters(tmp_path):
+    from controller.drivers.southbound import SwitchConnected, SwitchFeatures
+    from controller.runtime.events import RequestCounters, Tick
+
+    for depth, want in ((8, {"ports", "entries", "queues"}), (None, {"ports", "entries"})):
+        rt = RT(_one_ring_policy(tmp_path), Hysteresis(), stats_interval_s=1.0,
+                standing_depth=depth)
+        st = rt.state
+        for sw in FABRIC.switches:
+            caps = frozenset({"queue_depth"}) if sw.name == "leaf1" else frozenset()
+            st = core.step(st, SwitchConnected(sw.name, SwitchFeatures(
+                "p4runtime" if sw.name == "leaf1" else "openflow", sw.dpid, "x",
+                capabilities=caps)), 0.0).state
+        st = core.step(st, Tick(0.0), 0.0).state
+        fx = core.step(st, Tick(1.5), 1.5).effects
+        kinds = {r.switch: set(r.kinds) for r in fx if isinstance(r, RequestCounters)}
+        assert kinds["leaf1"] == want and kinds["leaf2"] == {"ports", "entries"}, kinds

@@ -319,8 +319,10 @@ class Controller:
                                           if e.priority == PRIO_PINNED}, s.now_s)
             if tel is not None:
                 tel.record_entries(s.switch, list(s.entries), s.now_s)
-        if s.queues is not None and tel is not None:
-            tel.record_queues(s.switch, list(s.queues), s.now_s)
+        if s.queues is not None:
+            self.meter.queues(s.switch, s.queues, s.now_s)
+            if tel is not None:
+                tel.record_queues(s.switch, list(s.queues), s.now_s)
 
     def tag(self, switch: str) -> str:
         """``[leaf1 dpid=0x3]`` (``[fabric NAME]`` for "")."""
@@ -450,7 +452,8 @@ class Controller:
         if fx.kind == "rebalance":
             now = self.clock()
             raw = link_loads(st.fabric, self.meter, st.placement, self.demands(), st.down_links,
-                             st.rebalance.changed_at_s, now)
+                             st.rebalance.changed_at_s, now,
+                             standing_depth=st.settings.standing_depth)
             demands = self.demands()
             job: Callable[[], PlacementReady] = lambda: _rebalance_job(st, raw, demands, now)  # noqa: E731
         else:

@@ -518,7 +518,8 @@ def _liveness(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeSta
                 fx.append(SendPacket(peer, peer_port, frames.build_lldp(
                     fab.switch_by_name[peer].dpid, peer_port)))
     mem, moves = liveness.check(state.liveness, watched, now_s, cfg.liveness_interval_s,
-                                cfg.liveness_misses, cfg.liveness_hold_s)
+                                cfg.liveness_misses, cfg.liveness_hold_s,
+                                {k: fab.port_map[k][0] for k in watched})
     for t in moves:
         fx.append(Log("warning" if not t.up else "info", t.switch,
                       f"port {t.port} {'up' if t.up else 'down'} by LLDP liveness: {t.reason}"))
@@ -554,8 +555,13 @@ def _tick(state: RuntimeState, now_s: float, fx: list[Effect]) -> Step:
             fx.append(AlertRound(now_s))
         kinds = frozenset({"ports", "entries", "queues"} if cfg.telemetry
                           else {"ports", "entries"})
+        # the re-balancer reads queue depth where a switch counts it (P4)
+        depth = cfg.rebalance is not None and cfg.standing_depth is not None
         for name in sorted(state.connected()):
-            fx.append(RequestCounters(name, kinds))  # type: ignore[arg-type]
+            feats = state.switches[name].features
+            k = kinds | {"queues"} if depth and feats is not None \
+                and "queue_depth" in feats.capabilities else kinds
+            fx.append(RequestCounters(name, k))  # type: ignore[arg-type]
     if _due(state, "retry", cfg.retry_interval_s, now_s, timers):
         fx.append(Converge("retry"))
     return Step(replace(new, timers=timers), {}, tuple(fx))

@@ -80,6 +80,8 @@ class ControllerOptions:
     ovsdb: str = DEFAULT_OVSDB
     stats_interval_s: float | None = None
     rebalance: Hysteresis | None = None
+    standing_depth: int | None = None
+    queued_fraction: float = 0.5
     fast_failover: bool = False
     metrics_listen: tuple[str, int] | None = None
     grpc_listen: tuple[str, int] | None = None
@@ -144,8 +146,11 @@ def adaptive_lines(state: RuntimeState, opts: ControllerOptions) -> list[str]:
         demands = sorted(set(pinned_demands_bps(state.fabric, state.placement).values()))
         shown = ", ".join(f"{d / 1e6:g}" for d in demands) or "none"
         r = opts.rebalance
+        depth = (f"; a standing queue (>= {cfg.standing_depth} in {cfg.queued_fraction:.0%} "
+                 "of a link's packets) on switches that count queue depth"
+                 if cfg.standing_depth else "")
         out.append(f"re-balancing: threshold {r.threshold:g}, margin {r.margin:g}, "
-                   f"hold {r.min_hold_s:g} s; pinned flow demands {shown} Mbit/s")
+                   f"hold {r.min_hold_s:g} s; pinned flow demands {shown} Mbit/s{depth}")
     if cfg.fast_failover:
         n = sum(1 for sp in intended_plan(state).switches.values()
                 for s in sp.next_hop_sets() if s.kind == "failover")
@@ -345,7 +350,8 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
         confirm_timeout_s=opts.confirm_timeout_s,
         liveness_interval_s=(opts.p4_liveness_interval_s or None)
         if "p4runtime" in southbound.values() else None,
-        liveness_misses=opts.p4_liveness_misses, liveness_hold_s=opts.p4_liveness_hold_s)
+        liveness_misses=opts.p4_liveness_misses, liveness_hold_s=opts.p4_liveness_hold_s,
+        standing_depth=opts.standing_depth, queued_fraction=opts.queued_fraction)
     pif = PolicyInForce(policy, document, source, 1, digest_of(document), time.time())
     try:
         placement = initial_placement(fabric, policy)

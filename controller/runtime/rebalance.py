@@ -6,6 +6,11 @@ and ``now`` in, a decision out.
   datapath only every revalidation (up to 500 ms), while port counters are current, so when
   rates change the difference shows a transient "background" on links that carry none (up to a
   third of the link in the adaptive lab); a real background persists.
+* **Queue depth** (P4 switches: fabric.p4's queue-depth histogram; OpenFlow has none): a link
+  whose egress queue was standing for at least ``queued_fraction`` of the interval's packets
+  (each found ``standing_depth`` or more ahead of it, :attr:`~.meter.LinkLoad.queued_fraction`)
+  is congested now, whatever the counters' lag: its background is this round's estimate, without
+  waiting ``persist_rounds`` rounds. The move rules below are unchanged.
 * :func:`controller.te.reroute.rebalance` moves the fewest pinned flows so that (background +
   pinned *demand*) / capacity falls under the threshold, with its hysteresis (margin, hold
   time). Demands are the link-rate-bound rates of
@@ -64,19 +69,25 @@ class RebalanceOutcome:
 
 
 def persistent_loads(raw: Mapping[DirectedLink, LinkLoad], memory: RebalanceMemory,
-                     rounds: int) -> tuple[dict[DirectedLink, LinkLoad],
-                                           dict[DirectedLink, tuple[float, ...]]]:
-    """The loads a round acts on (background = minimum over the last ``rounds`` estimates,
-    only links with that many) and the updated history."""
+                     rounds: int, queued_fraction: float | None = None
+                     ) -> tuple[dict[DirectedLink, LinkLoad],
+                                dict[DirectedLink, tuple[float, ...]]]:
+    """The loads a round acts on and the updated history: background = minimum over the last
+    ``rounds`` estimates (only links with that many), or this round's estimate on a link whose
+    ``queued_fraction`` reached ``queued_fraction`` (None: queue depth not used; module
+    docstring)."""
     hist: dict[DirectedLink, tuple[float, ...]] = {}
     loads: dict[DirectedLink, LinkLoad] = {}
     for k, ld in raw.items():
         h = (*memory.background_bps.get(k, ()), ld.background_bps)[-rounds:]
         hist[k] = h
-        if len(h) == rounds:
-            bg = min(h)  # total - pinned = bg  →  pinned' = total - bg
+        queued = (queued_fraction is not None and ld.queued_fraction is not None
+                  and ld.queued_fraction >= queued_fraction)
+        if queued or len(h) == rounds:
+            bg = ld.background_bps if queued else min(h)
+            # total - pinned = bg  →  pinned' = total - bg
             loads[k] = LinkLoad(k, ld.capacity_bps, ld.total_bps, ld.total_bps - bg,
-                                ld.planned_bps)
+                                ld.planned_bps, ld.queued_fraction)
     return loads, hist
 
 
@@ -88,7 +99,9 @@ def rebalance_round(state: RuntimeState, raw: Mapping[DirectedLink, LinkLoad],
     gen = state.generation
     if not state.placement:
         return RebalanceOutcome(mem, gen, reason="no pinned flows", now_s=now_s)
-    loads, hist = persistent_loads(raw, mem, state.settings.persist_rounds)
+    cfg = state.settings
+    loads, hist = persistent_loads(raw, mem, cfg.persist_rounds,
+                                   cfg.queued_fraction if cfg.standing_depth else None)
     mem2 = replace(mem, background_bps=hist)
     if not loads:
         return RebalanceOutcome(mem2, gen, reason="no link loads measured yet", now_s=now_s)

@@ -100,7 +100,11 @@ class RuntimeSettings:
     ``confirm_timeout_s``: how long a switch has to confirm a change; ``failover_switches``:
     the switches whose southbound offers failover next-hop sets (their driver says so);
     ``liveness_interval_s`` (None: off), ``liveness_misses``, ``liveness_hold_s``: LLDP link
-    liveness of P4Runtime switches (:mod:`controller.runtime.liveness`)."""
+    liveness of P4Runtime switches (:mod:`controller.runtime.liveness`); ``standing_depth``
+    (the switch's depth unit: packets on BMv2; None: queue depth not used) and
+    ``queued_fraction``: the re-balancer counts a link congested at once when at least that
+    share of its packets found that depth ahead of them (:mod:`controller.runtime.rebalance`;
+    switches whose counters carry queue depth are then asked for queue counters)."""
 
     fast_failover: bool = False
     failover_switches: frozenset[str] = frozenset()
@@ -115,6 +119,8 @@ class RuntimeSettings:
     liveness_interval_s: float | None = None
     liveness_misses: int = 3
     liveness_hold_s: float = 10.0
+    standing_depth: int | None = None
+    queued_fraction: float = 0.5
 
 
 @dataclass(frozen=True)

@@ -94,16 +94,19 @@ def busbw_series(samples: list[dict[str, Any]], window_s: float = 1.0
     return {k: v for k, v in series.items() if any(v[1])}
 
 
-def verdicts(rec: dict[str, Any], max_counter_error: float) -> list[Verdict]:
+def verdicts(rec: dict[str, Any], max_counter_error: float, switch: str = "ovs"
+             ) -> list[Verdict]:
+    """The lab's verdicts; ``switch`` names the switches' own records (``ovs``, ``bmv2``)."""
     c, f, reg = rec["counters"], rec["failure"], rec["registration"]
     return [
         Verdict("ring_correct", bool(rec["ring"]["correct"]), "every rank verified its sum"),
         Verdict("registered_in_force", bool(reg["in_force"]),
                 f"in force {reg['apply_ms']} ms after the request"),
-        Verdict("ovs_matches_getpaths", reg["ovs_matches_getpaths"],
+        Verdict(f"{switch}_matches_getpaths", reg[f"{switch}_matches_getpaths"],
                 "; ".join(reg["mismatches"][:3]) or "every hop's entry leaves by GetPaths' port"),
-        Verdict("ovs_counters_within_bound", c["ovs"]["max_error_of_flow"] <= max_counter_error,
-                f"worst link {c['ovs']['max_error_of_flow']:.4f} of a flow (bound "
+        Verdict(f"{switch}_counters_within_bound",
+                c[switch]["max_error_of_flow"] <= max_counter_error,
+                f"worst link {c[switch]['max_error_of_flow']:.4f} of a flow (bound "
                 f"{max_counter_error:g})"),
         Verdict("controller_counters_within_bound",
                 c["controller"]["max_error_of_flow"] <= max_counter_error,

@@ -37,7 +37,7 @@ class ControllerConfig:
 
     ``policy_text``: the policy YAML it gets (written to ``OUT/policy-<variant>.yaml``);
     ``args``: extra ``aifabric controller`` flags; ``southbound``: ``openflow`` (Open vSwitch) or
-    ``p4runtime`` (``aifabric p4 controller``, BMv2); ``telemetry``: serve the gRPC API and
+    ``p4runtime`` (``aifabric controller --p4-targets``, BMv2); ``telemetry``: serve the gRPC API and
     metrics (statistics every ``stats_interval_s``), for labs that measure through them;
     ``wait_log``: log lines to wait for (e.g. ``"[leaf1] QoS applied"``) before the first run.
     """

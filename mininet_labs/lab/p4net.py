@@ -3,7 +3,8 @@ network namespace, P4Runtime on a Unix socket: :mod:`mininet_labs.lab.ina_switch
 
 * :func:`build_fabric`: the switches and hosts of a generated fabric, links shaped with tc (HTB
   at each link's rate, a pfifo of ``queue_packets``: the Open vSwitch labs' shaping,
-  :func:`mininet_labs.lab.net.shaped_intf_class`). BMv2's own egress queues stay unshaped:
+  :func:`mininet_labs.lab.net.shaped_intf_class`), LLDP first (the liveness probes of the
+  controller in their own HTB class, served before the data). BMv2's own egress queues stay unshaped:
   ``set_queue_rate`` counts packets per second and would stack with the tc queue, so the tc
   queue is the bottleneck, as with Open vSwitch.
 * :func:`build_star`: hosts on one switch, links not shaped.
@@ -46,7 +47,7 @@ def build_fabric(fabric: Fabric, sock_dir: Path, log_dir: Path, lab: Any, shaped
 
     from mininet_labs.lab.ina_switch import bmv2_switch_class
 
-    intf_cls = labnet.shaped_intf_class()
+    intf_cls = labnet.shaped_intf_class(lldp_first=True)
     sw_cls = bmv2_switch_class()
     net = Mininet(host=Host, controller=None, link=Link, build=False, autoSetMacs=False,
                   autoStaticArp=False, waitConnected=False)
@@ -71,3 +72,54 @@ def build_fabric(fabric: Fabric, sock_dir: Path, log_dir: Path, lab: Any, shaped
 def grpc_targets(net: Any) -> dict[str, str]:
     """``{switch: "unix:PATH"}`` of every BMv2 node (the P4 controller's ``--targets``)."""
     return {sw.name: sw.grpc_address for sw in net.switches}
+
+
+def hashed_src_port(fabric: Fabric, policy: Any, switch: str, src: str, dst: str,
+                    dst_port: int, out_port: int, first: int = 20000) -> int:
+    """A UDP source port (from ``first`` up) for which fabric.p4's ECMP hash on ``switch`` sends
+    ``src`` → ``dst`` (hosts) UDP ``dst_port`` out of ``out_port``: the switch's entities for
+    ``policy`` (:func:`controller.runtime.p4process.intended_state`) through the pipeline
+    model's hash (:func:`controller.drivers.p4runtime.model.forward_hashed`, checked against
+    BMv2 by tests/test_p4_bmv2.py). A lab steers a flow it does not pin this way, as an unlucky
+    hash would.
+
+    Raises
+    ------
+    ValueError
+        No port up to 65535 hashes there (``out_port`` is not an ECMP next hop of the flow).
+    """
+    import ipaddress
+
+    from controller.drivers.p4runtime.model import Packet, forward_hashed
+    from controller.runtime.p4process import intended_state
+
+    state = intended_state(fabric, policy)[switch]
+    s, d = fabric.host_by_name[src], fabric.host_by_name[dst]
+    for sport in range(first, 65536):
+        pkt = Packet(0x0800, int(ipaddress.IPv4Address(s.ipv4)),
+                     int(ipaddress.IPv4Address(d.ipv4)), 17, 0, sport, dst_port,
+                     int(s.mac.replace(":", ""), 16), int(d.mac.replace(":", ""), 16))
+        if forward_hashed(state, pkt) == out_port:
+            return sport
+    raise ValueError(f"no UDP source port sends {src}->{dst} out of {switch} port {out_port}")
+
+
+def set_link_cut(net: Any, a: str, b: str, cut: bool, queue_packets: int) -> None:
+    """Cut the link ``a``–``b`` of a BMv2 fabric (``cut``: every frame either end sends is
+    dropped, LLDP included) or restore it (its queues hold ``queue_packets`` again).
+
+    Not ``ip link set down``: a BMv2 port whose interface goes down stops BMv2's receive path on
+    every port of that switch (measured: fabric.p4's ``port_rx`` of leaf1's other ports stopped
+    counting while the kernel still counted their frames arriving), so the switch, not the link,
+    would fail. The interfaces stay up; both pfifos under the link's HTB classes
+    (:func:`mininet_labs.lab.net.shaped_intf_class` with ``lldp_first``) get a limit of 0.
+    """
+    limit = 0 if cut else int(queue_packets)
+    na, nb = net.get(a), net.get(b)
+    for ia, ib in na.connectionsTo(nb):
+        for intf in (ia, ib):
+            for parent, handle in (("5:3", "10:"), ("5:2", "11:")):
+                out = intf.node.cmd(f"tc qdisc change dev {intf.name} parent {parent} handle "
+                                    f"{handle} pfifo limit {limit}")
+                if out.strip():
+                    raise RuntimeError(f"{intf.name}: tc qdisc change failed: {out.strip()}")

@@ -49,8 +49,9 @@ class UdpStream:
         return self
 
     def start_sender(self, interval_us: float, payload_bytes: int, duration_s: float,
-                     dscp: int | None = None) -> None:
-        """Start sending (``dscp``: the DSCP the packets carry; None: 0)."""
+                     dscp: int | None = None, src_port: int = 0) -> None:
+        """Start sending (``dscp``: the DSCP the packets carry, None: 0; ``src_port``: the UDP
+        source port, 0: any)."""
         rep = self.out_dir / f"{self.name}_send.json"
         dst_ip = self.ctx.exp.fabric.host_by_name[self.dst].ipv4
         self.sender = self.ctx.procs.start(
@@ -58,13 +59,15 @@ class UdpStream:
             _cmd("send", "--dst", dst_ip, "--port", str(self.port), "--interval-us",
                  f"{interval_us:.1f}", "--payload-bytes", str(payload_bytes), "--duration-s",
                  f"{duration_s:g}", "--out", str(rep),
-                 *(() if dscp is None else ("--dscp", str(dscp)))),
+                 *(() if dscp is None else ("--dscp", str(dscp))),
+                 *(("--src-port", str(src_port)) if src_port else ())),
             self.out_dir / f"{self.name}_send.log", rep, label=f"{self.name} sender")
 
-    def start_rate(self, rate_bps: float, payload_bytes: int, duration_s: float) -> None:
+    def start_rate(self, rate_bps: float, payload_bytes: int, duration_s: float,
+                   src_port: int = 0) -> None:
         """Start the sender at ``rate_bps`` on the wire (:func:`interval_for_rate_us`)."""
         self.start_sender(interval_for_rate_us(rate_bps, payload_bytes), payload_bytes,
-                          duration_s)
+                          duration_s, src_port=src_port)
 
     def stop(self) -> None:
         """Stop the sender, let packets in flight arrive, stop the receiver (idempotent)."""

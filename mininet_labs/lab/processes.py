@@ -1,9 +1,10 @@
 """The processes a lab starts, and the one way it starts, waits for and stops them.
 
-* :class:`ControllerSession`: ``aifabric controller`` (OpenFlow) or ``aifabric p4 controller``
-  (P4Runtime) in its own session and process group, log in ``OUT/controller-<variant>.log``; with
-  telemetry, its gRPC API (:class:`controller.northbound.client.FabricClient`) and metrics URL,
-  through which labs measure what the controller knows (link bytes, pinned paths, events).
+* :class:`ControllerSession`: ``aifabric controller`` (OpenFlow switches, or with
+  ``--p4-targets`` P4Runtime ones) in its own session and process group, log in
+  ``OUT/controller-<variant>.log``; with telemetry, its gRPC API
+  (:class:`controller.northbound.client.FabricClient`) and metrics URL, through which labs
+  measure what the controller knows (link bytes, pinned paths, events).
   :class:`ControllerSecurity` says how its channels are secured: ``--insecure`` by default (a
   lab runs on loopback; the controller logs every plain-text channel), or the development
   certificates and tokens of ``aifabric certs init`` (:meth:`ControllerSecurity.dev`).
@@ -286,19 +287,20 @@ def start_controller(topology: Path, policy: Path, log_path: Path, timeout_s: fl
     grpc_target = metrics_url = None
     sec = security or ControllerSecurity()
     if southbound == "p4runtime":
+        # the one runtime: every switch in the targets file speaks P4Runtime, none OpenFlow
         port = 0
-        cmd = [sys.executable, "-m", "controller.cli", "p4", "controller", "-t", str(topology),
-               "-p", str(policy), "--targets", str(targets), *sec.args, *args]
+        cmd = [sys.executable, "-m", "controller.cli", "controller", "--topology", str(topology),
+               "--policy", str(policy), "--p4-targets", str(targets), *sec.args, *args]
     else:
         port = ports[0] if ports else free_port()
         cmd = [sys.executable, "-m", "controller.cli", "controller", "--topology", str(topology),
                "--policy", str(policy), "--listen", f"127.0.0.1:{port}", *sec.args, *args]
-        if telemetry:
-            gport, mport = ports[1:] if ports else (free_port(), free_port())
-            grpc_target, metrics_url = f"127.0.0.1:{gport}", f"http://127.0.0.1:{mport}/metrics"
-            if "--stats-interval" not in args:
-                cmd += ["--stats-interval", f"{stats_interval_s:g}"]
-            cmd += ["--grpc-listen", grpc_target, "--metrics-listen", f"127.0.0.1:{mport}"]
+    if telemetry:
+        gport, mport = ports[1:] if ports else (free_port(), free_port())
+        grpc_target, metrics_url = f"127.0.0.1:{gport}", f"http://127.0.0.1:{mport}/metrics"
+        if "--stats-interval" not in args:
+            cmd += ["--stats-interval", f"{stats_interval_s:g}"]
+        cmd += ["--grpc-listen", grpc_target, "--metrics-listen", f"127.0.0.1:{mport}"]
     return _launch(cmd, port, log_path, timeout_s, grpc_target, metrics_url,
                    f"all {n_switches} switches programmed" if southbound == "p4runtime" else None,
                    sec, append_log=append_log)

@@ -175,7 +175,8 @@ def _start_variant_controller(lab: Lab, exp: Experiment, variant: Variant, net: 
         ctl = start_controller(topology, policy, out / f"controller-{variant.name}.log",
                                exp.spec.lab.controller_start_timeout_s, cfg.args,
                                southbound="p4runtime", targets=targets,
-                               n_switches=len(exp.fabric.switches))
+                               n_switches=len(exp.fabric.switches), telemetry=cfg.telemetry,
+                               stats_interval_s=cfg.stats_interval_s)
     else:
         labnet.clear_switch_state(net)
         labnet.flush_arp(net)

@@ -132,6 +132,20 @@ class Bmv2LabSpec(LabSpec):
     switch_start_timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
 
 
+class LivenessSpec(StrictModel):
+    """The P4 controller's LLDP liveness (P4Runtime has no port status): a probe out of every
+    switch–switch port every ``interval``; a port is down after ``misses`` intervals without one
+    (also the data plane's timeout of a protected hop)."""
+
+    interval: Annotated[Seconds, Field(ge=0.02, le=5.0)] = 0.25
+    misses: Annotated[int, Field(ge=1, le=100)] = 3
+
+    def args(self) -> tuple[str, ...]:
+        """The ``aifabric controller`` flags."""
+        return ("--p4-liveness-interval", f"{self.interval:g}", "--p4-liveness-misses",
+                str(self.misses))
+
+
 class RingWorkloadSpec(StrictModel):
     """``kind: ring-allreduce`` (:mod:`mininet_labs.workloads.ring_allreduce`); ``bytes`` per rank
     with a unit (``'8MB'``); ``chunk_bytes`` per send; ``timeout_s`` per collective."""

@@ -1,5 +1,6 @@
 """``kind: adaptive-reroute``: background load arrives on a pinned collective's link; the
-controller sees it in port statistics and moves the collective.
+controller sees it in port statistics and moves the collective. ``kind: adaptive-reroute-p4``:
+the same on six BMv2 switches running fabric.p4 under the one runtime.
 
 Example (``mininet_labs/experiments/adaptive_reroute.yaml``)::
 
@@ -28,14 +29,25 @@ run from the source's leaf to the destination's leaf.
 Sampled every ``sample_interval``: the bytes each rank receives (its leaf port's tx counter),
 the background's delivered bytes, and the victim flow's pinned path as the controller has it in
 force (GetPaths): the moment it changes is the move. Analysis: :mod:`mininet_labs.analysis.adaptive`.
+
+On BMv2 (``adaptive-reroute-p4``, ``mininet_labs/experiments/adaptive_reroute_p4.yaml``) the
+controller reads fabric.p4's counters every ``stats_interval`` (port tx, the ``pinned_hits`` of
+every pinned entry, and the queue-depth histogram) and re-balances with the same hysteresis and
+move rules; a link whose egress queue was standing (``queue_depth`` or more packets ahead, for at
+least ``queued_fraction`` of its packets) is hot in its first round
+(:mod:`controller.runtime.rebalance`). The lab writes no entry of its own into a P4 switch: it
+steers the background by its UDP source port, one that fabric.p4's ECMP hash on the source leaf
+sends out of the collective's uplink (:func:`mininet_labs.lab.p4net.hashed_src_port`): an
+unlucky hash, for real.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -53,6 +65,7 @@ from mininet_labs.lab.policies import policy_variant
 from mininet_labs.lab.probes import UdpStream
 from mininet_labs.lab.schema import (
     BitsPerS,
+    Bmv2LabSpec,
     Experiment,
     FabricExperimentSpec,
     RingWorkloadSpec,
@@ -91,6 +104,14 @@ class RebalanceSpec(StrictModel):
     hold: Annotated[Seconds, Field(ge=0, le=86400)] = 5.0
 
 
+class P4RebalanceSpec(RebalanceSpec):
+    """:class:`RebalanceSpec` plus the queue-depth signal of P4 switches
+    (``--rebalance-queue-depth``, ``--rebalance-queued-fraction``; ``queue_depth: 0``: off)."""
+
+    queue_depth: Annotated[int, Field(ge=0, le=1_000_000)] = 8
+    queued_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.5
+
+
 class ExpectSpec(StrictModel):
     """Verdicts: in ``adaptive`` mode the collective must move within ``move_within`` of the
     background starting, and within ``recover_within`` of the move its busbw must reach
@@ -118,6 +139,13 @@ class Spec(FabricExperimentSpec):
         return unique(v, "mode")
 
 
+class P4Spec(Spec):
+    kind: Literal["adaptive-reroute-p4"] = "adaptive-reroute-p4"  # type: ignore[assignment]
+    switch: Literal["bmv2"] = "bmv2"
+    controller: P4RebalanceSpec = P4RebalanceSpec()
+    lab: Bmv2LabSpec = Bmv2LabSpec()
+
+
 @dataclass(frozen=True, kw_only=True)
 class AdaptiveExperiment(Experiment):
     """``victim``: the collective's flow from the background source's leaf to its destination's
@@ -129,7 +157,7 @@ class AdaptiveExperiment(Experiment):
 
 class AdaptiveReroute(Lab):
     kind = "adaptive-reroute"
-    spec_model = Spec
+    spec_model: ClassVar[type[Any]] = Spec
     plot_names = ("busbw_time.png",)
 
     def prepare(self, doc: Document, exp: Experiment) -> AdaptiveExperiment:
@@ -167,7 +195,9 @@ class AdaptiveReroute(Lab):
 
     def describe(self, exp: Any) -> str:
         bg = exp.spec.background
-        return (f"{exp.fabric.name}, {exp.spec.collective}; background {bg.src}->{bg.dst} "
+        on = (f" on BMv2 ({len(exp.fabric.switches)} simple_switch_grpc)"
+              if self.network == "bmv2" else "")
+        return (f"{exp.fabric.name}{on}, {exp.spec.collective}; background {bg.src}->{bg.dst} "
                 f"{bg.rate / 1e6:g} Mbit/s on {exp.victim_path[1]}->{exp.victim_path[2]}, the "
                 f"link of {exp.victim.label}; modes {list(exp.spec.modes)}")
 
@@ -177,10 +207,27 @@ class AdaptiveReroute(Lab):
                               source=str(exp.policy_path))
         rebalance = ("--stats-interval", f"{c.stats_interval:g}", "--rebalance",
                      "--rebalance-threshold", f"{c.threshold:g}", "--rebalance-margin",
-                     f"{c.margin:g}", "--rebalance-hold", f"{c.hold:g}")
+                     f"{c.margin:g}", "--rebalance-hold", f"{c.hold:g}", *self.depth_args(c))
+        south = "p4runtime" if self.network == "bmv2" else "openflow"
         return [Variant(m, ControllerConfig(text, rebalance if m == "adaptive" else (),
-                                            telemetry=True, stats_interval_s=c.stats_interval))
+                                            southbound=south, telemetry=True,
+                                            stats_interval_s=c.stats_interval))
                 for m in exp.spec.modes]
+
+    def depth_args(self, c: Any) -> tuple[str, ...]:
+        """Controller flags of the queue-depth signal (none on Open vSwitch: no queue depth)."""
+        return ()
+
+    def steer(self, ctx: RunContext, uplink: int) -> tuple[int, Callable[[], None]]:
+        """Make the background leave the source leaf by ``uplink``: (its UDP source port, 0 for
+        any; what undoes the steering). Open vSwitch: the lab's own entry (module docstring)."""
+        exp, fab, bg = ctx.exp, ctx.exp.fabric, ctx.exp.spec.background
+        src_leaf = exp.victim_path[1]
+        bg_src, bg_dst = fab.host_by_name[bg.src], fab.host_by_name[bg.dst]
+        steer = f"ip,nw_src={bg_src.ipv4},nw_dst={bg_dst.ipv4}"
+        ofctl.add_flow(src_leaf, f"cookie={STEER_COOKIE:#x},priority={STEER_PRIORITY},{steer},"
+                                 f"actions=output:{uplink}")
+        return 0, lambda: ofctl.del_flows_strict(src_leaf, f"priority={STEER_PRIORITY},{steer}")
 
     def run(self, ctx: RunContext, key: Any) -> dict[str, Any]:
         """One mode: collective, background; the mode's record."""
@@ -207,10 +254,7 @@ class AdaptiveReroute(Lab):
         if first != uplink:
             raise RuntimeError(f"[{ctx.variant.name}] the controller has {victim.label} leave "
                                f"{src_leaf} by port {first}, the plan says {uplink}")
-        bg_src, bg_dst = fab.host_by_name[bg.src], fab.host_by_name[bg.dst]
-        steer = f"ip,nw_src={bg_src.ipv4},nw_dst={bg_dst.ipv4}"
-        ofctl.add_flow(src_leaf, f"cookie={STEER_COOKIE:#x},priority={STEER_PRIORITY},{steer},"
-                                 f"actions=output:{uplink}")
+        bg_sport, unsteer = self.steer(ctx, uplink)
         stream = UdpStream(ctx, bg.src, bg.dst, BACKGROUND_PORT, ctx.out, "background")
         sampler: Periodic[Any] = Periodic(read, s.sample_interval)
         try:
@@ -229,12 +273,12 @@ class AdaptiveReroute(Lab):
             sampler.start()
             sleep_until(t_data + bg.start_after)
             bg_t0 = time.time()
-            stream.start_rate(bg.rate, BACKGROUND_PAYLOAD_BYTES, bg.duration)
+            stream.start_rate(bg.rate, BACKGROUND_PAYLOAD_BYTES, bg.duration, bg_sport)
             entry = finish_ring(ctx, ring, s.workload.timeout_s)
         finally:
             sampler.stop()
             stream.stop()
-            ofctl.del_flows_strict(src_leaf, f"priority={STEER_PRIORITY},{steer}")
+            unsteer()
         starts = [float(r["start"]) for r in ring.reports]
         ends = [float(r["end"]) for r in ring.reports]
         t0 = min(starts) if starts else t_data  # the collective's start: the barrier passed
@@ -256,6 +300,9 @@ class AdaptiveReroute(Lab):
                 "moved_to_port": next((r["output"] for r in rows
                                        if r["output"] not in (None, uplink)), None),
                 "controller_moves": [ln for ln in log.splitlines() if "rebalance: moved" in ln],
+                "controller_hot_links": [ln for ln in log.splitlines()
+                                         if "above threshold" in ln],
+                "background_src_port": bg_sport or None,
                 "series": rows}
 
     def verdicts(self, exp: Any, records: list[dict[str, Any]],
@@ -305,4 +352,25 @@ class AdaptiveReroute(Lab):
         return [path]
 
 
+class AdaptiveRerouteP4(AdaptiveReroute):
+    """The BMv2 twin (module docstring)."""
+
+    kind = "adaptive-reroute-p4"
+    spec_model = P4Spec
+    network = "bmv2"
+
+    def depth_args(self, c: Any) -> tuple[str, ...]:
+        return ("--rebalance-queue-depth", str(c.queue_depth), "--rebalance-queued-fraction",
+                f"{c.queued_fraction:g}")
+
+    def steer(self, ctx: RunContext, uplink: int) -> tuple[int, Callable[[], None]]:
+        from mininet_labs.lab.p4net import hashed_src_port
+
+        exp, bg = ctx.exp, ctx.exp.spec.background
+        sport = hashed_src_port(exp.fabric, exp.policy, exp.victim_path[1], bg.src, bg.dst,
+                                BACKGROUND_PORT, uplink)
+        return sport, lambda: None
+
+
 LAB = AdaptiveReroute()
+BMV2 = AdaptiveRerouteP4()

@@ -1,6 +1,6 @@
 """ECMP vs planner-pinned paths for concurrent collectives, over seeds: the main experiment
 (``kind: ecmp-vs-pinned``, Open vSwitch) and its BMv2 twin (``kind: ecmp-vs-pinned-p4``,
-``aifabric p4 controller`` programming fabric.p4 over P4Runtime).
+``aifabric controller --p4-targets`` programming fabric.p4 over P4Runtime).
 
 Example (``mininet_labs/experiments/ecmp_vs_pinned.yaml``)::
 

@@ -1,5 +1,6 @@
 """``kind: link-failure``: a fabric link on a pinned path goes down mid-collective; how long is
-traffic lost, and is every result still correct?
+traffic lost, and is every result still correct? ``kind: link-failure-p4``: the same on six BMv2
+switches running fabric.p4, driven by the one runtime (``aifabric controller --p4-targets``).
 
 Example (``mininet_labs/experiments/link_failure.yaml``)::
 
@@ -26,6 +27,16 @@ the first fabric hop (source leaf → spine), where a fast-failover group has a 
 helps. The link comes back up after the collectives end. The probe flow's path before and after
 comes from the controller (GetPaths). The gap and the verdicts:
 :mod:`mininet_labs.analysis.failure`.
+
+On BMv2 (``link-failure-p4``, ``mininet_labs/experiments/link_failure_p4.yaml``) P4Runtime has
+no port status: the controller learns of the failure from its LLDP liveness probes
+(:mod:`controller.runtime.liveness`; ``liveness: {interval, misses}`` become
+``--p4-liveness-interval``/``--p4-liveness-misses``: a port is down after ``misses`` silent
+intervals), and ``fast_failover: true`` plans fabric.p4's protected pinned hops
+(``pin_egress_protected``): the switch itself moves to the backup port once the planned one has
+heard no probe for ``misses × interval``. The link is cut by dropping every frame either end
+sends (:func:`mininet_labs.lab.p4net.set_link_cut`), not by ``ip link set down``, which stops
+BMv2's receive path on every port of the switch; the verdicts are the Open vSwitch lab's.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -46,8 +57,10 @@ from mininet_labs.lab.interface import ControllerConfig, Lab, RunContext, Varian
 from mininet_labs.lab.policies import policy_variant
 from mininet_labs.lab.probes import UdpStream
 from mininet_labs.lab.schema import (
+    Bmv2LabSpec,
     Experiment,
     FabricExperimentSpec,
+    LivenessSpec,
     RingWorkloadSpec,
     Seconds,
     Seed,
@@ -102,6 +115,13 @@ class Spec(FabricExperimentSpec):
         return v
 
 
+class P4Spec(Spec):
+    kind: Literal["link-failure-p4"] = "link-failure-p4"  # type: ignore[assignment]
+    switch: Literal["bmv2"] = "bmv2"
+    liveness: LivenessSpec = LivenessSpec()
+    lab: Bmv2LabSpec = Bmv2LabSpec()
+
+
 @dataclass(frozen=True, kw_only=True)
 class FailureExperiment(Experiment):
     """``probe_flow``/``probe_path``: the pinned flow the probe follows and its planned path."""
@@ -117,7 +137,7 @@ class FailureExperiment(Experiment):
 
 class LinkFailure(Lab):
     kind = "link-failure"
-    spec_model = Spec
+    spec_model: ClassVar[type[Any]] = Spec
     plot_names = ("gap.png",)
 
     def prepare(self, doc: Document, exp: Experiment) -> FailureExperiment:
@@ -136,14 +156,28 @@ class LinkFailure(Lab):
         cases = ", ".join(f"{c.name} ({'-'.join(exp.failed_link(c.link))}"
                           f"{', fast failover' if c.fast_failover else ''})"
                           for c in exp.spec.cases)
-        return (f"{exp.fabric.name}; probe {exp.probe_flow.label} on "
+        on = ""
+        if self.network == "bmv2":
+            lv = exp.spec.liveness
+            on = (f" on BMv2 ({len(exp.fabric.switches)} simple_switch_grpc, LLDP liveness "
+                  f"{lv.misses} x {lv.interval * 1e3:g} ms)")
+        return (f"{exp.fabric.name}{on}; probe {exp.probe_flow.label} on "
                 f"{' '.join(exp.probe_path)}; cases: {cases}")
+
+    def set_link(self, ctx: RunContext, a: str, b: str, up: bool) -> None:
+        """Take the link ``a``–``b`` down (both ends, ``ip link set``) or up again."""
+        ctx.net.configLinkStatus(a, b, "up" if up else "down")
+
+    def controller_args(self, exp: Any, case: Any) -> tuple[str, ...]:
+        """The controller flags of ``case``."""
+        return ("--fast-failover",) if case.fast_failover else ()
 
     def variants(self, exp: Any) -> list[Variant]:
         text = policy_variant(exp.policy_text, mode="pinned", source=str(exp.policy_path))
-        return [Variant(c.name, ControllerConfig(
-            text, ("--fast-failover",) if c.fast_failover else (), telemetry=True), runs=(c,))
-            for c in exp.spec.cases]
+        south = "p4runtime" if self.network == "bmv2" else "openflow"
+        return [Variant(c.name, ControllerConfig(text, self.controller_args(exp, c),
+                                                 southbound=south, telemetry=True), runs=(c,))
+                for c in exp.spec.cases]
 
     def run(self, ctx: RunContext, case: Any) -> dict[str, Any]:
         exp, s, fab = ctx.exp, ctx.exp.spec, ctx.exp.fabric
@@ -163,7 +197,7 @@ class LinkFailure(Lab):
             before = ctl.paths().get(flow)
             sleep_until(t_data + s.fail_after)
             t_fail = time.time()
-            ctx.net.configLinkStatus(a, b, "down")
+            self.set_link(ctx, a, b, False)
             link_down = True
             t_fail_done = time.time()
             results = [finish_ring(ctx, ring, s.workload.timeout_s) for ring in rings]
@@ -172,7 +206,7 @@ class LinkFailure(Lab):
         finally:
             probe.stop()
             if link_down:
-                ctx.net.configLinkStatus(a, b, "up")
+                self.set_link(ctx, a, b, True)
         text = ctl.log_path.read_text(errors="replace")
         limit = case.max_gap if case.max_gap is not None else s.expect.max_gap
         rec = failure.failure_record(got["sent"], got["recv"], t_fail, t_fail_done, limit)
@@ -188,6 +222,8 @@ class LinkFailure(Lab):
                 "probe_path_before": list(before or ()), "probe_path_after": list(after or ()),
                 "probe_output_before": out_port(before), "probe_output_after": out_port(after),
                 "controller_port_events": [ln for ln in text.splitlines() if " down: " in ln],
+                "controller_liveness_events": [ln for ln in text.splitlines()
+                                               if "by LLDP liveness" in ln],
                 "controller_updates": [ln for ln in text.splitlines() if "] sent " in ln],
                 "collectives": results}
 
@@ -219,9 +255,7 @@ class LinkFailure(Lab):
                           "resumed_after_failure_ms": "ms from the link-down command to the send "
                                                       "time of the first probe packet delivered "
                                                       "after it"},
-                "failure_emulation": "ip link set down on both ends of the link (carrier loss "
-                                     "seen by Open vSwitch); no sch_netem on this kernel, so no "
-                                     "delay or loss model"}
+                "failure_emulation": self.failure_emulation}
 
     def report(self, exp: Any, records: list[dict[str, Any]], summary: dict[str, Any]
                ) -> list[Any]:
@@ -235,4 +269,29 @@ class LinkFailure(Lab):
         return [path]
 
 
+    failure_emulation = ("ip link set down on both ends of the link (carrier loss seen by Open "
+                         "vSwitch); no sch_netem on this kernel, so no delay or loss model")
+
+
+class LinkFailureP4(LinkFailure):
+    """The BMv2 twin (module docstring)."""
+
+    kind = "link-failure-p4"
+    spec_model = P4Spec
+    network = "bmv2"
+    failure_emulation = ("every frame either end sends is dropped (both pfifos of the link's tc "
+                         "classes at limit 0; the interfaces stay up: an interface set down stops "
+                         "BMv2's receive path on all its ports); LLDP probes stop both ways and "
+                         "P4Runtime has no port status; no sch_netem on this kernel")
+
+    def controller_args(self, exp: Any, case: Any) -> tuple[str, ...]:
+        return (*super().controller_args(exp, case), *exp.spec.liveness.args())
+
+    def set_link(self, ctx: RunContext, a: str, b: str, up: bool) -> None:
+        from mininet_labs.lab.p4net import set_link_cut
+
+        set_link_cut(ctx.net, a, b, not up, ctx.exp.spec.lab.queue_packets)
+
+
 LAB = LinkFailure()
+BMV2 = LinkFailureP4()

@@ -29,6 +29,16 @@ come within ``max_alert_intervals`` × ``stats_interval``; ``GetPaths`` must the
 If the controller dies mid-run (e.g. SIGKILL), the call or stream that notices it fails and the
 run stops with one line (``controller exited (code -9) while watching events``).
 
+``kind: telemetry-p4`` (``mininet_labs/experiments/telemetry_p4.yaml``) is the same on six
+BMv2 switches running fabric.p4 under the one runtime (``aifabric controller --p4-targets``):
+what a switch holds is read from it over P4Runtime by a second client with a lower election id
+(a backup: it reads, never writes; P4Runtime §5) and each hop's output port is what fabric.p4's
+forwarding (:mod:`controller.drivers.p4runtime.model`) gives for the flow's packet over the
+entries read; the link failure is seen by LLDP liveness (``liveness``); and the record carries
+what only P4 gives, per port and queue from the metrics: the queue-depth histogram
+(``aifabric_queue_depth_packets``) and the CE marks (``aifabric_queue_ce_packets_total``,
+``aifabric_queue_ecn_marked_packets_total``) during the run.
+
 Plots: ``link_utilisation.png`` (directed fabric links × time), ``traffic_matrix.png`` (host
 pairs, MB), ``busbw_time.png`` (per-collective bus bandwidth from its entry counters).
 """
@@ -38,7 +48,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -55,8 +65,10 @@ from mininet_labs.lab.counters import Periodic, PortCounters
 from mininet_labs.lab.interface import ControllerConfig, Lab, RunContext, Variant
 from mininet_labs.lab.policies import policy_variant
 from mininet_labs.lab.schema import (
+    Bmv2LabSpec,
     Experiment,
     FabricExperimentSpec,
+    LivenessSpec,
     RingWorkloadSpec,
     Seconds,
     Seed,
@@ -82,6 +94,13 @@ class Spec(FabricExperimentSpec):
     expect: ExpectSpec = ExpectSpec()
 
 
+class P4Spec(Spec):
+    kind: Literal["telemetry-p4"] = "telemetry-p4"  # type: ignore[assignment]
+    switch: Literal["bmv2"] = "bmv2"
+    liveness: LivenessSpec = LivenessSpec()
+    lab: Bmv2LabSpec = Bmv2LabSpec()
+
+
 @dataclass(frozen=True, kw_only=True)
 class TelemetryExperiment(Experiment):
     registered: Collective
@@ -89,7 +108,8 @@ class TelemetryExperiment(Experiment):
 
 class Telemetry(Lab):
     kind = "telemetry"
-    spec_model = Spec
+    spec_model: ClassVar[type[Any]] = Spec
+    switch_label: ClassVar[str] = "ovs"
     plot_names = ("link_utilisation.png", "traffic_matrix.png", "busbw_time.png")
 
     def prepare(self, doc: Document, exp: Experiment) -> TelemetryExperiment:
@@ -111,7 +131,31 @@ class Telemetry(Lab):
         keep = {c.name for c in exp.policy.collectives} - {exp.registered.name}
         text = policy_variant(exp.policy_text, keep=keep, source=str(exp.policy_path))
         return [Variant("telemetry", ControllerConfig(
-            text, telemetry=True, stats_interval_s=exp.spec.stats_interval))]
+            text, self.controller_args(exp), southbound=self.southbound, telemetry=True,
+            stats_interval_s=exp.spec.stats_interval))]
+
+    southbound: ClassVar[str] = "openflow"
+
+    def controller_args(self, exp: Any) -> tuple[str, ...]:
+        return ()
+
+    def output_ports(self, ctx: RunContext, paths: dict[tuple[str, str], list[str]]
+                     ) -> dict[tuple[str, str, str], int | None]:
+        """``(switch, src host, dst host)`` → the port the switch sends that flow out of, as the
+        switch itself says (Open vSwitch: its flow table, :mod:`mininet_labs.lab.ofctl`)."""
+        fab = ctx.exp.fabric
+        return {(u, src, dst): ofctl.output_port(u, fab.host_by_name[src].ipv4,
+                                                 fab.host_by_name[dst].ipv4)
+                for (src, dst), hops in paths.items() for u in hops[1:-1]}
+
+    def set_link(self, ctx: RunContext, a: str, b: str, up: bool) -> None:
+        """Take the link ``a``–``b`` down (both ends, ``ip link set``) or up again."""
+        ctx.net.configLinkStatus(a, b, "up" if up else "down")
+
+    def queue_report(self, scrape: str, scrape0: str) -> dict[str, Any]:
+        """What the switches' queues showed during the run (none on Open vSwitch without
+        ``--apply-qos``)."""
+        return {}
 
     def run(self, ctx: RunContext, key: Any) -> dict[str, Any]:
         import grpc
@@ -135,7 +179,7 @@ class Telemetry(Lab):
                 events.close()
             down = ctx.state.pop("link_down", None)
             if down is not None:
-                ctx.net.configLinkStatus(*down, "up")
+                self.set_link(ctx, down[0], down[1], True)
 
     def _steps(self, ctx: RunContext, events: Any, step: list[str]) -> dict[str, Any]:
         from controller.runtime.metrics import metric_names
@@ -154,9 +198,11 @@ class Telemetry(Lab):
         step[0] = f"reading the paths of {full}"
         paths = {k: list(v) for k, v in ctl.paths(full).items()}
         mismatches = []
+        outs = self.output_ports(ctx, paths)
+        sw = self.switch_label
         for (src, dst), hops in paths.items():
             for u, v in zip(hops[1:-1], hops[2:], strict=True):
-                port = ofctl.output_port(u, fab.host_by_name[src].ipv4, fab.host_by_name[dst].ipv4)
+                port = outs[(u, src, dst)]
                 if port != fab.port_towards(u, v):
                     mismatches.append(f"{u}: {src}->{dst} leaves by {port}, GetPaths says {v} "
                                       f"(port {fab.port_towards(u, v)})")
@@ -168,7 +214,7 @@ class Telemetry(Lab):
             "switches_updated": list(reply.confirmation.switches_updated),
             "switches_pending": list(reply.confirmation.switches_pending),
             "paths": {f"{a}->{b}": h for (a, b), h in paths.items()},
-            "ovs_matches_getpaths": not mismatches, "mismatches": mismatches,
+            f"{sw}_matches_getpaths": not mismatches, "mismatches": mismatches,
             "event_seen": events.first("registered", t_reg - 1, collective=full) is not None}
         # -- the collective alone, GetStatus sampled ----------------------------------------------
         counters = PortCounters(ctx.net, fab)
@@ -202,16 +248,17 @@ class Telemetry(Lab):
         b1 = analysis.scraped(scrape1, "aifabric_link_bytes_total")
         prom = {dict(k)["link"]: int(v - b0.get(k, 0.0)) for k, v in b1.items()}
         rec["counters"] = {"flow_bytes_sent": {f"{a}->{b}": n for (a, b), n in sent.items()},
-                           "ovs": analysis.counter_check(fab, paths, sent,
-                                                         counters.tx_by_link(ports0, ports1)),
+                           sw: analysis.counter_check(fab, paths, sent,
+                                                      counters.tx_by_link(ports0, ports1)),
                            "controller": analysis.counter_check(fab, paths, sent, prom)}
+        rec["queues"] = self.queue_report(scrape1, scrape0)
         # -- a link of the registered collective fails ----------------------------------------
         first = sorted(paths)[0]
         a, b = paths[first][1], paths[first][2]
         subject = "-".join(sorted((a, b)))
         step[0] = f"waiting for the link {subject} down alert"
         t_fail = time.time()
-        ctx.net.configLinkStatus(a, b, "down")
+        self.set_link(ctx, a, b, False)
         ctx.state["link_down"] = (a, b)
         seen: list[str] = []
 
@@ -253,7 +300,7 @@ class Telemetry(Lab):
             "repin_event_after_s": None if repin is None else round(repin[0] - t_fail, 3),
             "paths_after": {f"{x}->{y}": list(h) for (x, y), h in after.items()},
             "paths_avoid_failed_link": avoid}
-        ctx.net.configLinkStatus(a, b, "up")
+        self.set_link(ctx, a, b, True)
         ctx.state.pop("link_down", None)
         step[0] = "watching events"
         try:
@@ -269,7 +316,8 @@ class Telemetry(Lab):
 
     def verdicts(self, exp: Any, records: list[dict[str, Any]],
                  summary: dict[str, Any]) -> list[Verdict]:
-        return analysis.verdicts(records[0], exp.spec.expect.max_counter_error)
+        return analysis.verdicts(records[0], exp.spec.expect.max_counter_error,
+                                 self.switch_label)
 
     def report(self, exp: Any, records: list[dict[str, Any]], summary: dict[str, Any]
                ) -> list[Any]:
@@ -277,8 +325,8 @@ class Telemetry(Lab):
         reg, c, f = r["registration"], r["counters"], r["failure"]
         return [f"registered {reg['collective']}: in force {reg['in_force']} ({reg['apply_ms']} "
                 f"ms); ring CCT {r['ring'].get('cct_s')} s, correct {r['ring']['correct']}",
-                f"counter error (fraction of one flow), worst link: OVS "
-                f"{c['ovs']['max_error_of_flow']:.4f}, controller "
+                f"counter error (fraction of one flow), worst link: {self.switch_label} "
+                f"{c[self.switch_label]['max_error_of_flow']:.4f}, controller "
                 f"{c['controller']['max_error_of_flow']:.4f}",
                 f"link {f['link']} down: event after {f['event_after_s']} s, alert metric after "
                 f"{f['alert_metric_after_s']} s (bound {f['bound_s']:g} s)"]
@@ -302,4 +350,67 @@ class Telemetry(Lab):
         return [out / n for n in self.plot_names]
 
 
+class TelemetryP4(Telemetry):
+    """The BMv2 twin (module docstring)."""
+
+    kind = "telemetry-p4"
+    spec_model = P4Spec
+    network = "bmv2"
+    southbound = "p4runtime"
+    switch_label = "bmv2"
+
+    def controller_args(self, exp: Any) -> tuple[str, ...]:
+        return tuple(exp.spec.liveness.args())
+
+    def output_ports(self, ctx: RunContext, paths: dict[tuple[str, str], list[str]]
+                     ) -> dict[tuple[str, str, str], int | None]:
+        import asyncio
+        import ipaddress
+        import json
+
+        from controller.drivers.p4runtime.client import P4Switch
+        from controller.drivers.p4runtime.model import Packet, forward
+
+        fab = ctx.exp.fabric
+        targets = json.loads((ctx.out.parent / "targets.json").read_text())
+        names = sorted({u for hops in paths.values() for u in hops[1:-1]})
+
+        async def read_all() -> dict[str, Any]:
+            out = {}
+            for n in names:
+                # a backup (election id 1 < the controller's): it reads, it never writes
+                async with P4Switch(n, targets[n], fab.switch_by_name[n].dpid, election_id=1,
+                                    backup_ok=True) as sw:
+                    out[n] = await sw.read_state()
+            return out
+
+        held = asyncio.run(read_all())
+        res: dict[tuple[str, str, str], int | None] = {}
+        for (src, dst), hops in paths.items():
+            s, d = fab.host_by_name[src], fab.host_by_name[dst]
+            pkt = Packet(0x0800, int(ipaddress.IPv4Address(s.ipv4)),
+                         int(ipaddress.IPv4Address(d.ipv4)), 6)
+            for u in hops[1:-1]:
+                got = forward(held[u], pkt)
+                res[(u, src, dst)] = next(iter(got)) if isinstance(got, frozenset) \
+                    and len(got) == 1 else None
+        return res
+
+    def set_link(self, ctx: RunContext, a: str, b: str, up: bool) -> None:
+        from mininet_labs.lab.p4net import set_link_cut
+
+        set_link_cut(ctx.net, a, b, not up, ctx.exp.spec.lab.queue_packets)
+
+    def queue_report(self, scrape: str, scrape0: str) -> dict[str, Any]:
+        def delta(name: str) -> dict[str, float]:
+            b0, b1 = analysis.scraped(scrape0, name), analysis.scraped(scrape, name)
+            return {",".join(f"{k}={v}" for k, v in key): round(val - b0.get(key, 0.0), 1)
+                    for key, val in b1.items() if val - b0.get(key, 0.0)}
+
+        return {"depth_packets_bucket": delta("aifabric_queue_depth_packets_bucket"),
+                "ce_packets": delta("aifabric_queue_ce_packets_total"),
+                "ecn_marked_packets": delta("aifabric_queue_ecn_marked_packets_total")}
+
+
 LAB = Telemetry()
+BMV2 = TelemetryP4()
