@@ -14,10 +14,12 @@
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 #: one sample: (unix s, {switch: master replica or ""}, replicas alive at that moment)
 Sample = tuple[float, Mapping[str, str], frozenset[str]]
@@ -145,3 +147,22 @@ def window_count(events: Iterable[LogEvent], kind: str,
     """Sum of ``count`` of the ``kind`` events inside any of ``windows`` ([start, end) unix s)."""
     return sum(e.count for e in events if e.kind == kind
                and any(a <= e.t < b for a, b in windows))
+
+
+def locate_outages(outages: Iterable[Mapping[str, Any]], events: Sequence[float],
+                   labels: Sequence[str], t_begin: float) -> list[dict[str, Any]]:
+    """Where each run of lost probe packets fell: ``outages`` as
+    :func:`mininet_labs.workloads.udp_probe.analyse` returns them (``lost``, ``gap_ms``,
+    ``start_send_s`` in s since the epoch), ``events`` (s since the epoch, ascending) with their
+    ``labels``. Returns per outage ``lost``, ``gap_ms``, ``at_s`` (its start, s after
+    ``t_begin``), ``after`` (the label of the last event before it, "" before the first) and
+    ``since_event_s`` (s after that event, None before the first)."""
+    out = []
+    for o in outages:
+        t = float(o["start_send_s"])
+        i = bisect.bisect_right(list(events), t) - 1
+        out.append({"lost": int(o["lost"]), "gap_ms": o["gap_ms"],
+                    "at_s": round(t - t_begin, 3),
+                    "after": labels[i] if 0 <= i < len(labels) else "",
+                    "since_event_s": round(t - events[i], 3) if i >= 0 else None})
+    return out
