@@ -150,13 +150,18 @@ def window_count(events: Iterable[LogEvent], kind: str,
 
 
 def locate_outages(outages: Iterable[Mapping[str, Any]], events: Sequence[float],
-                   labels: Sequence[str], t_begin: float) -> list[dict[str, Any]]:
+                   labels: Sequence[str], t_begin: float,
+                   records: Sequence[Sequence[int]] = ()) -> list[dict[str, Any]]:
     """Where each run of lost probe packets fell: ``outages`` as
     :func:`mininet_labs.workloads.udp_probe.analyse` returns them (``lost``, ``gap_ms``,
     ``start_send_s`` in s since the epoch), ``events`` (s since the epoch, ascending) with their
     ``labels``. Returns per outage ``lost``, ``gap_ms``, ``at_s`` (its start, s after
     ``t_begin``), ``after`` (the label of the last event before it, "" before the first) and
-    ``since_event_s`` (s after that event, None before the first)."""
+    ``since_event_s`` (s after that event, None before the first); with the receiver's
+    ``records`` (``(seq, send_ns, recv_ns)``), ``delay_before_ms`` and ``delay_after_ms``: the
+    one-way delay of the packets received right before and after the outage (a stall of the
+    path shows as a long delay before a run of losses)."""
+    delay = {int(q): (r - t) / 1e6 for q, t, r in records}
     out = []
     for o in outages:
         t = float(o["start_send_s"])
@@ -164,5 +169,11 @@ def locate_outages(outages: Iterable[Mapping[str, Any]], events: Sequence[float]
         out.append({"lost": int(o["lost"]), "gap_ms": o["gap_ms"],
                     "at_s": round(t - t_begin, 3),
                     "after": labels[i] if 0 <= i < len(labels) else "",
-                    "since_event_s": round(t - events[i], 3) if i >= 0 else None})
+                    "since_event_s": round(t - events[i], 3) if i >= 0 else None,
+                    "delay_before_ms": _rounded(delay.get(int(o.get("after_seq", -1)))),
+                    "delay_after_ms": _rounded(delay.get(int(o.get("before_seq", -1))))})
     return out
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)

@@ -455,7 +455,8 @@ class HaFailover(Lab):
                         # (send times, after which event), packets lost after the last one
                         # received, and sendto() errors (counted as sent)
                         "outages": ha.locate_outages(g["analysis"]["outages"], events, labels,
-                                                     t_begin),
+                                                     t_begin, g["recv"]["records"]),
+                        "max_one_way_delay_ms": g["analysis"]["one_way_delay_ms"]["max"],
                         "tail_lost": g["analysis"]["tail_lost"],
                         "send_errors": g["sent"].get("send_errors", 0)}
                        for p, g in zip(s.probes, got, strict=True)],
