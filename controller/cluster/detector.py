@@ -41,7 +41,14 @@ suspend after ``window_s - margin_s`` instead of ``TTL - margin_s``, and resume 
 
 Trade-off: a replica starved of CPU (or whose etcd member is slow) for longer than ``window_s``
 is suspected although alive. That is safe (it is fenced as above and re-registers with a new
-lease) but moves its switches for nothing.
+lease) but moves its switches for nothing. A controller's event loop is busy for hundreds of ms
+at times (planning, reconciling six switches after a start): heartbeats sent from it made a
+starting replica flap (suspected, revoked, registered again) in the ha_failover lab. So with an
+:class:`~controller.cluster.etcd.EtcdClient` the heartbeats are sent by a thread of their own
+(its own event loop and etcd channel; CPython switches threads at least every 5 ms): they stop
+when the process dies or is frozen, not when its event loop is merely busy. The watch and the
+suspicion stay on the event loop: a busy observer receives the heartbeats late and in a burst,
+which counts as little progress, so it suspects later, never sooner.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +64,7 @@ from typing import Any
 
 import aetcd
 
+from controller.cluster.etcd import EtcdClient
 from controller.cluster.keys import ClusterKeys
 
 LOG = logging.getLogger("aifabric.cluster")
@@ -169,6 +178,7 @@ class FailureDetector:
         self.revoked = 0
         self._watch_task: asyncio.Task[None] | None = None
         self._beat_task: asyncio.Task[None] | None = None
+        self._beater: _BeatThread | None = None
         self._watch: Any = None
 
     def start(self) -> None:
@@ -181,9 +191,23 @@ class FailureDetector:
         :meth:`heartbeat_acked` is called after each acknowledged heartbeat) until it ends."""
         if self._beat_task is not None:
             self._beat_task.cancel()
-        self._beat_task = asyncio.get_running_loop().create_task(self._beat_loop(lease))
+            self._beat_task = None
+        if self._beater is not None:
+            self._beater.stop.set()
+        loop = asyncio.get_running_loop()
+        if isinstance(self.client, EtcdClient):
+            self._beater = _BeatThread(self.client.settings, self.keys.heartbeat(self.replica),
+                                       lease, self.settings.heartbeat_interval_s, loop,
+                                       self._clock)
+            self._beater.start()
+        else:
+            self._beat_task = loop.create_task(self._beat_loop(lease))
 
     async def stop(self) -> None:
+        beater, self._beater = self._beater, None
+        if beater is not None:
+            beater.stop.set()
+            await asyncio.to_thread(beater.join, 5.0)
         tasks = [t for t in (self._beat_task, self._watch_task) if t is not None]
         self._beat_task = self._watch_task = None
         for t in tasks:
@@ -268,3 +292,45 @@ class FailureDetector:
             # heartbeat retries while the suspect's key is still there)
             LOG.info("revoking lease %x of %s: %s", lease_id, suspect, exc)
             self._revoking.discard(lease_id)
+
+
+class _BeatThread(threading.Thread):
+    """Heartbeats from a thread with its own event loop and etcd channel (module docstring).
+    Each acknowledged heartbeat extends ``lease.heartbeat_until_s`` at once (one float store:
+    :meth:`ReplicaLease.valid` sees it even while the main loop is busy) and then calls
+    ``lease.heartbeat_acked`` on the main loop (resume, re-arm)."""
+
+    def __init__(self, settings: Any, key: bytes, lease: Any, interval_s: float,
+                 loop: asyncio.AbstractEventLoop, clock: Callable[[], float]) -> None:
+        super().__init__(name=f"heartbeat {key.decode(errors='replace')}", daemon=True)
+        self.settings, self.key, self.lease = settings, key, lease
+        self.interval_s, self.main_loop, self.clock = interval_s, loop, clock
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._beat())
+
+    async def _beat(self) -> None:
+        from controller.cluster.lease import LeaseState
+
+        client = EtcdClient(self.settings)
+        lease, seq = self.lease, 0
+        window = lease.heartbeat_window_s
+        try:
+            while not self.stop.is_set() and lease.state is not LeaseState.EXPIRED:
+                t_send = self.clock()
+                try:
+                    await client.put(self.key, str(seq).encode(), lease=lease.lease_id)
+                except Exception as exc:  # noqa: BLE001 (etcd unreachable or lease gone: retry)
+                    LOG.debug("heartbeat %s failed: %s", self.key, exc)
+                else:
+                    if window is not None and lease.state is not LeaseState.EXPIRED:
+                        lease.heartbeat_until_s = max(lease.heartbeat_until_s, t_send + window
+                                                      - lease.settings.margin_s)
+                    with contextlib.suppress(RuntimeError):   # the main loop closed
+                        self.main_loop.call_soon_threadsafe(lease.heartbeat_acked, t_send)
+                seq += 1
+                await asyncio.sleep(max(0.0, t_send + self.interval_s - self.clock()))
+        finally:
+            with contextlib.suppress(Exception):
+                await client.close()
