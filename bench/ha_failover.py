@@ -108,6 +108,8 @@ def trial(cluster: EtcdCluster, setting: Setting, replicas: dict[str, ReplicaPro
                           if "write" not in x)
         raise RuntimeError(f"{scenario}: not balanced before the trial: "
                            f"{masters_from_events(_all_lines(replicas))}\n{tail}")
+    if setting.detector_ms:
+        time.sleep(2.0)   # every replica past the detector's start-up grace (2 s): established
     own = masters_from_events(_all_lines(replicas))
     victim = own[switches[0]][0]
     held = sorted(s for s, (r, _, _) in own.items() if r == victim)

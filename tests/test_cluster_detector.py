@@ -38,6 +38,9 @@ def _rule() -> SuspicionRule:
 def test_settings_default_stall_is_two_heartbeats_and_bad_values_are_refused():
     assert DetectorSettings(window_s=0.4, heartbeat_interval_s=0.1).stall_s == pytest.approx(0.2)
     assert DetectorSettings.from_window_ms(300, 50) == DetectorSettings(0.3, 0.05)
+    assert DetectorSettings.from_window_ms(5000, 100).startup_grace_s == 5.0
+    with pytest.raises(ValueError, match="startup_grace_s"):
+        DetectorSettings(window_s=3.0, heartbeat_interval_s=0.1, startup_grace_s=2.0)
     with pytest.raises(ValueError, match="heartbeat_interval_s"):
         DetectorSettings(window_s=0.1, heartbeat_interval_s=0.1)
     with pytest.raises(ValueError, match="stall_s"):
@@ -106,6 +109,27 @@ def test_never_suspected_sooner_than_window_after_its_last_beat():
             if "b" in r.own(t):
                 assert t - seen >= W - 1e-9
                 break
+
+
+def test_a_starting_peer_gets_the_startup_grace_then_the_window():
+    """DetectorSettings.startup_grace_s: while a peer's heartbeats span less than the grace (it
+    is starting), it needs the grace of own progress to be suspected; afterwards the window."""
+    r = SuspicionRule(window_s=0.5, stall_s=0.25, startup_grace_s=2.0)
+    r.own(-0.125)
+    r.peer("new", 0.0)               # its first heartbeat
+    t = 0.0
+    while t < 1.875:
+        t += 0.125
+        assert r.own(t) == [], t     # 1.875 s of progress: still within the grace
+    assert r.own(2.0) == ["new"]
+    # a peer seen for 2 s already is suspected after the window
+    r2 = SuspicionRule(window_s=0.5, stall_s=0.25, startup_grace_s=2.0)
+    r2.own(-0.125)
+    for k in range(17):              # heartbeats at 0 .. 2 s, ours in between
+        r2.peer("old", k * 0.125)
+        r2.own(k * 0.125 + 0.0625)
+    got = [r2.own(2.0 + k * 0.125) for k in range(1, 6)]
+    assert got[:3] == [[], [], []] and got[3] == ["old"]   # 0.5 s after its last beat
 
 
 def test_forgotten_peer_is_not_suspected():

@@ -86,11 +86,17 @@ class DetectorSettings:
     stall_s:
         the longest gap between two own heartbeats that still counts as progress (default
         ``2 x H``): a longer gap is a stall of etcd or of this replica, not evidence.
+    startup_grace_s:
+        a peer whose heartbeats span less than this (it just started: connecting its switches,
+        loading its plan, the busiest seconds of a controller) needs this much own progress,
+        not ``window_s``, to be suspected. A replica that dies while starting is then found
+        by the grace or its lease, whichever ends first.
     """
 
     window_s: float = 0.4
     heartbeat_interval_s: float = 0.1
     stall_s: float = 0.0
+    startup_grace_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat_interval_s <= self.window_s / 2:
@@ -101,15 +107,20 @@ class DetectorSettings:
         if not self.heartbeat_interval_s <= self.stall_s <= self.window_s:
             raise ValueError(f"stall_s must be in [heartbeat_interval_s, window_s], got "
                              f"{self.stall_s}")
+        if self.startup_grace_s < self.window_s:
+            raise ValueError(f"startup_grace_s must be >= window_s, got {self.startup_grace_s}")
 
     @classmethod
     def from_window_ms(cls, window_ms: int, heartbeat_ms: int = 100) -> DetectorSettings:
         """``--failure-detector-ms`` and ``--heartbeat-interval-ms`` (raises ValueError)."""
-        return cls(window_s=window_ms / 1e3, heartbeat_interval_s=heartbeat_ms / 1e3)
+        window_s = window_ms / 1e3
+        return cls(window_s=window_s, heartbeat_interval_s=heartbeat_ms / 1e3,
+                   startup_grace_s=max(cls.startup_grace_s, window_s))
 
 
 @dataclass
 class _Peer:
+    first_s: float                # when its first heartbeat arrived
     seen_s: float                 # when its last heartbeat arrived
     progress_s: float = 0.0       # own progress since then
 
@@ -122,17 +133,20 @@ class SuspicionRule:
     replica's, :meth:`peer` for another's, :meth:`forget` when a peer's key is deleted.
     Invariant (what self-fencing rests on): a peer is suspected at ``now`` only if
     ``now - seen >= window_s``, ``seen`` being when its last heartbeat arrived, because progress
-    is counted only inside ``(seen, now]``.
+    is counted only inside ``(seen, now]``. A peer whose heartbeats so far span less than
+    ``startup_grace_s`` needs ``startup_grace_s`` of progress (``DetectorSettings``).
     """
 
     window_s: float
     stall_s: float
+    startup_grace_s: float = 0.0
     _last_own_s: float | None = None
     _peers: dict[str, _Peer] = field(default_factory=dict)
 
     def peer(self, name: str, now_s: float) -> None:
         """A heartbeat of ``name`` arrived: it is not suspected, and its progress restarts."""
-        self._peers[name] = _Peer(now_s)
+        old = self._peers.get(name)
+        self._peers[name] = _Peer(old.first_s if old is not None else now_s, now_s)
 
     def forget(self, name: str) -> None:
         """``name``'s heartbeat key is gone (its lease ended): stop watching it."""
@@ -149,7 +163,9 @@ class SuspicionRule:
 
     def suspects(self) -> list[str]:
         """The peers suspected now."""
-        return sorted(n for n, p in self._peers.items() if p.progress_s >= self.window_s)
+        return sorted(n for n, p in self._peers.items()
+                      if p.progress_s >= (self.window_s if p.seen_s - p.first_s
+                                          >= self.startup_grace_s else self.startup_grace_s))
 
     def peers(self) -> list[str]:
         """The peers whose heartbeats are watched."""
@@ -172,7 +188,7 @@ class FailureDetector:
         self.settings = settings
         self.keys = keys or ClusterKeys()
         self._clock = clock
-        self.rule = SuspicionRule(settings.window_s, settings.stall_s)
+        self.rule = SuspicionRule(settings.window_s, settings.stall_s, settings.startup_grace_s)
         self._leases: dict[str, int] = {}     # peer -> lease id of its heartbeat key
         self._revoking: set[int] = set()
         self.revoked = 0
