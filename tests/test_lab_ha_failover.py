@@ -92,6 +92,22 @@ def test_suspensions_pair_a_suspended_lease_with_its_resumption():
     assert suspensions(ev, (t + 1, t + 2)) == []
 
 
+def test_a_suspension_that_ends_with_the_lease_is_not_a_long_one():
+    """A suspended lease revoked by the failure detector ("ended") is not paired with another
+    lease's later "resumed" (the switches moved: the no-master stretches measure that)."""
+    t = 1_800_000_000.0
+    text = "\n".join([
+        f"{_stamp(t)} WARNING aifabric.cluster: lease 2a2a suspended: heartbeat deadline passed",
+        f"{_stamp(t + 0.2)} INFO aifabric.cluster: lease 2a2a ended: etcd says the lease is gone",
+        f"{_stamp(t + 20)} WARNING aifabric.cluster: lease 3b3b suspended: heartbeat deadline passed",
+        f"{_stamp(t + 20.1)} WARNING aifabric.cluster: lease 3b3b resumed",
+    ])
+    ev = log_events(text)
+    assert [e.kind for e in ev] == ["suspended", "ended", "suspended", "resumed"]
+    got = suspensions(ev, (t - 1, t + 30))
+    assert len(got) == 1 and got[0] == pytest.approx(0.1, abs=2e-3)
+
+
 def test_outages_are_located_after_the_last_event_before_them():
     events, labels = [100.0, 105.0], ["SIGTERM r1", "start r1"]
     outages = [{"after_seq": 9, "before_seq": 12, "lost": 2, "gap_ms": 2.0,

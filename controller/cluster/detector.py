@@ -69,6 +69,8 @@ from controller.cluster.keys import ClusterKeys
 
 LOG = logging.getLogger("aifabric.cluster")
 RETRY_PAUSE_S = 0.05
+#: heartbeats of the thread awaiting their answer at once (each lives at most one window)
+MAX_BEATS_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True)
@@ -331,22 +333,37 @@ class _BeatThread(threading.Thread):
 
         client = EtcdClient(self.settings)
         lease, seq = self.lease, 0
-        window = lease.heartbeat_window_s
+        pending: set[asyncio.Task[None]] = set()
         try:
             while not self.stop.is_set() and lease.state is not LeaseState.EXPIRED:
                 t_send = self.clock()
-                try:
-                    await client.put(self.key, str(seq).encode(), lease=lease.lease_id)
-                except Exception as exc:  # noqa: BLE001 (etcd unreachable or lease gone: retry)
-                    LOG.debug("heartbeat %s failed: %s", self.key, exc)
-                else:
-                    if window is not None and lease.state is not LeaseState.EXPIRED:
-                        lease.heartbeat_until_s = max(lease.heartbeat_until_s, t_send + window
-                                                      - lease.settings.margin_s)
-                    with contextlib.suppress(RuntimeError):   # the main loop closed
-                        self.main_loop.call_soon_threadsafe(lease.heartbeat_acked, t_send)
+                # one heartbeat per interval, without waiting for the previous answer: a put
+                # lost with a dying etcd member would otherwise hold the next ones back for
+                # the whole call timeout while the other replicas' heartbeats already commit
+                if len(pending) < MAX_BEATS_IN_FLIGHT:
+                    task = asyncio.ensure_future(self._one(client, lease, seq, t_send))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
                 seq += 1
                 await asyncio.sleep(max(0.0, t_send + self.interval_s - self.clock()))
         finally:
+            for task in list(pending):
+                task.cancel()
             with contextlib.suppress(Exception):
                 await client.close()
+
+    async def _one(self, client: EtcdClient, lease: Any, seq: int, t_send: float) -> None:
+        from controller.cluster.lease import LeaseState
+
+        window = lease.heartbeat_window_s
+        try:
+            await asyncio.wait_for(client.put(self.key, str(seq).encode(), lease=lease.lease_id),
+                                   window or self.settings.rpc_timeout_s)
+        except Exception as exc:  # noqa: BLE001 (etcd unreachable or lease gone: the next one)
+            LOG.debug("heartbeat %s failed: %s", self.key, exc)
+            return
+        if window is not None and lease.state is not LeaseState.EXPIRED:
+            lease.heartbeat_until_s = max(lease.heartbeat_until_s,
+                                          t_send + window - lease.settings.margin_s)
+        with contextlib.suppress(RuntimeError):   # the main loop closed
+            self.main_loop.call_soon_threadsafe(lease.heartbeat_acked, t_send)

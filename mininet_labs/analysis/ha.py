@@ -29,6 +29,7 @@ _SENT = re.compile(r"\] sent (\d+) messages")
 _MASTER = re.compile(r"\[(\S+) dpid=\S+\] master \(token (\d+)\)")
 _SUSPENDED = re.compile(r"lease \S+ suspended")
 _RESUMED = re.compile(r"lease \S+ resumed")
+_ENDED = re.compile(r"lease \S+ ended")
 
 
 def good(masters: Mapping[str, str], alive: frozenset[str]) -> bool:
@@ -83,7 +84,8 @@ def longest_s(stretches: Sequence[Stretch]) -> float | None:
 @dataclass(frozen=True)
 class LogEvent:
     """A line of a controller log: ``kind`` ``sent`` (``count`` messages to ``switch``),
-    ``refused``, ``master`` (``count`` = the token), ``suspended`` or ``resumed`` (the lease)."""
+    ``refused``, ``master`` (``count`` = the token), ``suspended``, ``resumed`` or ``ended``
+    (the lease)."""
 
     t: float
     kind: str
@@ -120,6 +122,8 @@ def log_events(text: str) -> list[LogEvent]:
             out.append(LogEvent(t, "suspended", "", 0, line))
         elif _RESUMED.search(line):
             out.append(LogEvent(t, "resumed", "", 0, line))
+        elif _ENDED.search(line):
+            out.append(LogEvent(t, "ended", "", 0, line))
     return out
 
 
@@ -127,8 +131,9 @@ def suspensions(events: Iterable[LogEvent], window: tuple[float, float]
                 ) -> list[float | None]:
     """How long each lease suspension that began inside ``window`` lasted, s: from ``lease ...
     suspended`` (the replica stopped writing: no keep-alive answered in time) to ``lease ...
-    resumed`` (etcd said the lease lives; same terms). None: not resumed (the lease ended, the
-    switches moved: the mastership view shows that)."""
+    resumed`` (etcd said the lease lives; same terms). A suspension that ends with ``lease ...
+    ended`` is left out: the lease is over and its switches moved, which the mastership view
+    (:func:`no_master_stretches`) measures. None: neither resumed nor ended by the log's end."""
     out: list[float | None] = []
     start: float | None = None
     for e in sorted(events, key=lambda e: e.t):
@@ -137,6 +142,8 @@ def suspensions(events: Iterable[LogEvent], window: tuple[float, float]
         elif e.kind == "resumed" and start is not None:
             out.append(e.t - start)
             start = None
+        elif e.kind == "ended" and start is not None:
+            start = None   # the lease ended: its switches moved (the no-master stretches)
     if start is not None:
         out.append(None)
     return out
