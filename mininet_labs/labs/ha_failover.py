@@ -14,6 +14,7 @@ Example (``mininet_labs/experiments/ha_failover.yaml``)::
     replicas: 3
     etcd: {members: 3, heartbeat: 50ms, election: 500ms}
     lease_ttl: 1s
+    # detector: {window: 400ms, heartbeat: 100ms}   # --failure-detector-ms (ha_failover_tuned)
     scenarios: [kill-master, sigterm-master, pause-master, etcd-member, rolling-restart]
     expect: {max_no_master: 2s}
 
@@ -44,7 +45,9 @@ Per scenario: probe loss, the longest stretch during which some switch had no li
 and how long a replica's masterships were suspended (its lease unconfirmed during an etcd
 election: it writes nothing, although etcd still names it; :func:`~mininet_labs.analysis.ha.
 suspensions`),
-the registered collectives lost, the flow-mods and group-mods any replica sent (its log's
+every run of lost probe packets with the event before it and the one-way delay around it
+(:func:`~mininet_labs.analysis.ha.locate_outages`), the registered collectives lost, the
+flow-mods and group-mods any replica sent (its log's
 ``sent N messages`` lines, which survive a kill) when nothing changed, and for ``pause-master``
 the zombie's writes after SIGCONT.
 """
