@@ -303,7 +303,7 @@ _SECURITY_KEYS = ("certs", "cert", "key", "ca", "tokens", "mtls", "insecure", "e
                   "etcd_cert", "etcd_key", "metrics_tls", "metrics_user",
                   "metrics_password_file")
 _CLUSTER_KEYS = ("cluster_url", "replica", "lease_ttl_s", "keepalive_interval_s",
-                 "cluster_confirm_timeout_s")
+                 "cluster_confirm_timeout_s", "failure_detector_ms", "heartbeat_interval_ms")
 
 
 def _security_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -363,6 +363,16 @@ def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--keepalive-interval", "keepalive_interval_s",
                      type=FiniteFloatRange(min=0.01, max=20.0), default=0.2, show_default=True,
                      help="Seconds between lease keep-alives (at most TTL/3)."),
+        click.option("--failure-detector-ms", "failure_detector_ms",
+                     type=click.IntRange(min=0, max=60000), default=0, show_default=True,
+                     help="Heartbeat in etcd and revoke the lease of a replica whose heartbeat "
+                          "stopped while ours kept committing for this many ms: a crashed or "
+                          "paused master's switches move after about this long instead of "
+                          "TTL + 0.5 s (0: off; see README, high availability)."),
+        click.option("--heartbeat-interval-ms", "heartbeat_interval_ms",
+                     type=click.IntRange(min=10, max=30000), default=100, show_default=True,
+                     help="Milliseconds between heartbeats (at most half the detector's "
+                          "window)."),
         click.option("--cluster-confirm-timeout", "cluster_confirm_timeout_s",
                      type=FiniteFloatRange(min=0.1, max=3600.0), default=10.0,
                      show_default=True,
@@ -392,6 +402,7 @@ def _cluster(more: dict[str, Any], listen: str, grpc_listen: str | None) -> Any:
                                  param_hint="--cluster/--replica")
     if url is None:
         return None
+    from controller.cluster.detector import DetectorSettings
     from controller.cluster.etcd import ClusterURLError, parse_cluster_url
     from controller.cluster.lease import LeaseSettings
     from controller.runtime.cluster import ClusterOptions
@@ -404,9 +415,17 @@ def _cluster(more: dict[str, Any], listen: str, grpc_listen: str | None) -> Any:
                                            - 0.01))
     except (ClusterURLError, ValueError) as exc:
         raise click.BadParameter(str(exc), param_hint="--cluster/--lease-ttl") from None
+    detector = None
+    if v["failure_detector_ms"]:
+        try:
+            detector = DetectorSettings.from_window_ms(v["failure_detector_ms"],
+                                                       v["heartbeat_interval_ms"])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--failure-detector-ms") from None
     adv = {"openflow": listen, **({"northbound": grpc_listen} if grpc_listen else {})}
     return ClusterOptions(url, replica, lease=lease,
-                          confirm_timeout_s=v["cluster_confirm_timeout_s"], advertise=adv)
+                          confirm_timeout_s=v["cluster_confirm_timeout_s"], advertise=adv,
+                          detector=detector)
 
 
 @main.command("controller")

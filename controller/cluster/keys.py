@@ -12,8 +12,12 @@
     /aifabric/<fabric>/ha/masters/<switch>        JSON   the master of a switch (the master's lease)
     /aifabric/<fabric>/acks/<replica>             JSON   the intent generation a replica has in
                                                          force on the switches it masters (its lease)
+    /aifabric/<fabric>/hb/<replica>               bytes  a replica's heartbeat, rewritten every
+                                                         heartbeat interval (its lease; only with
+                                                         the failure detector,
+                                                         :mod:`controller.cluster.detector`)
 
-The ``ha/`` and ``acks/`` keys live only as long as the lease they are attached to: a replica
+The ``ha/``, ``acks/`` and ``hb/`` keys live only as long as the lease they are attached to: a replica
 whose lease ends (revoked on stop, expired after a crash or a stall) disappears together with its
 masterships, in one etcd revision.
 """
@@ -94,6 +98,14 @@ class ClusterKeys:
 
     def master(self, switch: str) -> bytes:
         return self.masters_prefix + _check_name("switch", switch).encode()
+
+    @property
+    def heartbeats_prefix(self) -> bytes:
+        """Outside ``ha/``: the mastership watch does not wake at every heartbeat."""
+        return self.root + b"hb/"
+
+    def heartbeat(self, replica: str) -> bytes:
+        return self.heartbeats_prefix + _check_name("replica", replica).encode()
 
     # -- confirmations ---------------------------------------------------------------------------
     @property

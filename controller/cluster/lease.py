@@ -30,6 +30,12 @@ period, and the other replicas claim within one watch notification and one trans
 ``TTL - keepalive_interval_s`` and ``TTL + 0.5 s`` plus a few milliseconds. A stop (SIGTERM) revokes
 the lease: failover within milliseconds. An etcd leader election stalls every keep-alive for up to
 ``2 x --election-timeout``: a TTL below that suspends every master for the rest of the election.
+
+With the failure detector (:mod:`controller.cluster.detector`, ``heartbeat_window_s``), other
+replicas may revoke this lease ``window`` after this replica's last heartbeat: the lease is then
+valid only until ``t_send + window - margin`` of the last *acknowledged* heartbeat too
+(:meth:`ReplicaLease.heartbeat_acked`), and suspended/resumed on that deadline as on the
+keep-alive one.
 """
 
 from __future__ import annotations
@@ -102,6 +108,7 @@ class ReplicaLease:
                  on_expired: Callable[[str], None],
                  on_suspended: Callable[[str], None] | None = None,
                  on_resumed: Callable[[], None] | None = None,
+                 heartbeat_window_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self._client = client
         self.settings = settings
@@ -112,6 +119,9 @@ class ReplicaLease:
         self.lease_id = 0
         self.granted_ttl_s = 0
         self.valid_until_s = 0.0
+        self.heartbeat_window_s = heartbeat_window_s
+        #: the failure detector's deadline (module docstring); inf without the detector
+        self.heartbeat_until_s = float("inf")
         self.state = LeaseState.EXPIRED
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -127,6 +137,9 @@ class ReplicaLease:
                         "ceil(1.5 x --election-timeout)); failover takes that much longer",
                         self.granted_ttl_s, self.settings.ttl_s)
         self.state = LeaseState.VALID
+        if self.heartbeat_window_s is not None:
+            # no heartbeat can be older than the grant
+            self.heartbeat_until_s = t_send + self.heartbeat_window_s - self.settings.margin_s
         self._extend(t_send, self.granted_ttl_s)
         self._task = asyncio.get_running_loop().create_task(self._keepalive_loop())
         return self.lease_id
@@ -135,7 +148,30 @@ class ReplicaLease:
         """True while this replica may act as the lease's holder (reads the clock when ``now_s`` is
         None)."""
         now = self._clock() if now_s is None else now_s
-        return self.state is LeaseState.VALID and now < self.valid_until_s
+        return self.state is LeaseState.VALID and now < self.deadline_s
+
+    @property
+    def deadline_s(self) -> float:
+        """Until when this replica may act (the earlier of the keep-alive and the heartbeat
+        deadlines)."""
+        return min(self.valid_until_s, self.heartbeat_until_s)
+
+    def heartbeat_acked(self, t_send: float) -> None:
+        """The failure detector's heartbeat sent at ``t_send`` was acknowledged: extend the
+        heartbeat deadline, and resume a lease that was suspended only by it."""
+        if self.heartbeat_window_s is None or self.state is LeaseState.EXPIRED:
+            return
+        self.heartbeat_until_s = max(self.heartbeat_until_s, t_send + self.heartbeat_window_s
+                                     - self.settings.margin_s)
+        self._maybe_resume()
+        if self.state is LeaseState.VALID:
+            self._arm()
+
+    def _maybe_resume(self) -> None:
+        if self.state is LeaseState.SUSPENDED and self._clock() < self.deadline_s:
+            self.state = LeaseState.VALID
+            LOG.warning("lease %x resumed", self.lease_id)
+            self._on_resumed()
 
     async def revoke(self) -> None:
         """Stop keeping alive and revoke the lease at etcd (its keys go at once). Calls
@@ -174,7 +210,7 @@ class ReplicaLease:
     def _arm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        delay = max(0.0, self.valid_until_s - self._clock())
+        delay = max(0.0, self.deadline_s - self._clock())
         self._timer = asyncio.get_running_loop().call_later(delay, self._check)
 
     def _check(self) -> None:
@@ -183,7 +219,9 @@ class ReplicaLease:
             if self.valid():
                 self._arm()
             else:
-                self._suspend("keep-alive deadline passed")
+                self._suspend("keep-alive deadline passed"
+                              if self._clock() >= self.valid_until_s else
+                              "heartbeat deadline passed")
 
     def _suspend(self, reason: str) -> None:
         if self.state is not LeaseState.VALID:
@@ -197,6 +235,7 @@ class ReplicaLease:
             return
         self.state = LeaseState.EXPIRED
         self.valid_until_s = 0.0
+        self.heartbeat_until_s = 0.0
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -229,13 +268,10 @@ class ReplicaLease:
             # etcd renewed the lease after t_send: it lives until at least t_send + ttl, however
             # late this answer arrived
             self.valid_until_s = max(self.valid_until_s, t_send + ttl - self.settings.margin_s)
-            if self.state is LeaseState.SUSPENDED and self._clock() < self.valid_until_s:
-                self.state = LeaseState.VALID
-                LOG.warning("lease %x resumed", self.lease_id)
-                self._on_resumed()
+            self._maybe_resume()
             if self.state is LeaseState.VALID:
                 if self.valid():
                     self._arm()
                 else:
-                    self._suspend("keep-alive answered too late")
+                    self._suspend("keep-alive or heartbeat answered too late")
             await asyncio.sleep(max(0.0, t_send + interval - self._clock()))

@@ -18,6 +18,10 @@ its own deadline passes first, see :mod:`controller.cluster.lease`), every maste
 goes in the same etcd revision, the other replicas see it in their watch and claim. The runtime
 must call :meth:`MastershipService.term` right before writing to a switch: it answers from the
 lease deadline and the clock, not from the last event.
+
+With ``detector`` (:mod:`controller.cluster.detector`) the replicas also heartbeat and revoke the
+lease of a replica that stopped heartbeating while their own heartbeats committed: a crashed or
+paused master's switches move after the detector's window instead of the lease's TTL.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import aetcd
 from aetcd.rtypes import KeyValue
 
 from controller.cluster.balance import balanced_assignment
+from controller.cluster.detector import DetectorSettings, FailureDetector
 from controller.cluster.etcd import TRANSIENT_ERRORS
 from controller.cluster.fencing import MastershipTerm, backup_election_id
 from controller.cluster.keys import ClusterKeys
@@ -95,11 +100,14 @@ class MastershipService:
     advertise:
         what other replicas learn about this one (e.g. ``{"northbound": "10.0.0.5:50051"}``, so a
         replica can forward a write to the master of a switch): :meth:`replica_info`.
+    detector:
+        run the failure detector with these timings (None: leases alone end a silent replica).
     """
 
     def __init__(self, client: aetcd.Client, replica: str, switches: Iterable[str], *,
                  keys: ClusterKeys | None = None, lease: LeaseSettings | None = None,
                  advertise: Mapping[str, str] | None = None,
+                 detector: DetectorSettings | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.client = client
         self.replica = replica
@@ -108,6 +116,8 @@ class MastershipService:
         self.keys.replica(replica)  # validates the name
         self.lease_settings = lease or LeaseSettings()
         self._clock = clock
+        self.detector = (FailureDetector(client, replica, detector, keys=self.keys, clock=clock)
+                         if detector is not None else None)
         self._switches = frozenset(switches)
         self._lease: ReplicaLease | None = None
         self._registration_rev = 0
@@ -162,6 +172,8 @@ class MastershipService:
                 self._update_role(s, "synced")
         for coro in (self._session_loop(), self._reconcile_loop()):
             self._tasks.append(loop.create_task(coro))
+        if self.detector is not None:
+            self.detector.start()
         await asyncio.wait_for(self._first_round(), timeout_s)
 
     async def stop(self) -> None:
@@ -173,6 +185,8 @@ class MastershipService:
             self._running = False
             self._step_down_all(Role.NONE, "stopped")
         self._watch_task = None
+        if self.detector is not None:
+            await self.detector.stop()
         lease, self._lease = self._lease, None
         if lease is not None:
             await lease.revoke()
@@ -271,11 +285,16 @@ class MastershipService:
             lease = ReplicaLease(self.client, self.lease_settings,
                                  on_expired=self._on_lease_expired,
                                  on_suspended=self._on_lease_suspended,
-                                 on_resumed=self._on_lease_resumed, clock=self._clock)
+                                 on_resumed=self._on_lease_resumed,
+                                 heartbeat_window_s=(self.detector.settings.window_s
+                                                     if self.detector is not None else None),
+                                 clock=self._clock)
             self._lease_ended.clear()
             try:
                 await lease.grant()
                 self._lease = lease
+                if self.detector is not None:
+                    self.detector.attach(lease)
                 await self._register(lease)
             except ReplicaNameInUse as exc:
                 LOG.error("%s; retrying in %d s", exc, lease.granted_ttl_s or 1)

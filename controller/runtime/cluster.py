@@ -43,6 +43,7 @@ from typing import Any
 
 import aetcd
 
+from controller.cluster.detector import DetectorSettings
 from controller.cluster.etcd import TRANSIENT_ERRORS, EtcdClient, EtcdSettings, EtcdTLS
 from controller.cluster.keys import ClusterKeys
 from controller.cluster.lease import LeaseSettings
@@ -91,6 +92,8 @@ class ClusterOptions:
     connect_wait_s: float = 10.0
     start_timeout_s: float = 15.0
     advertise: Mapping[str, str] = field(default_factory=dict)
+    #: ``--failure-detector-ms``: revoke a silent replica's lease (None: leases alone)
+    detector: DetectorSettings | None = None
 
 
 class ClusterMastership:
@@ -149,7 +152,8 @@ class ClusterRuntime:
         self.store = IntentStore(self.client, self.keys, deadline_s=opts.start_timeout_s)
         self.service = MastershipService(self.client, opts.replica,
                                          [s.name for s in fabric.switches], keys=self.keys,
-                                         lease=opts.lease, advertise=opts.advertise)
+                                         lease=opts.lease, advertise=opts.advertise,
+                                         detector=opts.detector)
         self.mastership = ClusterMastership(self.service, southbound)
         self._resolve_policy = resolve_policy
         self._policies: dict[str, Any] = {}

@@ -506,7 +506,10 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
             if joining is not None and joining.done():
                 failed = joining.exception()
                 if failed is not None:
-                    LOG.error("[cluster] joining the cluster failed: %s", failed)
+                    # a TimeoutError's text is empty: name the error (its first round of
+                    # claims did not complete in --start-timeout; the service keeps trying)
+                    LOG.error("[cluster] joining the cluster failed: %s: %s",
+                              type(failed).__name__, failed)
                 joining = None
             try:
                 await asyncio.wait_for(stop.wait(), 0.2)

@@ -12,6 +12,9 @@ host, so lines of different replicas compare):
   write to *now* (``MastershipService.term``): what a runtime would send to the switch. A stalled
   replica that resumes must print none of these once its lease has ended.
 
+``--failure-detector-ms W`` runs :mod:`controller.cluster.detector` (window ``W`` ms, heartbeats
+every ``--heartbeat-interval-ms``).
+
 SIGTERM (or SIGINT) stops it gracefully (lease revoked, ``{"stopped": true}``), exit 0.
 """
 
@@ -29,6 +32,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from controller.cluster.detector import DetectorSettings
 from controller.cluster.etcd import EtcdClient, EtcdSettings
 from controller.cluster.keys import ClusterKeys
 from controller.cluster.lease import LeaseSettings
@@ -46,7 +50,10 @@ async def run(args: argparse.Namespace) -> int:
         client, args.replica, [s for s in args.switches.split(",") if s],
         keys=ClusterKeys(args.fabric),
         lease=LeaseSettings(ttl_s=args.ttl_s, keepalive_interval_s=args.keepalive_interval_s,
-                            margin_s=args.margin_s))
+                            margin_s=args.margin_s),
+        detector=(DetectorSettings.from_window_ms(args.failure_detector_ms,
+                                                  args.heartbeat_interval_ms)
+                  if args.failure_detector_ms else None))
 
     def on_event(ev: MastershipEvent) -> None:
         _say(switch=ev.switch, role=ev.role.value, token=ev.term.token if ev.term else None,
@@ -160,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rpc-timeout-s", type=float, default=EtcdSettings.rpc_timeout_s)
     p.add_argument("--start-timeout-s", type=float, default=15.0)
     p.add_argument("--write-interval-s", type=float, default=0.0)
+    p.add_argument("--failure-detector-ms", type=int, default=0,
+                   help="run the failure detector with this window (0: off)")
+    p.add_argument("--heartbeat-interval-ms", type=int, default=100)
     return asyncio.run(run(p.parse_args(argv)))
 
 

@@ -14,10 +14,12 @@
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 #: one sample: (unix s, {switch: master replica or ""}, replicas alive at that moment)
 Sample = tuple[float, Mapping[str, str], frozenset[str]]
@@ -27,6 +29,7 @@ _SENT = re.compile(r"\] sent (\d+) messages")
 _MASTER = re.compile(r"\[(\S+) dpid=\S+\] master \(token (\d+)\)")
 _SUSPENDED = re.compile(r"lease \S+ suspended")
 _RESUMED = re.compile(r"lease \S+ resumed")
+_ENDED = re.compile(r"lease \S+ ended")
 
 
 def good(masters: Mapping[str, str], alive: frozenset[str]) -> bool:
@@ -81,7 +84,8 @@ def longest_s(stretches: Sequence[Stretch]) -> float | None:
 @dataclass(frozen=True)
 class LogEvent:
     """A line of a controller log: ``kind`` ``sent`` (``count`` messages to ``switch``),
-    ``refused``, ``master`` (``count`` = the token), ``suspended`` or ``resumed`` (the lease)."""
+    ``refused``, ``master`` (``count`` = the token), ``suspended``, ``resumed`` or ``ended``
+    (the lease)."""
 
     t: float
     kind: str
@@ -118,6 +122,8 @@ def log_events(text: str) -> list[LogEvent]:
             out.append(LogEvent(t, "suspended", "", 0, line))
         elif _RESUMED.search(line):
             out.append(LogEvent(t, "resumed", "", 0, line))
+        elif _ENDED.search(line):
+            out.append(LogEvent(t, "ended", "", 0, line))
     return out
 
 
@@ -125,8 +131,9 @@ def suspensions(events: Iterable[LogEvent], window: tuple[float, float]
                 ) -> list[float | None]:
     """How long each lease suspension that began inside ``window`` lasted, s: from ``lease ...
     suspended`` (the replica stopped writing: no keep-alive answered in time) to ``lease ...
-    resumed`` (etcd said the lease lives; same terms). None: not resumed (the lease ended, the
-    switches moved: the mastership view shows that)."""
+    resumed`` (etcd said the lease lives; same terms). A suspension that ends with ``lease ...
+    ended`` is left out: the lease is over and its switches moved, which the mastership view
+    (:func:`no_master_stretches`) measures. None: neither resumed nor ended by the log's end."""
     out: list[float | None] = []
     start: float | None = None
     for e in sorted(events, key=lambda e: e.t):
@@ -135,6 +142,8 @@ def suspensions(events: Iterable[LogEvent], window: tuple[float, float]
         elif e.kind == "resumed" and start is not None:
             out.append(e.t - start)
             start = None
+        elif e.kind == "ended" and start is not None:
+            start = None   # the lease ended: its switches moved (the no-master stretches)
     if start is not None:
         out.append(None)
     return out
@@ -145,3 +154,33 @@ def window_count(events: Iterable[LogEvent], kind: str,
     """Sum of ``count`` of the ``kind`` events inside any of ``windows`` ([start, end) unix s)."""
     return sum(e.count for e in events if e.kind == kind
                and any(a <= e.t < b for a, b in windows))
+
+
+def locate_outages(outages: Iterable[Mapping[str, Any]], events: Sequence[float],
+                   labels: Sequence[str], t_begin: float,
+                   records: Sequence[Sequence[int]] = ()) -> list[dict[str, Any]]:
+    """Where each run of lost probe packets fell: ``outages`` as
+    :func:`mininet_labs.workloads.udp_probe.analyse` returns them (``lost``, ``gap_ms``,
+    ``start_send_s`` in s since the epoch), ``events`` (s since the epoch, ascending) with their
+    ``labels``. Returns per outage ``lost``, ``gap_ms``, ``at_s`` (its start, s after
+    ``t_begin``), ``after`` (the label of the last event before it, "" before the first) and
+    ``since_event_s`` (s after that event, None before the first); with the receiver's
+    ``records`` (``(seq, send_ns, recv_ns)``), ``delay_before_ms`` and ``delay_after_ms``: the
+    one-way delay of the packets received right before and after the outage (a stall of the
+    path shows as a long delay before a run of losses)."""
+    delay = {int(q): (r - t) / 1e6 for q, t, r in records}
+    out = []
+    for o in outages:
+        t = float(o["start_send_s"])
+        i = bisect.bisect_right(list(events), t) - 1
+        out.append({"lost": int(o["lost"]), "gap_ms": o["gap_ms"],
+                    "at_s": round(t - t_begin, 3),
+                    "after": labels[i] if 0 <= i < len(labels) else "",
+                    "since_event_s": round(t - events[i], 3) if i >= 0 else None,
+                    "delay_before_ms": _rounded(delay.get(int(o.get("after_seq", -1)))),
+                    "delay_after_ms": _rounded(delay.get(int(o.get("before_seq", -1))))})
+    return out
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)

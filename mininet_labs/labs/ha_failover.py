@@ -14,6 +14,7 @@ Example (``mininet_labs/experiments/ha_failover.yaml``)::
     replicas: 3
     etcd: {members: 3, heartbeat: 50ms, election: 500ms}
     lease_ttl: 1s
+    # detector: {window: 400ms, heartbeat: 100ms}   # --failure-detector-ms (ha_failover_tuned)
     scenarios: [kill-master, sigterm-master, pause-master, etcd-member, rolling-restart]
     expect: {max_no_master: 2s}
 
@@ -44,7 +45,9 @@ Per scenario: probe loss, the longest stretch during which some switch had no li
 and how long a replica's masterships were suspended (its lease unconfirmed during an etcd
 election: it writes nothing, although etcd still names it; :func:`~mininet_labs.analysis.ha.
 suspensions`),
-the registered collectives lost, the flow-mods and group-mods any replica sent (its log's
+every run of lost probe packets with the event before it and the one-way delay around it
+(:func:`~mininet_labs.analysis.ha.locate_outages`), the registered collectives lost, the
+flow-mods and group-mods any replica sent (its log's
 ``sent N messages`` lines, which survive a kill) when nothing changed, and for ``pause-master``
 the zombie's writes after SIGCONT.
 """
@@ -104,6 +107,14 @@ class EtcdSpec(StrictModel):
     election: Annotated[Seconds, Field(ge=0.1, le=10.0)] = 0.5
 
 
+class DetectorSpec(StrictModel):
+    """The replicas' failure detector (``--failure-detector-ms``, ``--heartbeat-interval-ms``;
+    :mod:`controller.cluster.detector`)."""
+
+    window: Annotated[Seconds, Field(ge=0.02, le=60.0)] = 0.4
+    heartbeat: Annotated[Seconds, Field(ge=0.01, le=30.0)] = 0.1
+
+
 class ExpectSpec(StrictModel):
     """``max_no_master``: the longest a switch may be without a live master."""
 
@@ -118,6 +129,8 @@ class Spec(FabricExperimentSpec):
     replicas: Annotated[int, Field(ge=2, le=5)] = 3
     etcd: EtcdSpec = EtcdSpec()
     lease_ttl: Annotated[int, Field(ge=1, le=30)] = 1
+    #: None: a silent replica's switches move when its lease expires
+    detector: DetectorSpec | None = None
     scenarios: Annotated[tuple[Scenario, ...], Field(min_length=1)] = (
         "kill-master", "sigterm-master", "pause-master", "etcd-member", "rolling-restart")
     settle: Annotated[Seconds, Field(ge=0.5, le=30)] = 1.5
@@ -144,10 +157,11 @@ class Replicas:
     paused: set[str]
     security: ControllerSecurity | None = None
     etcd_args: tuple[str, ...] = ()
+    detector_args: tuple[str, ...] = ()
 
     def start(self, name: str) -> None:
         args = ("--cluster", self.etcd_url, "--replica", name, "--lease-ttl",
-                str(self.lease_ttl), *self.etcd_args)
+                str(self.lease_ttl), *self.etcd_args, *self.detector_args)
         self.sessions[name] = start_controller(
             self.topology, self.policy, self.log(name), self.timeout_s, args, telemetry=True,
             ports=self.ports[name], append_log=True, security=self.security)
@@ -259,9 +273,11 @@ class HaFailover(Lab):
 
     def describe(self, exp: Any) -> str:
         s = exp.spec
+        fd = ("" if s.detector is None else f", failure detector {s.detector.window * 1e3:g} ms "
+              f"(heartbeat {s.detector.heartbeat * 1e3:g} ms)")
         return (f"{exp.fabric.name}; {s.replicas} replicas, {s.etcd.members}-member etcd "
                 f"({s.etcd.heartbeat * 1e3:g}/{s.etcd.election * 1e3:g} ms), lease "
-                f"{s.lease_ttl} s; scenarios: {', '.join(s.scenarios)}")
+                f"{s.lease_ttl} s{fd}; scenarios: {', '.join(s.scenarios)}")
 
     def variants(self, exp: Any) -> list[Variant]:
         return [Variant("cluster", None, runs=tuple(exp.spec.scenarios))]
@@ -299,7 +315,9 @@ class HaFailover(Lab):
                       {n: (ports[3 * i], ports[3 * i + 1], ports[3 * i + 2])
                        for i, n in enumerate(names)}, s.lease_ttl,
                       s.lab.controller_start_timeout_s, {}, set(), security,
-                      etcd_args or ())
+                      etcd_args or (), () if s.detector is None else (
+                          "--failure-detector-ms", f"{round(s.detector.window * 1e3)}",
+                          "--heartbeat-interval-ms", f"{round(s.detector.heartbeat * 1e3)}"))
         ctx.state["replicas"] = rs
         labnet.clear_switch_state(ctx.net)
         labnet.flush_arp(ctx.net)
@@ -338,6 +356,7 @@ class HaFailover(Lab):
         probes = [UdpStream(ctx, p.src, p.dst, PROBE_PORT + i, ctx.out / scenario, f"probe{i}")
                   for i, p in enumerate(s.probes)]
         events: list[float] = []
+        labels: list[str] = []   # what happened at events[i] (outages name the last one)
         quiet: list[tuple[float, float]] = []   # windows in which nothing changed
         rec: dict[str, Any] = {"scenario": scenario, "victim": victim}
         t_begin = time.time()
@@ -354,11 +373,13 @@ class HaFailover(Lab):
                 if scenario in ("kill-master", "sigterm-master"):
                     sig = signal.SIGKILL if scenario == "kill-master" else signal.SIGTERM
                     events.append(time.time())
+                    labels.append(f"{sig.name} {victim}")
                     rs.send_signal(victim, sig)
                     wait_until(lambda: rs.balanced() or None, 30.0, "the others took over",
                                every_s=0.05)
                     time.sleep(s.settle)
                     events.append(time.time())
+                    labels.append(f"start {victim}")
                     rs.start(victim)
                     wait_until(lambda: rs.balanced() or None, 60.0, "balanced again",
                                every_s=0.1)
@@ -366,12 +387,14 @@ class HaFailover(Lab):
                     quiet.append((t0, time.time()))
                 elif scenario == "pause-master":
                     rec.update(self._pause(ctx, rs, victim, events, quiet))
+                    labels.append(f"SIGSTOP {victim}")
                 elif scenario == "etcd-member":
                     leader = etcd.leader_index()
                     idx = leader if leader is not None else 0
                     rec["etcd_member_killed"] = etcd.members[idx].name
                     rec["etcd_member_was_leader"] = leader is not None
                     events.append(time.time())
+                    labels.append(f"kill etcd {etcd.members[idx].name}")
                     etcd.kill_member(idx)
                     time.sleep(max(3.0, 2 * s.lease_ttl + s.settle))
                     etcd.restart_member(idx)
@@ -380,10 +403,12 @@ class HaFailover(Lab):
                 elif scenario == "rolling-restart":
                     for n in list(rs.names):
                         events.append(time.time())
+                        labels.append(f"SIGTERM {n}")
                         rs.send_signal(n, signal.SIGTERM)
                         wait_until(lambda: rs.balanced() or None, 30.0,
                                    f"the others took {n}'s switches", every_s=0.05)
                         events.append(time.time())
+                        labels.append(f"start {n}")
                         rs.start(n)
                         wait_until(lambda: rs.balanced() or None, 60.0,
                                    f"balanced with {n} back", every_s=0.1)
@@ -425,9 +450,18 @@ class HaFailover(Lab):
             "suspensions_s": [None if d is None else round(d, 3) for d in susp],
             "longest_not_writing_s": None if longest is None or None in susp else round(
                 max([longest, *(d for d in susp if d is not None)]), 3),
+            "event_labels": labels,
             "probes": [{"flow": f"{p.src}->{p.dst}", "sent": g["analysis"]["sent"],
                         "received": g["analysis"]["received"], "lost": g["analysis"]["lost"],
-                        "max_gap_ms": g["analysis"]["max_gap_ms"]}
+                        "max_gap_ms": g["analysis"]["max_gap_ms"],
+                        # where a loss was: a run of lost packets between two received ones
+                        # (send times, after which event), packets lost after the last one
+                        # received, and sendto() errors (counted as sent)
+                        "outages": ha.locate_outages(g["analysis"]["outages"], events, labels,
+                                                     t_begin, g["recv"]["records"]),
+                        "max_one_way_delay_ms": g["analysis"]["one_way_delay_ms"]["max"],
+                        "tail_lost": g["analysis"]["tail_lost"],
+                        "send_errors": g["sent"].get("send_errors", 0)}
                        for p, g in zip(s.probes, got, strict=True)],
             "probe_lost": sum(g["analysis"]["lost"] for g in got),
             "collectives_lost": sorted(want - have),
