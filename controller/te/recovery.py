@@ -422,10 +422,12 @@ def _layers(state: PinState, t: ClosTables, flows: np.ndarray,
     (:func:`controller.te.closcolour._copies`), so each layer is a proper colouring: no link
     carries two sub-flows of one layer, and a link carries at most one sub-flow per layer. A
     repair breaks that only for the layers of the sub-flows it moved: a link above ``goal``
-    then holds two of one layer. Each such layer is re-coloured from its current ports
+    then holds two of one layer. Every layer with two sub-flows on a link is re-coloured from
+    its current ports
     (:func:`colour_clos` with ``initial``: Kempe insertions and next-level swaps, as for one
-    path per flow), with ``blocked`` the links where the load of other classes plus one
-    sub-flow of each other layer present leaves no room for one of this layer; when that still
+    path per flow), with ``blocked`` the links where the load of other classes, of the layers
+    left as they are and one sub-flow of each other re-coloured layer present leaves no room
+    for one of this layer; when that still
     leaves two of the layer on a link above ``goal`` (the next-level swaps found no component
     that frees a port of an aggregation switch that lost a core link), the layer is coloured
     afresh (Euler splitting; it moves most of the layer's sub-flows). When every layer
@@ -452,15 +454,17 @@ def _layers(state: PinState, t: ClosTables, flows: np.ndarray,
     count = layer_counts(flows, key)
     rest = state.load_bps - w * count.sum(axis=1)  # load of everything else
     hot = state.util > goal + _EPS
-    broken = np.flatnonzero((count[hot] >= 2).any(axis=0))
-    if not len(broken):
+    if not (count[hot] >= 2).any():
         return
+    broken = np.flatnonzero((count >= 2).any(axis=0))  # all will be proper: count them once
+    kept = np.setdiff1d(np.arange(n_layers), broken)
     before, over = state.max_utilisation(), _excess(state, goal)
     done: list[dict[int, int]] = []
     for layer in broken.tolist():
         sel = np.flatnonzero(key == layer)
         own = count[:, layer]
-        others = rest + w * ((count > 0).sum(axis=1) - (own > 0))
+        others = rest + w * ((count[:, broken] > 0).sum(axis=1) - (own > 0)
+                             + count[:, kept].sum(axis=1))
         blocked = others + w > (goal + _EPS) * cap
         for start in (init[sel], None):  # from its current ports; else afresh
             seq = colour_clos(t, u[sel], v[sel], h[sel], initial=start, blocked=blocked)
