@@ -536,9 +536,12 @@ class PinState:
         budget: int,
         movable: set[int] | None = None,
         depth: int = DEFAULT_CHAIN_DEPTH,
+        kick: bool = False,
     ) -> int:
         """Relieve the hottest links by moves and ejection chains (module docstring); only flows
-        in ``movable`` (all if None) move. Returns the number of flows whose path changed."""
+        in ``movable`` (all if None) move; with ``kick``, compound moves when those fail (at
+        most ``KICK_MAX_FLOWS`` flows; not for a repair, which must be quick). Returns the
+        number of flows whose path changed."""
         before: dict[int, np.ndarray | None] = {}
         self._moved = before
         left = [budget]
@@ -549,7 +552,8 @@ class PinState:
             hot = np.flatnonzero(self.util >= m - _EPS).tolist()
             self._journal: list[tuple[int, int]] = []
             if not any(self._relieve(lid, m, depth, frozenset(), left, movable) for lid in hot):
-                if len(self.flows) > KICK_MAX_FLOWS or not self._kick(hot, m, left, movable):
+                if (not kick or len(self.flows) > KICK_MAX_FLOWS
+                        or not self._kick(hot, m, left, movable)):
                     break
         self._moved = {}
         return sum(1 for f, r in before.items() if not _same(r, self.rows[f]))
@@ -818,7 +822,7 @@ def pin_by_load(
     rest = colour_first(state)
     state.greedy(rest)
     lower = load_lower_bound(state)
-    state.local_search(lower, search_budget)
+    state.local_search(lower, search_budget, kick=True)
     if state.tables is not None and len(state.flows) >= BATCH_FLOWS:
         state.tables.warm()  # so a repair derives its failed state's tables (ClosTables.warm)
     return state.result(lower)
