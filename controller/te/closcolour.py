@@ -115,6 +115,27 @@ def _copies(node: np.ndarray, key: np.ndarray, cap: np.ndarray) -> np.ndarray:
     pos = np.arange(n) - start
     out = np.empty(n, dtype=np.int64)
     out[order] = pos // np.maximum(cap[sn], 1)
+    if n == 0 or key.max(initial=0) == key.min(initial=0):
+        return out
+    # one copy per key (sub-flow number) at a node whose keys each fit its ports and need no
+    # more copies than the runs: then sub-flow j of every flow is a proper colouring on its own
+    # at every level (a layer, which recovery._layers re-colours alone after a repair)
+    nk = int(key.max()) + 1
+    pair = node * nk + key
+    uniq, inv, cnt = np.unique(pair, return_inverse=True, return_counts=True)
+    inv = inv.ravel()
+    u_node = uniq // nk
+    first_of = np.flatnonzero(np.r_[True, u_node[1:] != u_node[:-1]])
+    grp = np.repeat(np.arange(len(first_of)), np.diff(np.r_[first_of, len(uniq)]))
+    rank = np.arange(len(uniq)) - first_of[grp]  # key's rank among its node's keys
+    n_keys = np.diff(np.r_[first_of, len(uniq)])
+    biggest = np.maximum.reduceat(cnt, first_of)
+    nodes = u_node[first_of]
+    deg = np.bincount(node, minlength=int(node.max()) + 1)[nodes]
+    c = np.maximum(cap[nodes], 1)
+    fits_key = (biggest <= c) & (n_keys <= -(-deg // c))
+    use = fits_key[grp][inv]
+    out[use] = rank[inv][use]
     return out
 
 

@@ -128,7 +128,9 @@ def _kempe(
     path from u, which frees β at u. A flip is only done when every edge on the path allows both
     colours (restricted colours: dead ports); the (α, β) pairs are tried in order, both ways,
     at most ``max_tries`` paths per edge, and an edge none of them frees is left uncoloured
-    (None).
+    (None). When every colour an edge allows is taken at one of its ends (the colour free
+    there is one it may not take, e.g. the column of a dead port on its path), a γ/α path from
+    that end first moves an edge of an allowed colour γ onto the free colour α.
     """
     at: dict[int, dict[int, int]] = {}
     colour: list[int | None] = [None] * len(edges) if initial is None else list(initial)
@@ -167,11 +169,31 @@ def _kempe(
             at[edges[e][0]][col] = e
             at[edges[e][1]][col] = e
 
+    palette = sorted(set().union(*{e[3] for e in edges}))
+
+    def make_free(x: int, ordered: tuple[int, ...], budget: int) -> None:
+        """Free one of ``ordered`` at x, where all of them are taken: for a colour α free at
+        x (outside ``ordered``) and γ in ``ordered``, flip the γ/α path leaving x by its γ edge
+        (x lacks α, so x is an end of it and the colouring stays proper)."""
+        ax = at.setdefault(x, {})
+        for alpha in (c for c in palette if c not in ax):
+            for gamma in ordered:
+                if budget <= 0:
+                    return
+                budget -= 1
+                path = path_from(x, gamma, alpha)
+                if path is not None:
+                    flip(path, gamma, alpha)
+                    return
+
     for j, (u, v, ordered, _) in enumerate(edges):
         if colour[j] is not None:
             continue
         au = at.setdefault(u, {})
         av = at.setdefault(v, {})
+        for x, ax in ((u, au), (v, av)):  # every allowed colour taken at an end: free one
+            if all(c in ax for c in ordered):
+                make_free(x, ordered, max_tries)
         free_u = [c for c in ordered if c not in au]
         free_v = [c for c in ordered if c not in av]
         both = next((c for c in free_u if c not in av), None)

@@ -33,6 +33,13 @@ Algorithm (:class:`PinState`):
    links at U (or U), so it terminates; ``search_budget`` candidate evaluations bound its time.
    On a fat-tree these chains are the alternating paths of bipartite edge colouring (König),
    which is why permutation traffic such as a fragmented ring ends collision-free.
+3. Compound moves (instances of at most ``KICK_MAX_FLOWS`` flows), when no chain helps: a flow
+   on a link at U moves to any other candidate even if that pushes links *above* U, then flows
+   are moved off the link most above U, each to its best candidate avoiding it that stays
+   within U (at most ``KICK_STEPS``); kept when nothing ends above U and fewer links are at U
+   (a swap of flows of unequal demands, which every order of single moves passes above U:
+   0.75 → 0.6 = the MILP optimum on a k = 4 fat-tree with two links down, a draw of
+   tests/test_scale_loadpin.py).
 
 Lower bound (:func:`controller.te.bounds.load_lower_bound`): the larger of the mandatory load
 (links every candidate of a flow uses, e.g. access links) and cut bounds: the flows leaving
@@ -82,6 +89,11 @@ GREEDY_BATCH = 64
 """From this many flows on, :meth:`PinState.add_many` counts candidates by port columns in one
 vectorised pass (:class:`ClosTables`) instead of building each flow's candidates."""
 DEFAULT_CHAIN_DEPTH = 8
+KICK_MAX_FLOWS = 2048
+"""Compound moves (:meth:`PinState._kick`) are tried only up to this many flows: they try
+every candidate of every flow on a link at the maximum."""
+KICK_STEPS = 8
+"""Most re-placements after one kick (:meth:`PinState._settle`)."""
 _CHAIN_WIDTH = 4  # candidates tried per flow in a chain step
 _EPS = 1e-9
 
@@ -524,9 +536,12 @@ class PinState:
         budget: int,
         movable: set[int] | None = None,
         depth: int = DEFAULT_CHAIN_DEPTH,
+        kick: bool = False,
     ) -> int:
         """Relieve the hottest links by moves and ejection chains (module docstring); only flows
-        in ``movable`` (all if None) move. Returns the number of flows whose path changed."""
+        in ``movable`` (all if None) move; with ``kick``, compound moves when those fail (at
+        most ``KICK_MAX_FLOWS`` flows; not for a repair, which must be quick). Returns the
+        number of flows whose path changed."""
         before: dict[int, np.ndarray | None] = {}
         self._moved = before
         left = [budget]
@@ -537,7 +552,9 @@ class PinState:
             hot = np.flatnonzero(self.util >= m - _EPS).tolist()
             self._journal: list[tuple[int, int]] = []
             if not any(self._relieve(lid, m, depth, frozenset(), left, movable) for lid in hot):
-                break
+                if (not kick or len(self.flows) > KICK_MAX_FLOWS
+                        or not self._kick(hot, m, left, movable)):
+                    break
         self._moved = {}
         return sum(1 for f, r in before.items() if not _same(r, self.rows[f]))
 
@@ -600,6 +617,66 @@ class PinState:
                     return True
                 self._rollback(mark)
         return False
+
+    def _kick(self, hot: list[int], m: float, left: list[int], movable: set[int] | None) -> bool:
+        """A compound move (module docstring, step 3): a flow on a link at ``m`` moves to a
+        candidate even if that pushes links above ``m``, then :meth:`_settle` re-places flows
+        off the links above ``m``. Kept when no link ends above ``m`` and fewer are at it; else
+        rolled back. Candidates in order, flows largest first; ``left`` bounds the work."""
+        at_m = int((self.util >= m - _EPS).sum())
+        for lid in hot:
+            on = sorted((f for f in self.flows_on.get(lid, ()) if movable is None or f in movable),
+                        key=lambda i: (-self.rate_bps[i], i))
+            for f in on:
+                cur = self.current(f)
+                c = self.cands[f]
+                for ci in np.flatnonzero(~(c == lid).any(axis=1)).tolist():
+                    if ci == cur:
+                        continue
+                    if left[0] <= 0:
+                        return False
+                    left[0] -= 1
+                    mark = len(self._journal)
+                    self._move(f, ci)
+                    if (self._settle(m, left, movable, f)
+                            and int((self.util >= m - _EPS).sum()) < at_m):
+                        return True
+                    self._rollback(mark)
+        return False
+
+    def _settle(self, m: float, left: list[int], movable: set[int] | None, fixed: int) -> bool:
+        """Move flows (not ``fixed``) off the link most above ``m``, each to the candidate that
+        avoids it with the lowest bottleneck, choosing the flow that leaves the smaller of its
+        new bottleneck and the link's own utilisation, as long as that bottleneck stays within
+        ``m``;
+        True when no link is above ``m`` (at most ``KICK_STEPS`` moves)."""
+        for _ in range(KICK_STEPS):
+            over = np.flatnonzero(self.util > m + _EPS)
+            if not len(over):
+                return True
+            x = int(over[np.argmax(self.util[over])])
+            best: tuple[float, int, int] | None = None
+            for g in sorted(self.flows_on.get(x, ())):
+                if g == fixed or (movable is not None and g not in movable):
+                    continue
+                cur = self.current(g)
+                c = self.cands[g]
+                left[0] -= c.shape[0]
+                self.evaluations += c.shape[0]
+                self.remove(g)
+                after = (self.util[c] + self.rate_bps[g] * self.inv_cap[c]).max(axis=1)
+                self.place(g, cur)
+                after[(c == x).any(axis=1)] = np.inf
+                ci = int(np.argmin(after))
+                # the larger of its new bottleneck and what it leaves on x: smallest first
+                peak = max(float(after[ci]),
+                           float(self.util[x] - self.rate_bps[g] * self.inv_cap[x]))
+                if after[ci] <= m + _EPS and (best is None or peak < best[0]):
+                    best = (peak, g, ci)
+            if best is None or left[0] <= 0:
+                return False
+            self._move(best[1], best[2])
+        return not (self.util > m + _EPS).any()
 
     def result(self, lower: float) -> LoadPinning:
         links = self.index.links
@@ -745,7 +822,7 @@ def pin_by_load(
     rest = colour_first(state)
     state.greedy(rest)
     lower = load_lower_bound(state)
-    state.local_search(lower, search_budget)
+    state.local_search(lower, search_budget, kick=True)
     if state.tables is not None and len(state.flows) >= BATCH_FLOWS:
         state.tables.warm()  # so a repair derives its failed state's tables (ClosTables.warm)
     return state.result(lower)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from controller.te.clos import ClosTables
 from controller.te.closcolour import colour_clos
 from controller.te.collectives import FlowDemand
 from controller.te.loadpin import DEFAULT_CHAIN_DEPTH, PinState, load_lower_bound
@@ -267,7 +268,7 @@ def reoptimise(
     quick = min(search_budget, QUICK_BUDGET)
     state.local_search(goal, quick, allowed, chain_depth)
     if state.max_utilisation() > goal + _EPS and movable is None:
-        _recolour(state, goal)
+        _recolour(state, goal, allowed, chain_depth)
         state.local_search(goal, max(search_budget - state.evaluations, 0), allowed, chain_depth)
     after = state.max_utilisation()
     changed = _changed_flows(state, placement)
@@ -300,17 +301,28 @@ def _changed_flows(state: PinState, placement: Placement) -> list[int]:
     return sorted(np.concatenate(out).tolist())
 
 
-def _recolour(state: PinState, goal: float) -> None:
+def _recolour(state: PinState, goal: float, movable: set[int] | None = None,
+              chain_depth: int = DEFAULT_CHAIN_DEPTH) -> None:
     """Re-colour the equal-demand class with the largest total demand (mirrored Clos fabrics
-    only; elsewhere nothing): first starting from its current paths
-    (:func:`controller.te.closcolour.colour_clos` with ``initial``: only the flows the Kempe
-    insertions and next-level swaps must move change path); if that does not reach ``goal``,
-    from scratch, which moves more flows but succeeds where an insertion into the current
-    colouring found no alternating path; for sub-flows last as whole flows (every sub-flow of
-    a flow on the flow's one coloured path: the one-path optimum, where an equitable
-    colouring of the sub-flows left some uncoloured; above ``RECOLOUR_MAX_FLOWS`` flows only
-    this one). Each attempt is kept only when it lowers the maximum utilisation (else every
-    flow goes back)."""
+    only; elsewhere nothing).
+
+    Attempts, in turn, until the maximum utilisation reaches ``goal``:
+
+    1. for sub-flows, **layer by layer** (:func:`_layers`): the sub-flows numbered j of every
+       flow, coloured from their current ports around the load of all the others, then local
+       search (``QUICK_BUDGET``, only ``movable`` flows, chains of ``chain_depth``) for the
+       few links that may be left;
+    2. the whole class from its current paths (:func:`controller.te.closcolour.colour_clos`
+       with ``initial``: only the flows the Kempe insertions and next-level swaps must move
+       change path);
+    3. for sub-flows, as whole flows (every sub-flow of a flow on the flow's one coloured path:
+       the one-path optimum);
+    4. from scratch, which moves more flows but succeeds where an insertion into the current
+       colouring found no alternating path.
+
+    Above ``RECOLOUR_MAX_FLOWS`` flows only 1 and 3 run (2 and 4 would take minutes). Each
+    attempt is kept only when it lowers the maximum utilisation (else every flow goes back).
+    """
     t = state.tables
     if t is None or not state.flows:
         return
@@ -322,20 +334,19 @@ def _recolour(state: PinState, goal: float) -> None:
     u, v, h = state.ends(flows)
     key = np.asarray([state.flows[i].subflow for i in flows.tolist()], dtype=np.int64)
     parent = [state.flows[i].parent for i in flows.tolist()]
-    attempts = ["current"] + (["whole flows"] if key.max(initial=0) > 0 else []) + ["fresh"]
+    split = key.max(initial=0) > 0
+    attempts = (["layers"] if split else []) + ["current"] + (["whole flows"] if split else []) \
+        + ["fresh"]
     if len(flows) > RECOLOUR_MAX_FLOWS:  # the Kempe insertions would take minutes
-        attempts = [a for a in attempts if a == "whole flows"]
+        attempts = [a for a in attempts if a in ("layers", "whole flows")]
     for attempt in attempts:
         if state.max_utilisation() <= goal + _EPS:
             return
-        init = np.full((len(flows), max(int(h.max(initial=0)), 1)), -1, dtype=np.int64)
-        cur = [state.rows[i] for i in flows.tolist()]
-        lens = np.fromiter((len(r) if r is not None else -1 for r in cur), np.int64,
-                           count=len(cur))
-        for hh in np.unique(h[h > 0]).tolist():  # one gather per height, not one per flow
-            sel = np.flatnonzero((h == hh) & (lens == 2 * hh))
-            if len(sel):
-                init[sel, :hh] = t.columns(np.stack([cur[j] for j in sel.tolist()]))  # type: ignore[misc]
+        init = _columns(state, t, flows, h)
+        if attempt == "layers":  # then local moves for what the layers left (a few links)
+            _layers(state, t, flows, (u, v, h), key, init, goal)
+            state.local_search(goal, QUICK_BUDGET, movable, chain_depth)
+            continue
         if attempt == "whole flows":  # sub-flows of one flow on its one coloured path
             first: dict[tuple[str, int, str, str], int] = {}
             for j, pa in enumerate(parent):
@@ -348,24 +359,130 @@ def _recolour(state: PinState, goal: float) -> None:
                 seq[j, :one.shape[1]] = row_of[first[pa]][:seq.shape[1]]
         else:
             seq = colour_clos(t, u, v, h, key, initial=None if attempt == "fresh" else init)
-        ok = (seq[:, 0] >= 0) & (h > 0)
-        changed = np.flatnonzero(ok & (seq != init).any(axis=1))
-        left = np.flatnonzero(~ok & (h > 0))  # uncoloured: re-placed by the greedy
-        if not len(changed):
-            continue
         before = state.max_utilisation()
-        moving = np.concatenate((changed, left))
-        old = {int(flows[j]): state.current(int(flows[j])) for j in moving.tolist()}
-        for i in old:
-            state.remove(i)
-        for r in np.unique(h[changed]).tolist():
-            sel = changed[h[changed] == r]
-            state.place_rows(flows[sel], t.walk(u[sel], v[sel], seq[sel, :r]))
-        state.greedy(flows[left].tolist())
-        if state.max_utilisation() >= before - _EPS:  # no better: put everything back
-            for i, ci in old.items():
-                state.remove(i)
-                state.place(i, ci)
+        old = _adopt(state, t, flows, (u, v, h), seq, init)
+        if old is not None and state.max_utilisation() >= before - _EPS:  # no better
+            _undo(state, old)
+
+
+def _columns(state: PinState, t: ClosTables, flows: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Current up-port columns of ``flows`` (F × max(1, max h)), -1 where a flow's path is not
+    a full climb to its meeting height (e.g. not placed)."""
+    init = np.full((len(flows), max(int(h.max(initial=0)), 1)), -1, dtype=np.int64)
+    cur = [state.rows[i] for i in flows.tolist()]
+    lens = np.fromiter((len(r) if r is not None else -1 for r in cur), np.int64, count=len(cur))
+    for hh in np.unique(h[h > 0]).tolist():  # one gather per height, not one per flow
+        sel = np.flatnonzero((h == hh) & (lens == 2 * hh))
+        if len(sel):
+            init[sel, :hh] = t.columns(np.stack([cur[j] for j in sel.tolist()]))
+    return init
+
+
+def _excess(state: PinState, goal: float) -> float:
+    """Σ over links of the load above ``goal`` × capacity, bits/s."""
+    over = state.load_bps - goal * state.index.capacity_bps
+    return float(over[over > _EPS * state.index.capacity_bps].sum())
+
+
+def _adopt(state: PinState, t: ClosTables, flows: np.ndarray,
+           ends: tuple[np.ndarray, np.ndarray, np.ndarray], seq: np.ndarray,
+           init: np.ndarray) -> dict[int, int] | None:
+    """Move ``flows`` to the columns ``seq`` (rows of -1: re-placed by the greedy). Returns
+    the candidate row every moved flow was on (for :func:`_undo`), None when nothing moved."""
+    u, v, h = ends
+    ok = (seq[:, 0] >= 0) & (h > 0)
+    changed = np.flatnonzero(ok & (seq != init).any(axis=1))
+    left = np.flatnonzero(~ok & (h > 0))  # uncoloured: re-placed by the greedy
+    if not len(changed):
+        return None
+    moving = np.concatenate((changed, left))
+    old = {int(flows[j]): state.current(int(flows[j])) for j in moving.tolist()}
+    for i in old:
+        state.remove(i)
+    for r in np.unique(h[changed]).tolist():
+        sel = changed[h[changed] == r]
+        state.place_rows(flows[sel], t.walk(u[sel], v[sel], seq[sel, :r]))
+    state.greedy(flows[left].tolist())
+    return old
+
+
+def _undo(state: PinState, old: dict[int, int]) -> None:
+    """Put the flows of ``old`` (an :func:`_adopt` result) back on their candidate rows."""
+    for i, ci in old.items():
+        state.remove(i)
+        state.place(i, ci)
+
+
+def _layers(state: PinState, t: ClosTables, flows: np.ndarray,
+            ends: tuple[np.ndarray, np.ndarray, np.ndarray], key: np.ndarray,
+            init: np.ndarray, goal: float) -> None:
+    """Re-colour the sub-flows one layer at a time: layer j is sub-flow j of every flow.
+
+    The planner colours sub-flow j of every flow as a copy of its own wherever the sub-flows fit
+    (:func:`controller.te.closcolour._copies`), so each layer is a proper colouring: no link
+    carries two sub-flows of one layer, and a link carries at most one sub-flow per layer. A
+    repair breaks that only for the layers of the sub-flows it moved: a link above ``goal``
+    then holds two of one layer. Every layer with two sub-flows on a link is re-coloured from
+    its current ports
+    (:func:`colour_clos` with ``initial``: Kempe insertions and next-level swaps, as for one
+    path per flow), with ``blocked`` the links where the load of other classes, of the layers
+    left as they are and one sub-flow of each other re-coloured layer present leaves no room
+    for one of this layer; when that still
+    leaves two of the layer on a link above ``goal`` (the next-level swaps found no component
+    that frees a port of an aggregation switch that lost a core link), the layer is coloured
+    afresh (Euler splitting; it moves most of the layer's sub-flows). When every layer
+    is proper again, no link carries more than it did in the plan. The layers are kept together
+    when they lower the maximum utilisation, or keep it and lower the load above ``goal``
+    (:func:`_excess`); else every flow goes back. Cost: one :func:`colour_clos` of F / n flows
+    per broken layer, instead of one of all F sub-flows (minutes at 786,432).
+    """
+    u, v, h = ends
+    n = len(state.index.links)
+    cap = state.index.capacity_bps
+    w = float(state.rate_bps[int(flows[0])])
+    n_layers = int(key.max()) + 1
+
+    def layer_counts(fl: np.ndarray, layer_of: np.ndarray) -> np.ndarray:
+        rows = [state.rows[i] for i in fl.tolist()]
+        lengths = np.fromiter((len(r) if r is not None else 0 for r in rows), np.int64,
+                              count=len(rows))
+        ids = np.concatenate([r for r in rows if r is not None and len(r)]
+                             or [np.empty(0, np.int64)]).astype(np.int64)
+        return np.bincount(ids * n_layers + np.repeat(layer_of, lengths),
+                           minlength=n * n_layers).reshape(n, n_layers)
+
+    count = layer_counts(flows, key)
+    rest = state.load_bps - w * count.sum(axis=1)  # load of everything else
+    hot = state.util > goal + _EPS
+    if not (count[hot] >= 2).any():
+        return
+    broken = np.flatnonzero((count >= 2).any(axis=0))  # all will be proper: count them once
+    kept = np.setdiff1d(np.arange(n_layers), broken)
+    before, over = state.max_utilisation(), _excess(state, goal)
+    done: list[dict[int, int]] = []
+    for layer in broken.tolist():
+        sel = np.flatnonzero(key == layer)
+        own = count[:, layer]
+        others = rest + w * ((count[:, broken] > 0).sum(axis=1) - (own > 0)
+                             + count[:, kept].sum(axis=1))
+        blocked = others + w > (goal + _EPS) * cap
+        for start in (init[sel], None):  # from its current ports; else afresh
+            seq = colour_clos(t, u[sel], v[sel], h[sel], initial=start, blocked=blocked)
+            old = _adopt(state, t, flows[sel], (u[sel], v[sel], h[sel]), seq, init[sel])
+            if old is None:
+                break
+            mine = layer_counts(flows[sel], key[sel])[:, layer]
+            if start is None or not ((mine >= 2) & (state.util > goal + _EPS)).any():
+                done.append(old)
+                count[:, layer] = mine
+                break
+            _undo(state, old)  # still two of the layer on a link above goal
+    after = state.max_utilisation()
+    if after < before - _EPS or (after <= before + _EPS
+                                 and _excess(state, goal) < over * (1 - 1e-12)):
+        return
+    for old in reversed(done):
+        _undo(state, old)
 
 
 def order_moves(placement: Placement, rows: Mapping[int, np.ndarray]) -> tuple[list[int], float]:
