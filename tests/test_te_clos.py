@@ -249,3 +249,31 @@ def test_equitable_colouring_spreads_sub_flows():
     # a flow's sub-flows spread like independent picks (3 of 4 ports: 2.31 different on
     # average); coloured copy by copy alike they would all share one (1.0)
     assert np.mean(spread) > 2.0
+
+
+def test_patched_rows_read_like_the_array_they_stand_for():
+    """PatchedRows (a failed state's tables over its parent's): every gather along the first
+    axis — 1-D, 2-D, scalar — equals the same gather on the materialised array, also for a
+    patch of a patch; the base is never written."""
+    from controller.te.clos import PatchedRows
+
+    rng = np.random.default_rng(7)
+    base = rng.integers(-1, 50, size=(40, 6, 2)).astype(np.int32)
+    keep = base.copy()
+    rows1 = np.array([3, 17, 30])
+    p1 = PatchedRows.patch(base, rows1, np.full((3, 6, 2), -1, np.int32))
+    rows2 = np.array([5, 17])
+    p2 = PatchedRows.patch(p1, rows2, np.full((2, 6, 2), 99, np.int32))
+    want1 = base.copy()
+    want1[rows1] = -1
+    want2 = want1.copy()
+    want2[rows2] = 99
+    for p, want in ((p1, want1), (p2, want2)):
+        assert np.array_equal(np.asarray(p), want)
+        for key in (rng.integers(0, 40, size=25), rng.integers(0, 40, size=(7, 3)),
+                    np.arange(40)):
+            assert np.array_equal(p[key], want[key])
+        assert all(np.array_equal(p[i], want[i]) for i in range(40))
+        assert p.shape == want.shape and len(p) == 40
+    assert np.array_equal(base, keep)
+    assert p2.base is base and list(p2.rows) == [3, 5, 17, 30]

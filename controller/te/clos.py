@@ -48,6 +48,59 @@ class NotMirroredClos(ValueError):
     """The fabric breaks one of the module docstring's conditions (a)–(c) (the message says which)."""
 
 
+class PatchedRows:
+    """A table equal to ``base`` except at ``rows`` (sorted, unique), whose rows are ``values``:
+    read by gathers along the first axis (``table[idx]``, any integer array) like the ndarray it
+    stands for, without a copy of ``base``.
+
+    A failed state's :meth:`ClosTables.chains` and :meth:`ClosTables.reach` differ from the
+    state they failed from in a few rows (k = 64 fat-tree, one aggregation switch down: 32 of
+    5,120); copying the 63 MB of tables to change those rows took most of a repair's time.
+    """
+
+    def __init__(self, base: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+        self.base, self.rows, self.values = base, rows, values
+        self.shape: tuple[int, ...] = base.shape
+        self.dtype = base.dtype
+        self._slot = np.full(base.shape[0], -1, dtype=np.int64)
+        self._slot[rows] = np.arange(len(rows))
+
+    @staticmethod
+    def patch(table: np.ndarray | PatchedRows, rows: np.ndarray,
+              values: np.ndarray) -> PatchedRows:
+        """``table`` with ``rows`` replaced by ``values`` (``table`` itself unchanged)."""
+        if not isinstance(table, PatchedRows):
+            return PatchedRows(table, rows, values)
+        every = np.union1d(table.rows, rows)
+        merged = table[every]
+        merged[np.searchsorted(every, rows)] = values
+        return PatchedRows(table.base, every, merged)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        idx = np.asarray(key)
+        if idx.dtype.kind not in "iu":
+            raise TypeError("PatchedRows is read by integer gathers along its first axis")
+        out = self.base[idx]
+        slot = self._slot[idx]
+        hit = slot >= 0
+        if idx.ndim == 0:
+            return self.values[int(slot)].copy() if bool(hit) else out
+        if hit.any():
+            out[hit] = self.values[slot[hit]]
+        return out
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.base.copy()
+        out[self.rows] = self.values
+        return out if dtype is None else out.astype(dtype)
+
+
+Table = np.ndarray | PatchedRows
+
+
 def _row_hashes(reach: np.ndarray) -> np.ndarray:
     """Two independent 64-bit hashes of each row of ``reach`` (wrapping integer arithmetic),
     shape (rows, 2): rows differ when either hash does, except with probability ~2^-128, so
@@ -102,9 +155,9 @@ class ClosTables:
         self.up_link[t[alive], col[alive]] = ids[alive]
         self.up_node[t[alive], col[alive]] = h[alive]
         self.max_height = max_height
-        self._reach: dict[int, np.ndarray] = {}
+        self._reach: dict[int, Table] = {}
         self._classes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._chains: dict[int, np.ndarray] = {}
+        self._chains: dict[int, Table] = {}
         self._parent: ClosTables | None = None  # tables this state's failure derives from
         self._changed: dict[int, np.ndarray] = {}  # rows _derived_rows recomputed, per height
         self._keys: dict[int, np.ndarray] = {}  # per height: the row hashes of classes()
@@ -155,14 +208,15 @@ class ClosTables:
                     memo["_clos_tables"] = tables
         return cast("ClosTables | None", memo["_clos_tables"])
 
-    def _derived_rows(self, r: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def _derived_rows(self, r: int) -> tuple[Table, Table] | None:
         """:meth:`chains` and :meth:`reach` at length ``r`` derived from the tables of the state
         this one failed from (:meth:`PathIndex.with_down`) when those are built: only the rows
         of switches that can climb to a link down here but up there are recomputed (a k = 64
         fat-tree with one aggregation switch down: 32 of 5,120 rows; building from scratch
-        gathers all 5,120 × 4,096 × 2), the rest copied. None when there is nothing to derive
-        from. Equal to building from scratch: a sequence is -1 from its first dead link on
-        (:meth:`chains`), and reaches -1 when any of its links is dead (:meth:`reach`)."""
+        gathers all 5,120 × 4,096 × 2), the rest shared (:class:`PatchedRows`). None when
+        there is nothing to derive from. Equal to building from scratch: a sequence is -1 from
+        its first dead link on (:meth:`chains`), and reaches -1 when any of its links is dead
+        (:meth:`reach`)."""
         p = self._parent
         if p is None or r not in p._chains or r not in p._reach:
             return None
@@ -177,12 +231,13 @@ class ClosTables:
             safe = np.where(climb >= 0, climb, 0)
             hit |= ((climb >= 0) & hit[safe]).any(axis=1)
         rows = np.flatnonzero(hit)
-        chains, reach = p._chains[r].copy(), p._reach[r].copy()
-        sub = chains[rows]
+        sub = p._chains[r][rows]
         bad = (sub < 0) | ~is_up[np.where(sub >= 0, sub, 0)]
         bad = np.logical_or.accumulate(bad, axis=2)
-        chains[rows] = np.where(bad, -1, sub)
-        reach[rows] = np.where(bad[:, :, -1], -1, reach[rows])
+        chains = PatchedRows.patch(p._chains[r], rows, np.where(bad, -1, sub).astype(sub.dtype))
+        got = p._reach[r][rows]
+        reach = PatchedRows.patch(p._reach[r], rows,
+                                  np.where(bad[:, :, -1], -1, got).astype(got.dtype))
         self._changed[r] = rows
         return chains, reach
 
@@ -190,7 +245,8 @@ class ClosTables:
         """Build :meth:`chains` and :meth:`reach` at every height now (at planning time): the
         tables of a failure of this state (:meth:`PathIndex.with_down`) are then derived from
         them row by row instead of built (k = 64 fat-tree: ~63 MB, built once here; a repair
-        after an aggregation switch failure then copies them and recomputes 32 rows)."""
+        after an aggregation switch failure then shares them and recomputes 32 rows, a
+        :class:`PatchedRows`)."""
         for r in range(1, self.max_height + 1):
             self.chains(r)
             self.reach(r)
@@ -205,7 +261,7 @@ class ClosTables:
         return np.fromiter((self._leaf_num[x] for x in leaves), dtype=np.int64, count=len(leaves))
 
     # -- meeting masks ---------------------------------------------------------------------------
-    def reach(self, r: int) -> np.ndarray:
+    def reach(self, r: int) -> Table:
         """The switch reached from every switch by every port sequence of length ``r``.
 
         Returns
@@ -213,7 +269,7 @@ class ClosTables:
         numpy.ndarray of int32, shape (n_switches, W**r)
             Column Σ_ℓ col_ℓ · W^(r-1-ℓ) (the first level most significant); -1 where a link of
             the sequence is absent or down. Built once per table (W² columns on a fat-tree: 20 MB
-            at k = 64).
+            at k = 64); a failed state's is a :class:`PatchedRows` over its parent's.
         """
         got = self._reach.get(r)
         if got is None and r > 0 and (derived := self._derived_rows(r)) is not None:
@@ -231,7 +287,7 @@ class ClosTables:
             self._reach[r] = got
         return got
 
-    def chains(self, r: int) -> np.ndarray:
+    def chains(self, r: int) -> Table:
         """Up-link ids along every port sequence of length ``r`` from every switch.
 
         Returns
@@ -239,7 +295,7 @@ class ClosTables:
         numpy.ndarray of int32, shape (n_switches, W**r, r)
             ``chains(r)[s, code, l]``: the link climbed at level l by sequence ``code`` (first
             level most significant) from switch s; -1 where absent or down. Built once (42 MB
-            at k = 64, r = 2).
+            at k = 64, r = 2); a failed state's is a :class:`PatchedRows` over its parent's.
         """
         got = self._chains.get(r)
         if got is None and (derived := self._derived_rows(r)) is not None:
@@ -297,7 +353,7 @@ class ClosTables:
                 rows = self._changed[r]
                 pair[rows] = _row_hashes(reach[rows])
             else:
-                pair = _row_hashes(reach)
+                pair = _row_hashes(np.asarray(reach))
             self._keys[r] = pair
             _, first, inv = np.unique(pair, axis=0, return_index=True, return_inverse=True)
             got = self._classes[r] = (inv.astype(np.int64).ravel(), first.astype(np.int64))
