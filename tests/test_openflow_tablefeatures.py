@@ -10,7 +10,6 @@ The last test reads a real Open vSwitch's reply (254 tables, about 1.2 MB).
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -28,6 +27,7 @@ from os_ken.ofproto import (
 
 from controller.drivers.openflow import tablefeatures
 from controller.drivers.openflow.tablefeatures import TableFeaturesHeader
+from tests.test_openflow_ovs import REASON as OVS_REASON
 
 V13 = (ofproto_v1_3, ofproto_v1_3_parser)
 V15 = (ofproto_v1_5, ofproto_v1_5_parser)
@@ -93,17 +93,8 @@ def test_malformed_length_is_refused_not_looped() -> None:
         TableFeaturesHeader.parser(bytes(raw), 0)
 
 
-def _ovs_ready() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (an Open vSwitch bridge)"
-    if shutil.which("ovs-vsctl") is None:
-        return "Open vSwitch is not installed"
-    r = subprocess.run(["ovs-vsctl", "--timeout=3", "show"], capture_output=True)
-    return None if r.returncode == 0 else "Open vSwitch is not running"
-
-
 @pytest.mark.mininet
-@pytest.mark.skipif(_ovs_ready() is not None, reason=f"{_ovs_ready()}")
+@pytest.mark.skipif(OVS_REASON is not None, reason=f"Open vSwitch unavailable: {OVS_REASON}")
 def test_open_vswitch_reply_parsed_header_only() -> None:
     """A real OVS table features reply: the same (table_id, max_entries) as os-ken's full
     parse, for every one of its tables."""
