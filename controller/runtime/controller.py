@@ -22,9 +22,11 @@
   collectives), which are validated whole, applied as one transaction
   (:mod:`controller.runtime.transaction`) and committed to the state only once every switch
   confirmed — or rolled back, leaving the last good state in force.
-* ``installed`` records, per switch, the intended entries it confirmed (read back at connect,
-  updated by every confirmed change); converging diffs against it, so a switch that missed a
-  change (refused, disconnected) is brought up to date by the next retry or reconnect.
+* ``installed`` records, per switch, the intended entries it confirmed (read back at connect
+  and at every master assignment, updated by every confirmed change, forgotten as soon as the
+  switch is not writable); converging diffs against it, so a switch that missed a change
+  (refused, disconnected) is brought up to date by the next retry or reconnect, and a switch
+  another master wrote meanwhile is read back before anything is sent to it.
 
 Mastership (which switches we may write) comes from a :class:`Mastership`: the only controller
 (:class:`SoleController`, the default) writes everywhere without a role request; a fixed role
@@ -280,12 +282,24 @@ class Controller:
             self._record(ev)
         st = core.step(self.state, ev, now)
         self.state = st.state
+        self._forget_unwritable()
         for fn in self.listeners:
             fn(ev, st)
         for fx in st.effects:
             self._effect(fx)
         self._prepare_te()
         return st
+
+    def _forget_unwritable(self) -> None:
+        """Forget what a switch we may no longer write holds: another master may change it
+        meanwhile, so when we are master again a converge must not diff against the old
+        record. The switch is left out of converges until the reconcile that every master
+        assignment brings reads it back."""
+        if not self.installed:
+            return
+        writable = self.state.writable()
+        for name in [n for n in self.installed if n not in writable]:
+            del self.installed[name]
 
     def _prepare_te(self) -> None:
         """Convert a new placement to its te form in the background, so the repair of the

@@ -170,6 +170,14 @@ class ReplicaSet:
                      "revoke_lease", "watch_prefix"):
             setattr(client, attr, unreachable)
 
+    def rejoin(self, name: str) -> None:
+        """Undo :meth:`isolate`: replica ``name`` reaches etcd again (as a paused process that
+        is resumed, or a healed partition)."""
+        client = self.replicas[name].cluster.client
+        for attr in ("refresh_lease", "transaction", "get", "get_prefix", "put", "lease",
+                     "revoke_lease", "watch_prefix"):
+            client.__dict__.pop(attr, None)
+
     async def close(self) -> None:
         for name in list(self.replicas):
             await self.stop(name)

@@ -363,6 +363,8 @@ class OpenFlowDriver:
             role = d.role_of(msg.role)
             if role != s.role:
                 s.role = role  # type: ignore[assignment]
+                if role == "backup":
+                    s.installed = None  # another master writes now: read back before writing
                 self._emit(RoleChanged(s.switch, s.role, "role status from the switch"))
 
     def _error(self, s: _Session, msg: Any) -> None:
@@ -544,6 +546,8 @@ class OpenFlowDriver:
             raise RoleError(switch, f"role {role} with generation_id {token} refused: "
                                     f"{exc}") from None
         s.role = s.dialect.role_of(reply.role)  # type: ignore[assignment]
+        if s.role == "backup":
+            s.installed = None  # another master writes now: read back before writing
         LOG.info("%s role %s (generation_id %s)", label(self.names, s.conn.dpid), s.role, token)
         return s.role
 
