@@ -183,3 +183,76 @@ def test_prefetch_builds_the_same_candidates_as_one_pair_at_a_time(fabric):
     for a, b in pairs:
         assert np.array_equal(failed.leaf_candidates(a, b),
                               PathIndex(fabric, down).leaf_candidates(a, b)), (a, b)
+
+
+def _pigeonhole_reference(link_group, cap, base, flow_group, rate, n_groups) -> float:
+    """The pigeonhole cut bound by enumeration: per qualifying group (one flow rate w, one link
+    capacity c), the lowest level L (in flows) that is the busiest link's background or a
+    breakpoint β_e + k with Σ_e max(0, ⌊L − β_e⌋) ≥ n."""
+    best = 0.0
+    for g in range(n_groups):
+        links = [e for e in range(len(link_group)) if link_group[e] == g]
+        flows = [f for f in range(len(flow_group)) if flow_group[f] == g]
+        if not links or not flows or len({rate[f] for f in flows}) > 1 \
+                or len({cap[e] for e in links}) > 1:
+            continue
+        w, c, n = rate[flows[0]], cap[links[0]], len(flows)
+        beta = [base[e] / w for e in links]
+        top = max(beta)
+        levels = sorted({top} | {b + k for b in beta for k in range(1, n + 2)})
+        level = next(x for x in levels if x >= top and sum(
+            max(0, int(np.floor(x - b + 1e-9))) for b in beta) >= n)
+        best = max(best, level * w / c)
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**6))
+def test_pigeonhole_bound_equals_enumeration(seed):
+    """``bounds._integral_cut`` (bisection over all groups at once, stopped at
+    ``_RESOLUTION``, snapped to a breakpoint) equals the enumeration over breakpoints."""
+    from controller.te.bounds import _integral_cut
+
+    rng = random.Random(seed)
+    n_groups = rng.randint(1, 6)
+    n_links, n_flows = rng.randint(1, 24), rng.randint(1, 40)
+    link_group = np.asarray([rng.randrange(n_groups) for _ in range(n_links)], dtype=np.int64)
+    flow_group = np.asarray([rng.randrange(n_groups) for _ in range(n_flows)], dtype=np.int64)
+    cap = np.asarray([rng.choice([1e9, 1e9, 1e9, 4e9]) for _ in range(n_links)])
+    w = rng.choice([1e8, 1e9 / 12, 2.5e8])
+    rate = np.asarray([w if rng.random() < 0.9 else 3e8 for _ in range(n_flows)])
+    base = np.asarray([rng.choice([0.0, w, 2.5 * w, rng.uniform(0, 8) * w, 1e9])
+                       for _ in range(n_links)])
+    got = _integral_cut(link_group, cap, base, flow_group, rate, n_groups)
+    want = _pigeonhole_reference(link_group, cap, base, flow_group, rate, n_groups)
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_greedy_in_batches_equals_the_one_by_one_greedy(seed, monkeypatch):
+    """The greedy chooses the flows of a batch together and re-chooses one alone only when a
+    flow placed before it loaded a link of its choice (``PinState._greedy_in_order``): the
+    paths equal those of choosing every flow alone, in the same order (k=8 fat-tree, a
+    fragmented ring with 4 sub-flows per flow, random background, an aggregation switch
+    down)."""
+    import controller.te.loadpin as lp
+
+    fabric = build_fat_tree("ft8", 8, 10**9, 10**9, 1.0, 1.0)
+    rng = random.Random(seed)
+    index = PathIndex(fabric).with_down(switch_links(fabric, "p0a0"))
+    hosts = [h.name for h in fabric.hosts]
+    rng.shuffle(hosts)
+    base = np.asarray([rng.choice([0.0, 0.0, 1e8, 2.5e8]) for _ in index.links]) * index.is_up
+    flows = [(FlowDemand("r", 4 * i + j, hosts[i], hosts[(i + 1) % len(hosts)]), 2.5e8)
+             for i in range(len(hosts)) for j in range(4)]
+    assert len(flows) >= lp.BATCH_FLOWS and 2.5e8 / 1e9 > lp.SMALL_FLOW  # the batched path
+
+    def rows(batch: int) -> list[list[int]]:
+        monkeypatch.setattr(lp, "IN_ORDER_BATCH", batch)
+        state = PinState(index, base.copy())
+        state.add_many(flows)
+        assert state.tables is not None
+        state.greedy(range(len(state.flows)))
+        return [state.links_of(i).tolist() for i in range(len(state.flows))]
+
+    assert rows(lp.IN_ORDER_BATCH) == rows(1)

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
     from controller.te.loadpin import PinState
 
 
+_RESOLUTION = 1e-9
+"""Width (in flows) at which the pigeonhole bound's bisection stops: ``room`` counts a level
+within 1e-9 of a breakpoint as past it, so a narrower bracket finds nothing new."""
+
+
 def load_lower_bound(state: PinState, integral: bool = True) -> float:
     """Lower bound on the maximum utilisation of any pinning of ``state``'s flows (placed or
     not) over their candidates: max of the mandatory-load and leaf/pod cut bounds (module
@@ -81,8 +86,8 @@ def _integral_cut(link_group: np.ndarray, cap: np.ndarray, base: np.ndarray,
 
     L is found by bisection over all groups at once and snapped to the breakpoint b_e / w + k
     (k integer) where it becomes feasible, so the bound is exact, not a bisection's estimate
-    (when two breakpoints lie closer than the bisection's resolution, its infeasible lower
-    end is returned, which still bounds).
+    (when two breakpoints lie closer than the bisection's resolution, ``_RESOLUTION``, its
+    infeasible lower end is returned, which still bounds).
     """
     if not len(flow_group) or not len(link_group):
         return 0.0
@@ -114,12 +119,16 @@ def _integral_cut(link_group: np.ndarray, cap: np.ndarray, base: np.ndarray,
         fits = room(mid) >= need
         hi = np.where(fits, mid, hi)
         lo = np.where(fits, lo, mid)
+        if float((hi - lo).max()) < _RESOLUTION:
+            break
     snap = np.full(n_groups, np.inf)  # the first breakpoint β_e + k above lo
     np.minimum.at(snap, g, beta + np.floor(lo[g] - beta) + 1.0)
     # feasible there: it is the optimum (lo is infeasible and no breakpoint lies between);
     # else (breakpoints closer than the bisection's resolution) lo, infeasible, still bounds
     level = np.where(room(snap) >= need, snap, lo)
-    level = np.maximum(level, top)
+    # the busiest link's own level, when the flows already fit there, is the bound (the
+    # bisection's lower end starts there untested, so the snap would pass it)
+    level = np.where(room(top) >= need, top, np.maximum(level, top))
     return float((level[ok] * lo_r[ok] / lo_c[ok]).max())
 
 

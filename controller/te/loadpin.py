@@ -77,7 +77,10 @@ from controller.te.placement import Placement
 
 DEFAULT_SEARCH_BUDGET = 2_000_000
 BATCH_FLOWS = 256
+"""From this many flows on, :meth:`PinState.add_many` counts candidates by port columns in one
+vectorised pass (:class:`ClosTables`) instead of building each flow's candidates."""
 COLOUR_MIN_CLASS = 64
+"""Equal-demand classes with fewer flows than this go straight to the greedy."""
 SMALL_FLOW = 1 / 32
 """Flows with a demand at most this share of a link are placed by the greedy in batches (a
 batch judged on one utilisation snapshot can stack a few of them on one link; for flows this
@@ -85,9 +88,10 @@ small the local search that follows evens that out; 1/8 already left 1.33 where 
 possible after an aggregation switch failure with 12 sub-flows)."""
 GREEDY_BATCH = 64
 """Most small flows judged together (interleaved by source leaf, :func:`_batches`)."""
-"""Equal-demand classes with fewer flows than this go straight to the greedy."""
-"""From this many flows on, :meth:`PinState.add_many` counts candidates by port columns in one
-vectorised pass (:class:`ClosTables`) instead of building each flow's candidates."""
+IN_ORDER_BATCH = 16
+"""Most larger flows chosen together by :meth:`PinState._greedy_in_order` (the one-by-one
+greedy's result; larger batches re-choose more flows alone: at k=64 with 12 sub-flows and an
+aggregation switch down, 764 flows took 99 choices in batches of 16, 178 in batches of 64)."""
 DEFAULT_CHAIN_DEPTH = 8
 KICK_MAX_FLOWS = 2048
 """Compound moves (:meth:`PinState._kick`) are tried only up to this many flows: they try
@@ -487,9 +491,9 @@ class PinState:
         w_rel = np.asarray(self.rate_bps)[order] * self.inv_cap.max()
         small = [i for i in order if w_rel[pos[i]] <= SMALL_FLOW]
         big = [i for i in order if w_rel[pos[i]] > SMALL_FLOW]
-        for i in big:
-            k = pos[i]
-            self._greedy_batch(t, [i], u[k:k + 1], v[k:k + 1], h[k:k + 1])
+        for at in range(0, len(big), IN_ORDER_BATCH):
+            ks = np.asarray([pos[i] for i in big[at:at + IN_ORDER_BATCH]], dtype=np.int64)
+            self._greedy_in_order(t, big[at:at + IN_ORDER_BATCH], u[ks], v[ks], h[ks])
         for batch in _batches(small, [self.leaves[i] for i in small], GREEDY_BATCH):
             ks = np.asarray([pos[i] for i in batch], dtype=np.int64)
             self._greedy_batch(t, batch, u[ks], v[ks], h[ks])
@@ -499,24 +503,61 @@ class PinState:
         """Place ``flows`` each on its candidate with the lowest bottleneck after placement,
         all judged on the utilisation before any of them is placed (port tables, one gather
         per height), then place them together."""
+        for i, (row, rank) in zip(flows, self._choose(t, flows, u, v, h), strict=True):
+            if row is None:
+                self.place(i, 0)
+            else:
+                self._place_row(i, row, rank)
+
+    def _greedy_in_order(self, t: ClosTables, flows: list[int], u: np.ndarray,
+                         v: np.ndarray, h: np.ndarray) -> None:
+        """Place ``flows`` one after the other, each on the candidate :meth:`_choose` gives it
+        on the utilisation left by the ones before (the one-by-one greedy), judging them
+        together: all are chosen on the utilisation before the first is placed, and a flow is
+        chosen again alone only when a flow placed before it in this call loaded a link of its
+        choice. The rest keep their choice: placing a flow raises the utilisation of its own
+        links only, so a choice none of whose links it loaded keeps its bottleneck and its
+        total while every other candidate's can only grow (a tie within ``_EPS`` aside)."""
+        touched = np.zeros(len(self.util), dtype=bool)
+        for k, (i, (row, rank)) in enumerate(zip(flows, self._choose(t, flows, u, v, h),
+                                                 strict=True)):
+            if row is None:
+                self.place(i, 0)
+                continue
+            if touched[row].any():
+                ((row, rank),) = self._choose(t, [i], u[k:k + 1], v[k:k + 1], h[k:k + 1])
+                assert row is not None
+            self._place_row(i, row, rank)
+            touched[row] = True
+
+    def _choose(self, t: ClosTables, flows: list[int], u: np.ndarray, v: np.ndarray,
+                h: np.ndarray) -> list[tuple[np.ndarray | None, int]]:
+        """Per flow of ``flows`` (leaf numbers ``u``, ``v``, height ``h``, shape (B,)): the
+        fabric link ids of the candidate with the lowest bottleneck after placement (ties: the
+        lowest total utilisation), and its rank among the flow's candidates, all judged on the
+        utilisation now; (None, 0) for a flow within one leaf."""
+        out: list[tuple[np.ndarray | None, int]] = [(None, 0)] * len(flows)
         for hh in np.unique(h).tolist():
             sel = np.flatnonzero(h == hh)
-            fl = [flows[k] for k in sel.tolist()]
             if hh <= 0:
-                for i in fl:
-                    self.place(i, 0)
                 continue
+            fl = [flows[k] for k in sel.tolist()]
             chain, reach = t.chains(hh), t.reach(hh)
             uu, vv = u[sel], v[sel]
             alive = (reach[uu] == reach[vv]) & (reach[uu] >= 0)  # (B, W^h)
             ups, downs = chain[uu], chain[vv] ^ 1  # (B, W^h, h); dead links are negative
-            w = np.asarray([self.rate_bps[i] for i in fl])[:, None, None]
-            cu, cd = self.util[ups], self.util[downs]
-            b = np.maximum((cu + w * self.inv_cap[ups]).max(axis=2),
-                           (cd + w * self.inv_cap[downs]).max(axis=2))
+            w = np.asarray([self.rate_bps[i] for i in fl])[:, None]
+            # bottleneck and total over the h hops, a hop at a time (a reduction along an
+            # axis of length h costs more than h - 1 element-wise operations)
+            b = tot = np.zeros(alive.shape)
+            for j in range(ups.shape[2]):
+                uj, dj = ups[:, :, j], downs[:, :, j]
+                cu, cd = self.util[uj], self.util[dj]
+                b = np.maximum(b, np.maximum(cu + w * self.inv_cap[uj],
+                                             cd + w * self.inv_cap[dj]))
+                tot = tot + cu + cd
             b[~alive] = np.inf
             self.evaluations += int(alive.sum())
-            tot = cu.sum(axis=2) + cd.sum(axis=2)
             m = b.min(axis=1, keepdims=True)
             tie = np.where(b <= m + _EPS, tot, np.inf)
             code = tie.argmin(axis=1)
@@ -524,8 +565,9 @@ class PinState:
             rows = np.concatenate((ups[np.arange(len(fl)), code],
                                    downs[np.arange(len(fl)), code][:, ::-1]),
                                   axis=1).astype(np.int64)
-            for j, i in enumerate(fl):
-                self._place_row(i, rows[j], int(rank[j]))
+            for j, k in enumerate(sel.tolist()):
+                out[k] = (rows[j], int(rank[j]))
+        return out
 
     def max_utilisation(self) -> float:
         return float(self.util.max()) if len(self.util) else 0.0
