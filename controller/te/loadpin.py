@@ -406,8 +406,9 @@ class PinState:
             self.rows[i] = row
         lengths = np.fromiter(map(len, inner), dtype=np.int64, count=len(inner))
         fabric_ids = (np.concatenate(inner) if inner else np.empty(0)).astype(np.int64)
-        acc = np.asarray([self.access[i] for i in flows.tolist()], dtype=np.int64).reshape(-1, 2)
-        rate = np.asarray(self.rate_bps, dtype=np.float64)[flows]
+        fl = flows.tolist()
+        acc = np.asarray([self.access[i] for i in fl], dtype=np.int64).reshape(-1, 2)
+        rate = np.asarray([self.rate_bps[i] for i in fl], dtype=np.float64)
         ids = np.concatenate((acc[:, 0], fabric_ids, acc[:, 1]))
         np.add.at(self.load_bps, ids, np.concatenate((rate, np.repeat(rate, lengths), rate)))
         self.util[ids] = self.load_bps[ids] * self.inv_cap[ids]
@@ -519,16 +520,28 @@ class PinState:
         links only, so a choice none of whose links it loaded keeps its bottleneck and its
         total while every other candidate's can only grow (a tie within ``_EPS`` aside)."""
         touched = np.zeros(len(self.util), dtype=bool)
+        todo: tuple[list[int], list[np.ndarray], list[int]] = ([], [], [])
+
+        def flush() -> None:  # place the flows chosen so far, in one pass
+            if todo[0]:
+                self._place(np.asarray(todo[0], dtype=np.int64), todo[1], todo[2])
+                for x in todo:
+                    x.clear()
+
         for k, (i, (row, rank)) in enumerate(zip(flows, self._choose(t, flows, u, v, h),
                                                  strict=True)):
             if row is None:
                 self.place(i, 0)
                 continue
             if touched[row].any():
+                flush()
                 ((row, rank),) = self._choose(t, [i], u[k:k + 1], v[k:k + 1], h[k:k + 1])
                 assert row is not None
-            self._place_row(i, row, rank)
+            todo[0].append(i)
+            todo[1].append(row)
+            todo[2].append(rank)
             touched[row] = True
+        flush()
 
     def _choose(self, t: ClosTables, flows: list[int], u: np.ndarray, v: np.ndarray,
                 h: np.ndarray) -> list[tuple[np.ndarray | None, int]]:
