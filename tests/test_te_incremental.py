@@ -232,7 +232,7 @@ def test_pigeonhole_bound_equals_enumeration(seed):
 def test_greedy_in_batches_equals_the_one_by_one_greedy(seed, monkeypatch):
     """The greedy chooses the flows of a batch together and re-chooses one alone only when a
     flow placed before it loaded a link of its choice (``PinState._greedy_in_order``): the
-    paths equal those of choosing every flow alone, in the same order (k=8 fat-tree, a
+    paths equal those of choosing every flow alone, in the same order, whatever the batch size (k=8 fat-tree, a
     fragmented ring with 4 sub-flows per flow, random background, an aggregation switch
     down)."""
     import controller.te.loadpin as lp
@@ -255,4 +255,6 @@ def test_greedy_in_batches_equals_the_one_by_one_greedy(seed, monkeypatch):
         state.greedy(range(len(state.flows)))
         return [state.links_of(i).tolist() for i in range(len(state.flows))]
 
-    assert rows(lp.IN_ORDER_BATCH) == rows(1)
+    one_by_one = rows(1)
+    assert rows(lp.IN_ORDER_BATCH) == one_by_one
+    assert rows(64) == one_by_one
