@@ -50,9 +50,9 @@ def _holds_plan(rs: ReplicaSet) -> bool:
                for n, sp in plan.switches.items())
 
 
-async def _three_programmed(rs: ReplicaSet) -> None:
-    """r1, r2, r3 started, balanced, and the switches hold the plan."""
-    for n in ("r1", "r2", "r3"):
+async def _programmed(rs: ReplicaSet, names: tuple[str, ...] = ("r1", "r2", "r3")) -> None:
+    """The replicas ``names`` started, balanced, and the switches hold the plan."""
+    for n in names:
         await rs.start(n)
     await rs.until(rs.balanced, what="balanced")
     await rs.until(lambda: _holds_plan(rs), what="programmed")
@@ -98,7 +98,7 @@ def test_a_dead_replica_loses_its_switches_and_the_new_masters_send_nothing(inpu
     async def go() -> None:
         rs = _replicas(inputs, etcd_cluster)
         try:
-            await _three_programmed(rs)
+            await _programmed(rs)
             victim = {s for s, v in rs.masters().items() if v == ["r2"]}
             tokens = {s: rs.arbiters[s].generation_id for s in victim}
             before = rs.sent()
@@ -120,7 +120,7 @@ def test_any_replica_registers_through_etcd_and_answers_once_the_masters_confirm
     async def go() -> None:
         rs = _replicas(inputs, etcd_cluster)
         try:
-            await _three_programmed(rs)
+            await _programmed(rs)
             req = CollectiveRequest("job", "pair", "ring", ("h1", "h8"), dscp=10)
             reg = await rs.replicas["r2"].service.register(req)
             assert reg.confirmation.in_force
@@ -158,7 +158,7 @@ def test_registration_during_failover_completes_or_is_unavailable_never_half(inp
     async def go() -> None:
         rs = _replicas(inputs, etcd_cluster, confirm_timeout_s=0.3)
         try:
-            await _three_programmed(rs)
+            await _programmed(rs)
             # a collective across every leaf, so some of its switches are r1's
             req = CollectiveRequest("job", "wide", "ring", ("h1", "h3", "h5", "h7"), dscp=12)
             await rs.cut("r1")
@@ -193,10 +193,7 @@ def test_a_master_back_from_isolation_reads_back_before_it_writes(inputs, etcd_c
     async def go() -> None:
         rs = _replicas(inputs, etcd_cluster)
         try:
-            for n in ("r1", "r2"):
-                await rs.start(n)
-            await rs.until(rs.balanced, what="balanced")
-            await rs.until(lambda: _holds_plan(rs), what="programmed")
+            await _programmed(rs, ("r1", "r2"))
             r1 = rs.replicas["r1"]
             mine = {s for s, v in rs.masters().items() if v == ["r1"]}
             rs.isolate("r1")
@@ -234,10 +231,7 @@ def test_policy_applied_at_one_replica_is_in_force_at_every_replica(inputs, etcd
     async def go() -> None:
         rs = _replicas(inputs, etcd_cluster)
         try:
-            for n in ("r1", "r2"):
-                await rs.start(n)
-            await rs.until(rs.balanced, what="balanced")
-            await rs.until(lambda: _holds_plan(rs), what="programmed")
+            await _programmed(rs, ("r1", "r2"))
             text = inputs[2].replace("[h1, h3, h5, h7]", "[h1, h5, h3, h7]")
             assert text != inputs[2]
             res = await rs.replicas["r2"].service.apply_policy(text, "p2.yaml", False)
