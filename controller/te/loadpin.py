@@ -506,11 +506,15 @@ class PinState:
         """Place ``flows`` each on its candidate with the lowest bottleneck after placement,
         all judged on the utilisation before any of them is placed (port tables, one gather
         per height), then place them together."""
-        for i, (row, rank) in zip(flows, self._choose(t, flows, u, v, h), strict=True):
+        chosen = [(i, row, rank) for i, (row, rank)
+                  in zip(flows, self._choose(t, flows, u, v, h), strict=True)]
+        for i, row, _ in chosen:
             if row is None:
                 self.place(i, 0)
-            else:
-                self._place_row(i, row, rank)
+        placed = [(i, row, rank) for i, row, rank in chosen if row is not None]
+        if placed:
+            self._place(np.asarray([i for i, _, _ in placed], dtype=np.int64),
+                        [row for _, row, _ in placed], [rank for _, _, rank in placed])
 
     def _greedy_in_order(self, t: ClosTables, flows: list[int], u: np.ndarray,
                          v: np.ndarray, h: np.ndarray) -> None:

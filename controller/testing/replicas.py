@@ -38,6 +38,11 @@ from controller.runtime.service import FabricService
 from controller.testing.fakeoftable import FakeFabric
 from controller.testing.fakeswitch import FakeSwitch, RoleArbiter
 
+#: the etcd client calls :meth:`ReplicaSet.isolate` makes fail (and :meth:`ReplicaSet.rejoin`
+#: restores)
+_ETCD_CALLS = ("refresh_lease", "transaction", "get", "get_prefix", "put", "lease",
+               "revoke_lease", "watch_prefix")
+
 #: the tuned lease of the README (etcd with --election-timeout 500 ms grants 1 s)
 TEST_LEASE = LeaseSettings(ttl_s=1, keepalive_interval_s=0.2, margin_s=0.1)
 
@@ -166,16 +171,14 @@ class ReplicaSet:
         async def unreachable(*args: Any, **kw: Any) -> Any:
             raise aetcd.ConnectionFailedError("isolated by the test")
 
-        for attr in ("refresh_lease", "transaction", "get", "get_prefix", "put", "lease",
-                     "revoke_lease", "watch_prefix"):
+        for attr in _ETCD_CALLS:
             setattr(client, attr, unreachable)
 
     def rejoin(self, name: str) -> None:
         """Undo :meth:`isolate`: replica ``name`` reaches etcd again (as a paused process that
         is resumed, or a healed partition)."""
         client = self.replicas[name].cluster.client
-        for attr in ("refresh_lease", "transaction", "get", "get_prefix", "put", "lease",
-                     "revoke_lease", "watch_prefix"):
+        for attr in _ETCD_CALLS:
             client.__dict__.pop(attr, None)
 
     async def close(self) -> None:
