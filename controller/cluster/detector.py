@@ -58,18 +58,17 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aetcd
-from aetcd.rtypes import KeyValue
 
 from controller.cluster.etcd import EtcdClient
-from controller.cluster.follow import follow_prefix
 from controller.cluster.keys import ClusterKeys
 
 LOG = logging.getLogger("aifabric.cluster")
+RETRY_PAUSE_S = 0.05
 #: heartbeats of the thread awaiting their answer at once (each lives at most one window)
 MAX_BEATS_IN_FLIGHT = 4
 
@@ -260,22 +259,31 @@ class FailureDetector:
     # -- the watch -------------------------------------------------------------------------------
     async def _watch_loop(self) -> None:
         prefix = self.keys.heartbeats_prefix
-
-        def snapshot(kvs: Sequence[KeyValue], _revision: int) -> None:
-            now = self._clock()
-            for kv in kvs:
-                self._seen(kv.key, int(kv.lease), now)
-
-        def event(ev: aetcd.Event) -> None:
-            if ev.kind == "PUT":
-                self._seen(ev.kv.key, int(ev.kv.lease), self._clock())
-            else:
-                name = ev.kv.key[len(prefix):].decode()
-                self.rule.forget(name)
-                self._leases.pop(name, None)
-
-        await follow_prefix(self.client, prefix, snapshot=snapshot, event=event,
-                            watching=lambda w: setattr(self, "_watch", w))
+        revision = 0
+        while True:
+            try:
+                if revision == 0:
+                    snap = await self.client.get_prefix(prefix)
+                    now = self._clock()
+                    for kv in snap:
+                        self._seen(kv.key, int(kv.lease), now)
+                    revision = snap.header.revision
+                self._watch = await self.client.watch_prefix(prefix, start_revision=revision + 1)
+                async for ev in self._watch:
+                    revision = max(revision, ev.kv.mod_revision)
+                    if ev.kind == "PUT":
+                        self._seen(ev.kv.key, int(ev.kv.lease), self._clock())
+                    else:
+                        name = ev.kv.key[len(prefix):].decode()
+                        self.rule.forget(name)
+                        self._leases.pop(name, None)
+            except aetcd.RevisionCompactedError:
+                revision = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (any stream failure: resume)
+                LOG.debug("watch of %s failed (%s); resuming", prefix, exc)
+                await asyncio.sleep(RETRY_PAUSE_S)
 
     def _seen(self, key: bytes, lease_id: int, now_s: float) -> None:
         name = key[len(self.keys.heartbeats_prefix):].decode()

@@ -43,7 +43,6 @@ from controller.cluster.balance import balanced_assignment
 from controller.cluster.detector import DetectorSettings, FailureDetector
 from controller.cluster.etcd import TRANSIENT_ERRORS
 from controller.cluster.fencing import MastershipTerm, backup_election_id
-from controller.cluster.follow import follow_prefix
 from controller.cluster.keys import ClusterKeys
 from controller.cluster.lease import LeaseSettings, ReplicaLease
 
@@ -368,11 +367,28 @@ class MastershipService:
 
     # -- the view: watch ha/ ---------------------------------------------------------------------
     async def _watch_loop(self) -> None:
-        await follow_prefix(self.client, self.keys.ha_prefix,
-                            snapshot=lambda kvs, rev: self._load_snapshot(list(kvs), rev),
-                            event=self._apply_event,
-                            watching=lambda w: setattr(self, "_watch", w),
-                            running=lambda: self._running or self._watch_task is not None)
+        prefix = self.keys.ha_prefix
+        need_snapshot = True
+        while self._running or self._watch_task is not None:
+            try:
+                if need_snapshot:
+                    snap = await self.client.get_prefix(prefix)
+                    self._load_snapshot(list(snap), snap.header.revision)
+                    need_snapshot = False
+                self._watch = await self.client.watch_prefix(prefix,
+                                                             start_revision=self._revision + 1)
+                async for ev in self._watch:
+                    self._apply_event(ev)
+                if not self._running and self._watch_task is None:
+                    return
+            except aetcd.RevisionCompactedError:
+                need_snapshot = True
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (any stream failure: resume from the revision)
+                LOG.debug("watch of %s failed (%s); resuming at revision %d", prefix, exc,
+                          self._revision + 1)
+                await asyncio.sleep(RETRY_PAUSE_S)
 
     def _load_snapshot(self, kvs: list[KeyValue], revision: int) -> None:
         self._replicas.clear()

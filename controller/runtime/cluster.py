@@ -37,16 +37,14 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aetcd
-from aetcd.rtypes import KeyValue
 
 from controller.cluster.detector import DetectorSettings
 from controller.cluster.etcd import TRANSIENT_ERRORS, EtcdClient, EtcdSettings, EtcdTLS
-from controller.cluster.follow import follow_prefix
 from controller.cluster.keys import ClusterKeys
 from controller.cluster.lease import LeaseSettings
 from controller.cluster.mastership import MastershipEvent, MastershipService
@@ -320,21 +318,31 @@ class ClusterRuntime:
 
     async def _follow_acks(self) -> None:
         prefix = self.keys.acks_prefix
-
-        def snapshot(kvs: Sequence[KeyValue], _revision: int) -> None:
-            self._acks = {}
-            for kv in kvs:
-                self._ack_put(kv.value)
-            self._poke()
-
-        def event(ev: aetcd.Event) -> None:
-            if ev.kind == "PUT":
-                self._ack_put(ev.kv.value)
-            else:
-                self._acks.pop(ev.kv.key[len(prefix):].decode(), None)
-            self._poke()
-
-        await follow_prefix(self.client, prefix, snapshot=snapshot, event=event)
+        revision = 0
+        while True:
+            try:
+                if revision == 0:
+                    rng = await self.client.get_prefix(prefix)
+                    self._acks = {}
+                    for kv in rng:
+                        self._ack_put(kv.value)
+                    revision = rng.header.revision
+                    self._poke()
+                watch = await self.client.watch_prefix(prefix, start_revision=revision + 1)
+                async for ev in watch:
+                    revision = max(revision, ev.kv.mod_revision)
+                    if ev.kind == "PUT":
+                        self._ack_put(ev.kv.value)
+                    else:
+                        self._acks.pop(ev.kv.key[len(prefix):].decode(), None)
+                    self._poke()
+            except aetcd.RevisionCompactedError:
+                revision = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any stream failure: resume
+                LOG.debug("[cluster] ack watch failed (%s); resuming", exc)
+                await asyncio.sleep(0.05)
 
     def _ack_put(self, raw: bytes) -> None:
         try:
