@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from controller.model import build_fat_tree, build_leaf_spine
 from controller.model.generators import build_rail_optimized
 from controller.te.collectives import FlowDemand
-from controller.te.loadpin import PinState, load_lower_bound, pin_by_load
+from controller.te.loadpin import BATCH_FLOWS, PinState, load_lower_bound, pin_by_load
 from controller.te.pathindex import PathIndex
 from controller.te.reroute import repair, switch_links
 
@@ -209,8 +209,9 @@ def _pigeonhole_reference(link_group, cap, base, flow_group, rate, n_groups) -> 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 10**6))
 def test_pigeonhole_bound_equals_enumeration(seed):
-    """``bounds._integral_cut`` (bisection over all groups at once, stopped at
-    ``_RESOLUTION``, snapped to a breakpoint) equals the enumeration over breakpoints."""
+    """``bounds._integral_cut`` (bisection over all groups at once: over integers where the
+    backgrounds are whole flows, else stopped at ``_RESOLUTION`` and snapped to a breakpoint)
+    equals the enumeration over breakpoints."""
     from controller.te.bounds import _integral_cut
 
     rng = random.Random(seed)
@@ -221,8 +222,10 @@ def test_pigeonhole_bound_equals_enumeration(seed):
     cap = np.asarray([rng.choice([1e9, 1e9, 1e9, 4e9]) for _ in range(n_links)])
     w = rng.choice([1e8, 1e9 / 12, 2.5e8])
     rate = np.asarray([w if rng.random() < 0.9 else 3e8 for _ in range(n_flows)])
-    base = np.asarray([rng.choice([0.0, w, 2.5 * w, rng.uniform(0, 8) * w, 1e9])
-                       for _ in range(n_links)])
+    # half the draws whole flows of background only (whole breakpoints: integer bisection)
+    kinds = ([0.0, w, 3 * w, 7 * w] if rng.random() < 0.5
+             else [0.0, w, 2.5 * w, rng.uniform(0, 8) * w, 1e9])
+    base = np.asarray([rng.choice(kinds) for _ in range(n_links)])
     got = _integral_cut(link_group, cap, base, flow_group, rate, n_groups)
     want = _pigeonhole_reference(link_group, cap, base, flow_group, rate, n_groups)
     assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
@@ -230,11 +233,11 @@ def test_pigeonhole_bound_equals_enumeration(seed):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_greedy_in_batches_equals_the_one_by_one_greedy(seed, monkeypatch):
-    """The greedy chooses the flows of a batch together and re-chooses one alone only when a
-    flow placed before it loaded a link of its choice (``PinState._greedy_in_order``): the
-    paths equal those of choosing every flow alone, in the same order, whatever the batch size (k=8 fat-tree, a
-    fragmented ring with 4 sub-flows per flow, random background, an aggregation switch
-    down)."""
+    """The greedy chooses the flows of a window together and places them up to the first
+    whose choice shares a link with an earlier one's, where the next window starts
+    (``PinState._greedy_in_order``): the paths equal those of choosing every flow alone, in
+    the same order, whatever the window sizes (k=8 fat-tree, a fragmented ring with 4
+    sub-flows per flow, random background, an aggregation switch down)."""
     import controller.te.loadpin as lp
 
     fabric = build_fat_tree("ft8", 8, 10**9, 10**9, 1.0, 1.0)
@@ -247,14 +250,62 @@ def test_greedy_in_batches_equals_the_one_by_one_greedy(seed, monkeypatch):
              for i in range(len(hosts)) for j in range(4)]
     assert len(flows) >= lp.BATCH_FLOWS and 2.5e8 / 1e9 > lp.SMALL_FLOW  # the batched path
 
-    def rows(batch: int) -> list[list[int]]:
+    def rows(batch: int, most: int) -> list[list[int]]:
         monkeypatch.setattr(lp, "IN_ORDER_BATCH", batch)
+        monkeypatch.setattr(lp, "IN_ORDER_MAX_BATCH", most)
         state = PinState(index, base.copy())
         state.add_many(flows)
         assert state.tables is not None
         state.greedy(range(len(state.flows)))
         return [state.links_of(i).tolist() for i in range(len(state.flows))]
 
-    one_by_one = rows(1)
-    assert rows(lp.IN_ORDER_BATCH) == one_by_one
-    assert rows(64) == one_by_one
+    one_by_one = rows(1, 1)
+    assert rows(lp.IN_ORDER_BATCH, lp.IN_ORDER_MAX_BATCH) == one_by_one
+    assert rows(64, 64) == one_by_one
+    assert rows(2, 8) == one_by_one
+
+
+@pytest.mark.parametrize("uneven", [False, True], ids=["one-capacity", "uneven-capacity"])
+def test_port_table_greedy_chooses_a_best_candidate_every_time(uneven):
+    """The greedy over port tables (``PinState._choose`` in windows; with one fabric capacity
+    it orders candidates by their bottleneck before the flow is added) puts every flow, in
+    greedy order, on a candidate of its list with the lowest bottleneck after placement and,
+    among those, the lowest total utilisation (replayed flow by flow; k=8 fat-tree, an
+    aggregation switch down, random background, 384 flows of three demands; every fabric
+    link at one capacity, or a third of them slower)."""
+    fabric = build_fat_tree("ft8", 8, 10**11, 10**11, 1.0, 1.0)
+    rng = random.Random(5)
+    index = PathIndex(fabric)
+    if uneven:
+        host_names = {h.name for h in fabric.hosts}
+        fabric_links = [j for j in range(0, len(index.links), 2)
+                        if not set(index.links[j]) & host_names]
+        cap = index.capacity_bps.copy()
+        for j in rng.sample(fabric_links, len(fabric_links) // 3):
+            cap[j] = cap[j + 1] = 4e10
+        index.capacity_bps = cap
+    index = index.with_down(switch_links(fabric, "p0a0"))
+    base = np.asarray([rng.choice([0.0, 0.0, 1e10, 2.5e10]) for _ in index.links]) * index.is_up
+    hosts = [h.name for h in fabric.hosts]
+    rng.shuffle(hosts)
+    flows = [(FlowDemand("r", 3 * i + j, hosts[i], hosts[(i + 1) % len(hosts)]),
+              rng.choice([1e10, 2.5e10, 4e10])) for i in range(len(hosts)) for j in range(3)]
+    assert len(flows) >= BATCH_FLOWS  # port tables are used from this many flows on
+    state = PinState(index, base.copy())
+    state.add_many(flows)
+    assert state.tables is not None and (state.fabric_inv_cap is None) == uneven
+    state.greedy(range(len(flows)))
+    replay = PinState(index, base.copy())
+    replay.add_many(flows)
+    order = sorted(range(len(flows)), key=lambda i: (-flows[i][1], replay.n_cands[i], i))
+    for i in order:
+        c = replay.cands[i]
+        if c.shape[1] == 0:  # within one leaf: one empty candidate
+            replay.place(i, 0)
+            continue
+        after = (replay.util[c] + flows[i][1] * replay.inv_cap[c]).max(axis=1)
+        total = replay.util[c].sum(axis=1)
+        (k,) = np.flatnonzero((c == state.rows[i]).all(axis=1))
+        assert after[k] <= after.min() + 1e-9, flows[i][0].label
+        assert total[k] <= total[after <= after.min() + 1e-9].min() + 1e-9, flows[i][0].label
+        replay.place(i, int(k))

@@ -39,14 +39,12 @@ def load_lower_bound(state: PinState, integral: bool = True) -> float:
     work (bincount per cut family)."""
     idx = state.index
     base = state.base_bps
-    rate = np.asarray(state.rate_bps, dtype=np.float64)
-    acc = np.asarray(state.access, dtype=np.int64).reshape(-1, 2)
+    rate, acc = state.as_arrays()
     mand = base.copy()
     np.add.at(mand, acc[:, 0], rate)
     np.add.at(mand, acc[:, 1], rate)
-    for i, n in enumerate(state.n_cands):
-        if n == 1:
-            mand[state.cands[i][0]] += rate[i]
+    for i in np.flatnonzero(np.asarray(state.n_cands) == 1).tolist():
+        mand[state.cands[i][0]] += rate[i]
     best = float((mand * state.inv_cap).max()) if len(mand) else 0.0
     tail, head, _, _ = idx.link_ends()
     groups = idx.fabric_memo("cut-groups", lambda: _cut_groups(idx))
@@ -84,10 +82,12 @@ def _integral_cut(link_group: np.ndarray, cap: np.ndarray, base: np.ndarray,
     Σ_e max(0, ⌊L − b_e / w⌋) ≥ n; returned as L · w / c (0 when no group qualifies). Without
     background that is ⌈n / n_links⌉ · w / c.
 
-    L is found by bisection over all groups at once and snapped to the breakpoint b_e / w + k
-    (k integer) where it becomes feasible, so the bound is exact, not a bisection's estimate
-    (when two breakpoints lie closer than the bisection's resolution, ``_RESOLUTION``, its
-    infeasible lower end is returned, which still bounds).
+    L is found by bisection over all groups at once, between the busiest link's level and that
+    plus ⌈n / n_links⌉ (always feasible). In a group whose backgrounds are whole flows every
+    breakpoint b_e / w + k is whole, so the bisection runs over integers and ends on L. In the
+    others it stops at ``_RESOLUTION`` and is snapped to the breakpoint where it becomes
+    feasible, so the bound is exact, not a bisection's estimate (when two breakpoints lie
+    closer than that resolution, its infeasible lower end is returned, which still bounds).
     """
     if not len(flow_group) or not len(link_group):
         return 0.0
@@ -112,20 +112,29 @@ def _integral_cut(link_group: np.ndarray, cap: np.ndarray, base: np.ndarray,
 
     top = np.zeros(n_groups)
     np.maximum.at(top, g, beta)
+    # at top + ⌈n / n_links⌉ every link takes at least ⌈n / n_links⌉ flows: always feasible
+    hi = top + np.ceil(need / np.maximum(n_links, 1))
+    # groups whose backgrounds are whole flows have whole breakpoints: bisect over integers
+    # (a few rounds; a repair's background is the other flows of the same demand)
+    whole_beta = np.abs(beta - np.round(beta)) < 1e-9
+    whole = np.bincount(g, weights=~whole_beta, minlength=n_groups) == 0
+    top = np.where(whole, np.round(top), top)
+    hi = np.where(whole, np.round(hi), hi)
     lo = top.copy()  # the most loaded link alone: never below it
-    hi = top + need  # all flows on one link: always feasible
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        fits = room(mid) >= need
-        hi = np.where(fits, mid, hi)
-        lo = np.where(fits, lo, mid)
-        if float((hi - lo).max()) < _RESOLUTION:
+    for _ in range(200):
+        open_ = np.where(whole, hi - lo > 1, hi - lo >= _RESOLUTION)
+        if not open_.any():
             break
+        mid = np.where(whole, np.floor((lo + hi) / 2), (lo + hi) / 2)
+        fits = room(mid) >= need
+        hi = np.where(open_ & fits, mid, hi)
+        lo = np.where(open_ & ~fits, mid, lo)
     snap = np.full(n_groups, np.inf)  # the first breakpoint β_e + k above lo
     np.minimum.at(snap, g, beta + np.floor(lo[g] - beta) + 1.0)
     # feasible there: it is the optimum (lo is infeasible and no breakpoint lies between);
-    # else (breakpoints closer than the bisection's resolution) lo, infeasible, still bounds
-    level = np.where(room(snap) >= need, snap, lo)
+    # else (breakpoints closer than the bisection's resolution) lo, infeasible, still bounds;
+    # whole breakpoints: hi (lo, hi adjacent integers, hi feasible)
+    level = np.where(whole, hi, np.where(room(snap) >= need, snap, lo))
     # the busiest link's own level, when the flows already fit there, is the bound (the
     # bisection's lower end starts there untested, so the snap would pass it)
     level = np.where(room(top) >= need, top, np.maximum(level, top))

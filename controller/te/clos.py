@@ -41,6 +41,10 @@ from controller.te.pathindex import PathIndex
 CHUNK_FLOWS = 4096
 """Flows per chunk of a meeting mask (bounds temporary memory to CHUNK_FLOWS × W^h booleans)."""
 
+COPY_BELOW_BYTES = 4 << 20
+"""A failed state's tables smaller than this are copied and patched, not wrapped in
+:class:`PatchedRows` (:meth:`PatchedRows.patch`)."""
+
 _LOCK = threading.Lock()
 
 
@@ -99,6 +103,18 @@ class PatchedRows:
 
 
 Table = np.ndarray | PatchedRows
+
+
+def _patched(table: Table, rows: np.ndarray, values: np.ndarray) -> Table:
+    """``table`` with ``rows`` replaced by ``values`` (``table`` unchanged): a copy when the
+    table is small (``COPY_BELOW_BYTES``) or a quarter of its rows change (every gather would
+    pay for the patch: a rail fabric's spine touches every leaf), else a :class:`PatchedRows`."""
+    size = table.shape[0] * int(np.prod(table.shape[1:])) * table.dtype.itemsize
+    if size < COPY_BELOW_BYTES or 4 * len(rows) >= table.shape[0]:
+        out = np.array(table)
+        out[rows] = values
+        return out
+    return PatchedRows.patch(table, rows, values)
 
 
 def _row_hashes(reach: np.ndarray) -> np.ndarray:
@@ -234,10 +250,9 @@ class ClosTables:
         sub = p._chains[r][rows]
         bad = (sub < 0) | ~is_up[np.where(sub >= 0, sub, 0)]
         bad = np.logical_or.accumulate(bad, axis=2)
-        chains = PatchedRows.patch(p._chains[r], rows, np.where(bad, -1, sub).astype(sub.dtype))
+        chains = _patched(p._chains[r], rows, np.where(bad, -1, sub).astype(sub.dtype))
         got = p._reach[r][rows]
-        reach = PatchedRows.patch(p._reach[r], rows,
-                                  np.where(bad[:, :, -1], -1, got).astype(got.dtype))
+        reach = _patched(p._reach[r], rows, np.where(bad[:, :, -1], -1, got).astype(got.dtype))
         self._changed[r] = rows
         return chains, reach
 
@@ -259,6 +274,13 @@ class ClosTables:
     def leaf_ids(self, leaves: Sequence[str]) -> np.ndarray:
         """Switch numbers of leaf names (int64 array). Raises KeyError for an unknown name."""
         return np.fromiter((self._leaf_num[x] for x in leaves), dtype=np.int64, count=len(leaves))
+
+    def host_leaf_ids(self) -> np.ndarray:
+        """Switch number of every host's leaf, by host number (the fabric's host order, as
+        :func:`controller.te.loadpin.host_table` numbers them); int64, memoised per fabric."""
+        fabric = self.index.fabric
+        return cast(np.ndarray, self.index.fabric_memo(
+            "host-leaf-numbers", lambda: self.leaf_ids([h.leaf for h in fabric.hosts])))
 
     # -- meeting masks ---------------------------------------------------------------------------
     def reach(self, r: int) -> Table:

@@ -57,6 +57,24 @@ class FlowDemand:
     subflow: int = 0
     subflows: int = 1
 
+    def __hash__(self) -> int:
+        """The hash of the fields, computed once per object and kept in its ``__dict__`` (a
+        repair at 65,536 GPUs keys dicts by tens of thousands of flows several times; the
+        dataclass's own hash re-hashes ten fields on every call). Not pickled
+        (:meth:`__getstate__`): string hashes differ between processes."""
+        try:
+            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+        except KeyError:
+            got = self.__dict__["_hash"] = hash((
+                self.collective, self.index, self.src, self.dst, self.dscp, self.ip_proto,
+                self.l4_src, self.l4_dst, self.subflow, self.subflows))
+            return got
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
+
     @property
     def label(self) -> str:
         """``"ring-a h1->h3"`` (``"ring-a h1->h3 #2"`` for sub-flow 2): how logs and errors name

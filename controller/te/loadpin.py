@@ -62,6 +62,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from operator import attrgetter
 from typing import cast
 
 import numpy as np
@@ -73,7 +75,7 @@ from controller.te.closcolour import colour_clos
 from controller.te.collectives import FlowDemand
 from controller.te.colouring import colour_levels
 from controller.te.pathindex import DirectedLink, Path, PathIndex
-from controller.te.placement import Placement
+from controller.te.placement import Placement, concat_ranges, csr_paths
 
 DEFAULT_SEARCH_BUDGET = 2_000_000
 BATCH_FLOWS = 256
@@ -89,11 +91,13 @@ possible after an aggregation switch failure with 12 sub-flows)."""
 GREEDY_BATCH = 64
 """Most small flows judged together (interleaved by source leaf, :func:`_batches`)."""
 IN_ORDER_BATCH = 16
-"""Most larger flows chosen together by :meth:`PinState._greedy_in_order` (the one-by-one
-greedy's result; larger batches re-choose more flows alone: at k=64 with 12 sub-flows and an
-aggregation switch down, 764 flows took 99 choices in batches of 16, 178 in batches of 64; on
-the 65,536-GPU rail fabric with a spine down, 24,473 flows in batches of 16 needed 9 choices
-again, and batches of 64 to 256 took about as long)."""
+"""Fewest larger flows chosen together by :meth:`PinState._greedy_in_order` (the one-by-one
+greedy's result, window by window); a window holds twice what the last one placed, between
+this and ``IN_ORDER_MAX_BATCH``."""
+IN_ORDER_MAX_BATCH = 1024
+"""Most flows in one window of :meth:`PinState._greedy_in_order` (on the 65,536-GPU rail
+fabric with a spine down, 24,473 sub-flows collide twice: windows of 16 took 1,532 choices,
+of 256 took 96)."""
 DEFAULT_CHAIN_DEPTH = 8
 KICK_MAX_FLOWS = 2048
 """Compound moves (:meth:`PinState._kick`) are tried only up to this many flows: they try
@@ -101,6 +105,7 @@ every candidate of every flow on a link at the maximum."""
 KICK_STEPS = 8
 """Most re-placements after one kick (:meth:`PinState._settle`)."""
 _CHAIN_WIDTH = 4  # candidates tried per flow in a chain step
+_SRC, _DST = attrgetter("src"), attrgetter("dst")
 _EPS = 1e-9
 
 
@@ -161,6 +166,9 @@ class _LazyCands:
     def append(self, c: np.ndarray | None) -> None:
         self._got.append(c)
 
+    def extend(self, cs: Iterable[np.ndarray | None]) -> None:
+        self._got.extend(cs)
+
 
 class PinState:
     """Mutable assignment of flows to candidates over one :class:`PathIndex` (pure; no I/O).
@@ -195,17 +203,69 @@ class PinState:
         self.base_bps = self.load_bps.copy()
         self.util = self.load_bps * self.inv_cap
         self.flows: list[FlowDemand] = []
-        self.pos: dict[FlowDemand, int] = {}
+        self._pos: dict[FlowDemand, int] = {}
         self.rate_bps: list[float] = []
         self.cands = _LazyCands(self)
         self.n_cands: list[int] = []
-        self.leaves: list[tuple[str, str]] = []
-        self.access: list[tuple[int, int]] = []
+        self._leaves: list[tuple[str, str]] = []
+        self._hosts: list[tuple[np.ndarray, np.ndarray]] = []  # (src, dst) host numbers, per add
         self.choice: list[int] = []  # -1: not placed, -2: placed, row not looked up
         self.rows: list[np.ndarray | None] = []  # chosen fabric link ids
         self._flows_on: dict[int, set[int]] | None = None
         self.evaluations = 0
         self.clos_ends: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None  # rate_bps, access as arrays
+        self._access_flat: list[int] = []
+        self._chunks: list[tuple[np.ndarray, np.ndarray]] = [  # the same, per add
+            (np.empty(0, dtype=np.float64), np.empty((0, 2), dtype=np.int64))]
+
+    def as_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(:attr:`rate_bps` as float64 shape (F,), :attr:`access` as int64 shape (F, 2)),
+        read-only, rebuilt only when flows were added since (both lists only grow)."""
+        got = self._arrays
+        if got is None or len(got[0]) != len(self.flows):
+            rates, access = zip(*self._chunks, strict=True)
+            got = self._arrays = (np.concatenate(rates), np.concatenate(access))
+            for arr in got:
+                arr.setflags(write=False)
+            self._chunks[:] = [got]
+        return got
+
+    @property
+    def access(self) -> np.ndarray:
+        """(access link up, access link down) ids per flow, int64, shape (F, 2), read-only."""
+        return self.as_arrays()[1]
+
+    def _ends_of(self, i: int) -> tuple[int, int]:
+        """Flow ``i``'s access link ids (up, down), from a flat list of ints kept beside
+        :attr:`access` for the local search's one-flow-at-a-time reads (a list of ints is one
+        object to the garbage collector; a numpy row read costs ten times as much)."""
+        flat = self._access_flat
+        if len(flat) != 2 * len(self.flows):
+            flat = self._access_flat = self.as_arrays()[1].ravel().tolist()
+        return flat[2 * i], flat[2 * i + 1]
+
+    @property
+    def leaves(self) -> list[tuple[str, str]]:
+        """(source leaf, destination leaf) names per flow (named on use, from the host numbers
+        :meth:`_add_hosts` kept)."""
+        got = self._leaves
+        if len(got) < len(self.flows):
+            leaf_name = host_table(self.index)[1]
+            for src, dst in self._hosts:
+                got.extend(zip(map(leaf_name.__getitem__, src.tolist()),
+                               map(leaf_name.__getitem__, dst.tolist()), strict=True))
+            self._hosts.clear()
+        return got
+
+    @property
+    def pos(self) -> dict[FlowDemand, int]:
+        """Flow → its position (extended on use: a repair that never looks a flow up does not
+        hash thousands of them)."""
+        got = self._pos
+        if len(got) < len(self.flows):
+            got.update(zip(self.flows[len(got):], range(len(got), len(self.flows)), strict=True))
+        return got
 
     @property
     def tables(self) -> ClosTables | None:
@@ -270,53 +330,79 @@ class PinState:
         todo = list(items)
         if not todo:
             return []
-        demands = [d for d, _ in todo]
-        rates = np.fromiter((r for _, r in todo), dtype=np.float64, count=len(todo))
-        if len(set(demands)) != len(demands) or any(d in self.pos for d in demands):
-            seen: set[FlowDemand] = set(self.pos)
+        demand_tuple, rate_tuple = zip(*todo, strict=True)
+        demands: list[FlowDemand] = list(demand_tuple)
+        rates = np.fromiter(rate_tuple, dtype=np.float64, count=len(todo))
+        pos = self.pos
+        if len(set(demands)) != len(demands) or (pos and any(d in pos for d in demands)):
+            seen: set[FlowDemand] = set(pos)
             for dup in demands:
                 if dup in seen:
                     raise ValueError(f"flow {dup.label} (index {dup.index}) is listed twice")
                 seen.add(dup)
-        bad_rate = np.flatnonzero(~(rates > 0))
-        if len(bad_rate):
-            d = demands[int(bad_rate[0])]
-            raise ValueError(f"flow {d.label}: demand must be > 0 bit/s, "
-                             f"got {todo[int(bad_rate[0])][1]!r}")
-        hosts = host_table(self.index)
-        num, leaf_name, up_id, down_id = hosts
+        num = host_table(self.index)[0]
         try:
-            src = np.fromiter(map(num.__getitem__, (d.src for d in demands)), np.int64, len(todo))
-            dst = np.fromiter(map(num.__getitem__, (d.dst for d in demands)), np.int64, len(todo))
+            src = np.fromiter(map(num.__getitem__, map(_SRC, demands)), np.int64, len(todo))
+            dst = np.fromiter(map(num.__getitem__, map(_DST, demands)), np.int64, len(todo))
         except KeyError as exc:
             d = next(d for d in demands if d.src not in num or d.dst not in num)
             host = d.src if d.src not in num else d.dst
             raise ValueError(f"flow {d.label}: {host!r} is not a host of fabric "
                              f"{self.index.fabric.name!r}") from exc
+        return self._add_hosts(demands, rates, src, dst)
+
+    def add_routed(self, demands: Sequence[FlowDemand], rate_bps: np.ndarray,
+                   up_ids: np.ndarray, down_ids: np.ndarray) -> list[int]:
+        """:meth:`add_many` for flows that already had a path: their access links (``up_ids``:
+        host → leaf, ``down_ids``: leaf → host, shape (F,)) name their hosts, so no name is
+        looked up; ``demands`` must be distinct and not in the state yet (a
+        :class:`Placement`'s flows: :func:`controller.te.recovery.repair` moves thousands).
+        Raises ValueError as :meth:`add` does, or for an id that is not an access link."""
+        if not len(demands):
+            return []
+        host_of = host_of_access(self.index)
+        up_ids, down_ids = np.asarray(up_ids, np.int64), np.asarray(down_ids, np.int64)
+        src, dst = host_of[up_ids], host_of[down_ids ^ 1]
+        bad = np.flatnonzero((src < 0) | (dst < 0))
+        if len(bad):
+            raise ValueError(f"flow {demands[int(bad[0])].label}: its path does not start and "
+                             "end on access links")
+        return self._add_hosts(list(demands), np.asarray(rate_bps, np.float64), src, dst)
+
+    def _add_hosts(self, demands: list[FlowDemand], rates: np.ndarray, src: np.ndarray,
+                   dst: np.ndarray) -> list[int]:
+        """Add ``demands`` (distinct, new) from host number ``src`` to ``dst``
+        (:func:`host_table`) at ``rates`` bits/s, after checking what :meth:`add` checks."""
+        bad_rate = np.flatnonzero(~(rates > 0))
+        if len(bad_rate):
+            d = demands[int(bad_rate[0])]
+            raise ValueError(f"flow {d.label}: demand must be > 0 bit/s, "
+                             f"got {float(rates[int(bad_rate[0])])!r}")
         same = np.flatnonzero(src == dst)
         if len(same):
             d = demands[int(same[0])]
             raise ValueError(f"flow {d.label}: no path from host {d.src} to itself")
+        _, leaf_name, up_id, down_id = host_table(self.index)
         up, down = up_id[src], down_id[dst]
         dead = np.flatnonzero(~(self.index.is_up[up] & self.index.is_up[down]))
         if len(dead):
             self._no_path(demands[int(dead[0])])
-        la = [leaf_name[i] for i in src.tolist()]
-        lb = [leaf_name[i] for i in dst.tolist()]
         built: list[np.ndarray | None]
-        t = self.tables if len(todo) >= BATCH_FLOWS else None
+        t = self.tables if len(demands) >= BATCH_FLOWS else None
         if t is not None:
-            u, v = t.leaf_ids(la), t.leaf_ids(lb)
+            leaf_num = t.host_leaf_ids()
+            u, v = leaf_num[src], leaf_num[dst]
             h, n = heights_and_counts(t, u, v)
             bad = np.flatnonzero(h < 0)
             if len(bad):
                 self._no_path(demands[int(bad[0])])
             counts = n.tolist()
-            built = [None] * len(todo)
+            built = [None] * len(demands)
             self.clos_ends.append((len(self.flows), u, v, h))
         else:
             built, counts = [], []
-            for d, a, b in zip(demands, la, lb, strict=True):
+            for d, a, b in zip(demands, map(leaf_name.__getitem__, src.tolist()),
+                               map(leaf_name.__getitem__, dst.tolist()), strict=True):
                 inner = self.index.leaf_candidates(a, b)
                 if inner.shape[0] == 0:
                     self._no_path(d)
@@ -324,16 +410,14 @@ class PinState:
                 built.append(inner)
         first = len(self.flows)
         self.flows.extend(demands)
-        self.pos.update(zip(demands, range(first, first + len(demands)), strict=True))
         self.rate_bps.extend(rates.tolist())
-        for c in built:
-            self.cands.append(c)
+        self.cands.extend(built)
         self.n_cands.extend(counts)
-        self.leaves.extend(zip(la, lb, strict=True))
-        self.access.extend(zip(up.tolist(), down.tolist(), strict=True))
-        self.choice.extend([-1] * len(todo))
-        self.rows.extend([None] * len(todo))
-        return list(range(first, first + len(todo)))
+        self._hosts.append((src, dst))
+        self._chunks.append((rates.astype(np.float64), np.stack((up, down), axis=1)))
+        self.choice.extend([-1] * len(demands))
+        self.rows.extend([None] * len(demands))
+        return list(range(first, first + len(demands)))
 
     def _no_path(self, demand: FlowDemand) -> None:
         raise ValueError(
@@ -343,10 +427,24 @@ class PinState:
 
     def links_of(self, i: int) -> np.ndarray:
         """Directed link ids of flow ``i``'s chosen path (access links included)."""
-        up, down = self.access[i]
+        up, down = self._ends_of(i)
         row = self.rows[i]
         assert row is not None, "flow is not placed"
         return np.concatenate(([up], row, [down])).astype(np.int64)
+
+    def link_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`links_of` of every flow (all placed) in CSR form: (ids, starts), flow i's
+        links ``ids[starts[i]:starts[i + 1]]``; int64, shapes (Σ hops,), (F + 1,)."""
+        rows = cast(list[np.ndarray], self.rows)
+        assert all(r is not None for r in rows), "every flow must be placed"
+        inner = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        starts = np.concatenate(([0], np.cumsum(inner + 2))).astype(np.int64)
+        ids = np.empty(int(starts[-1]), dtype=np.int64)
+        acc = self.as_arrays()[1]
+        ids[starts[:-1]], ids[starts[1:] - 1] = acc[:, 0], acc[:, 1]
+        if len(rows) and inner.any():
+            ids[concat_ranges(starts[:-1] + 1, inner)] = np.concatenate(rows)
+        return ids, starts
 
     def path(self, i: int) -> Path:
         """Node path of flow ``i``'s chosen candidate."""
@@ -403,14 +501,18 @@ class PinState:
         self._place(np.asarray(flows, dtype=np.int64), list(rows), [-2] * len(flows))
 
     def _place(self, flows: np.ndarray, inner: list[np.ndarray], choice: list[int]) -> None:
-        for i, row, ci in zip(flows.tolist(), inner, choice, strict=True):
-            self.choice[i] = ci
-            self.rows[i] = row
+        first, n = (int(flows[0]), len(flows)) if len(flows) else (0, 0)
+        if n and int(flows[-1]) == first + n - 1 and bool((np.diff(flows) == 1).all()):
+            self.choice[first:first + n] = choice  # consecutive positions (a repair's flows)
+            self.rows[first:first + n] = inner
+        else:
+            for i, row, ci in zip(flows.tolist(), inner, choice, strict=True):
+                self.choice[i] = ci
+                self.rows[i] = row
         lengths = np.fromiter(map(len, inner), dtype=np.int64, count=len(inner))
         fabric_ids = (np.concatenate(inner) if inner else np.empty(0)).astype(np.int64)
-        fl = flows.tolist()
-        acc = np.asarray([self.access[i] for i in fl], dtype=np.int64).reshape(-1, 2)
-        rate = np.asarray([self.rate_bps[i] for i in fl], dtype=np.float64)
+        rate_all, acc_all = self.as_arrays()
+        acc, rate = acc_all[flows], rate_all[flows]
         ids = np.concatenate((acc[:, 0], fabric_ids, acc[:, 1]))
         np.add.at(self.load_bps, ids, np.concatenate((rate, np.repeat(rate, lengths), rate)))
         self.util[ids] = self.load_bps[ids] * self.inv_cap[ids]
@@ -425,21 +527,10 @@ class PinState:
                 got.add(i)
 
     def paths(self) -> list[Path]:
-        """Node path of every placed flow, in position order (vectorised per path length)."""
-        by_hops: dict[int, list[int]] = {}
-        for i, r in enumerate(self.rows):
-            assert r is not None, f"flow {self.flows[i].label} is not placed"
-            by_hops.setdefault(len(r), []).append(i)
-        out: list[Path] = [()] * len(self.flows)
-        for hops, fl in by_hops.items():
-            acc = np.asarray([self.access[i] for i in fl], dtype=np.int64).reshape(-1, 2)
-            parts = [acc[:, :1]]
-            if hops:
-                parts.append(np.stack([self.rows[i] for i in fl]))  # type: ignore[misc]
-            parts.append(acc[:, 1:])
-            for i, p in zip(fl, self.index.paths_of_rows(np.hstack(parts)), strict=True):
-                out[i] = p
-        return out
+        """Node path of every placed flow, in position order (vectorised per path length,
+        :func:`controller.te.placement.csr_paths`)."""
+        ids, starts = self.link_rows()
+        return csr_paths(self.index, ids, starts, np.arange(len(self.flows), dtype=np.int64))
 
     def remove(self, i: int) -> None:
         """Take flow ``i`` off its path."""
@@ -460,7 +551,7 @@ class PinState:
         (returns (-1, inf) if nothing else is left)."""
         c = self.cands[i]
         self.evaluations += c.shape[0]
-        up, down = self.access[i]
+        up, down = self._ends_of(i)
         w = self.rate_bps[i]
         edge = max(self.util[up] + w * self.inv_cap[up], self.util[down] + w * self.inv_cap[down])
         if c.shape[1] == 0:
@@ -483,21 +574,25 @@ class PinState:
         On a mirrored Clos with many flows the candidates of a flow are evaluated from the
         port tables (:meth:`ClosTables.chains`, its two leaves' rows) instead of a per-pair
         candidate array: the same choice, without storing an array per leaf pair."""
-        order = sorted(flows, key=lambda i: (-self.rate_bps[i], self.n_cands[i], i))
+        fl = np.fromiter(flows, dtype=np.int64)
+        rate = self.as_arrays()[0]
+        n_cands = np.asarray(self.n_cands, dtype=np.int64)
+        order = fl[np.lexsort((fl, n_cands[fl], -rate[fl]))].tolist()
         t = self.tables
         if t is None or len(order) < BATCH_FLOWS:
             for i in order:
                 self.place(i, self.best_candidate(i)[0])
             return
         u, v, h = self.ends(order)
-        pos = {i: k for k, i in enumerate(order)}
-        w_rel = np.asarray(self.rate_bps)[order] * self.inv_cap.max()
-        small = [i for i in order if w_rel[pos[i]] <= SMALL_FLOW]
-        big = [i for i in order if w_rel[pos[i]] > SMALL_FLOW]
-        for at in range(0, len(big), IN_ORDER_BATCH):
-            ks = np.asarray([pos[i] for i in big[at:at + IN_ORDER_BATCH]], dtype=np.int64)
-            self._greedy_in_order(t, big[at:at + IN_ORDER_BATCH], u[ks], v[ks], h[ks])
-        for batch in _batches(small, [self.leaves[i] for i in small], GREEDY_BATCH):
+        w_rel = self.as_arrays()[0][order] * self.inv_cap.max()
+        big = np.flatnonzero(w_rel > SMALL_FLOW)
+        if len(big):
+            self._greedy_in_order(t, [order[k] for k in big.tolist()], u[big], v[big], h[big])
+        small = np.flatnonzero(w_rel <= SMALL_FLOW)
+        pos = {order[k]: k for k in small.tolist()}
+        small_flows = [order[k] for k in small.tolist()]
+        leaves = self.leaves
+        for batch in _batches(small_flows, [leaves[i] for i in small_flows], GREEDY_BATCH):
             ks = np.asarray([pos[i] for i in batch], dtype=np.int64)
             self._greedy_batch(t, batch, u[ks], v[ks], h[ks])
 
@@ -506,87 +601,102 @@ class PinState:
         """Place ``flows`` each on its candidate with the lowest bottleneck after placement,
         all judged on the utilisation before any of them is placed (port tables, one gather
         per height), then place them together."""
-        chosen = [(i, row, rank) for i, (row, rank)
-                  in zip(flows, self._choose(t, flows, u, v, h), strict=True)]
-        for i, row, _ in chosen:
-            if row is None:
-                self.place(i, 0)
-        placed = [(i, row, rank) for i, row, rank in chosen if row is not None]
-        if placed:
-            self._place(np.asarray([i for i, _, _ in placed], dtype=np.int64),
-                        [row for _, row, _ in placed], [rank for _, _, rank in placed])
+        self._place_chosen(flows, *self._choose(t, flows, u, v, h))
 
     def _greedy_in_order(self, t: ClosTables, flows: list[int], u: np.ndarray,
                          v: np.ndarray, h: np.ndarray) -> None:
         """Place ``flows`` one after the other, each on the candidate :meth:`_choose` gives it
-        on the utilisation left by the ones before (the one-by-one greedy), judging them
-        together: all are chosen on the utilisation before the first is placed, and a flow is
-        chosen again alone only when a flow placed before it in this call loaded a link of its
-        choice. The rest keep their choice: placing a flow raises the utilisation of its own
-        links only, so a choice none of whose links it loaded keeps its bottleneck and its
-        total while every other candidate's can only grow (a tie within ``_EPS`` aside)."""
-        touched = np.zeros(len(self.util), dtype=bool)
-        todo: tuple[list[int], list[np.ndarray], list[int]] = ([], [], [])
+        on the utilisation left by the ones before (the one-by-one greedy), a window of
+        ``IN_ORDER_BATCH`` to ``IN_ORDER_MAX_BATCH`` at a time: all are chosen on the
+        utilisation before the first is placed, and the longest prefix in which no flow's
+        choice shares a link with an earlier flow's is placed; the next window starts at the
+        first flow that does. That is
+        the one-by-one result: placing a flow raises the utilisation of its own links only, so
+        a choice none of whose links an earlier flow loaded keeps its bottleneck and its total
+        while every other candidate's can only grow (a tie within ``_EPS`` aside)."""
+        at, n, size = 0, len(flows), IN_ORDER_BATCH
+        while at < n:
+            end = min(at + size, n)
+            rows, rank, hops = self._choose(t, flows[at:end], u[at:end], v[at:end], h[at:end])
+            k = _first_conflict(rows)
+            self._place_chosen(flows[at:at + k], rows[:k], rank[:k], hops[:k])
+            at += k
+            # twice what this window placed: grows while choices do not collide, shrinks
+            # to about the run between collisions when they do
+            size = min(max(2 * k, IN_ORDER_BATCH), IN_ORDER_MAX_BATCH)
 
-        def flush() -> None:  # place the flows chosen so far, in one pass
-            if todo[0]:
-                self._place(np.asarray(todo[0], dtype=np.int64), todo[1], todo[2])
-                for x in todo:
-                    x.clear()
+    @cached_property
+    def fabric_inv_cap(self) -> float | None:
+        """1 / the capacity every fabric (switch-to-switch) link has (1/bits/s), or None when
+        they differ."""
+        access = host_of_access(self.index) >= 0
+        access |= access[np.arange(len(access)) ^ 1]
+        ic = self.inv_cap[~access]
+        return float(ic[0]) if len(ic) and bool((ic == ic[0]).all()) else None
 
-        for k, (i, (row, rank)) in enumerate(zip(flows, self._choose(t, flows, u, v, h),
-                                                 strict=True)):
-            if row is None:
-                self.place(i, 0)
-                continue
-            if touched[row].any():
-                flush()
-                ((row, rank),) = self._choose(t, [i], u[k:k + 1], v[k:k + 1], h[k:k + 1])
-                assert row is not None
-            todo[0].append(i)
-            todo[1].append(row)
-            todo[2].append(rank)
-            touched[row] = True
-        flush()
+    def _place_chosen(self, flows: list[int], rows: np.ndarray, rank: np.ndarray,
+                      hops: np.ndarray) -> None:
+        """Place ``flows`` on what :meth:`_choose` gave them (within-leaf flows on their one
+        empty candidate)."""
+        if not flows:
+            return
+        if rows.shape[1] and bool((hops == rows.shape[1]).all()):
+            inner = list(rows)  # no padding: the rows as they are
+        else:
+            inner = [r[:n] for r, n in zip(rows, hops.tolist(), strict=True)]
+        self._place(np.asarray(flows, dtype=np.int64), inner, rank.tolist())
 
     def _choose(self, t: ClosTables, flows: list[int], u: np.ndarray, v: np.ndarray,
-                h: np.ndarray) -> list[tuple[np.ndarray | None, int]]:
+                h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per flow of ``flows`` (leaf numbers ``u``, ``v``, height ``h``, shape (B,)): the
-        fabric link ids of the candidate with the lowest bottleneck after placement (ties: the
-        lowest total utilisation), and its rank among the flow's candidates, all judged on the
-        utilisation now; (None, 0) for a flow within one leaf."""
-        out: list[tuple[np.ndarray | None, int]] = [(None, 0)] * len(flows)
-        for hh in np.unique(h).tolist():
+        candidate with the lowest bottleneck after placement (ties: the lowest total
+        utilisation), all judged on the utilisation now.
+
+        Returns
+        -------
+        rows : numpy.ndarray of int64, shape (B, 2 · max h)
+            Its fabric link ids (up-links, then down-links), padded with -1.
+        rank : numpy.ndarray of int64, shape (B,)
+            Its position among the flow's candidates (0 for a flow within one leaf).
+        hops : numpy.ndarray of int64, shape (B,)
+            Its number of fabric links (2h; 0 within one leaf).
+        """
+        hops = 2 * np.maximum(h, 0)
+        rows = np.full((len(flows), int(hops.max(initial=0))), -1, dtype=np.int64)
+        rank = np.zeros(len(flows), dtype=np.int64)
+        rate = self.as_arrays()[0]
+        for hh in range(1, t.max_height + 1):
             sel = np.flatnonzero(h == hh)
-            if hh <= 0:
+            if not len(sel):
                 continue
-            fl = [flows[k] for k in sel.tolist()]
             chain, reach = t.chains(hh), t.reach(hh)
             uu, vv = u[sel], v[sel]
             alive = (reach[uu] == reach[vv]) & (reach[uu] >= 0)  # (B, W^h)
             ups, downs = chain[uu], chain[vv] ^ 1  # (B, W^h, h); dead links are negative
-            w = np.asarray([self.rate_bps[i] for i in fl])[:, None]
+            w = rate[np.asarray(flows, dtype=np.int64)[sel]][:, None]
             # bottleneck and total over the h hops, a hop at a time (a reduction along an
-            # axis of length h costs more than h - 1 element-wise operations)
-            b = tot = np.zeros(alive.shape)
+            # axis of length h costs more than h - 1 element-wise operations); when every
+            # fabric link has one capacity, adding the flow adds the same to every candidate's
+            # bottleneck, so the bottleneck before orders them alike
+            one_cap = self.fabric_inv_cap is not None
+            b = tot = np.empty(0)
             for j in range(ups.shape[2]):
                 uj, dj = ups[:, :, j], downs[:, :, j]
                 cu, cd = self.util[uj], self.util[dj]
-                b = np.maximum(b, np.maximum(cu + w * self.inv_cap[uj],
-                                             cd + w * self.inv_cap[dj]))
-                tot = tot + cu + cd
-            b[~alive] = np.inf
+                hop = (np.maximum(cu, cd) if one_cap else
+                       np.maximum(cu + w * self.inv_cap[uj], cd + w * self.inv_cap[dj]))
+                b = hop if j == 0 else np.maximum(b, hop)
+                tot = cu + cd if j == 0 else tot + cu + cd
+            b = np.where(alive, b, np.inf)
             self.evaluations += int(alive.sum())
             m = b.min(axis=1, keepdims=True)
             tie = np.where(b <= m + _EPS, tot, np.inf)
             code = tie.argmin(axis=1)
-            rank = np.cumsum(alive, axis=1)[np.arange(len(fl)), code] - 1
-            rows = np.concatenate((ups[np.arange(len(fl)), code],
-                                   downs[np.arange(len(fl)), code][:, ::-1]),
-                                  axis=1).astype(np.int64)
-            for j, k in enumerate(sel.tolist()):
-                out[k] = (rows[j], int(rank[j]))
-        return out
+            every = np.arange(len(sel))
+            rank[sel] = np.cumsum(alive, axis=1)[every, code] - 1
+            rows[sel, :2 * hh] = np.concatenate((ups[every, code], downs[every, code][:, ::-1]),
+                                                axis=1)
+        return rows, rank, hops
 
     def max_utilisation(self) -> float:
         return float(self.util.max()) if len(self.util) else 0.0
@@ -746,30 +856,14 @@ class PinState:
         nz = by_name[self.load_bps[by_name] > 0]
         loads = dict(zip(map(links.__getitem__, nz.tolist()), self.load_bps[nz].tolist(),
                          strict=True))
-        return LoadPinning(
-            dict(zip(self.flows, self.paths(), strict=True)),
-            loads,
-            self.max_utilisation(),
-            lower,
-            self.placement(),
-        )
+        placement = self.placement()
+        return LoadPinning(placement.paths(), loads, self.max_utilisation(), lower, placement)
 
     def placement(self) -> Placement:
         """Every (placed) flow as a :class:`Placement` on this state's index and base load."""
-        assert all(r is not None for r in self.rows), "every flow must be placed"
-        inner = np.fromiter(map(len, self.rows), dtype=np.int64, count=len(self.rows))  # type: ignore[arg-type]
-        starts = np.concatenate(([0], np.cumsum(inner + 2))).astype(np.int64)
-        ids = np.empty(int(starts[-1]), dtype=np.int64)
-        acc = np.asarray(self.access, dtype=np.int64).reshape(-1, 2)
-        ids[starts[:-1]] = acc[:, 0]
-        ids[starts[1:] - 1] = acc[:, 1]
-        body = np.ones(len(ids), dtype=bool)
-        body[starts[:-1]] = False
-        body[starts[1:] - 1] = False
-        if body.any():
-            ids[body] = np.concatenate([r for r in self.rows if r is not None and len(r)])
-        return Placement(self.index, tuple(self.flows), np.asarray(self.rate_bps, np.float64),
-                         ids, starts, self.base_bps.copy())
+        ids, starts = self.link_rows()
+        return Placement(self.index, tuple(self.flows), self.as_arrays()[0].copy(), ids, starts,
+                         self.base_bps.copy())
 
 
 def host_table(index: PathIndex) -> tuple[dict[str, int], list[str], np.ndarray, np.ndarray]:
@@ -785,6 +879,18 @@ def host_table(index: PathIndex) -> tuple[dict[str, int], list[str], np.ndarray,
                 index.fabric_memo("host-table", build))
 
 
+def host_of_access(index: PathIndex) -> np.ndarray:
+    """Per fabric (memoised): directed link id → number of the host (:func:`host_table`) whose
+    access link up (host → leaf) it is, else -1; int64, shape (n_directed_links,)."""
+    def build() -> np.ndarray:
+        out = np.full(len(index.links), -1, dtype=np.int64)
+        up = host_table(index)[2]
+        out[up] = np.arange(len(up))
+        return out
+
+    return cast(np.ndarray, index.fabric_memo("host-of-access", build))
+
+
 def _batches(flows: list[int], leaves: list[tuple[str, str]], size: int) -> list[list[int]]:
     """``flows`` cut into batches of at most ``size``, interleaved by source leaf (the first
     flow of every source leaf, then the second of every one, ...), so that a batch holds flows
@@ -797,6 +903,19 @@ def _batches(flows: list[int], leaves: list[tuple[str, str]], size: int) -> list
     order = sorted(range(len(flows)), key=lambda k: (turn[k], k))
     ordered = [flows[k] for k in order]
     return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+
+
+def _first_conflict(rows: np.ndarray) -> int:
+    """The first row of ``rows`` (link ids, -1 padding, shape (B, L)) sharing a link with an
+    earlier row; B when none does."""
+    n, width = rows.shape
+    flat = rows.ravel()
+    ok = flat >= 0
+    key = flat[ok] * n + np.repeat(np.arange(n, dtype=np.int64), width)[ok]
+    key.sort()
+    link = key // n
+    again = link[1:] == link[:-1]
+    return int((key[1:][again] % n).min()) if again.any() else n
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -936,5 +1055,6 @@ def colour_first(state: PinState, min_class: int = COLOUR_MIN_CLASS) -> list[int
     return [i for i in todo if i not in done]
 
 
-__all__ = ["LoadPinning", "PinState", "base_load_array", "colour_first", "host_table",
+__all__ = ["LoadPinning", "PinState", "base_load_array", "colour_first", "host_of_access",
+           "host_table",
            "load_lower_bound", "pin_by_load"]

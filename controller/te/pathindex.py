@@ -438,8 +438,9 @@ class PathIndex:
         tail, head, _, names = self.link_ends()
         nodes = self.fabric_memo("node-names", lambda: np.asarray(names, dtype=object))
         assert isinstance(nodes, np.ndarray)
-        grid = np.hstack([tail[rows[:, :1]], head[rows]])
-        return list(map(tuple, nodes[grid].tolist()))
+        grid = np.empty((rows.shape[1] + 1, rows.shape[0]), dtype=np.int64)  # node × path
+        grid[0], grid[1:] = tail[rows[:, 0]], head[rows.T]
+        return list(zip(*nodes[grid].tolist(), strict=True))  # one tuple per path, in C
 
     def fabric_memo(self, key: str, build: Callable[[], object]) -> object:
         """``build()`` computed once per fabric and shared by every index derived from this one

@@ -111,17 +111,16 @@ class Placement:
         return self.index.path_of(self.links(i))
 
     def paths(self, flows: Iterable[int] | None = None) -> dict[FlowDemand, Path]:
-        """Flow → node path, for ``flows`` (positions; all by default), built per path length
-        in one vectorised pass each."""
+        """Flow → node path, for ``flows`` (positions; all by default), in that order
+        (:meth:`path_list`)."""
         sel = np.arange(len(self.flows)) if flows is None else np.asarray(list(flows), np.int64)
-        lengths = np.diff(self.starts)[sel]
-        out: dict[FlowDemand, Path] = {}
-        for n in np.unique(lengths).tolist():
-            fl = sel[lengths == n]
-            rows = self.ids[self.starts[fl][:, None] + np.arange(n)]
-            for i, p in zip(fl.tolist(), self.index.paths_of_rows(rows), strict=True):
-                out[self.flows[i]] = p
-        return {self.flows[i]: out[self.flows[i]] for i in sel.tolist()}
+        return dict(zip(map(self.flows.__getitem__, sel.tolist()), self.path_list(sel),
+                        strict=True))
+
+    def path_list(self, flows: np.ndarray) -> list[Path]:
+        """Node paths of ``flows`` (positions, int array), in that order
+        (:func:`csr_paths`)."""
+        return csr_paths(self.index, self.ids, self.starts, flows)
 
     @cached_property
     def pinned_bps(self) -> np.ndarray:
@@ -138,10 +137,11 @@ class Placement:
         return self.base_bps + self.pinned_bps
 
     def _successor(self, idx: PathIndex, ids: np.ndarray, starts: np.ndarray, base: np.ndarray,
-                   moved: np.ndarray, rows: Mapping[int, np.ndarray]) -> Placement:
+                   moved: np.ndarray, new_ids: np.ndarray, new_starts: np.ndarray) -> Placement:
         """The placement with ``ids``/``starts``, its caches seeded from this one's where they
         carry over: ``owner`` when no path changed length (same ``starts``), ``pinned_bps``
-        updated by the moved flows' old and new rows (O(moved hops), not O(Σ hops))."""
+        updated by the ``moved`` flows' old rows and new rows (``new_ids`` in CSR form with
+        offsets ``new_starts``): O(moved hops), not O(Σ hops)."""
         new = object.__new__(Placement)
         for name, value in (("index", idx), ("flows", self.flows), ("rate_bps", self.rate_bps),
                             ("ids", ids), ("starts", starts), ("base_bps", base)):
@@ -150,12 +150,14 @@ class Placement:
             new.__dict__["owner"] = self.owner
         if "pinned_bps" in self.__dict__ and len(moved):
             n = len(self.index.links)
-            old_ids = np.concatenate([self.links(i) for i in moved.tolist()])
-            old_w = np.repeat(self.rate_bps[moved], np.diff(self.starts)[moved])
-            new_ids = np.concatenate([np.asarray(rows[i], np.int64) for i in moved.tolist()])
-            new_w = np.repeat(self.rate_bps[moved], [len(rows[i]) for i in moved.tolist()])
-            pinned = (self.pinned_bps - np.bincount(old_ids, weights=old_w, minlength=n)
-                      + np.bincount(new_ids, weights=new_w, minlength=n))
+            old_len = np.diff(self.starts)[moved]
+            old_ids = self.ids[concat_ranges(self.starts[moved], old_len)]
+            pinned = (self.pinned_bps
+                      - np.bincount(old_ids, weights=np.repeat(self.rate_bps[moved], old_len),
+                                    minlength=n)
+                      + np.bincount(new_ids, weights=np.repeat(self.rate_bps[moved],
+                                                               np.diff(new_starts)),
+                                    minlength=n))
             np.maximum(pinned, 0.0, out=pinned)  # rounding of the subtraction
             pinned.setflags(write=False)
             new.__dict__["pinned_bps"] = pinned
@@ -184,20 +186,34 @@ class Placement:
                 base_bps: np.ndarray | None = None) -> Placement:
         """A new placement with flow i's path replaced by ``rows[i]`` (link ids, access links
         included), on ``index`` (default: this one's) with ``base_bps`` (default: this one's).
-        O(Σ hops) array work plus O(len(rows))."""
+        O(Σ hops) array work plus O(len(rows)) (:meth:`replace_many`)."""
+        moved = np.fromiter(rows, dtype=np.int64, count=len(rows))
+        lengths = np.fromiter((len(rows[i]) for i in moved.tolist()), dtype=np.int64,
+                              count=len(moved))
+        new_ids = (np.concatenate([np.asarray(rows[i], np.int64) for i in moved.tolist()])
+                   if len(moved) else np.empty(0, np.int64))
+        return self.replace_many(moved, new_ids, np.concatenate(([0], np.cumsum(lengths))),
+                                 index, base_bps)
+
+    def replace_many(self, moved: np.ndarray, new_ids: np.ndarray, new_starts: np.ndarray,
+                     index: PathIndex | None = None,
+                     base_bps: np.ndarray | None = None) -> Placement:
+        """:meth:`replace` with the new paths in CSR form: flow ``moved[j]`` (distinct
+        positions) takes ``new_ids[new_starts[j]:new_starts[j + 1]]``. Array work only: one
+        gather-scatter when no path changes length, else a rebuild of the concatenated ids."""
         idx = self.index if index is None else index
         base = self.base_bps if base_bps is None else base_bps
-        if not rows:
-            return self._successor(idx, self.ids, self.starts, base, np.empty(0, np.int64), rows)
+        moved = np.asarray(moved, dtype=np.int64)
+        new_ids = np.asarray(new_ids, dtype=np.int64)
+        new_starts = np.asarray(new_starts, dtype=np.int64)
+        if not len(moved):
+            return self._successor(idx, self.ids, self.starts, base, moved, new_ids, new_starts)
         old_len = np.diff(self.starts)
-        moved = np.fromiter(rows, dtype=np.int64, count=len(rows))
-        new_len = np.fromiter((len(rows[i]) for i in moved.tolist()), dtype=np.int64,
-                              count=len(moved))
+        new_len = np.diff(new_starts)
         if np.array_equal(new_len, old_len[moved]):  # same lengths: copy and overwrite
             ids = self.ids.copy()
-            for i in moved.tolist():
-                ids[self.starts[i]:self.starts[i + 1]] = rows[i]
-            return self._successor(idx, ids, self.starts, base, moved, rows)
+            ids[concat_ranges(self.starts[moved], new_len)] = new_ids
+            return self._successor(idx, ids, self.starts, base, moved, new_ids, new_starts)
         lengths = old_len.copy()
         lengths[moved] = new_len
         starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
@@ -205,10 +221,35 @@ class Placement:
         keep = np.ones(len(self.flows), dtype=bool)
         keep[moved] = False
         kept = np.flatnonzero(keep)
-        k_len = old_len[kept]
-        offs = np.arange(int(k_len.sum())) - np.repeat(np.cumsum(k_len) - k_len, k_len)
-        ids[np.repeat(starts[kept], k_len) + offs] = self.ids[np.repeat(self.starts[kept], k_len)
-                                                              + offs]
-        for i in moved.tolist():
-            ids[starts[i]:starts[i + 1]] = rows[i]
-        return self._successor(idx, ids, starts, base, moved, rows)
+        ids[concat_ranges(starts[kept], old_len[kept])] = self.ids[concat_ranges(self.starts[kept],
+                                                                     old_len[kept])]
+        ids[concat_ranges(starts[moved], new_len)] = new_ids
+        return self._successor(idx, ids, starts, base, moved, new_ids, new_starts)
+
+
+def csr_paths(index: PathIndex, ids: np.ndarray, starts: np.ndarray,
+              flows: np.ndarray) -> list[Path]:
+    """Node paths of ``flows`` (positions, int array) whose link ids are in CSR form (flow j:
+    ``ids[starts[j]:starts[j + 1]]``), in that order, built per path length in one vectorised
+    pass each (:meth:`PathIndex.paths_of_rows`)."""
+    lengths = np.diff(starts)[flows]
+    if len(flows) and bool((lengths == lengths[0]).all()):  # one length: one pass
+        n = int(lengths[0])
+        return index.paths_of_rows(ids[starts[flows][:, None] + np.arange(n)])
+    out: list[Path] = [()] * len(flows)
+    for n in np.unique(lengths).tolist():
+        at = np.flatnonzero(lengths == n)
+        rows = ids[starts[flows[at]][:, None] + np.arange(n)]
+        for k, p in zip(at.tolist(), index.paths_of_rows(rows), strict=True):
+            out[k] = p
+    return out
+
+
+def concat_ranges(first: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(first[j], first[j] + length[j])`` over j (int64)."""
+    total = int(length.sum())
+    if not total:
+        return np.empty(0, dtype=np.int64)
+    ends = np.cumsum(length)
+    return (np.arange(total, dtype=np.int64) - np.repeat(ends - length, length)
+            + np.repeat(first, length))
