@@ -309,3 +309,17 @@ def test_port_table_greedy_chooses_a_best_candidate_every_time(uneven):
         assert after[k] <= after.min() + 1e-9, flows[i][0].label
         assert total[k] <= total[after <= after.min() + 1e-9].min() + 1e-9, flows[i][0].label
         replay.place(i, int(k))
+
+
+def test_a_flow_keeps_its_hash_but_does_not_pickle_it():
+    """``FlowDemand`` computes its hash once and keeps it; a pickled flow carries no hash (a
+    string's hash differs between processes), and equal flows hash alike either way."""
+    import pickle
+
+    d = FlowDemand("r", 3, "h1", "h2", dscp=26, subflow=1, subflows=2)
+    h = hash(d)
+    assert d.__dict__["_hash"] == h == hash(d)
+    back = pickle.loads(pickle.dumps(d))
+    assert "_hash" not in back.__dict__ and back == d and hash(back) == h
+    assert hash(FlowDemand("r", 3, "h1", "h2", dscp=26, subflow=1, subflows=2)) == h
+    assert {d: 1}[back] == 1 and d != FlowDemand("r", 3, "h1", "h2", dscp=26)

@@ -63,7 +63,7 @@ class FlowDemand:
         dataclass's own hash re-hashes ten fields on every call). Not pickled
         (:meth:`__getstate__`): string hashes differ between processes."""
         try:
-            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+            return self.__dict__["_hash"]
         except KeyError:
             got = self.__dict__["_hash"] = hash((
                 self.collective, self.index, self.src, self.dst, self.dscp, self.ip_proto,
