@@ -310,3 +310,43 @@ def test_no_clean_up_without_the_lab_lock(tmp_path, monkeypatch):
         assert net.cleanup_leftovers([]) == []  # the recorded pids are gone: nothing to kill
     assert net.load_state() == {}
     assert sorted(p.name for p in tmp_path.glob("state-*.json")) == [f"state-{os.getppid()}.json"]
+
+
+class _FakeHost:
+    """A host whose ping rounds answer every destination once ``reachable[0]`` is set."""
+
+    def __init__(self, name: str, reachable: list[bool]):
+        self.name, self.reachable = name, reachable
+
+    def popen(self, cmd: list[str], text: bool = True):
+        import re
+        import subprocess
+
+        dsts = re.findall(r"&& echo (\S+)\)", cmd[-1]) if self.reachable[0] else []
+        return subprocess.Popen(["echo", " ".join(dsts)], stdout=subprocess.PIPE, text=text)
+
+
+def test_ping_all_calls_its_stall_hook_once_with_the_missing_pairs(tmp_path, monkeypatch):
+    """``ping_all`` runs ``on_stall`` once, with every pair still missing, when pairs are
+    missing ``STALL_S`` after it started (the OpenFlow labs purge the datapath flows there);
+    without the hook a fabric that never answers times out naming the pairs."""
+    from controller.model import build_leaf_spine
+    from mininet_labs.lab import net
+
+    monkeypatch.setattr(net, "STATE_DIR", tmp_path)
+    monkeypatch.setattr(net, "STALL_S", 0.3)
+    fabric = build_leaf_spine("ls", 1, 2, 1, 10**9, 10**9, 1.0, 1.0)
+    reachable = [False]
+    fake = SimpleNamespace(hosts=[_FakeHost(h.name, reachable) for h in fabric.hosts])
+    calls: list[list[tuple[str, str]]] = []
+
+    def stalled(missing: list[tuple[str, str]]) -> None:
+        calls.append(missing)
+        reachable[0] = True
+
+    took = net.ping_all(fake, fabric, 10.0, stalled)
+    assert calls == [[("h1", "h2"), ("h2", "h1")]]
+    assert 0.3 <= took < 10.0
+    reachable[0] = False
+    with pytest.raises(TimeoutError, match="2 host pair"):
+        net.ping_all(fake, fabric, 1.0)

@@ -323,3 +323,36 @@ def test_a_flow_keeps_its_hash_but_does_not_pickle_it():
     assert "_hash" not in back.__dict__ and back == d and hash(back) == h
     assert hash(FlowDemand("r", 3, "h1", "h2", dscp=26, subflow=1, subflows=2)) == h
     assert {d: 1}[back] == 1 and d != FlowDemand("r", 3, "h1", "h2", dscp=26)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6))
+def test_replace_many_equals_a_placement_built_afresh(seed):
+    """``Placement.replace_many`` (one CSR block of new paths, some longer or shorter, some the
+    same length) gives the ids, offsets and pinned load of a placement built from scratch with
+    those paths, and leaves the original unchanged."""
+    from controller.te.placement import Placement
+
+    rng = np.random.default_rng(seed)
+    index = PathIndex(build_leaf_spine("ls", 2, 3, 2, 10**9, 10**9, 1.0, 1.0))
+    n_flows, n_links = int(rng.integers(1, 30)), len(index.links)
+    flows = [FlowDemand("r", i, "h1", "h2") for i in range(n_flows)]
+    rate = rng.uniform(1e6, 1e8, n_flows)
+    rows = [rng.integers(0, n_links, int(rng.integers(2, 7))) for _ in range(n_flows)]
+    old = Placement.from_rows(index, flows, rate, rows, np.zeros(n_links))
+    _ = old.pinned_bps  # cached, so replace_many carries it over
+    keep_ids, keep_starts = old.ids.copy(), old.starts.copy()
+    moved = rng.choice(n_flows, int(rng.integers(0, n_flows + 1)), replace=False)
+    same = bool(rng.integers(0, 2))
+    new_rows = {int(i): rng.integers(0, n_links, len(rows[i]) if same else int(rng.integers(2, 7)))
+                for i in moved}
+    lengths = [len(new_rows[int(i)]) for i in moved]
+    got = old.replace_many(moved, np.concatenate([new_rows[int(i)] for i in moved] or [[]]),
+                           np.concatenate(([0], np.cumsum(lengths))).astype(np.int64))
+    want = Placement.from_rows(index, flows, rate,
+                               [new_rows.get(i, rows[i]) for i in range(n_flows)],
+                               np.zeros(n_links))
+    assert np.array_equal(got.ids, want.ids) and np.array_equal(got.starts, want.starts)
+    assert np.allclose(got.pinned_bps, want.pinned_bps, rtol=1e-12, atol=1e-3)
+    assert np.array_equal(got.owner, want.owner)
+    assert np.array_equal(old.ids, keep_ids) and np.array_equal(old.starts, keep_starts)

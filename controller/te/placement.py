@@ -221,8 +221,9 @@ class Placement:
         keep = np.ones(len(self.flows), dtype=bool)
         keep[moved] = False
         kept = np.flatnonzero(keep)
-        ids[concat_ranges(starts[kept], old_len[kept])] = self.ids[concat_ranges(self.starts[kept],
-                                                                     old_len[kept])]
+        kept_len = old_len[kept]
+        ids[concat_ranges(starts[kept], kept_len)] = self.ids[concat_ranges(self.starts[kept],
+                                                                            kept_len)]
         ids[concat_ranges(starts[moved], new_len)] = new_ids
         return self._successor(idx, ids, starts, base, moved, new_ids, new_starts)
 

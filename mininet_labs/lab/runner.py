@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,18 @@ def _network(lab: Lab, exp: Experiment, out: Path, timings: dict[str, Any],
         timings["teardown_s"] = round(time.monotonic() - t, 2)
 
 
+def _purge(timings: dict[str, Any], t0: float, missing: list[tuple[str, str]]) -> None:
+    """``ping_all``'s stall hook for Open vSwitch: purge the datapath flows, and say so in the
+    log and in the variant's timings (``datapath_purged_after_s``, the pairs then missing)."""
+    after = round(time.monotonic() - t0, 2)
+    labnet.LOG.warning("reachability: %d pair(s) still missing after %.1f s (%s); purging "
+                       "Open vSwitch's datapath flows", len(missing), after,
+                       ", ".join(f"{a}->{b}" for a, b in missing[:8]))
+    labnet.purge_datapath_flows()
+    timings["datapath_purged_after_s"] = after
+    timings["missing_before_purge"] = [f"{a}->{b}" for a, b in missing]
+
+
 def _start_variant_controller(lab: Lab, exp: Experiment, variant: Variant, net: Any, out: Path,
                               console: Console, vt: dict[str, Any]) -> ControllerSession:
     cfg = variant.controller
@@ -188,7 +201,8 @@ def _start_variant_controller(lab: Lab, exp: Experiment, variant: Variant, net: 
     vt["controller_command"] = ctl.command
     try:
         t = time.monotonic()
-        labnet.ping_all(net, exp.fabric, exp.spec.lab.reachability_timeout_s)
+        labnet.ping_all(net, exp.fabric, exp.spec.lab.reachability_timeout_s,
+                        None if cfg.southbound == "p4runtime" else partial(_purge, vt, t))
         vt["reachability_s"] = round(time.monotonic() - t, 2)
         for line in cfg.wait_log:
             ctl.wait_log(line, 30.0)
