@@ -567,9 +567,9 @@ def ping_all(net: Any, fabric: Fabric, timeout_s: float,
 
     Each round pings all pairs still missing concurrently (one ``ping -c1 -W1`` per pair).
     ``on_stall(missing pairs)`` runs once if pairs are still missing after ``STALL_S`` (the
-    OpenFlow labs purge the datapath flows there: Open vSwitch's userspace datapath was once
-    seen dropping a pinned flow for a whole minute while the OpenFlow entry for it was in
-    place and counted no packet, and the port before it forwarded every one).
+    OpenFlow labs purge the datapath flows there: Open vSwitch 3.1's userspace datapath was
+    seen keeping a drop flow for a pinned flow a whole minute after the OpenFlow entry that
+    forwards it was installed).
 
     Raises
     ------
@@ -579,11 +579,10 @@ def ping_all(net: Any, fabric: Fabric, timeout_s: float,
     t0 = time.monotonic()
     todo = {(a.name, b.name) for a in fabric.hosts for b in fabric.hosts if a.name != b.name}
     hosts = {h.name: h for h in net.hosts}
-    stall = [on_stall]
-
     def one_round() -> bool:
-        if stall[0] is not None and todo and time.monotonic() - t0 >= STALL_S:
-            hook, stall[0] = stall[0], None
+        nonlocal on_stall
+        if on_stall is not None and todo and time.monotonic() - t0 >= STALL_S:
+            hook, on_stall = on_stall, None
             hook(sorted(todo))
         procs = []
         for src in sorted({a for a, _ in todo}):
