@@ -14,6 +14,7 @@ is refused by the switch. Waits are bounded generously; no test asserts how fast
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -200,23 +201,22 @@ def test_a_master_back_from_isolation_reads_back_before_it_writes(inputs, etcd_c
             await rs.until(lambda: all(v == ["r2"] for v in rs.masters().values())
                            and all(rs.switch_master(s) == "r2" for s in mine),
                            what="r2 masters every switch")
-            assert not r1.ctl.installed.keys() & mine   # r1 forgot what it no longer writes
+            assert not r1.ctl.state.holdings().keys() & mine   # r1 forgot what it no longer writes
             req = CollectiveRequest("job", "wide", "ring", ("h1", "h3", "h5", "h7"), dscp=12)
             reg = await rs.replicas["r2"].service.register(req)
             assert reg.confirmation.in_force
             changed = set(reg.confirmation.switches_updated)
             assert changed & mine, "the collective must cross switches r1 mastered"
             before = rs.sent(["r1"])
-            # the order the lab saw: a converge queued for the writer before the reconcile of
-            # a switch r1 masters again (the writer lock is FIFO), run once r1 masters it
-            async with r1.ctl._writer:  # noqa: SLF001 - holds back every write of r1
-                r1.ctl.request_converge("queued before the master assignment")
-                rs.rejoin("r1")
-                await rs.until(lambda: "job.wide" in r1.ctl.state.registered,
-                               what="r1 learned the registration")
-                await rs.until(lambda: rs.balanced() and bool(r1.masters() & changed),
-                               what="r1 masters some of the changed switches again")
-            await rs.until(lambda: all(r1.ctl.installed.get(s) is not None
+            # the order the lab saw: a converge asked for before r1 masters its switches again
+            # (it once diffed against what r1 held before it was away)
+            r1.ctl.state = replace(r1.ctl.state, converge="asked before the master assignment")
+            rs.rejoin("r1")
+            await rs.until(lambda: "job.wide" in r1.ctl.state.registered,
+                           what="r1 learned the registration")
+            await rs.until(lambda: rs.balanced() and bool(r1.masters() & changed),
+                           what="r1 masters some of the changed switches again")
+            await rs.until(lambda: all(r1.ctl.state.holdings().get(s) is not None
                                        for s in r1.masters()), what="r1 read them back")
             await asyncio.sleep(0.3)
             assert rs.sent(["r1"]) == before
@@ -263,7 +263,8 @@ def test_a_deposed_masters_write_is_refused_by_the_switch(inputs, etcd_cluster):
             await rs.start("r2")
             await rs.until(rs.balanced, what="balanced")
             s = next(n for n, v in rs.masters().items() if v == ["r1"])
-            action = next(iter(r1.ctl.installed[s].flows)).action
+            held = r1.ctl.state.holdings()[s]
+            action = next(iter(held.flows)).action
             rs.isolate("r1")   # r1 cut off from etcd, its switches still connected
             await rs.until(lambda: rs.masters()[s] == ["r2"] and rs.switch_master(s) == "r2",
                            what=f"r2 masters {s}")
@@ -272,7 +273,7 @@ def test_a_deposed_masters_write_is_refused_by_the_switch(inputs, etcd_cluster):
             intent = FlowIntent(0, 1, Match(eth_type=0x0800, ipv4_dst="10.9.9.9"), action,
                                 "zombie")
             with pytest.raises(ApplyError, match="IS_SLAVE"):
-                await r1.driver.apply(s, SwitchChanges(s, add_flows=(intent,)), 2.0)
+                await r1.driver.apply(s, SwitchChanges(s, add_flows=(intent,)), held, 2.0)
             rs.replicas["r1"].alive = False
         finally:
             await rs.close()

@@ -77,7 +77,7 @@ def test_connect_programs_everything_then_reconnect_sends_nothing(caplog):
             k: v for k, v in rig.driver.messages_sent().items() if k[1] == "stats"}}
         assert "all as intended: nothing sent" in caplog.text
         assert rig.ctl.stats.reconcile_entries_sent == sum(
-            len(sp.flows) for sp in rig.ctl.installed.values())  # only the first connect
+            len(sp.flows) for sp in rig.ctl.state.holdings().values())  # only the first connect
     finally:
         rig.close()
 
@@ -192,7 +192,7 @@ def test_64_port_leaf_gets_ecmp_and_fast_failover_on_every_port():
     rig = Rig(fab, pol, options={"fast_failover": True})
     try:
         rig.connect()
-        leaf1 = rig.ctl.installed["leaf1"]
+        leaf1 = rig.ctl.state.holdings()["leaf1"]
         sets = leaf1.next_hop_sets()
         ecmp = [s for s in sets if s.kind == "ecmp"]
         ff = [s for s in sets if s.kind == "failover"]

@@ -128,7 +128,10 @@ def test_a_refusing_p4_switch_is_restored_and_the_openflow_spines_rolled_back():
         m.p4["leaf3"].refuse = lambda u: ("table full" if u.op == "insert"
                                           and getattr(u.entity, "table", "") == "pinned"
                                           else None)
-        res = m.run(m.ctl.propose(lambda s: _policy_event(s, PINNED_POLICY)))
+        from controller.runtime.service import FabricService
+
+        svc = FabricService(m.ctl)
+        res = m.run(svc.apply_policy(PINNED_POLICY.read_text(), str(PINNED_POLICY), False))
         assert not res.ok
         assert res.error.startswith("leaf3: entry ") and "table full" in res.error
         assert {n: c.state for n, c in m.p4.items()} == before_p4
@@ -136,17 +139,6 @@ def test_a_refusing_p4_switch_is_restored_and_the_openflow_spines_rolled_back():
         assert m.ctl.state.policy.generation == 1
     finally:
         m.close()
-
-
-def _policy_event(state, path):
-    from controller.runtime.events import PolicyApplied
-    from controller.runtime.placement import initial_placement
-    from controller.runtime.state import PolicyInForce, digest_of
-
-    pol = load_policy(path, FABRIC)
-    text = path.read_text()
-    return PolicyApplied(PolicyInForce(pol, text, str(path), 2, digest_of(text)),
-                         initial_placement(FABRIC, pol))
 
 
 def test_p4_counters_reach_the_runtime_as_one_sample():
@@ -185,7 +177,7 @@ def test_p4_counters_reach_the_runtime_as_one_sample():
 
 def test_a_p4_backup_says_so_and_writes_nothing():
     from controller.drivers.southbound import NotMaster
-    from controller.plan.model import SwitchChanges
+    from controller.plan.model import SwitchChanges, empty_plan
 
     m = Mixed()
     try:
@@ -195,7 +187,7 @@ def test_a_p4_backup_says_so_and_writes_nothing():
         assert m.run(m.p4drv.set_role("leaf2", "master", None)) == "backup"
         before = m.p4["leaf2"].requests
         with pytest.raises(NotMaster, match="another client is primary"):
-            m.run(m.p4drv.apply("leaf2", SwitchChanges("leaf2"), 1.0))
+            m.run(m.p4drv.apply("leaf2", SwitchChanges("leaf2"), empty_plan("leaf2", 4), 1.0))
         assert m.p4["leaf2"].requests == before
     finally:
         m.close()

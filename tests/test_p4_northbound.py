@@ -64,7 +64,7 @@ def test_register_and_sighup_reload_on_an_all_p4_fabric(tmp_path):
         try:
             for _ in range(100):
                 await asyncio.sleep(0.02)
-                if all(p.state.entries for p in p4.values()) and ctl.installed.keys() == set(p4):
+                if all(p.state.entries for p in p4.values()) and ctl.state.holdings().keys() == set(p4):
                     break
             # RegisterCollective: ring-b pinned and in force on the P4 switches
             reg = await service.register(CollectiveRequest(

@@ -87,7 +87,7 @@ class RT:
                               demands, now)
         step = core.step(st, PlacementReady("rebalance", out.generation, out.placement, out), now)
         self.state = step.state
-        return SimpleNamespace(**vars(out), changes=step.changes)
+        return SimpleNamespace(**vars(out), changes=core.plan_diff(st, step.state))
 
 
 @pytest.fixture

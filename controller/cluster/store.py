@@ -122,6 +122,8 @@ class IntentChange:
     register: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     unregister: frozenset[str] = frozenset()
     placement: bytes | None = None
+    #: a policy record put back exactly as it was (its generation kept): a refused change undone
+    restore_policy: PolicyRecord | None = None
 
     def __post_init__(self) -> None:
         both = set(self.register) & set(self.unregister)
@@ -130,8 +132,10 @@ class IntentChange:
         if len(self.register) + len(self.unregister) > MAX_CHANGES:
             raise ValueError(f"at most {MAX_CHANGES} collectives per commit (etcd --max-txn-ops), "
                              f"got {len(self.register) + len(self.unregister)}")
+        if self.policy is not None and self.restore_policy is not None:
+            raise ValueError("a new policy and a restored one in one change")
         if (self.policy is None and not self.register and not self.unregister
-                and self.placement is None):
+                and self.placement is None and self.restore_policy is None):
             raise ValueError("empty change")
 
 
@@ -236,6 +240,11 @@ class IntentStore:
             ops.append(tx.put(k.policy, _dumps({
                 "document": document, "source": source, "digest": policy_digest(document),
                 "generation": new_gen, "applied_unix_s": now_unix_s})))
+        if change.restore_policy is not None:
+            r = change.restore_policy
+            ops.append(tx.put(k.policy, _dumps({
+                "document": r.document, "source": r.source, "digest": r.digest,
+                "generation": r.generation, "applied_unix_s": r.applied_unix_s})))
         for name, spec in sorted(change.register.items()):
             ops.append(tx.put(k.collective(name), _dumps({"name": name, "spec": dict(spec),
                                                           "generation": new_gen})))

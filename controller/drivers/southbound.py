@@ -181,15 +181,18 @@ class NotMaster(SouthboundError):
 
 
 class ApplyError(SouthboundError):
-    """The switch refused a change; nothing of it is in force on that switch (the bundle was not
-    committed, or the P4 driver restored the previous entries). ``entry`` is the refused entry
-    (None when the switch did not say which), ``reason`` the switch's error."""
+    """The switch refused a change. ``nothing_applied``: nothing of it is in force on that switch
+    (an OpenFlow bundle not committed); False: part of it may be (P4Runtime applies a batch
+    update by update), so what the switch holds is unknown until read back. ``entry`` is the
+    refused entry (None when the switch did not say which), ``reason`` the switch's error."""
 
-    def __init__(self, switch: str, reason: str, entry: FlowIntent | None = None) -> None:
+    def __init__(self, switch: str, reason: str, entry: FlowIntent | None = None, *,
+                 nothing_applied: bool = True) -> None:
         what = f"entry {entry}" + (f" ('{entry.origin}')" if entry and entry.origin else "")
         super().__init__(switch, f"{what if entry else 'change'} refused: {reason}")
         self.entry = entry
         self.reason = reason
+        self.nothing_applied = nothing_applied
 
 
 class ApplyTimeout(SouthboundError):
@@ -226,11 +229,14 @@ class SouthboundDriver(Protocol):
         """Our entries on ``switch``, decoded into plan intents (foreign ones counted, never
         returned); rebuilds the driver's id allocation for the switch."""
 
-    async def apply(self, switch: str, changes: SwitchChanges, timeout_s: float) -> ApplyReceipt:
-        """Apply ``changes`` as one unit and wait for the switch's confirmation.
+    async def apply(self, switch: str, changes: SwitchChanges, held: SwitchPlan,
+                    timeout_s: float) -> ApplyReceipt:
+        """Apply ``changes`` to a switch holding ``held`` (our entries, as the runtime knows
+        them) as one unit, and wait for the switch's confirmation. The driver encodes the
+        difference; it keeps no copy of what the switch holds.
 
-        Raises :class:`ApplyError` (refused; nothing of it is in force), :class:`ApplyTimeout`,
-        :class:`NotMaster`, :class:`NotConnected`."""
+        Raises :class:`ApplyError` (refused; see ``nothing_applied``), :class:`ApplyTimeout`
+        (the outcome is unknown), :class:`NotMaster`, :class:`NotConnected`."""
 
     async def packet_out(self, switch: str, port: int, data: bytes) -> None:
         """Send the Ethernet frame ``data`` out of ``port``."""

@@ -24,10 +24,13 @@ without registering (:meth:`~controller.cluster.mastership.MastershipService.obs
 switches connect as backups with the masters' tokens, and only then does the replica register
 and claim its share (a restarted replica takes switches only once it can write to them).
 
-Writes from the northbound go to etcd first (:mod:`controller.runtime.clusterservice`); each
-replica converges the switches it masters to the intent it watches and then says so under its
-lease (``acks/<replica>``: the intent generation and the switches that hold its plan), which
-:meth:`ClusterRuntime.wait_confirmed` waits for.
+Writes from the northbound go to etcd first (:class:`EtcdIntent`, the
+:class:`~controller.runtime.intentstore.IntentStore` of a cluster); each replica converges the
+switches it masters to the intent it watches and then says so under its lease
+(``acks/<replica>``: the intent generation, the switches that hold its plan, and the last
+refusal), which :meth:`ClusterRuntime.wait_confirmed` waits for. A placement a replica
+computes itself (a repair, a re-balance, a re-optimisation batch) is committed too, so every
+replica programs the same one.
 """
 
 from __future__ import annotations
@@ -52,12 +55,16 @@ from controller.cluster.store import (
     IntentChange,
     IntentSnapshot,
     IntentStore,
+    PolicyRecord,
     StaleGeneration,
+    StoreUnavailable,
+    UnknownCollective,
 )
 from controller.drivers.southbound import Role, SouthboundKind
 from controller.errors import ConfigError
 from controller.model.topology import Fabric
-from controller.plan.model import empty_plan
+from controller.northbound.model import NotConfirmed, NotFound
+from controller.policy.model import Policy
 from controller.runtime.clustercodec import (
     IntentDecodeError,
     check_placement,
@@ -65,10 +72,14 @@ from controller.runtime.clustercodec import (
     encode_placement,
     policy_in_force,
     registered_from_spec,
+    registered_spec,
 )
-from controller.runtime.events import IntentSynced
-from controller.runtime.intent import intended_plan
-from controller.runtime.state import Registered, RuntimeState
+from controller.runtime.controller import Controller
+from controller.runtime.core import Step
+from controller.runtime.events import Event, IntentSynced
+from controller.runtime.intentstore import InForce, IntentUpdate, in_force
+from controller.runtime.state import Refusal, Registered, RuntimeState
+from controller.runtime.transaction import Transaction
 
 LOG = logging.getLogger("aifabric.cluster")
 
@@ -142,7 +153,7 @@ class ClusterRuntime:
 
     def __init__(self, opts: ClusterOptions, fabric: Fabric,
                  southbound: Mapping[str, SouthboundKind],
-                 resolve_policy: Callable[[str, str], Any], *,
+                 resolve_policy: Callable[[str, str], Policy], *,
                  client: aetcd.Client | None = None) -> None:
         self.opts = opts
         self.fabric = fabric
@@ -156,10 +167,11 @@ class ClusterRuntime:
                                          detector=opts.detector)
         self.mastership = ClusterMastership(self.service, southbound)
         self._resolve_policy = resolve_policy
-        self._policies: dict[str, Any] = {}
-        self.ctl: Any = None
+        self._policies: dict[str, Policy] = {}
+        self._ctl: Controller | None = None
+        self._placement: object = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._acks: dict[str, tuple[int, frozenset[str]]] = {}
+        self._acks: dict[str, tuple[int, frozenset[str], Refusal | None]] = {}
         self._waiters: set[asyncio.Future[None]] = set()
         self._ack_dirty = asyncio.Event()
         self.last_snapshot: IntentSnapshot | None = None
@@ -230,13 +242,22 @@ class ClusterRuntime:
         tokens from the first connection on."""
         await self.service.observe(self.opts.start_timeout_s)
 
-    def attach(self, ctl: Any) -> None:
-        """Feed ``ctl`` (a :class:`~controller.runtime.controller.Controller` whose
-        mastership is :attr:`mastership`) with role changes; write acks after its writes."""
-        self.ctl = ctl
+    @property
+    def ctl(self) -> Controller:
+        assert self._ctl is not None, "attach() first"
+        return self._ctl
+
+    def attach(self, ctl: Controller) -> None:
+        """Feed ``ctl`` (whose mastership is :attr:`mastership`) with role changes; write acks
+        after its writes; commit the placements it computes."""
+        self._ctl = ctl
+        self._placement = ctl.state.placement
         self.service.add_listener(self._on_role)
-        ctl.after_write.append(self._ack_dirty.set)
+        ctl.after_write.append(self._written)
         ctl.listeners.append(self._on_step)
+
+    def _written(self, _: Transaction | None) -> None:
+        self._ack_dirty.set()
 
     async def start(self, since: IntentSnapshot) -> None:
         """Follow the intent from ``since``, write acks, wait (at most ``connect_wait_s``) for
@@ -249,7 +270,7 @@ class ClusterRuntime:
         while time.monotonic() - t0 < self.opts.connect_wait_s:
             if all(self.ctl.state.session(n).connected for n in names):
                 break
-            await asyncio.sleep(0.05)
+            await self._changed(self.opts.connect_wait_s - (time.monotonic() - t0))
         n = sum(1 for x in names if self.ctl.state.session(x).connected)
         LOG.info("[cluster] replica %s: %d of %d switches connected as backup after %.1f s; "
                  "registering with the cluster", self.opts.replica, n, len(names),
@@ -294,16 +315,18 @@ class ClusterRuntime:
         self.mastership.note(ev)
         self._poke()
         self._ack_dirty.set()
-        if self.ctl is not None:
-            self.ctl.role_changed(ev.switch)
+        if self._ctl is not None:
+            self._ctl.role_changed(ev.switch)
 
-    def _on_step(self, ev: Any, step: Any) -> None:
-        from controller.runtime.events import PlacementReady
-
-        if isinstance(ev, PlacementReady) and step.changes and self.ctl is not None:
-            st = step.state
-            if st.placement is not None:
+    def _on_step(self, ev: Event, step: Step) -> None:
+        """A placement this replica adopted from its own decision (not from etcd) is
+        committed; every step may end a wait for acks or connections."""
+        st = step.state
+        if st.placement is not self._placement:
+            self._placement = st.placement
+            if not isinstance(ev, IntentSynced):
                 asyncio.get_running_loop().create_task(self._commit_placement(st))
+        self._poke()
 
     async def _commit_placement(self, st: RuntimeState) -> None:
         """A placement this replica computed (a repair, a re-balance) goes to etcd, so every
@@ -347,21 +370,18 @@ class ClusterRuntime:
     def _ack_put(self, raw: bytes) -> None:
         try:
             d = json.loads(raw)
-            self._acks[str(d["replica"])] = (int(d["generation"]), frozenset(d["in_force"]))
+            r = d.get("refused")
+            ref = (Refusal(int(r["generation"]), 0, str(r["switch"]), None, str(r["error"]))
+                   if r else None)
+            self._acks[str(d["replica"])] = (int(d["generation"]), frozenset(d["in_force"]),
+                                             ref)
         except (ValueError, KeyError, TypeError):
             LOG.warning("[cluster] ignoring a malformed ack %r", raw[:80])
 
     def in_force(self) -> frozenset[str]:
         """The switches this replica masters that hold the plan of its state now."""
-        ctl = self.ctl
-        st = ctl.state
-        target = intended_plan(st).switches
-        out = set()
-        for n in st.writable():
-            sw = st.fabric.switch_by_name[n]
-            if ctl.installed.get(n) == target.get(n, empty_plan(n, sw.dpid)):
-                out.add(n)
-        return frozenset(out)
+        st = self.ctl.state
+        return in_force(st, st.writable())
 
     async def _write_acks(self) -> None:
         last: tuple[int, bytes] | None = None
@@ -372,9 +392,14 @@ class ClusterRuntime:
             lease = self.service.lease_id
             if not lease:
                 continue
+            st = self.ctl.state
+            ref = st.last_refusal
             value = json.dumps({"replica": self.opts.replica,
-                                "generation": self.ctl.state.intent_generation,
-                                "in_force": sorted(self.in_force())}).encode()
+                                "generation": st.intent_generation,
+                                "in_force": sorted(self.in_force()),
+                                "refused": {"generation": ref.intent_generation,
+                                            "switch": ref.switch, "error": ref.error}
+                                if ref is not None else None}).encode()
             if last == (lease, value):
                 continue
             try:
@@ -398,7 +423,7 @@ class ClusterRuntime:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.add(fut)
         try:
-            await asyncio.wait_for(fut, min(timeout_s, 0.25))
+            await asyncio.wait_for(fut, max(timeout_s, 0.0))
         except TimeoutError:
             pass
         finally:
@@ -418,6 +443,14 @@ class ClusterRuntime:
             if ack is not None and ack[0] >= generation and s in ack[1]:
                 out.add(s)
         return frozenset(out)
+
+    def refusal(self, generation: int) -> Refusal | None:
+        """A live replica's refusal of intent ``generation`` (None: none said so)."""
+        live = set(self.service.replicas())
+        for name, (_, _, ref) in sorted(self._acks.items()):
+            if name in live and ref is not None and ref.intent_generation == generation:
+                return ref
+        return None
 
     async def wait_generation(self, generation: int, timeout_s: float) -> bool:
         """Wait until this replica's state holds intent ``generation`` (the watch brought it);
@@ -441,7 +474,7 @@ class ClusterRuntime:
         while True:
             got = self.confirmed(want, generation)
             left = end - time.monotonic()
-            if got == want or left <= 0:
+            if got == want or left <= 0 or self.refusal(generation) is not None:
                 return tuple(sorted(got)), tuple(sorted(want - got))
             await self._changed(left)
 
@@ -452,4 +485,49 @@ class ClusterRuntime:
         masters = self.service.masters()
         return {"replica": self.opts.replica, "replicas": list(self.service.replicas()),
                 "masters": {s: (t.replica, t.token) for s, t in masters.items()},
-                "intent_generation": self.ctl.state.intent_generation if self.ctl else 0}
+                "intent_generation": self.ctl.state.intent_generation if self._ctl else 0}
+
+
+class EtcdIntent:
+    """The :class:`~controller.runtime.intentstore.IntentStore` of a replica: the intent in etcd
+    (:mod:`controller.runtime.intentstore`). Outcomes: etcd did not take the change →
+    :class:`~controller.northbound.model.NotConfirmed` (nothing changed, or not known whether
+    it did: the message says which); taken but not confirmed within ``confirm_timeout_s`` (a
+    switch without a live master during a failover) → ``timed_out`` with the switches
+    pending."""
+
+    def __init__(self, cluster: ClusterRuntime) -> None:
+        self.cluster = cluster
+        self.confirm_timeout_s = cluster.opts.confirm_timeout_s
+
+    async def commit(self, update: IntentUpdate, state: RuntimeState) -> int:
+        rp = update.restore_policy
+        change = IntentChange(
+            policy=(update.policy.document, update.policy.source) if update.policy else None,
+            register={r.collective.name: registered_spec(r) for r in update.register},
+            unregister=update.unregister,
+            placement=encode_placement(update.placement) if update.placement is not None
+            else None,
+            restore_policy=PolicyRecord(rp.document, rp.source, rp.digest, rp.generation,
+                                        rp.applied_unix_s) if rp is not None else None)
+        try:
+            snap = await self.cluster.commit(change, state.intent_generation)
+        except StoreUnavailable as exc:
+            known = ("nothing changed" if exc.applied is False
+                     else "it may or may not be in the intent: GetStatus on any replica tells")
+            raise NotConfirmed(f"etcd did not take the change ({exc}); {known}") from None
+        except UnknownCollective as exc:
+            raise NotFound(str(exc)) from None
+        return snap.generation
+
+    async def wait_generation(self, generation: int, timeout_s: float) -> bool:
+        return await self.cluster.wait_generation(generation, timeout_s)
+
+    async def wait_in_force(self, switches: Collection[str], generation: int) -> InForce:
+        t_end = time.monotonic() + self.confirm_timeout_s
+        if not await self.cluster.wait_generation(generation, self.confirm_timeout_s):
+            return InForce((), tuple(sorted(switches)), None, True)
+        confirmed, pending = await self.cluster.wait_confirmed(
+            switches, generation, max(0.0, t_end - time.monotonic()))
+        ref = self.cluster.refusal(generation)
+        return InForce(confirmed, pending, ref, bool(pending) and ref is None)

@@ -1,40 +1,30 @@
 """The controller process's core loop: one asyncio event loop owns the
 :class:`~controller.runtime.state.RuntimeState`, folds every event into it with
-:func:`controller.runtime.core.step` and carries out the effects.
+:func:`controller.runtime.core.step` and carries out the effects. It decides nothing: every
+message a switch gets is an effect the core emitted, and every outcome comes back as an event.
 
-* Drivers report from their own threads (os-ken) or the loop (finsy) through :meth:`Controller.
-  post`, which hops onto the loop; the northbound gRPC server runs on the same loop.
+* Drivers report on the loop through :meth:`Controller.post` (the OpenFlow driver hands os-ken's
+  messages over through one queue; finsy runs on the loop); the northbound gRPC server runs on
+  the same loop.
 * A **tick** every ``tick_s`` drives the timers of the core (LLDP, counters, re-balancing,
   retries).
-* **Decisions that cost** (a repair after a link event, a re-optimisation, a re-balance round)
-  run in an executor on a snapshot of the state; their result comes back as a
-  :class:`~controller.runtime.events.PlacementReady` event for the generation it was computed
-  from, and is dropped if the state moved on. Link events are handled in two phases
-  (:mod:`controller.runtime.placement`): the repair moves only the flows on a dead link and is
-  adopted at once; the re-optimisation that follows it is applied make-before-break, its moves
-  in order and in batches that keep every table within its headroom, each batch one
-  transaction adopted only if the state is still where the previous batch left it. The te
-  form of the placement (link ids) is kept beside the state, so a repair starts from it.
-* **Writes** go through one writer at a time (an ``asyncio.Lock``): reconciling a switch that
-  (re)connected (read back, diff, send the difference: nothing when nothing changed), converging
-  every writable switch to the intended plan after a fact changed (a port, a computed
-  placement), and operator proposals (:meth:`Controller.propose`: a new policy, registered
-  collectives), which are validated whole, applied as one transaction
-  (:mod:`controller.runtime.transaction`) and committed to the state only once every switch
-  confirmed — or rolled back, leaving the last good state in force.
-* ``installed`` records, per switch, the intended entries it confirmed (read back at connect
-  and at every master assignment, updated by every confirmed change, forgotten as soon as the
-  switch is not writable); converging diffs against it, so a switch that missed a change
-  (refused, disconnected) is brought up to date by the next retry or reconnect, and a switch
-  another master wrote meanwhile is read back before anything is sent to it.
+* **Effects that talk to switches** (:class:`~controller.runtime.events.TakeRole`,
+  :class:`~controller.runtime.events.ReadBack`, :class:`~controller.runtime.events.Write`,
+  packet-outs, counter requests) run as tasks; their outcomes are posted back as
+  :class:`~controller.runtime.events.RoleAssigned`, :class:`~controller.runtime.events.
+  ReadBackDone` and :class:`~controller.runtime.events.WriteAnswered` events. Right before a
+  write the mastership is asked again: a deposed master sends nothing (the write is answered
+  ``lost``), and the switches refuse a deposed master's writes themselves (fencing tokens).
+* **Decisions that cost** (a repair after a link event, a re-optimisation, a re-balance round,
+  the te form of a new placement) run in an executor on a snapshot of the state; their results
+  come back as events for the generation they were computed from, and the core drops them if
+  the state moved on.
 
 Mastership (which switches we may write) comes from a :class:`Mastership`: the only controller
 (:class:`SoleController`, the default) writes everywhere without a role request; a fixed role
 and ``generation_id`` (:class:`StaticMastership`) exercises the drivers' fencing; a replica of a
-cluster asks etcd (:class:`controller.runtime.cluster.ClusterMastership`). The mastership is
-asked again right before every write (a deposed master sends nothing), and
-:meth:`Controller.role_changed` turns a change of it into a role request to the switch (only
-the answer to the latest request per switch counts).
+cluster asks etcd (:class:`controller.runtime.cluster.ClusterMastership`), whose changes come in
+as :class:`~controller.runtime.events.MastershipChanged` (:meth:`Controller.role_changed`).
 """
 
 from __future__ import annotations
@@ -42,14 +32,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 from controller.drivers.southbound import (
+    ApplyError,
+    ApplyTimeout,
     CounterSample,
+    NotConnected,
     NotMaster,
     Role,
     RoleError,
@@ -57,55 +49,49 @@ from controller.drivers.southbound import (
     SouthboundError,
     SouthboundEvent,
 )
-from controller.errors import PlanInvariantError
-from controller.plan.capacity import DEFAULT_HEADROOM
-from controller.plan.model import (
-    PRIO_PINNED,
-    SwitchChanges,
-    SwitchPlan,
-    diff_switch,
-    empty_plan,
-)
+from controller.plan.model import PRIO_PINNED
 from controller.runtime import core
 from controller.runtime.events import (
     AlertRound,
     Compute,
-    Converge,
+    ComputeTeForm,
     Effect,
     Event,
     ForgetCounters,
     Inject,
     Log,
+    MastershipChanged,
     PlacementReady,
     Publish,
-    Reconcile,
+    ReadBack,
+    ReadBackDone,
     RequestCounters,
     RoleAssigned,
     SendPacket,
     TakeRole,
+    TeFormReady,
     TelemetryLinks,
     TelemetryPaths,
     Tick,
+    Write,
+    WriteAnswered,
+    Written,
 )
-from controller.runtime.intent import intended_plan
+from controller.runtime.intent import pinned_demands
 from controller.runtime.meter import TrafficMeter, link_loads
 from controller.runtime.placement import (
-    PlacementDecision,
     PlacementInput,
     Reoptimise,
     Repair,
-    apply_moves,
-    move_batches,
-    pinned_demands_bps,
     reoptimise_moves,
     repair_moved,
     te_placement,
 )
 from controller.runtime.rebalance import rebalance_round
 from controller.runtime.state import RuntimeState
-from controller.runtime.transaction import TransactionResult, apply_transaction
-from controller.te.collectives import FlowDemand
-from controller.te.placement import Placement as TePlacement
+from controller.runtime.transaction import Transaction
+from controller.telemetry import EventBus, Telemetry
+from controller.telemetry.alerts import Alert
 
 LOG = logging.getLogger("aifabric.runtime")
 
@@ -116,6 +102,7 @@ class Mastership(Protocol):
     def role_for(self, switch: str) -> tuple[Role, int | None]:
         """(``master``/``backup``/``equal``, token: OpenFlow ``generation_id`` / P4Runtime
         ``election_id``; None: no token)."""
+        ...
 
 
 class SoleController:
@@ -137,19 +124,6 @@ class StaticMastership:
         return self.role, self.token
 
 
-@dataclass(frozen=True)
-class Proposal:
-    """What :meth:`Controller.propose` did: ``ok``; the per-switch changes (for a dry run: what
-    would be sent); the transaction's result; the error (a plan invariant, or the switch and
-    entry a switch refused)."""
-
-    ok: bool
-    changes: Mapping[str, SwitchChanges]
-    result: TransactionResult | None = None
-    error: str = ""
-    state: RuntimeState | None = None
-
-
 @dataclass
 class ControllerStats:
     """Counters the metrics export (since start)."""
@@ -162,6 +136,11 @@ class ControllerStats:
     last_reconcile: dict[str, tuple[int, int]] = field(default_factory=dict)  # read, sent
 
 
+WriteListener = Callable[[Transaction | None], None]
+"""Called after every transaction (and every read-back): what the switches hold changed."""
+StepListener = Callable[[Event, core.Step], None]
+
+
 class Controller:
     """The loop owner (module docstring).
 
@@ -172,23 +151,22 @@ class Controller:
     drivers : mapping of str to SouthboundDriver
         By southbound kind (``openflow``, ``p4runtime``).
     telemetry, events
-        :class:`controller.telemetry.Telemetry` and :class:`controller.telemetry.EventBus`
-        (None: none).
+        The counters' store and the event bus (None: none).
     repair, reoptimise
         The two steps of link-event handling (:mod:`controller.runtime.placement`).
     mastership : Mastership
     executor : Executor, optional
         Where costly decisions run (a 2-thread pool when None).
-    clock, wall
-        Monotonic and wall-clock seconds.
+    clock
+        Monotonic seconds.
     """
 
     def __init__(self, state: RuntimeState, drivers: Mapping[str, SouthboundDriver], *,
-                 telemetry: Any = None, events: Any = None, repair: Repair = repair_moved,
+                 telemetry: Telemetry | None = None, events: EventBus | None = None,
+                 repair: Repair = repair_moved,
                  reoptimise: Reoptimise | None = reoptimise_moves,
                  mastership: Mastership | None = None, executor: Executor | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time, tick_s: float = 0.1) -> None:
+                 clock: Callable[[], float] = time.monotonic, tick_s: float = 0.1) -> None:
         self.state = state
         self.drivers = dict(drivers)
         self.telemetry = telemetry
@@ -198,27 +176,15 @@ class Controller:
         self.mastership: Mastership = mastership or SoleController()
         self.executor = executor or ThreadPoolExecutor(2, thread_name_prefix="aifabric-compute")
         self.clock = clock
-        self.wall = wall
         self.tick_s = tick_s
-        self.installed: dict[str, SwitchPlan] = {}
         self.meter = TrafficMeter()
         self.stats = ControllerStats()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._writer = asyncio.Lock()
-        self._converge_due: str | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
-        self._demands: tuple[Any, dict[FlowDemand, float]] = (None, {})
-        self._programmed: set[str] = set()
-        # switches whose last change was refused: no periodic retry before (time, backoff s)
-        self._backoff: dict[str, tuple[float, float]] = {}
-        self.listeners: list[Callable[[Event, core.Step], None]] = []
-        # the placement in force as a te placement (link ids): (state.placement it holds, value)
-        self._te: tuple[Mapping[FlowDemand, Any], TePlacement] | None = None
-        self._te_building: Mapping[FlowDemand, Any] | None = None
-        #: called after every reconcile, converge and proposal (what the switches hold changed)
-        self.after_write: list[Callable[[], None]] = []
-        self._role_requests: dict[str, int] = {}
+        self.listeners: list[StepListener] = []
+        #: called after every transaction and read-back (what the switches hold changed)
+        self.after_write: list[WriteListener] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -243,22 +209,28 @@ class Controller:
                 LOG.exception("[controller] stopping a driver failed")
         self.executor.shutdown(wait=False, cancel_futures=True)
 
+    @property
+    def busy(self) -> bool:
+        """Effects still running (tasks, computations) or a transaction in flight."""
+        return bool(self._tasks) or self.state.txn is not None or bool(self.state.converge)
+
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(self.tick_s)
             self.handle(Tick(self.clock()))
 
-    def _spawn(self, coro: Any, name: str) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         assert self._loop is not None, "start() first"
         task = self._loop.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
-    def _done(self, task: asyncio.Task[Any]) -> None:
+    def _done(self, task: asyncio.Future[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
-            LOG.error("[controller] %s failed: %s", task.get_name(), exc, exc_info=exc)
+            LOG.error("[controller] %s failed: %s", getattr(task, "get_name", lambda: "?")(),
+                      exc, exc_info=exc)
 
     # -- events ----------------------------------------------------------------------------------
     def post(self, ev: SouthboundEvent | Event) -> None:
@@ -282,45 +254,19 @@ class Controller:
             self._record(ev)
         st = core.step(self.state, ev, now)
         self.state = st.state
-        self._forget_unwritable()
         for fn in self.listeners:
             fn(ev, st)
         for fx in st.effects:
             self._effect(fx)
-        self._prepare_te()
+        if isinstance(ev, ReadBackDone):
+            self._written(None)
         return st
 
-    def _forget_unwritable(self) -> None:
-        """Forget what a switch we may no longer write holds: another master may change it
-        meanwhile, so when we are master again a converge must not diff against the old
-        record. The switch is left out of converges until the reconcile that every master
-        assignment brings reads it back."""
-        if not self.installed:
-            return
-        writable = self.state.writable()
-        for name in [n for n in self.installed if n not in writable]:
-            del self.installed[name]
-
-    def _prepare_te(self) -> None:
-        """Convert a new placement to its te form in the background, so the repair of the
-        next link event starts from it (:func:`controller.runtime.placement.te_placement`)."""
-        st = self.state
-        pl = st.placement
-        if not pl or self._loop is None or (self._te is not None and self._te[0] is pl) \
-                or self._te_building is pl:
-            return
-        self._te_building = pl
-        fut = self._loop.run_in_executor(self.executor, te_placement, st.fabric, pl,
-                                         st.down_links)
-
-        def done(f: asyncio.Future[TePlacement]) -> None:
-            if self._te_building is pl:
-                self._te_building = None
-            if f.cancelled() or f.exception() is not None:
-                return
-            if self.state.placement is pl:
-                self._te = (pl, f.result())
-        fut.add_done_callback(done)
+    def role_changed(self, switch: str) -> None:
+        """The mastership of ``switch`` changed (on the loop): when we are no longer master,
+        stop writing at once; then request the role we now hold from the switch."""
+        role, _ = self.mastership.role_for(switch)
+        self.handle(MastershipChanged(switch, role != "backup"))
 
     def _record(self, s: CounterSample) -> None:
         tel = self.telemetry
@@ -346,47 +292,56 @@ class Controller:
         return f"[{switch} dpid={sw.dpid:#x}]" if sw else f"[{switch}]"
 
     def _effect(self, fx: Effect) -> None:
-        if isinstance(fx, Log):
-            LOG.log(getattr(logging, fx.level.upper()), "%s %s", self.tag(fx.switch), fx.text)
-        elif isinstance(fx, Publish):
-            self.publish(fx.kind, fx.message, **dict(fx.fields))
-        elif isinstance(fx, SendPacket):
-            self._spawn(self._send_packet(fx), f"packet-out {fx.switch}")
-        elif isinstance(fx, Inject):
-            self.post(fx.event)
-        elif isinstance(fx, RequestCounters):
-            self._spawn(self._counters(fx), f"counters {fx.switch}")
-        elif isinstance(fx, TakeRole):
-            self._spawn(self._take_role(fx), f"role {fx.switch}")
-        elif isinstance(fx, Reconcile):
-            self._spawn(self.reconcile(fx.switch, fx.session), f"reconcile {fx.switch}")
-        elif isinstance(fx, Compute):
-            self._compute(fx)
-        elif isinstance(fx, Converge):
-            self.request_converge(fx.reason)
-        elif isinstance(fx, TelemetryPaths):
-            if self.telemetry is not None:
-                self.telemetry.set_paths(dict(fx.paths))
-        elif isinstance(fx, TelemetryLinks):
-            if self.telemetry is not None:
-                for al in self.telemetry.links_changed(fx.down_links, dict(fx.lost), fx.now_s):
-                    self._alert("alert-raised", al)
-        elif isinstance(fx, AlertRound):
-            self.alert_round(fx.now_s)
-        elif isinstance(fx, ForgetCounters):
-            self.meter.forget_switch(fx.switch)
+        match fx:
+            case Log():
+                LOG.log(getattr(logging, fx.level.upper()), "%s %s", self.tag(fx.switch),
+                        fx.text)
+            case Publish():
+                self.publish(fx.kind, fx.message, **dict(fx.fields))
+            case SendPacket():
+                self._spawn(self._send_packet(fx), f"packet-out {fx.switch}")
+            case Inject():
+                self.post(fx.event)
+            case RequestCounters():
+                self._spawn(self._counters(fx), f"counters {fx.switch}")
+            case TakeRole():
+                self._spawn(self._take_role(fx), f"role {fx.switch}")
+            case ReadBack():
+                self._spawn(self._read_back(fx), f"read-back {fx.switch}")
+            case Write():
+                self._spawn(self._write(fx), f"write {fx.switch}")
+            case Written():
+                self._transaction_done(fx)
+            case Compute():
+                self._compute(fx)
+            case ComputeTeForm():
+                self._te_form(fx)
+            case TelemetryPaths():
+                if self.telemetry is not None:
+                    self.telemetry.set_paths(dict(fx.paths))
+            case TelemetryLinks():
+                if self.telemetry is not None:
+                    for al in self.telemetry.links_changed(fx.down_links, dict(fx.lost),
+                                                           fx.now_s):
+                        self._alert("alert-raised", al)
+            case AlertRound():
+                self.alert_round(fx.now_s)
+            case ForgetCounters():
+                self.meter.forget_switch(fx.switch)
+            case _:
+                assert_never(fx)
 
-    def publish(self, kind: str, message: str, **fields: object) -> None:
+    def publish(self, kind: str, message: str, **fields: Any) -> None:
         if self.events is not None:
             self.events.publish(kind, message, **fields)
 
-    def _alert(self, kind: str, al: Any) -> None:
+    def _alert(self, kind: str, al: Alert) -> None:
         msg = al.message if kind == "alert-raised" else f"cleared: {al.message}"
         self.publish(kind, msg, switch=al.switch, alert=al.kind,
                      link=al.subject if al.kind.startswith("link") else "",
                      flow=al.subject if al.kind.startswith("pinned") else "")
 
-    def alert_round(self, now_s: float) -> tuple[list[Any], list[Any]]:
+    def alert_round(self, now_s: float) -> tuple[list[Alert], list[Alert]]:
         """Evaluate telemetry alerts at ``now_s``; log and publish each change. Returns
         (raised, cleared)."""
         if self.telemetry is None:
@@ -404,6 +359,9 @@ class Controller:
     def driver_of(self, switch: str) -> SouthboundDriver:
         return self.drivers[self.state.kind_of(switch)]
 
+    def writable(self) -> frozenset[str]:
+        return self.state.writable()
+
     async def _send_packet(self, fx: SendPacket) -> None:
         if fx.switch not in self.writable():
             return  # a backup answers nothing (OpenFlow SLAVE / P4Runtime backup may not send)
@@ -419,338 +377,141 @@ class Controller:
             LOG.debug("%s counters not requested: %s", self.tag(fx.switch), exc)
 
     async def _take_role(self, fx: TakeRole) -> None:
-        n = self._role_requests.get(fx.switch, 0) + 1
-        self._role_requests[fx.switch] = n
         role, token = self.mastership.role_for(fx.switch)
         try:
             got = await self.driver_of(fx.switch).set_role(fx.switch, role, token)
         except RoleError as exc:
-            if self._role_requests.get(fx.switch) == n:
+            if self.state.session(fx.switch).role_request == fx.request:
                 LOG.error("%s %s; staying backup", self.tag(fx.switch), exc)
             got = "backup"
         except SouthboundError as exc:
             LOG.warning("%s no role taken: %s", self.tag(fx.switch), exc)
             return
-        if self._role_requests.get(fx.switch) != n:
+        if self.state.session(fx.switch).role_request != fx.request:
             return  # a later request was sent: its answer decides
         if got != "backup" and role == "master":
             LOG.info("%s master (token %s)", self.tag(fx.switch), token)
         self.handle(RoleAssigned(fx.switch, "backup" if got == "backup" else "master",
-                                 fx.session))
+                                 fx.session, fx.request))
 
-    def role_changed(self, switch: str) -> None:
-        """The mastership of ``switch`` changed (on the loop): when we are no longer master,
-        stop writing at once; then request the role we now hold from the switch."""
-        s = self.state.session(switch)
-        if not s.connected:
+    async def _read_back(self, fx: ReadBack) -> None:
+        t0 = time.perf_counter()
+        try:
+            got = await self.driver_of(fx.switch).read_state(fx.switch)
+        except SouthboundError as exc:
+            self.handle(ReadBackDone(fx.switch, fx.session, None, str(exc)))
             return
-        role, _ = self.mastership.role_for(switch)
-        if role != "master" and s.role == "master":
-            self.handle(RoleAssigned(switch, "backup", s.session))
-        self._spawn(self._take_role(TakeRole(switch, s.session)), f"role {switch}")
+        self.stats.reconciles += 1
+        self.stats.last_reconcile[fx.switch] = (len(got.plan.flows), 0)
+        self.handle(ReadBackDone(fx.switch, fx.session, got, "",
+                                 (time.perf_counter() - t0) * 1e3))
+
+    async def _write(self, fx: Write) -> None:
+        role, _ = self.mastership.role_for(fx.switch)
+        if role == "backup":
+            # asked right before the write: a replica whose lease ended sends nothing
+            self.handle(WriteAnswered(fx.txn, fx.switch, fx.session, "lost",
+                                      error=f"no longer master of {fx.switch}: nothing sent"))
+            return
+        try:
+            receipt = await self.driver_of(fx.switch).apply(
+                fx.switch, fx.part, fx.held, self.state.settings.confirm_timeout_s)
+        except ApplyError as exc:
+            self.handle(WriteAnswered(fx.txn, fx.switch, fx.session,
+                                      "refused" if exc.nothing_applied else "unknown",
+                                      exc.entry, str(exc)))
+            return
+        except (NotMaster, NotConnected) as exc:
+            self.handle(WriteAnswered(fx.txn, fx.switch, fx.session, "lost", error=str(exc)))
+            return
+        except (ApplyTimeout, SouthboundError) as exc:
+            self.handle(WriteAnswered(fx.txn, fx.switch, fx.session, "unknown",
+                                      error=str(exc)))
+            return
+        self.handle(WriteAnswered(fx.txn, fx.switch, fx.session, "done",
+                                  messages=dict(receipt.messages),
+                                  confirm_ms=receipt.confirm_ms))
+
+    def _transaction_done(self, fx: Written) -> None:
+        t = fx.txn
+        self.stats.transactions += 1
+        for name, read in fx.reconciled:
+            n = sum(c.count for ph in t.phases for c in ph if c.switch == name)
+            self.stats.reconcile_entries_sent += n
+            self.stats.last_reconcile[name] = (read, n)
+        if not t.ok:
+            self.stats.transactions_failed += 1
+            self.stats.rollbacks += len(t.rolled_back)
+        self._written(t)
+
+    def _written(self, t: Transaction | None) -> None:
+        for fn in self.after_write:
+            try:
+                fn(t)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the writer
+                LOG.exception("[controller] after-write listener failed")
 
     # -- computed decisions --------------------------------------------------------------------------
-    def demands(self) -> dict[FlowDemand, float]:
-        """Each pinned flow's demand (bit/s), cached per placement."""
-        pl = self.state.placement
-        if self._demands[0] is not pl:
-            self._demands = (pl, pinned_demands_bps(self.state.fabric, pl))
-        return self._demands[1]
+    def demands(self) -> dict[Any, float]:
+        """Each pinned flow's demand (bit/s), once per generation."""
+        return pinned_demands(self.state)
+
+    def _offload(self, job: Callable[[], Event],
+                 failed: Callable[[BaseException], Event | None]) -> None:
+        """Run ``job`` in the executor; handle the event it returns (or ``failed(exc)``'s)."""
+        loop = self._loop
+        assert loop is not None, "start() first"
+        fut = loop.run_in_executor(self.executor, job)
+        self._tasks.add(fut)
+
+        def done(f: asyncio.Future[Event]) -> None:
+            self._tasks.discard(f)
+            if f.cancelled():
+                return
+            exc = f.exception()
+            ev = f.result() if exc is None else failed(exc)
+            if ev is not None:
+                self.handle(ev)
+        fut.add_done_callback(done)
+
+    def _te_form(self, fx: ComputeTeForm) -> None:
+        st = self.state
+        pl = fx.placement
+
+        def failed(exc: BaseException) -> None:
+            LOG.debug("[controller] te form not computed: %s", exc)
+        self._offload(lambda: TeFormReady(pl, te_placement(st.fabric, pl, st.down_links)),
+                      failed)
 
     def _compute(self, fx: Compute) -> None:
         st = self.state
         if fx.kind == "reoptimise" and self.reoptimise is None:
             return
-        loop = self._loop
-        assert loop is not None, "start() first"
         if fx.kind == "rebalance":
             now = self.clock()
-            raw = link_loads(st.fabric, self.meter, st.placement, self.demands(), st.down_links,
+            demands = self.demands()
+            raw = link_loads(st.fabric, self.meter, st.placement, demands, st.down_links,
                              st.rebalance.changed_at_s, now,
                              standing_depth=st.settings.standing_depth)
-            demands = self.demands()
-            job: Callable[[], PlacementReady] = lambda: _rebalance_job(st, raw, demands, now)  # noqa: E731
-        else:
-            fn = self.repair if fx.kind == "repair" else self.reoptimise
-            assert fn is not None
-            te = self._te[1] if self._te is not None and self._te[0] is st.placement else None
-            inp = PlacementInput(st.fabric, st.effective_policy, st.placement, st.down_links,
-                                 te.index.down if te is not None else st.down_links,
-                                 te)
-            job = lambda: _placement_job(fx.kind, fx.generation, fn, inp)  # noqa: E731
-        fut = loop.run_in_executor(self.executor, job)
-        fut.add_done_callback(lambda f: self._computed(fx, f))
 
-    def _computed(self, fx: Compute, fut: asyncio.Future[PlacementReady]) -> None:
-        if fut.cancelled():
+            def rebalance_job() -> Event:
+                out = rebalance_round(st, raw, demands, now)
+                return PlacementReady("rebalance", out.generation, out.placement, out)
+            self._offload(rebalance_job, lambda exc: PlacementReady(
+                "rebalance", st.generation, None, error=str(exc)))
             return
-        exc = fut.exception()
-        if exc is not None:
-            self.handle(PlacementReady(fx.kind, fx.generation, None, error=str(exc)))
-            return
-        ready = fut.result()
-        dec = ready.outcome
-        if fx.kind == "reoptimise" and isinstance(dec, PlacementDecision):
-            self._spawn(self._reoptimised(ready.generation, dec), "re-optimisation")
-            return
-        self.handle(ready)
-        if isinstance(dec, PlacementDecision) and dec.te is not None \
-                and self.state.placement is ready.placement:
-            self._te = (ready.placement, dec.te)
+        fn = self.repair if fx.kind == "repair" else self.reoptimise
+        assert fn is not None
+        form = st.te_form
+        te = form.te if form is not None and form.placement is st.placement else None
+        inp = PlacementInput(st.fabric, st.effective_policy, st.placement, st.down_links,
+                             te.index.down if te is not None else st.down_links, te)
+        kind, gen = fx.kind, fx.generation
 
-    async def _reoptimised(self, generation: int, dec: PlacementDecision) -> None:
-        """Apply a re-optimisation make-before-break (module docstring): its moves in order,
-        in batches that add at most the table headroom of entries to any switch
-        (:func:`controller.runtime.placement.move_batches`), each batch adopted only if the
-        state is still at the generation the previous one left, and converged (one
-        transaction: downstream entries, then the divergence switch, deletes last) before the
-        next."""
-        pol = self.state.effective_policy
-        headroom = pol.tables.headroom if pol.tables is not None else DEFAULT_HEADROOM
-        batches = move_batches(dec.moves, headroom)
-        LOG.info("%s re-optimisation: %s; applying in %d batch(es) make-before-break",
-                 self.tag(""), dec.describe(), len(batches))
-        expected, paths = generation, self.state.placement
-        for i, batch in enumerate(batches, 1):
-            async with self._writer:
-                # what is in force first (the repair this follows may not be sent yet)
-                pre = await self._converge_locked("before a re-optimisation batch")
-                if self.state.generation != expected or (pre is not None and not pre.ok):
-                    LOG.info("%s re-optimisation dropped after %d of %d batch(es): %s",
-                             self.tag(""), i - 1, len(batches),
-                             f"the state moved on (generation {self.state.generation}, not "
-                             f"{expected})" if self.state.generation != expected
-                             else "the switches did not take the plan in force")
-                    return
-                last = i == len(batches)
-                paths = dec.paths if last else apply_moves(paths, batch)
-                self.handle(PlacementReady("reoptimise", expected, paths))
-                if self.state.placement is not paths:
-                    return  # refused (the core said why)
-                if last and dec.te is not None:
-                    self._te = (paths, dec.te)
-                res = await self._converge_locked(
-                    f"re-optimisation batch {i}/{len(batches)}")
-            self._written()
-            if res is not None and not res.ok:
-                LOG.warning("%s re-optimisation stopped after batch %d of %d: %s",
-                            self.tag(""), i, len(batches), res.error)
-                return
-            expected = self.state.generation
-
-    # -- writing ------------------------------------------------------------------------------------
-    def writable(self) -> frozenset[str]:
-        return self.state.writable()
-
-    def _confirmed(self, switch: str, part: SwitchChanges) -> None:
-        cur = self.installed.get(switch)
-        if cur is None:
-            return
-        try:
-            self.installed[switch] = part.apply_to(cur)
-        except KeyError:
-            del self.installed[switch]  # out of step: read back at the next reconcile
-
-    async def _apply(self, switch: str, part: SwitchChanges) -> Any:
-        role, _ = self.mastership.role_for(switch)
-        if role == "backup":
-            # asked right before the write: a replica whose lease ended sends nothing
-            raise NotMaster(switch, f"no longer master of {switch}: nothing sent")
-        drv = self.driver_of(switch)
-        receipt = await drv.apply(switch, part, self.state.settings.confirm_timeout_s)
-        n = sum(v for k, v in receipt.messages.items() if k != "bundle")
-        LOG.info("%s sent %d messages (flows +%d ~%d -%d; %s)", self.tag(switch), n,
-                 len(part.add_flows), len(part.modify_flows), len(part.delete_flows),
-                 ", ".join(f"{k} {v}" for k, v in sorted(receipt.messages.items())))
-        return receipt
-
-    async def transaction(self, changes: Mapping[str, SwitchChanges]) -> TransactionResult:
-        """Apply ``changes`` as one transaction (caller holds the writer lock)."""
-        res = await apply_transaction(changes, self._apply, self.writable(), self._confirmed)
-        self.stats.transactions += 1
-        if not res.ok:
-            self.stats.transactions_failed += 1
-            self.stats.rollbacks += len(res.rolled_back)
-            LOG.error("%s change refused, rolled back on %s%s: %s", self.tag(res.failed_switch),
-                      ", ".join(res.rolled_back) or "no other switch",
-                      f" (could not restore {', '.join(res.rollback_failed)}: read back when "
-                      "they return)" if res.rollback_failed else "", res.error)
-            for sw in res.rollback_failed:
-                self.installed.pop(sw, None)
-        return res
-
-    def changes_to(self, target: Mapping[str, SwitchPlan],
-                   skip: frozenset[str] = frozenset()) -> dict[str, SwitchChanges]:
-        """Per writable switch with a known installed state: installed → ``target``."""
-        out = {}
-        for name in sorted(self.writable() - skip):
-            cur = self.installed.get(name)
-            want = target.get(name)
-            if cur is None or want is None or cur == want:
-                continue
-            ch = diff_switch(cur, want)
-            if not ch.empty:
-                out[name] = ch
-        return out
-
-    def request_converge(self, reason: str) -> None:
-        """Schedule one converge (requests while one is pending coalesce)."""
-        if self._converge_due is not None:
-            return
-        self._converge_due = reason
-        self._spawn(self._converge(), "converge")
-
-    def _written(self) -> None:
-        for fn in self.after_write:
-            try:
-                fn()
-            except Exception:  # noqa: BLE001 - a listener's bug must not stop the writer
-                LOG.exception("[controller] after-write listener failed")
-
-    async def _converge(self) -> None:
-        try:
-            async with self._writer:
-                reason, self._converge_due = self._converge_due or "", None
-                await self._converge_locked(reason)
-        finally:
-            self._written()
-
-    async def _converge_locked(self, reason: str) -> TransactionResult | None:
-        """Send every writable switch the difference to the intended plan, as one transaction
-        (caller holds the writer lock). Returns its result (None: nothing to send)."""
-        try:
-            target = intended_plan(self.state).switches
-        except (PlanInvariantError, ValueError) as exc:
-            LOG.error("%s intended plan invalid, nothing sent: %s", self.tag(""), exc)
-            return None
-        now = self.clock()
-        waiting = frozenset(n for n, (t, _) in self._backoff.items() if t > now)
-        changes = self.changes_to(target, waiting if reason == "retry" else frozenset())
-        if not changes:
-            return None
-        res = await self.transaction(changes)
-        self._note(res)
-        if not res.ok:
-            self.publish("apply-failed", f"{reason}: {res.error}; rolled back",
-                         switch=res.failed_switch)
-        return res
-
-    async def reconcile(self, switch: str, session: int) -> None:
-        """Read ``switch`` back and send only the difference to the intended plan."""
-        try:
-            await self._reconcile(switch, session)
-        finally:
-            self._written()
-
-    async def _reconcile(self, switch: str, session: int) -> None:
-        async with self._writer:
-            s = self.state.session(switch)
-            if not s.connected or s.session != session or s.role != "master":
-                return
-            drv = self.driver_of(switch)
-            t0 = time.perf_counter()
-            try:
-                got = await drv.read_state(switch)
-            except SouthboundError as exc:
-                LOG.error("%s read-back failed: %s", self.tag(switch), exc)
-                return
-            self.installed[switch] = got.plan
-            want = intended_plan(self.state).switches.get(switch)
-            if want is None:
-                sw = self.state.fabric.switch_by_name[switch]
-                want = empty_plan(switch, sw.dpid)
-            ch = diff_switch(got.plan, want)
-            self.stats.reconciles += 1
-            self.stats.reconcile_entries_sent += ch.count
-            self.stats.last_reconcile[switch] = (len(got.plan.flows), ch.count)
-            foreign = (f"; {got.foreign_entries} foreign entries and {got.foreign_groups} "
-                       "foreign groups left alone"
-                       if got.foreign_entries or got.foreign_groups else "")
-            if ch.empty:
-                LOG.info("%s reconciled: read %d entries of ours, all as intended: nothing "
-                         "sent%s (%.1f ms)", self.tag(switch), len(got.plan.flows), foreign,
-                         (time.perf_counter() - t0) * 1e3)
-                self._note_programmed(switch)
-                return
-            res = await self.transaction({switch: ch})
-            self._note(res)
-            if res.ok:
-                self._note_programmed(switch)
-            verdict = "sent" if res.ok else "refused"
-            LOG.info("%s reconciled: read %d entries of ours, %s +%d ~%d -%d%s (%.1f ms)",
-                     self.tag(switch), len(got.plan.flows), verdict, len(ch.add_flows),
-                     len(ch.modify_flows), len(ch.delete_flows), foreign,
-                     (time.perf_counter() - t0) * 1e3)
-            if not res.ok:
-                self.publish("apply-failed", f"reconciling {switch}: {res.error}",
-                             switch=switch)
-
-    def _note(self, res: TransactionResult) -> None:
-        """Back off periodic retries of a switch that refused a change (doubling, up to 60 s);
-        forget it once a change of it is confirmed."""
-        for sw in res.confirmed:
-            self._backoff.pop(sw, None)
-        if not res.ok and res.failed_switch:
-            _, prev = self._backoff.get(res.failed_switch, (0.0, 0.0))
-            wait = min(60.0, max(self.state.settings.retry_interval_s, 2 * prev))
-            self._backoff[res.failed_switch] = (self.clock() + wait, wait)
-            LOG.warning("%s will be retried in %.0f s (or at the next change)",
-                        self.tag(res.failed_switch), wait)
-
-    def _note_programmed(self, switch: str) -> None:
-        if switch in self._programmed:
-            return
-        self._programmed.add(switch)
-        n = len(self.state.fabric.switches)
-        if len(self._programmed) == n:
-            LOG.info("[controller] all %d switches programmed", n)
-
-    async def propose(self, make: Callable[[RuntimeState], Event], *,
-                      dry_run: bool = False) -> Proposal:
-        """An operator decision: ``make(state)`` gives the event; validate the new intended
-        plan whole, apply the difference as one transaction, and step the state only once every
-        switch confirmed (module docstring). A dry run computes the changes only."""
-        async with self._writer:
-            old = self.state
-            try:
-                ev = make(old)
-                st = core.step(old, ev, self.clock())
-                target = intended_plan(st.state).switches
-            except (PlanInvariantError, ValueError, KeyError) as exc:
-                return Proposal(False, {}, None, str(exc), old)
-            changes = self.changes_to(target)
-            shown = dict(st.changes)
-            for n, ch in changes.items():
-                shown[n] = ch
-            if dry_run:
-                return Proposal(True, shown, None, "", old)
-            res = await self.transaction(changes)
-            if not res.ok:
-                return Proposal(False, shown, res, res.error, self.state)
-            self.handle(ev)
-            if self.state.generation != st.state.generation:
-                self.request_converge("facts changed during the change")
-            self._written()
-            return Proposal(True, shown, res, "", self.state)
-
-
-def _placement_job(kind: Any, generation: int, fn: Callable[[PlacementInput], Any],
-                   inp: PlacementInput) -> PlacementReady:
-    dec = fn(inp)
-    if dec is None:
-        return PlacementReady(kind, generation, None)
-    return PlacementReady(kind, generation, dec.paths, dec)
-
-
-def _rebalance_job(st: RuntimeState, raw: Mapping[Any, Any], demands: Mapping[FlowDemand, float],
-                   now: float) -> PlacementReady:
-    out = rebalance_round(st, raw, demands, now)
-    return PlacementReady("rebalance", out.generation, out.placement, out)
-
-
-def counts_by_kind(sent: Mapping[tuple[str, str], int]) -> Counter[str]:
-    """Messages by kind summed over switches."""
-    c: Counter[str] = Counter()
-    for (_, k), n in sent.items():
-        c[k] += n
-    return c
+        def placement_job() -> Event:
+            dec = fn(inp)
+            if dec is None:
+                return PlacementReady(kind, gen, None)
+            return PlacementReady(kind, gen, dec.paths, dec)
+        self._offload(placement_job,
+                      lambda exc: PlacementReady(kind, gen, None, error=str(exc)))

@@ -1,17 +1,22 @@
 """The runtime's one transition function: ``step(state, event, now) -> Step``. Pure: no I/O, no
 clock (``now`` is passed in), no os-ken, grpc or driver; Faucet's ``valve`` is the model.
 
-A :class:`Step` carries the new :class:`~controller.runtime.state.RuntimeState`, the per-switch
-changes of the intended plan (:func:`controller.runtime.intent.intended_plan` of the new state
-against the old; empty when nothing it depends on changed) and the effects for the process to
-carry out (:mod:`controller.runtime.events`).
+A :class:`Step` carries the new :class:`~controller.runtime.state.RuntimeState` and the effects
+for the process to carry out (:mod:`controller.runtime.events`). Every message a switch gets is
+one of those effects, decided here; the write path — what each switch holds, transactions,
+rollbacks, backoff — is :mod:`controller.runtime.writes`.
 
 Rules per event:
 
 * **SwitchConnected** — record the session and features, forget its counters, take a role
-  (:class:`~controller.runtime.events.TakeRole`); **RoleAssigned** master → reconcile it (read
-  back, send the difference); backup → stay connected, never write. **SwitchGone** — record it;
-  its LLDP discoveries are forgotten.
+  (:class:`~controller.runtime.events.TakeRole`, numbered: only the latest request's answer
+  counts); a table capacity that changes the fit of the plan makes every switch converge.
+  **RoleAssigned** master → read the switch back (:class:`~controller.runtime.events.ReadBack`)
+  and send the difference; backup → stay connected, never write, forget what it holds.
+  **MastershipChanged** — the coordination service moved the switch: a master that lost it
+  stops writing at once, then a role request follows. **SwitchGone** — record it; its LLDP
+  discoveries and holdings are forgotten.
+* **ReadBackDone / WriteAnswered** — the switches' answers (:mod:`controller.runtime.writes`).
 * **PortStatus** — each end of a switch–switch link is tracked on its own (``down_ports``); the
   link is down while *either* end last reported down, up only when both report up (Open
   vSwitch sends several port-status messages per transition, and the far end's "up" can arrive
@@ -22,23 +27,27 @@ Rules per event:
   ignored; a repeat changes nothing.
 * **PlacementReady** — a placement computed for the current generation is adopted (its plan
   must pass every invariant, or the installed plan stays and ``replan-failed`` is published);
-  one computed for an older generation is dropped (a repair is computed again).
+  one computed for an older generation is dropped (a repair is computed again). A
+  re-optimisation is applied in batches (:func:`controller.runtime.writes.
+  begin_reoptimisation`). **TeFormReady** — the placement's te form, for the next repair.
 * **PacketIn** — an aifabric LLDP probe is a :class:`~controller.drivers.southbound.LinkSeen`;
   an ARP request for a fabric host is answered from the address plan out of the port it came
   in by; nothing is ever flooded.
 * **Tick** — LLDP rounds (check, then probes), counter requests and re-balancing rounds, and a
-  retry of switches that do not hold the intended plan, each on its own interval.
-* **PolicyApplied / CollectivesRegistered / CollectiveUnregistered** — the operator's decisions
-  (stepped by the process once the switches confirmed them).
-* **IntentSynced** — in a cluster, the intent committed to etcd (policy, registrations,
-  placement) replaces the state's; the masters converge to it. LLDP links are checked only
-  between switches this replica masters (a backup neither probes nor gets packet-ins).
+  retry of switches that did not take the last change, each on its own interval.
+* **IntentSynced** — the intent committed to the intent store (etcd in a cluster, memory
+  alone: every operator decision — a policy, registrations, an unregistration — goes through
+  it) replaces the state's; the masters converge to it. LLDP links are checked only between
+  switches this replica masters (a backup neither probes nor gets packet-ins).
+
+After every event, :func:`controller.runtime.writes.drive` starts what is due.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from typing import assert_never
 
 from controller.drivers import frames
 from controller.drivers.southbound import (
@@ -54,34 +63,35 @@ from controller.errors import PlanInvariantError
 from controller.plan.capacity import TableCapacity
 from controller.plan.model import SwitchChanges, diff_plans
 from controller.plan.pinned import path_is_up
-from controller.runtime import liveness, lldp
+from controller.runtime import liveness, lldp, writes
 from controller.runtime.events import (
     AlertRound,
-    CollectivesRegistered,
-    CollectiveUnregistered,
     Compute,
-    Converge,
+    ComputeTeForm,
     Effect,
     Event,
     ForgetCounters,
     Inject,
     IntentSynced,
     Log,
+    MastershipChanged,
     PlacementReady,
-    PolicyApplied,
     Publish,
-    Reconcile,
+    ReadBackDone,
     RequestCounters,
     RoleAssigned,
     SendPacket,
     TakeRole,
+    TeFormReady,
     TelemetryLinks,
     TelemetryPaths,
     Tick,
+    WriteAnswered,
 )
 from controller.runtime.intent import intended_plan, plan_tables, switch_capacity
 from controller.runtime.placement import PlacementDecision
-from controller.runtime.state import RebalanceMemory, RuntimeState, SwitchSession
+from controller.runtime.rebalance import RebalanceOutcome
+from controller.runtime.state import RebalanceMemory, RuntimeState, SwitchSession, TeForm
 from controller.te.collectives import FlowDemand
 
 
@@ -90,15 +100,26 @@ class Step:
     """A step's result (module docstring)."""
 
     state: RuntimeState
-    changes: Mapping[str, SwitchChanges] = field(default_factory=dict)
     effects: tuple[Effect, ...] = ()
 
 
-def _with_changes(old: RuntimeState, new: RuntimeState, effects: list[Effect]) -> Step:
+def plan_diff(old: RuntimeState, new: RuntimeState) -> dict[str, SwitchChanges]:
+    """The per-switch changes of the intended plan from ``old`` to ``new`` (what a switch
+    holding ``old``'s plan would be sent)."""
     if new.generation == old.generation:
-        return Step(new, {}, tuple(effects))
-    changes = diff_plans(intended_plan(old), intended_plan(new))
-    return Step(new, changes, tuple(effects + _table_lines(old, new)))
+        return {}
+    return diff_plans(intended_plan(old), intended_plan(new))
+
+
+def _changed(old: RuntimeState, new: RuntimeState, reason: str, fx: list[Effect]) -> RuntimeState:
+    """``new`` after a change of what the plan depends on: the switches converge to it, and a
+    table overflow it brings is reported."""
+    if new.generation == old.generation:
+        return new
+    fx += _table_lines(old, new)
+    if new.placement and (new.te_form is None or new.te_form.placement is not new.placement):
+        fx.append(ComputeTeForm(new.placement))
+    return replace(new, converge=new.converge or reason)
 
 
 def _table_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
@@ -125,79 +146,67 @@ def _table_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
 
 
 def step(state: RuntimeState, event: Event, now_s: float) -> Step:
-    """Fold ``event`` into ``state`` at ``now_s`` (module docstring).
+    """Fold ``event`` into ``state`` at ``now_s`` (module docstring), then start what is due."""
+    fx: list[Effect] = []
+    new = _fold(state, event, now_s, fx)
+    new = writes.drive(new, now_s, fx)
+    return Step(new, tuple(fx))
+
+
+def _fold(state: RuntimeState, event: Event, now_s: float, fx: list[Effect]) -> RuntimeState:
+    match event:
+        case Tick():
+            return _tick(state, event.now_s, fx)
+        case CounterSample():
+            return state
+        case SwitchConnected():
+            return _connected(state, event, now_s, fx)
+        case RoleAssigned():
+            return _role(state, event, fx)
+        case RoleChanged():
+            s = state.session(event.switch)
+            return _role(state, RoleAssigned(event.switch, "backup" if event.role == "backup"
+                                             else "master", s.session), fx, event.reason)
+        case MastershipChanged():
+            return _mastership(state, event, fx)
+        case SwitchGone():
+            return _gone(state, event)
+        case ReadBackDone():
+            return writes.read_back_done(state, event, fx)
+        case WriteAnswered():
+            return writes.answered(state, event, now_s, fx)
+        case PortStatus():
+            return _port(state, event, now_s, fx)
+        case PacketIn():
+            return _packet_in(state, event, now_s, fx)
+        case LinkSeen():
+            return _link_seen(state, event, now_s, fx)
+        case PlacementReady():
+            return _placement(state, event, now_s, fx)
+        case TeFormReady():
+            if event.placement is state.placement:
+                return replace(state, te_form=TeForm(event.placement, event.te))
+            return state
+        case IntentSynced():
+            return _intent(state, event, now_s, fx)
+        case _:
+            assert_never(event)
+
+
+def adopt(state: RuntimeState, ev: IntentSynced, now_s: float) -> RuntimeState:
+    """``state`` holding the intent of ``ev`` (policy, registrations, placement), not yet
+    converged: what a commit of that intent would make current.
 
     Raises
     ------
-    PlanInvariantError
-        An operator decision (policy, registration) whose plan breaks an invariant; nothing
-        changes. (A placement that does so is refused with an event instead.)
+    PlanInvariantError, ValueError
+        Its plan breaks an invariant here.
     """
-    fx: list[Effect] = []
-    if isinstance(event, Tick):
-        return _tick(state, event.now_s, fx)
-    if isinstance(event, CounterSample):
-        return Step(state)
-    if isinstance(event, SwitchConnected):
-        return _connected(state, event, now_s, fx)
-    if isinstance(event, RoleAssigned):
-        return _role(state, event, fx)
-    if isinstance(event, RoleChanged):
-        return _role(state, RoleAssigned(event.switch, "backup" if event.role == "backup"
-                                         else "master", state.session(event.switch).session),
-                     fx, event.reason)
-    if isinstance(event, SwitchGone):
-        return _gone(state, event, fx)
-    if isinstance(event, PortStatus):
-        return _port(state, event, now_s, fx)
-    if isinstance(event, PacketIn):
-        return _packet_in(state, event, now_s, fx)
-    if isinstance(event, LinkSeen):
-        return _link_seen(state, event, now_s, fx)
-    if isinstance(event, PlacementReady):
-        return _placement(state, event, now_s, fx)
-    if isinstance(event, PolicyApplied):
-        new = state.bump(policy=event.policy, placement=dict(event.placement),
-                         rebalance=RebalanceMemory(changed_at_s=now_s),
-                         plan_generation=state.plan_generation + 1)
-        intended_plan(new)  # raises PlanInvariantError: nothing changes
-        p = event.policy
-        fx.append(Log("info", "", f"policy generation {p.generation} (sha256 {p.digest[:12]}) "
-                                  f"from {p.source} in force"))
-        fx.append(TelemetryPaths(new.placement))
-        return _with_changes(state, new, fx)
-    if isinstance(event, CollectivesRegistered):
-        reg = dict(state.registered)
-        for r in event.entries:
-            reg[r.collective.name] = r
-        new = state.bump(registered=reg, placement=dict(event.placement),
-                         plan_generation=state.plan_generation + 1)
-        intended_plan(new)
-        fx.append(TelemetryPaths(new.placement))
-        return _with_changes(state, new, fx)
-    if isinstance(event, IntentSynced):
-        return _intent(state, event, now_s, fx)
-    if isinstance(event, CollectiveUnregistered):
-        if event.name not in state.registered:
-            raise KeyError(event.name)
-        reg = {k: v for k, v in state.registered.items() if k != event.name}
-        placement = {d: p for d, p in state.placement.items() if d.collective != event.name}
-        new = state.bump(registered=reg, placement=placement,
-                         plan_generation=state.plan_generation + 1)
-        fx.append(TelemetryPaths(new.placement))
-        return _with_changes(state, new, fx)
-    raise TypeError(f"unknown event {type(event).__name__}")
-
-
-def _intent(state: RuntimeState, ev: IntentSynced, now_s: float, fx: list[Effect]) -> Step:
-    """Adopt the cluster's intent: nothing changes when policy, registrations and placement are
-    those in force (a replica's own commit coming back); an intent whose plan breaks an
-    invariant here is logged and not adopted (its generation is not reached)."""
     same_policy = (state.policy.digest == ev.policy.digest
                    and state.policy.generation == ev.policy.generation)
     if (same_policy and dict(state.registered) == dict(ev.registered)
             and dict(state.placement) == dict(ev.placement)):
-        return Step(replace(state, intent_generation=ev.generation))
+        return replace(state, intent_generation=ev.generation)
     changes: dict[str, object] = {"registered": dict(ev.registered),
                                   "placement": dict(ev.placement),
                                   "plan_generation": state.plan_generation + 1,
@@ -205,21 +214,34 @@ def _intent(state: RuntimeState, ev: IntentSynced, now_s: float, fx: list[Effect
     if not same_policy:
         changes.update(policy=ev.policy, rebalance=RebalanceMemory(changed_at_s=now_s))
     new = state.bump(**changes)
+    intended_plan(new)
+    return new
+
+
+def _intent(state: RuntimeState, ev: IntentSynced, now_s: float, fx: list[Effect]) -> RuntimeState:
+    """Adopt the intent (:func:`adopt`): nothing changes when policy, registrations and
+    placement are those in force (a commit of ours coming back); an intent whose plan breaks an
+    invariant here is logged and not adopted (its generation is not reached)."""
     try:
-        intended_plan(new)
+        new = adopt(state, ev, now_s)
     except (PlanInvariantError, ValueError) as exc:
         fx.append(Log("error", "", f"intent generation {ev.generation} not adopted: its plan "
                                    f"breaks an invariant here: {exc}"))
         fx.append(Publish("apply-failed", f"intent generation {ev.generation} not adopted: "
                                           f"{exc}"))
-        return Step(state, {}, tuple(fx))
+        return state
+    if new.generation == state.generation:
+        return new
+    p = ev.policy
+    if p.digest != state.policy.digest or p.generation != state.policy.generation:
+        fx.append(Log("info", "", f"policy generation {p.generation} (sha256 {p.digest[:12]}) "
+                                  f"from {p.source} in force"))
     fx.append(Log("info", "", f"intent generation {ev.generation} in force: policy generation "
-                              f"{ev.policy.generation} (sha256 {ev.policy.digest[:12]}), "
+                              f"{p.generation} (sha256 {p.digest[:12]}), "
                               f"{len(ev.registered)} registered collective(s), "
                               f"{len(ev.placement)} pinned flow(s)"))
     fx.append(TelemetryPaths(new.placement))
-    fx.append(Converge(f"intent generation {ev.generation}"))
-    return _with_changes(state, new, fx)
+    return _changed(state, new, f"intent generation {ev.generation}", fx)
 
 
 # -- switches ----------------------------------------------------------------------------------
@@ -228,24 +250,24 @@ def _sessions(state: RuntimeState, switch: str, s: SwitchSession) -> RuntimeStat
 
 
 def _connected(state: RuntimeState, ev: SwitchConnected, now_s: float,
-               fx: list[Effect]) -> Step:
+               fx: list[Effect]) -> RuntimeState:
     old = state.session(ev.switch)
-    s = SwitchSession(old.southbound, True, ev.session, "none", ev.features, now_s)
+    s = SwitchSession(old.southbound, True, ev.session, "none", ev.features, now_s,
+                      role_request=old.role_request + 1, refused=old.refused)
     new = _sessions(state, ev.switch, s)
     dpid = state.fabric.switch_by_name[ev.switch].dpid
     new = replace(new, lldp=lldp.forget(new.lldp, dpid))
-    fx += [ForgetCounters(ev.switch), TakeRole(ev.switch, ev.session)]
+    fx += [ForgetCounters(ev.switch), TakeRole(ev.switch, ev.session, s.role_request)]
     cap_old, cap_new = switch_capacity(old.features), switch_capacity(ev.features)
     if cap_new is None or cap_new == cap_old:  # an unreported capacity stays as it was known
         if cap_new is None and cap_old is not None:
             new = _sessions(new, ev.switch, replace(s, features=replace(
                 ev.features, tables=old.features.tables if old.features else ())))
-        return Step(new, {}, tuple(fx))
+        return new
     # the plan may fit differently now (table capacity): every switch converges to it
     new = new.bump(plan_generation=new.plan_generation + 1)
     fx.append(Log("info", ev.switch, f"table capacity {_capacity_text(cap_new)}"))
-    fx.append(Converge("table capacity reported"))
-    return _with_changes(state, new, fx)
+    return _changed(state, new, "table capacity reported", fx)
 
 
 def _capacity_text(cap: TableCapacity) -> str:
@@ -255,44 +277,60 @@ def _capacity_text(cap: TableCapacity) -> str:
     return f"{', '.join(parts)} ({cap.source})"
 
 
-def _role(state: RuntimeState, ev: RoleAssigned, fx: list[Effect], why: str = "") -> Step:
+def _role(state: RuntimeState, ev: RoleAssigned, fx: list[Effect],
+          why: str = "") -> RuntimeState:
     s = state.session(ev.switch)
-    if not s.connected or (ev.session and ev.session != s.session):
-        return Step(state)
-    new = _sessions(state, ev.switch, replace(s, role=ev.role))
+    if not s.connected or (ev.session and ev.session != s.session) \
+            or (ev.request and ev.request != s.role_request):
+        return state
     if ev.role == "master":
-        fx.append(Reconcile(ev.switch, s.session))
-    else:
-        fx.append(Log("warning" if why else "info", ev.switch,
-                      f"backup: connected and reading, never writing{f' ({why})' if why else ''}"))
-    return Step(new, {}, tuple(fx))
+        if s.role == "master" and (s.held is not None or s.reading):
+            return state
+        new = _sessions(state, ev.switch, replace(s, role="master"))
+        return writes.read_back(new, ev.switch, fx)
+    fx.append(Log("warning" if why else "info", ev.switch,
+                  f"backup: connected and reading, never writing{f' ({why})' if why else ''}"))
+    return _sessions(state, ev.switch, replace(s, role=ev.role, held=None, reading=False))
 
 
-def _gone(state: RuntimeState, ev: SwitchGone, fx: list[Effect]) -> Step:
+def _mastership(state: RuntimeState, ev: MastershipChanged, fx: list[Effect]) -> RuntimeState:
+    """The coordination service moved ``ev.switch``: a master that lost it stops writing at
+    once (and forgets what it holds), then the role it holds now is requested."""
+    s = state.session(ev.switch)
+    if not s.connected:
+        return state
+    if not ev.master and s.role == "master":
+        s = replace(s, role="backup", held=None, reading=False)
+    s = replace(s, role_request=s.role_request + 1)
+    fx.append(TakeRole(ev.switch, s.session, s.role_request))
+    return _sessions(state, ev.switch, s)
+
+
+def _gone(state: RuntimeState, ev: SwitchGone) -> RuntimeState:
     s = state.session(ev.switch)
     if ev.session and s.session != ev.session:
-        return Step(state)
-    new = _sessions(state, ev.switch, replace(s, connected=False, role="none"))
+        return state
+    new = _sessions(state, ev.switch, replace(s, connected=False, role="none", held=None,
+                                              reading=False, reconciling=None))
     dpid = state.fabric.switch_by_name[ev.switch].dpid
-    new = replace(new, lldp=lldp.forget(new.lldp, dpid),
-                  liveness=liveness.forget(new.liveness, ev.switch))
-    return Step(new, {}, tuple(fx))
+    return replace(new, lldp=lldp.forget(new.lldp, dpid),
+                   liveness=liveness.forget(new.liveness, ev.switch))
 
 
 # -- ports and links -----------------------------------------------------------------------------
-def _port(state: RuntimeState, ev: PortStatus, now_s: float, fx: list[Effect]) -> Step:
+def _port(state: RuntimeState, ev: PortStatus, now_s: float, fx: list[Effect]) -> RuntimeState:
     fab = state.fabric
     word = "up" if ev.up else "down"
     peer = fab.port_map.get((ev.switch, ev.port))
     if peer is None:
         fx.append(Log("debug", ev.switch, f"port {ev.port} {word}: not a fabric port, ignored"))
-        return Step(state, {}, tuple(fx))
+        return state
     key = (ev.switch, ev.port)
     if fab.is_host(peer[0]):
         hp = set(state.down_host_ports)
         hp.discard(key) if ev.up else hp.add(key)
         fx.append(Log("info", ev.switch, f"port {ev.port} (to host {peer[0]}) {word}"))
-        return Step(replace(state, down_host_ports=frozenset(hp)), {}, tuple(fx))
+        return replace(state, down_host_ports=frozenset(hp))
     ports = set(state.down_ports)
     ports.discard(key) if ev.up else ports.add(key)
     new = replace(state, down_ports=frozenset(ports))
@@ -303,16 +341,15 @@ def _port(state: RuntimeState, ev: PortStatus, now_s: float, fx: list[Effect]) -
     if before == after:
         fx.append(Log("info", ev.switch, f"port {ev.port} (to {peer[0]} port {peer[1]}) {word}: "
                                          "link state unchanged"))
-        return Step(new, {}, tuple(fx))
+        return new
     new = new.bump(rebalance=RebalanceMemory(new.rebalance.last_moved_s, {}, now_s),
                    plan_generation=new.plan_generation + 1)
     went_down, came_up = after - before, before - after
     lost = {d: p for d, p in state.placement.items()
             if any(frozenset(e) in went_down for e in zip(p, p[1:], strict=False))}
-    step_ = _with_changes(state, new, [])
     fx.append(Log("info", ev.switch,
                   f"port {ev.port} (to {peer[0]} port {peer[1]}) {word}: "
-                  f"{len(step_.changes)} switch(es) to update"
+                  f"{len(plan_diff(state, new))} switch(es) to update"
                   + (f"; {len(lost)} pinned flow(s) fall back to ECMP until repaired"
                      if lost else "")))
     fx.append(TelemetryLinks(after, lost, now_s))
@@ -324,11 +361,10 @@ def _port(state: RuntimeState, ev: PortStatus, now_s: float, fx: list[Effect]) -
             fx.append(Publish(kind, msg, (("switch", a), ("link", f"{a}-{b}"))))
     if state.placement:
         fx.append(Compute("repair", new.generation))
-    fx.append(Converge(f"link {word}"))
-    return Step(step_.state, step_.changes, tuple(fx))
+    return _changed(state, new, f"link {word}", fx)
 
 
-def _link_seen(state: RuntimeState, ev: LinkSeen, now_s: float, fx: list[Effect]) -> Step:
+def _link_seen(state: RuntimeState, ev: LinkSeen, now_s: float, fx: list[Effect]) -> RuntimeState:
     fab = state.fabric
     src_sw = fab.switch_by_name.get(ev.src_switch)
     dst = (fab.switch_by_name[ev.switch].dpid, ev.port)
@@ -337,7 +373,7 @@ def _link_seen(state: RuntimeState, ev: LinkSeen, now_s: float, fx: list[Effect]
 
 
 def _seen(state: RuntimeState, src: lldp.Endpoint, dst: lldp.Endpoint, now_s: float,
-          fx: list[Effect]) -> Step:
+          fx: list[Effect]) -> RuntimeState:
     old = state.lldp.discovered.get(src)
     new = replace(state, lldp=lldp.seen(state.lldp, src, dst, now_s))
     cfg = state.settings
@@ -350,10 +386,10 @@ def _seen(state: RuntimeState, src: lldp.Endpoint, dst: lldp.Endpoint, now_s: fl
     if old is None or old[0] != dst:
         fx.append(Log("debug", state.fabric.switch_by_dpid[dst[0]].name,
                       f"LLDP: port {dst[1]} hears dpid {src[0]:#x} port {src[1]}"))
-    return Step(new, {}, tuple(fx))
+    return new
 
 
-def _packet_in(state: RuntimeState, ev: PacketIn, now_s: float, fx: list[Effect]) -> Step:
+def _packet_in(state: RuntimeState, ev: PacketIn, now_s: float, fx: list[Effect]) -> RuntimeState:
     fab = state.fabric
     sender = frames.parse_lldp(ev.data)
     if sender is not None:
@@ -362,52 +398,53 @@ def _packet_in(state: RuntimeState, ev: PacketIn, now_s: float, fx: list[Effect]
     if a is None or a.oper != frames.ARP_REQUEST:
         fx.append(Log("debug", ev.switch, f"packet-in on port {ev.port} ignored (not an ARP "
                                           f"request or our LLDP, {len(ev.data)} bytes)"))
-        return Step(state, {}, tuple(fx))
+        return state
     if frames.is_gratuitous(a):
         fx.append(Log("debug", ev.switch, f"gratuitous ARP for {a.target_ip} from "
                                           f"{a.sender_mac} on port {ev.port} ignored"))
-        return Step(state, {}, tuple(fx))
+        return state
     host = fab.host_by_ip.get(a.target_ip)
     if host is None:
         fx.append(Log("debug", ev.switch, f"ARP who-has {a.target_ip} from {a.sender_ip} on "
                                           f"port {ev.port} ignored: not a fabric host"))
-        return Step(state, {}, tuple(fx))
+        return state
     fx.append(SendPacket(ev.switch, ev.port, frames.arp_reply(a, host.mac)))
     fx.append(Log("info", ev.switch, f"ARP who-has {a.target_ip} (from {a.sender_ip}, port "
                                      f"{ev.port}): replied {host.name} is-at {host.mac}"))
-    return Step(state, {}, tuple(fx))
+    return state
 
 
 # -- computed placements ---------------------------------------------------------------------------
 def _placement(state: RuntimeState, ev: PlacementReady, now_s: float,
-               fx: list[Effect]) -> Step:
-    from controller.runtime.rebalance import RebalanceOutcome
-
+               fx: list[Effect]) -> RuntimeState:
     out = ev.outcome if isinstance(ev.outcome, RebalanceOutcome) else None
     if ev.generation != state.generation:
         if ev.kind == "repair" and state.placement:
             fx.append(Compute("repair", state.generation))
         fx.append(Log("debug", "", f"{ev.kind} for generation {ev.generation} dropped: the "
                                    f"state moved on to {state.generation}"))
-        return Step(state, {}, tuple(fx))
+        return state
     if ev.error:
         fx.append(Log("error", "", f"{ev.kind} failed, the installed plan stays: {ev.error}"))
         fx.append(Publish("replan-failed", f"recomputation failed, the installed plan stays: "
                                            f"{ev.error}"))
-        return Step(state, {}, tuple(fx))
+        return state
     if ev.placement is None:
         if out is not None:
             fx += _hot_lines(state, out)
             hot = frozenset(ld.link for ld in out.hot)
-            return Step(replace(state, rebalance=replace(out.memory, hot_reported=hot)), {},
-                        tuple(fx))
-        return Step(state, {}, tuple(fx))
+            return replace(state, rebalance=replace(out.memory, hot_reported=hot))
+        return state
     down = state.down_links
     bad = [d.label for d, p in ev.placement.items() if not path_is_up(p, down)]
     if bad:
         fx.append(Log("error", "", f"{ev.kind}: flows {bad[:3]} still cross a down link; the "
                                    "installed plan stays"))
-        return Step(state, {}, tuple(fx))
+        return state
+    dec = ev.outcome if isinstance(ev.outcome, PlacementDecision) else None
+    if ev.kind == "reoptimise" and dec is not None:
+        return writes.begin_reoptimisation(state, dec.moves, dec.paths, dec.te, dec.describe(),
+                                           fx)
     mem = out.memory if out is not None else state.rebalance
     placed = ev.placement if isinstance(ev.placement, dict) else dict(ev.placement)
     new = state.bump(placement=placed, plan_generation=state.plan_generation + 1,
@@ -419,20 +456,21 @@ def _placement(state: RuntimeState, ev: PlacementReady, now_s: float,
                                    f"stays: {exc}"))
         fx.append(Publish("replan-failed", f"recomputation failed, the installed plan stays: "
                                            f"{exc}"))
-        return Step(state, {}, tuple(fx))
+        return state
     why = {"repair": "link state changed", "reoptimise": "re-optimisation",
            "rebalance": "re-balance"}[ev.kind]
     if out is not None:
         fx += _move_lines(state, out)
-    if isinstance(ev.outcome, PlacementDecision):
+    if dec is not None:
         what = "repair" if ev.kind == "repair" else "re-optimisation"
-        fx.append(Log("info", "", f"{what}: {ev.outcome.describe()}"))
+        fx.append(Log("info", "", f"{what}: {dec.describe()}"))
+        if dec.te is not None:
+            new = replace(new, te_form=TeForm(new.placement, dec.te))
     fx += _repins(state.placement, new.placement, why)
     fx.append(TelemetryPaths(new.placement))
-    fx.append(Converge(ev.kind))
     if ev.kind == "repair":
         fx.append(Compute("reoptimise", new.generation))
-    return _with_changes(state, new, fx)
+    return _changed(state, new, ev.kind, fx)
 
 
 def _repins(before: Mapping[FlowDemand, tuple[str, ...]],
@@ -451,20 +489,14 @@ def _repins(before: Mapping[FlowDemand, tuple[str, ...]],
     return out
 
 
-def _hot_lines(state: RuntimeState, out: object) -> list[Effect]:
-    from controller.runtime.rebalance import RebalanceOutcome
-
-    assert isinstance(out, RebalanceOutcome)
+def _hot_lines(state: RuntimeState, out: RebalanceOutcome) -> list[Effect]:
     thr = state.settings.rebalance.threshold if state.settings.rebalance else 0.0
     return [Log("info", ld.link[0], f"{ld.describe()} above threshold {thr:.2f}; nothing moved: "
                                     f"{out.reason}")
             for ld in out.hot if ld.link not in state.rebalance.hot_reported]
 
 
-def _move_lines(state: RuntimeState, out: object) -> list[Effect]:
-    from controller.runtime.rebalance import RebalanceOutcome
-
-    assert isinstance(out, RebalanceOutcome)
+def _move_lines(state: RuntimeState, out: RebalanceOutcome) -> list[Effect]:
     hot_by_link = {ld.link: ld for ld in out.hot}
     lines: list[Effect] = []
     for mv in out.moves:
@@ -527,7 +559,7 @@ def _liveness(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeSta
     return replace(state, liveness=mem)
 
 
-def _tick(state: RuntimeState, now_s: float, fx: list[Effect]) -> Step:
+def _tick(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
     cfg = state.settings
     timers = dict(state.timers)
     new = state
@@ -563,5 +595,17 @@ def _tick(state: RuntimeState, now_s: float, fx: list[Effect]) -> Step:
                 and "queue_depth" in feats.capabilities else kinds
             fx.append(RequestCounters(name, k))  # type: ignore[arg-type]
     if _due(state, "retry", cfg.retry_interval_s, now_s, timers):
-        fx.append(Converge("retry"))
-    return Step(replace(new, timers=timers), {}, tuple(fx))
+        new = _retry(new, fx)
+    return replace(new, timers=timers)
+
+
+def _retry(state: RuntimeState, fx: list[Effect]) -> RuntimeState:
+    """The retry timer: switches we master whose holdings are unknown (a failed read-back)
+    are read back; when a switch did not take the last change, compare again."""
+    for name in sorted(state.writable()):
+        s = state.switches[name]
+        if s.held is None and not s.reading:
+            state = writes.read_back(state, name, fx)
+    if state.unsettled and not state.converge:
+        state = replace(state, converge="retry")
+    return state

@@ -1,28 +1,38 @@
 """What the runtime core consumes and produces, besides the southbound events
 (:mod:`controller.drivers.southbound`).
 
-**Runtime events** (in): :class:`Tick` (the clock, with ``now``), :class:`RoleAssigned` (the
-role a switch granted us), :class:`PlacementReady` (a repair, re-optimisation or re-balance
-computed off the loop, for the generation it was computed from), :class:`PolicyApplied`,
-:class:`CollectivesRegistered`, :class:`CollectiveUnregistered` (operator decisions, stepped
-once the switches confirmed them), :class:`IntentSynced` (a replica of a cluster adopts the
-intent committed to etcd).
+**Runtime events** (in): :class:`Tick` (the clock, with ``now``); the outcomes of the effects
+the core asked for — :class:`RoleAssigned` (the role a switch granted us, for the role request
+it answers), :class:`ReadBackDone` (a switch read back), :class:`WriteAnswered` (a switch's
+answer to its part of a transaction), :class:`PlacementReady` (a repair, re-optimisation or
+re-balance computed off the loop, for the generation it was computed from),
+:class:`TeFormReady`; :class:`MastershipChanged` (the coordination service moved a switch's
+mastership); :class:`IntentSynced` (the intent committed to the intent store — etcd in a
+cluster, memory alone — which every operator decision goes through).
 
 **Effects** (out): what the controller process does after a step — log, publish an event,
-send a frame, ask for counters, read a switch back and reconcile it, take a role, compute a
-placement off the loop, drive the switches to the intended plan, tell telemetry. The core never
-does any of it.
+send a frame, ask for counters, take a role, read a switch back, write one switch's part of a
+transaction, say a transaction finished, compute a placement off the loop, tell telemetry. The
+core never does any of it; every message a switch gets comes from a :class:`Write`,
+:class:`ReadBack`, :class:`TakeRole`, :class:`SendPacket` or :class:`RequestCounters` effect.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
-from controller.drivers.southbound import CounterKind, SouthboundEvent
+from controller.drivers.southbound import CounterKind, SouthboundEvent, SwitchState
+from controller.plan.model import FlowIntent, SwitchChanges, SwitchPlan
 from controller.runtime.state import Path, PolicyInForce, Registered, RoleName
+from controller.runtime.transaction import Outcome, Transaction
 from controller.te.collectives import FlowDemand
+from controller.te.placement import Placement as TePlacement
+
+if TYPE_CHECKING:
+    from controller.runtime.placement import PlacementDecision
+    from controller.runtime.rebalance import RebalanceOutcome
 
 ComputeKind = Literal["repair", "reoptimise", "rebalance"]
 
@@ -38,11 +48,57 @@ class Tick:
 
 @dataclass(frozen=True)
 class RoleAssigned:
-    """The switch granted us ``role`` (after a role request, or by default)."""
+    """The switch granted us ``role`` in answer to role request ``request`` of connection
+    ``session`` (0: whatever the latest request was)."""
 
     switch: str
     role: RoleName
     session: int = 0
+    request: int = 0
+
+
+@dataclass(frozen=True)
+class MastershipChanged:
+    """The coordination service says whether we may write ``switch`` now (``master``)."""
+
+    switch: str
+    master: bool
+
+
+@dataclass(frozen=True)
+class ReadBackDone:
+    """``switch`` (connection ``session``) read back: our entries as ``read.plan`` (None with
+    ``error``: the read-back failed) and how long it took (ms)."""
+
+    switch: str
+    session: int
+    read: SwitchState | None
+    error: str = ""
+    elapsed_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class WriteAnswered:
+    """``switch``'s answer to its part of transaction ``txn`` (:data:`~controller.runtime.
+    transaction.Outcome`), with the refused entry and the error when refused, the messages sent
+    by kind and the confirmation time (ms)."""
+
+    txn: int
+    switch: str
+    session: int
+    outcome: Outcome
+    entry: FlowIntent | None = None
+    error: str = ""
+    messages: Mapping[str, int] = field(default_factory=dict)
+    confirm_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class TeFormReady:
+    """``placement`` (the object the state held) converted to its te form."""
+
+    placement: Mapping[FlowDemand, Path]
+    te: TePlacement
 
 
 @dataclass(frozen=True)
@@ -54,35 +110,14 @@ class PlacementReady:
     kind: ComputeKind
     generation: int
     placement: Mapping[FlowDemand, Path] | None
-    outcome: object = None
+    outcome: PlacementDecision | RebalanceOutcome | None = None
     error: str = ""
 
 
 @dataclass(frozen=True)
-class PolicyApplied:
-    """A new policy in force, with the placement computed for it."""
-
-    policy: PolicyInForce
-    placement: Mapping[FlowDemand, Path]
-
-
-@dataclass(frozen=True)
-class CollectivesRegistered:
-    """Collectives registered at run time (one batch), with the placement that includes them."""
-
-    entries: tuple[Registered, ...]
-    placement: Mapping[FlowDemand, Path]
-
-
-@dataclass(frozen=True)
-class CollectiveUnregistered:
-    name: str
-
-
-@dataclass(frozen=True)
 class IntentSynced:
-    """The cluster's intent (etcd) at intent ``generation``: the policy in force, the registered
-    collectives and the placement every replica programs (:mod:`controller.runtime.cluster`)."""
+    """The intent at intent ``generation`` (:mod:`controller.runtime.intentstore`): the policy
+    in force, the registered collectives and the placement every replica programs."""
 
     policy: PolicyInForce
     registered: Mapping[str, Registered]
@@ -90,8 +125,8 @@ class IntentSynced:
     generation: int
 
 
-RuntimeEvent = (Tick | RoleAssigned | PlacementReady | PolicyApplied | CollectivesRegistered
-                | CollectiveUnregistered | IntentSynced)
+RuntimeEvent = (Tick | RoleAssigned | MastershipChanged | ReadBackDone | WriteAnswered
+                | PlacementReady | TeFormReady | IntentSynced)
 Event = SouthboundEvent | RuntimeEvent
 
 
@@ -128,8 +163,8 @@ class RequestCounters:
 
 
 @dataclass(frozen=True)
-class Reconcile:
-    """Read ``switch`` back and send only the difference to the intended plan."""
+class ReadBack:
+    """Read ``switch`` back (answered by :class:`ReadBackDone`)."""
 
     switch: str
     session: int
@@ -137,10 +172,34 @@ class Reconcile:
 
 @dataclass(frozen=True)
 class TakeRole:
-    """Ask the mastership for our role on ``switch`` and request it from the switch."""
+    """Ask the mastership for our role on ``switch`` and request it from the switch (answered
+    by :class:`RoleAssigned` with ``request``)."""
 
     switch: str
     session: int
+    request: int = 0
+
+
+@dataclass(frozen=True)
+class Write:
+    """Send ``part`` (one switch's part of transaction ``txn``) to ``switch`` as one unit;
+    ``held``: what the switch holds before it (the driver encodes the difference). Answered by
+    :class:`WriteAnswered`."""
+
+    txn: int
+    switch: str
+    session: int
+    part: SwitchChanges
+    held: SwitchPlan
+
+
+@dataclass(frozen=True)
+class Written:
+    """Transaction ``txn`` finished (confirmed, or refused and rolled back); ``reconciled``:
+    the switches whose reconcile it carried, with the entries of ours their read-back found."""
+
+    txn: Transaction
+    reconciled: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,13 +208,6 @@ class Compute:
 
     kind: ComputeKind
     generation: int
-
-
-@dataclass(frozen=True)
-class Converge:
-    """Drive every writable switch from what it holds to the intended plan (one transaction)."""
-
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -197,6 +249,14 @@ class ForgetCounters:
     switch: str
 
 
-Effect = (Log | Publish | SendPacket | RequestCounters | Reconcile | TakeRole | Compute | Converge
-          | TelemetryPaths | TelemetryLinks | AlertRound | ForgetCounters | Inject)
+@dataclass(frozen=True)
+class ComputeTeForm:
+    """Convert the placement in force to its te form off the loop (:class:`TeFormReady`)."""
+
+    placement: Mapping[FlowDemand, Path]
+
+
+Effect = (Log | Publish | SendPacket | RequestCounters | TakeRole | ReadBack | Write | Written
+          | Compute | ComputeTeForm | TelemetryPaths | TelemetryLinks | AlertRound
+          | ForgetCounters | Inject)
 

@@ -19,16 +19,14 @@ status shows), never a write the switch refuses. The capacity of a switch is rem
 reported (also while it is disconnected), so the plan depends on the state only: two
 controllers with equal state compute equal plans.
 
-The last results are cached by input (route plans by fabric, hash settings and down links; the
-plan by those, the placement and the capacities), since every event asks for the plan and most
-change nothing it depends on.
+The plan of a state is computed once per generation and kept in the state's own memo
+(:class:`~controller.runtime.state.PlanMemo`: states of one generation have equal plan inputs),
+since every event asks for the plan and most change nothing it depends on.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from controller.drivers.southbound import SwitchFeatures
 from controller.model.topology import Fabric
@@ -42,32 +40,12 @@ from controller.plan.capacity import (
 from controller.plan.model import FabricPlan
 from controller.plan.pinned import TABLE, path_is_up, with_pinned
 from controller.policy.model import Policy
+from controller.runtime.placement import pinned_demands_bps
 from controller.runtime.state import DownLinks, Path, RuntimeState
 from controller.te.collectives import FlowDemand
 
-_ROUTES: OrderedDict[tuple[Any, ...], tuple[Fabric, RoutePlan]] = OrderedDict()
-_PLANS: OrderedDict[tuple[Any, ...], tuple[Any, tuple[FabricPlan, CapacityReport | None]]] = \
-    OrderedDict()
-_CACHE_SIZE = 8
-
 Capacities = tuple[tuple[str, TableCapacity], ...]
 """Known switch capacities, sorted by switch (hashable: part of the plan cache's key)."""
-
-
-def routes_for(fabric: Fabric, policy: Policy, down_links: DownLinks) -> RoutePlan:
-    """:func:`~controller.plan.build.build_routes`, cached by (fabric, hash settings, down
-    links)."""
-    hashes = tuple(sorted(ecmp_hashes(fabric, policy).items(), key=lambda kv: kv[0]))
-    key = (id(fabric), hashes, down_links)
-    hit = _ROUTES.get(key)
-    if hit is not None and hit[0] is fabric:
-        _ROUTES.move_to_end(key)
-        return hit[1]
-    rp = build_routes(fabric, policy, down_links)
-    _ROUTES[key] = (fabric, rp)
-    while len(_ROUTES) > _CACHE_SIZE:
-        _ROUTES.popitem(last=False)
-    return rp
 
 
 def switch_capacity(features: SwitchFeatures | None) -> TableCapacity | None:
@@ -98,28 +76,16 @@ def known_capacities(state: RuntimeState) -> Capacities:
 
 
 def _fitted(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
-            down_links: DownLinks, failover: frozenset[str], capacity: Capacities
-            ) -> tuple[FabricPlan, CapacityReport | None]:
-    hashes = tuple(sorted(ecmp_hashes(fabric, policy).items(), key=lambda kv: kv[0]))
-    order = tuple(c.name for c in policy.collectives)
-    tables = None if policy.tables is None else policy.tables.model_dump_json()
-    key = (id(fabric), hashes, down_links, id(placement), failover, capacity, tables, order)
-    hit = _PLANS.get(key)
-    if hit is not None and hit[0][0] is fabric and hit[0][1] is placement:
-        _PLANS.move_to_end(key)
-        return hit[1]
-    rp = routes_for(fabric, policy, down_links)
+            down_links: DownLinks, failover: frozenset[str], capacity: Capacities,
+            routes: RoutePlan | None = None) -> tuple[FabricPlan, CapacityReport | None]:
+    rp = routes or build_routes(fabric, policy, down_links)
     live = {d: p for d, p in placement.items() if path_is_up(p, down_links)}
     plan = with_pinned(fabric, rp.plan, live, down_links, rp.next_hops, failover)
     report: CapacityReport | None = None
     if live and (capacity or policy.tables is not None):
         plan, report = fit_plan_tables(fabric, policy, plan, live, rp.next_hops,
                                        dict(capacity))
-    out = (plan, report)
-    _PLANS[key] = ((fabric, placement), out)
-    while len(_PLANS) > _CACHE_SIZE:
-        _PLANS.popitem(last=False)
-    return out
+    return plan, report
 
 
 def plan_for(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
@@ -139,22 +105,56 @@ def plan_for(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path
     return _fitted(fabric, policy, placement, down_links, frozenset(failover), capacity)[0]
 
 
-def _inputs(state: RuntimeState) -> tuple[Any, ...]:
-    ff = state.settings.failover_switches if state.settings.fast_failover else frozenset()
-    return (state.fabric, state.effective_policy, state.placement, state.down_links, ff,
-            known_capacities(state))
+def _memo(state: RuntimeState) -> tuple[FabricPlan, CapacityReport | None]:
+    memo = state.memo
+    key = (state.fabric, state.policy, state.registered, state.placement, state.down_ports,
+           state.settings)
+    caps = known_capacities(state)
+    if memo.plan is None or memo.generation != state.generation or memo.caps != caps \
+            or len(memo.key) != len(key) or any(a is not b for a, b in zip(memo.key, key,
+                                                                            strict=True)):
+        ff = state.settings.failover_switches if state.settings.fast_failover else frozenset()
+        policy = state.effective_policy
+        down = state.down_links
+        route_key = (tuple(sorted(ecmp_hashes(state.fabric, policy).items(),
+                                  key=lambda kv: kv[0])), down)
+        if memo.routes is None or memo.routes[0] != route_key:
+            memo.routes = (route_key, build_routes(state.fabric, policy, down))
+        memo.plan = _fitted(state.fabric, policy, state.placement, down, ff, caps,
+                            memo.routes[1])
+        memo.generation, memo.key, memo.caps = state.generation, key, caps
+        memo.demands = None
+    plan: tuple[FabricPlan, CapacityReport | None] = memo.plan
+    return plan
 
 
 def intended_plan(state: RuntimeState) -> FabricPlan:
-    """What every switch should hold in ``state`` (module docstring)."""
-    return _fitted(*_inputs(state))[0]
+    """What every switch should hold in ``state`` (module docstring).
+
+    Raises
+    ------
+    PlanInvariantError
+        Two placed flows with one match need different actions on a switch, or a path breaks
+        an invariant.
+    """
+    return _memo(state)[0]
 
 
 def plan_tables(state: RuntimeState) -> CapacityReport | None:
     """The table fitting of :func:`intended_plan`: pinned entries per switch against its
     capacity, what was merged, which flows fell back to ECMP (None: no capacity known, or
     nothing pinned)."""
-    return _fitted(*_inputs(state))[1]
+    return _memo(state)[1]
+
+
+def pinned_demands(state: RuntimeState) -> dict[FlowDemand, float]:
+    """Each pinned flow's demand (bit/s, :func:`controller.runtime.placement.
+    pinned_demands_bps`), computed once per generation."""
+    _memo(state)
+    memo = state.memo
+    if memo.demands is None:
+        memo.demands = pinned_demands_bps(state.fabric, state.placement)
+    return memo.demands
 
 
 def stranded(state: RuntimeState) -> tuple[FlowDemand, ...]:

@@ -1,20 +1,24 @@
 """The northbound service: :class:`~controller.northbound.model.NorthboundService` over a running
-:class:`~controller.runtime.controller.Controller`, on its event loop.
+:class:`~controller.runtime.controller.Controller`, on its event loop. Every write goes one way,
+alone or in a cluster (:mod:`controller.runtime.intentstore`): validate, preview the plan,
+commit to the intent store, wait for the masters of the switches concerned; a change a switch
+refuses is put back (the last good intent is committed again), so nothing stays half-applied.
 
-* **register** validates the request at once (the field named: :class:`~controller.northbound.
-  model.FieldError`), then queues it; a batcher takes every queued request (up to
-  ``max_batch``) as one batch: each is validated again against the state and the batch so far
-  (names and matches stay unique), the new flows are placed together around the installed ones
-  (:func:`controller.runtime.registration.place_new_flows`, off the loop), and the batch is one
-  proposal — one plan change, one transaction, every switch confirming it (bundle commit reply /
-  P4Runtime write response). Each caller gets its collective's paths and whether the switches on
-  them confirmed. A full queue answers :class:`~controller.northbound.model.Busy`.
-* **apply_policy** validates a policy document (every problem located ``FILE:LINE:COL``;
-  nothing changes), keeps the paths of flows that stay (same collective, hosts and match) and
-  places only new ones, and applies the difference as one transaction (or only computes it:
-  dry run). The policy in force gets the next generation and the document's sha256 digest;
-  ``policy-applied``/``apply-failed`` events and log lines say what happened.
-* **unregister**, **paths**, **status**, **subscribe** read or change the state the same way.
+* **register** and **unregister** validate the request at once (the field named:
+  :class:`~controller.northbound.model.FieldError`), then queue it; a batcher takes every queued
+  request of one kind (up to ``max_batch``) as one batch: registrations are validated again
+  against the state and the batch so far (names and matches stay unique) and their new flows
+  placed together around the installed ones (:func:`controller.runtime.registration.
+  place_new_flows`, off the loop); the batch is one commit — one plan change, every switch
+  confirming it (bundle commit reply / P4Runtime write response). Each caller gets its
+  collective's paths and whether the switches on them confirmed. A full queue answers
+  :class:`~controller.northbound.model.Busy`.
+* **apply_policy** validates a policy document off the loop (every problem located
+  ``FILE:LINE:COL``; nothing changes), keeps the paths of flows that stay (same collective, hosts
+  and match) and places only new ones, and commits it (or only computes the per-switch
+  difference: dry run). The policy in force gets the commit's generation and the document's
+  sha256 digest; ``policy-applied``/``apply-failed`` events and log lines say what happened.
+* **paths**, **status**, **subscribe** read the state.
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from controller.cluster.store import StaleGeneration
-from controller.errors import ConfigError, PlanInvariantError
+from controller.cluster.store import MAX_CHANGES, StaleGeneration
+from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
 from controller.model.topology import Fabric
 from controller.northbound.model import (
     Busy,
@@ -46,15 +50,18 @@ from controller.plan.model import SwitchChanges
 from controller.plan.pinned import path_is_up, pinned_match
 from controller.policy.model import Collective, Policy
 from controller.qos.validate import check_policy_for_targets
-from controller.runtime import clusterservice
-from controller.runtime.cluster import ClusterRuntime
-from controller.runtime.controller import Controller, Proposal
-from controller.runtime.events import (
-    CollectivesRegistered,
-    CollectiveUnregistered,
-    PolicyApplied,
-)
+from controller.runtime import core
+from controller.runtime.cluster import ClusterRuntime, EtcdIntent
+from controller.runtime.controller import Controller
 from controller.runtime.intent import plan_tables
+from controller.runtime.intentstore import (
+    InForce,
+    IntentStore,
+    IntentUpdate,
+    MemoryIntent,
+    synced,
+    undo,
+)
 from controller.runtime.placement import pinned_demands_bps
 from controller.runtime.registration import (
     collective_from_request,
@@ -69,11 +76,22 @@ from controller.yamlsrc import parse_document
 LOG = logging.getLogger("aifabric.northbound")
 
 
+class _Refused(Exception):
+    """A switch refused a committed change; the last good intent was put back."""
+
+
 @dataclass
 class _Pending:
-    req: CollectiveRequest
-    future: asyncio.Future[Registration]
+    kind: Literal["register", "unregister"]
+    req: CollectiveRequest | str
+    future: asyncio.Future[Any]
     t0: float
+
+
+def switches_of(placement: Mapping[FlowDemand, Path], collectives: Collection[str]) -> set[str]:
+    """The switches on the paths of the flows of ``collectives``."""
+    names = set(collectives)
+    return {n for d, p in placement.items() if d.collective in names for n in p[1:-1]}
 
 
 class FabricService:
@@ -85,9 +103,9 @@ class FabricService:
     sample_interval_s : float
         The statistics interval (reported by ``status``).
     max_batch : int
-        Registrations planned together at most.
+        Registrations (or unregistrations) committed together at most.
     max_queue : int
-        Registrations waiting at most; beyond, :class:`Busy`.
+        Requests waiting at most; beyond, :class:`Busy`.
     batch_window_s, batch_quiet_s : float
         A batch waits for more concurrent requests while they keep coming (each within
         ``batch_quiet_s`` of the last), at most ``batch_window_s`` (s).
@@ -96,8 +114,9 @@ class FabricService:
     policy_targets : collection of str
         Render targets whose checks a new policy must pass (``check_policy_for_targets``).
     cluster : ClusterRuntime, optional
-        A replica of a cluster: writes go to etcd first (:mod:`controller.runtime.
-        clusterservice`); ``status`` says who masters which switch.
+        A replica of a cluster: the intent lives in etcd (:class:`~controller.runtime.cluster.
+        EtcdIntent`); ``status`` says who masters which switch. Alone, the intent lives in
+        memory (:class:`~controller.runtime.intentstore.MemoryIntent`).
     """
 
     def __init__(self, controller: Controller, *, sample_interval_s: float = 0.0,
@@ -106,21 +125,21 @@ class FabricService:
                  batch_window_s: float = 0.05, batch_quiet_s: float = 0.005,
                  wall: Callable[[], float] = time.time,
                  mono: Callable[[], float] = time.monotonic,
-                 cluster: ClusterRuntime | None = None) -> None:
+                 cluster: ClusterRuntime | None = None,
+                 confirm_timeout_s: float = 10.0) -> None:
         self.controller = controller
         self.cluster = cluster
+        self.store: IntentStore = (EtcdIntent(cluster) if cluster is not None
+                                   else MemoryIntent(controller, confirm_timeout_s))
         self.sample_interval_s = sample_interval_s
         self.policy_targets = frozenset(policy_targets)
-        if cluster is not None:
-            max_batch = min(max_batch, clusterservice.MAX_BATCH)
-        self.max_batch = max_batch
+        self.max_batch = min(max_batch, MAX_CHANGES)
         self.max_queue = max_queue
         self.batch_window_s = batch_window_s
         self.batch_quiet_s = batch_quiet_s
         self.wall = wall
         self.mono = mono
         self._queue: list[_Pending] = []
-        self._wake = asyncio.Event()
         self._batcher: asyncio.Task[None] | None = None
         self.batches = 0
 
@@ -128,33 +147,86 @@ class FabricService:
     def state(self) -> RuntimeState:
         return self.controller.state
 
+    # -- the one write path ------------------------------------------------------------------------
+    async def _propose(self, st: RuntimeState, update: IntentUpdate, switches: Collection[str],
+                       what: str) -> InForce:
+        """Preview ``update`` on ``st`` (its plan must pass every invariant), commit it, and
+        wait for the masters of ``switches``. A refusal puts ``st``'s intent back.
+
+        Raises StaleGeneration, PlanInvariantError / ValueError (nothing committed),
+        NotConfirmed (the store did not take it), _Refused."""
+        core.adopt(st, synced(st, update, st.intent_generation + 1, self.wall()), self.mono())
+        gen = await self.store.commit(update, st)
+        res = await self.store.wait_in_force(switches, gen)
+        if res.refusal is None:
+            return res
+        ref = res.refusal
+        back = ""
+        now = self.state
+        if now.intent_generation == gen:
+            try:
+                back_gen = await self.store.commit(undo(st, update), now)
+                back = (f"; intent generation {back_gen} puts back the last good intent "
+                        f"(policy generation {st.policy.generation})")
+            except (StaleGeneration, NotConfirmed, ValueError) as exc:
+                back = f"; putting the last good intent back failed: {exc}"
+        else:
+            back = (f"; the intent moved on (generation {now.intent_generation}) and is not put "
+                    "back")
+        LOG.error("[fabric %s] %s refused by %s, rolled back: %s%s", st.fabric.name, what,
+                  ref.switch, ref.error, back)
+        raise _Refused(f"{ref.error}{back}")
+
+    async def _retrying(self, attempt: Callable[[], Any], what: str) -> Any:
+        """``attempt()`` again while the intent moves on under it (at most three times)."""
+        for _ in range(3):
+            try:
+                return await attempt()
+            except StaleGeneration as exc:
+                await self.store.wait_generation(exc.actual, self.store.confirm_timeout_s)
+        raise NotConfirmed(f"{what}: the intent kept changing while it was decided; retry")
+
     # -- registration ---------------------------------------------------------------------------
     async def register(self, req: CollectiveRequest) -> Registration:
         st = self.state
         if st.policy.policy.routing.mode != "pinned":
             raise Unavailable(f"routing.mode is {st.policy.policy.routing.mode!r}: the "
                               "controller pins collectives only in 'pinned' mode")
-        if self.cluster is not None:
-            again = await self._registered_again(req)
-            if again is not None:
-                return again
+        again = await self._registered_again(req)
+        if again is not None:
+            return again
         collective_from_request(req, st.fabric, st.effective_policy, st.placement)
+        reg: Registration = await self._enqueue("register", req)
+        return reg
+
+    async def unregister(self, name: str) -> tuple[Confirmation, int]:
+        st = self.state
+        if any(c.name == name for c in st.policy.policy.collectives):
+            raise Unavailable(f"collective {name!r} is declared by the policy file, not "
+                              "registered; change the policy instead")
+        if name not in st.registered:
+            raise NotFound(f"no registered collective {name[:64]!r}")
+        out: tuple[Confirmation, int] = await self._enqueue("unregister", name)
+        return out
+
+    async def _enqueue(self, kind: Literal["register", "unregister"],
+                       req: CollectiveRequest | str) -> Any:
         if len(self._queue) >= self.max_queue:
-            raise Busy(f"{len(self._queue)} registrations are waiting (limit {self.max_queue}); "
+            raise Busy(f"{len(self._queue)} requests are waiting (limit {self.max_queue}); "
                        "retry later")
-        fut: asyncio.Future[Registration] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(req, fut, self.wall()))
-        self._wake.set()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(kind, req, fut, self.wall()))
         if self._batcher is None or self._batcher.done():
-            self._batcher = asyncio.create_task(self._batches(), name="registration-batcher")
+            self._batcher = asyncio.create_task(self._batches(), name="northbound-batcher")
         return await fut
 
     async def _registered_again(self, req: CollectiveRequest) -> Registration | None:
-        """A cluster replica answers a request repeated after UNAVAILABLE (exactly the same
-        collective is in the intent) by waiting for it to be in force; None otherwise."""
+        """A request repeated after UNAVAILABLE (exactly the same collective is in the intent)
+        waits for it to be in force; None otherwise."""
         st = self.state
         name = qualified_name(req.job, req.name)
-        if name not in st.registered or self.cluster is None:
+        r = st.registered.get(name)
+        if r is None:
             return None
         pol = st.effective_policy
         others = pol.model_copy(update={"collectives": tuple(
@@ -164,20 +236,24 @@ class FabricService:
                                            [d for d in st.placement if d.collective != name])
         except FieldError:
             return None
-        if not clusterservice.already_registered(st, coll, req.job, req.expected_bytes):
+        if not (r.collective == coll and r.job == req.job
+                and r.expected_bytes == req.expected_bytes):
             return None
         t0 = self.wall()
-        conf, _ = await clusterservice.confirm_existing(self.cluster, st, name, t0)
+        res = await self.store.wait_in_force(switches_of(st.placement, [name]),
+                                             st.intent_generation)
+        conf = self._confirmation(res, t0, f"collective {name}", st.intent_generation)
         return Registration(name, tuple(self._flows(name)), conf, self.state.plan_generation)
 
     async def _gather(self) -> None:
         """Let concurrent callers join the batch: wait while requests keep arriving (each
         within ``batch_quiet_s`` of the last), at most ``batch_window_s``."""
-        t_end = asyncio.get_running_loop().time() + self.batch_window_s
+        loop = asyncio.get_running_loop()
+        t_end = loop.time() + self.batch_window_s
         seen = -1
         while len(self._queue) != seen and len(self._queue) < self.max_batch:
             seen = len(self._queue)
-            left = t_end - asyncio.get_running_loop().time()
+            left = t_end - loop.time()
             if left <= 0:
                 return
             await asyncio.sleep(min(self.batch_quiet_s, left))
@@ -185,17 +261,30 @@ class FabricService:
     async def _batches(self) -> None:
         while self._queue:
             await self._gather()
-            batch, self._queue = self._queue[:self.max_batch], self._queue[self.max_batch:]
+            kind = self._queue[0].kind
+            batch = [p for p in self._queue if p.kind == kind][:self.max_batch]
+            taken = {id(p) for p in batch}
+            self._queue = [p for p in self._queue if id(p) not in taken]
             try:
-                await self._register_batch(batch)
+                if kind == "register":
+                    await self._register_batch(batch)
+                else:
+                    await self._unregister_batch(batch)
+            except (NotConfirmed, Unavailable, NotFound) as exc:
+                LOG.warning("[northbound] %s: %s", kind, exc)
+                self._fail(batch, exc)
             except Exception as exc:  # noqa: BLE001 - every caller gets an answer
-                LOG.exception("[northbound] registration batch failed")
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(Unavailable(f"registration failed: {exc}"))
+                LOG.exception("[northbound] %s batch failed", kind)
+                self._fail(batch, Unavailable(f"{kind} failed: {exc}"))
+
+    @staticmethod
+    def _fail(batch: list[_Pending], exc: Exception) -> None:
+        for p in batch:
+            if not p.future.done():
+                p.future.set_exception(exc)
 
     async def _register_batch(self, batch: list[_Pending]) -> None:
-        for attempt in range(3):
+        async def attempt() -> None:
             st = self.state
             ok: list[tuple[_Pending, Collective]] = []
             policy = st.effective_policy
@@ -203,6 +292,7 @@ class FabricService:
             for p in batch:
                 if p.future.done():
                     continue
+                assert isinstance(p.req, CollectiveRequest)
                 try:
                     coll = collective_from_request(p.req, st.fabric, policy, pinned)
                 except FieldError as exc:
@@ -224,125 +314,93 @@ class FabricService:
                 for p, _ in ok:
                     p.future.set_exception(FieldError("ranks", str(exc)))
                 return
-            entries = tuple(Registered(c, p.req.job, p.req.expected_bytes, p.t0) for p, c in ok)
-            if self.cluster is not None:
-                if await self._register_in_cluster(ok, entries, placement, st, attempt):
-                    return
-                continue
-            ev = CollectivesRegistered(entries, placement)
-            prop = await self.controller.propose(_expecting(st.generation, ev))
-            if not prop.ok and prop.error == _MOVED_ON and attempt < 2:
-                continue
+            entries = tuple(Registered(c, p.req.job, p.req.expected_bytes, p.t0)  # type: ignore[union-attr]
+                            for p, c in ok)
+            names = [c.name for _, c in ok]
+            what = f"registering {', '.join(names)}"
+            try:
+                res = await self._propose(st, IntentUpdate(register=entries, placement=placement),
+                                          switches_of(placement, names), what)
+            except (PlanInvariantError, ValueError) as exc:
+                raise Unavailable(f"the plan with {', '.join(names)} is invalid: {exc}") from None
+            except _Refused as exc:
+                raise Unavailable(f"the plan with {', '.join(names)} was not applied: "
+                                  f"{exc}") from None
             self.batches += 1
-            self._answer(ok, prop)
-            return
-
-    async def _register_in_cluster(self, ok: list[tuple[_Pending, Collective]],
-                                   entries: tuple[Registered, ...],
-                                   placement: Mapping[FlowDemand, Path], st: RuntimeState,
-                                   attempt: int) -> bool:
-        """A batch through etcd (:mod:`controller.runtime.clusterservice`); False: the intent
-        moved on meanwhile, place the batch again."""
-        assert self.cluster is not None
-        cl = self.cluster
-        names = [c.name for _, c in ok]
-
-        def fail(exc: Exception) -> bool:
-            for p, _ in ok:
+            gen = self.state.intent_generation
+            for p, coll in ok:
+                conf = self._confirmation(res, p.t0, f"registering {coll.name}", gen,
+                                          switches_of(self.state.placement, [coll.name]))
+                reg = Registration(coll.name, tuple(self._flows(coll.name)), conf,
+                                   self.state.plan_generation)
+                self.controller.publish(
+                    "registered", f"collective {coll.name} registered: {len(reg.flows)} pinned "
+                    f"flow(s), {len(conf.switches_updated)} switch(es) updated, "
+                    f"{'in force' if conf.in_force else 'pending'}", collective=coll.name)
+                LOG.info("[fabric %s] northbound: registered %s (%s) with %d flows; %s in "
+                         "%.1f ms", st.fabric.name, coll.name, " ".join(coll.ranks),
+                         len(reg.flows), "in force" if conf.in_force
+                         else f"pending on {', '.join(conf.switches_pending)}", conf.apply_ms)
                 if not p.future.done():
-                    p.future.set_exception(exc)
-            return True
+                    p.future.set_result(reg)
 
-        try:
-            gen = await clusterservice.commit_registrations(cl, st, entries, placement)
-        except StaleGeneration as exc:
-            if attempt >= 2:
-                return fail(NotConfirmed("the cluster's intent kept changing while the "
-                                         "registration was placed; retry"))
-            await cl.wait_generation(exc.actual, cl.opts.confirm_timeout_s)
-            return False
-        except (PlanInvariantError, ValueError) as exc:
-            return fail(Unavailable(f"the plan with {', '.join(names)} is invalid: {exc}"))
-        except NotConfirmed as exc:
-            return fail(exc)
-        self.batches += 1
-        try:
-            confirmed, now = await clusterservice.wait_in_force(
-                cl, gen, clusterservice.switches_of(placement, names),
-                f"registering {', '.join(names)}")
-        except NotConfirmed as exc:
-            LOG.warning("[fabric %s] northbound: %s", st.fabric.name, exc)
-            return fail(exc)
-        for p, coll in ok:
-            reg = clusterservice.registration_reply(self, coll, confirmed, now, p.t0)
-            self.controller.publish("registered", f"collective {coll.name} registered: "
-                                    f"{len(reg.flows)} pinned flow(s), intent generation "
-                                    f"{gen}, in force", collective=coll.name)
-            LOG.info("[fabric %s] northbound: registered %s (%s) with %d flows; intent "
-                     "generation %d in force in %.1f ms", st.fabric.name, coll.name,
-                     " ".join(coll.ranks), len(reg.flows), gen, reg.confirmation.apply_ms)
-            if not p.future.done():
-                p.future.set_result(reg)
-        return True
+        await self._retrying(attempt, "registering")
 
-    def _answer(self, ok: list[tuple[_Pending, Collective]], prop: Proposal) -> None:
+    async def _unregister_batch(self, batch: list[_Pending]) -> None:
+        async def attempt() -> None:
+            st = self.state
+            names: list[str] = []
+            for p in batch:
+                if p.future.done():
+                    continue
+                name = str(p.req)
+                if name not in st.registered:
+                    p.future.set_exception(NotFound(f"no registered collective {name[:64]!r}"))
+                elif name not in names:
+                    names.append(name)
+            if not names:
+                return
+            gone = set(names)
+            on = switches_of(st.placement, gone)
+            placement = {d: p for d, p in st.placement.items() if d.collective not in gone}
+            what = f"unregistering {', '.join(names)}"
+            try:
+                res = await self._propose(st, IntentUpdate(unregister=frozenset(gone),
+                                                           placement=placement), on, what)
+            except (PlanInvariantError, ValueError, _Refused) as exc:
+                raise Unavailable(f"{what} failed: {exc}") from None
+            gen = self.state.intent_generation
+            for p in batch:
+                name = str(p.req)
+                if p.future.done() or name not in gone:
+                    continue
+                conf = self._confirmation(res, p.t0, f"unregistering {name}", gen,
+                                          switches_of(st.placement, [name]))
+                self.controller.publish("unregistered", f"collective {name} unregistered",
+                                        collective=name)
+                LOG.info("[fabric %s] northbound: unregistered %s", st.fabric.name, name)
+                p.future.set_result((conf, self.state.plan_generation))
+
+        await self._retrying(attempt, "unregistering")
+
+    def _confirmation(self, res: InForce, t0: float, what: str, generation: int,
+                      on: Collection[str] | None = None) -> Confirmation:
+        """The confirmation of one request from what its batch's wait saw (``on``: the
+        switches that request concerns). Raises NotConfirmed when the wait timed out with
+        switches pending (the change is in the intent and goes in force when they answer)."""
+        want = set(res.confirmed) | set(res.pending) if on is None else set(on)
+        pending = tuple(sorted(want & set(res.pending)))
+        if pending and res.timed_out:
+            raise NotConfirmed(
+                f"{what} is in the cluster's intent (generation {generation}) but the masters of "
+                f"{', '.join(pending)} did not confirm within {self.store.confirm_timeout_s:g} s "
+                "(no live master during a failover?); it goes in force when they answer; the "
+                "same request again waits again")
+        updated = tuple(sorted(want & set(res.confirmed)))
         now = self.wall()
-        st = self.state
-        res = prop.result
-        for p, coll in ok:
-            if not prop.ok:
-                p.future.set_exception(Unavailable(
-                    f"the plan with {coll.name} was not applied: {prop.error}"))
-                continue
-            flows = tuple(self._flows(coll.name))
-            on = {n for f in flows for n in f.path[1:-1]}
-            pending = sorted(on & set(res.pending if res else ())) + sorted(
-                on - st.writable() - set(res.pending if res else ()))
-            updated = sorted(on & set(res.confirmed if res else ()))
-            conf = (Confirmation(True, now, (now - p.t0) * 1e3, tuple(updated), ())
-                    if not pending else Confirmation(False, 0.0, 0.0, tuple(updated),
-                                                     tuple(pending)))
-            reg = Registration(coll.name, flows, conf, st.plan_generation)
-            self.controller.publish(
-                "registered", f"collective {coll.name} registered: {len(flows)} pinned flow(s), "
-                f"{len(updated)} switch(es) updated, {'in force' if conf.in_force else 'pending'}",
-                collective=coll.name)
-            LOG.info("[fabric %s] northbound: registered %s (%s) with %d flows; %s in %.1f ms",
-                     st.fabric.name, coll.name, " ".join(coll.ranks), len(flows),
-                     "in force" if conf.in_force else f"pending on {', '.join(pending)}",
-                     conf.apply_ms)
-            p.future.set_result(reg)
-
-    async def unregister(self, name: str) -> tuple[Confirmation, int]:
-        t0 = self.wall()
-        st = self.state
-        if any(c.name == name for c in st.policy.policy.collectives):
-            raise Unavailable(f"collective {name!r} is declared by the policy file, not "
-                              "registered; change the policy instead")
-        if name not in st.registered:
-            raise NotFound(f"no registered collective {name[:64]!r}")
-        if self.cluster is not None:
-            conf, gen = await clusterservice.unregister(self.cluster, self, name)
-            self.controller.publish("unregistered", f"collective {name} unregistered",
-                                    collective=name)
-            LOG.info("[fabric %s] northbound: unregistered %s", st.fabric.name, name)
-            return conf, gen
-        on = {n for d, p in st.placement.items() if d.collective == name for n in p[1:-1]}
-        prop = await self.controller.propose(lambda s: CollectiveUnregistered(name))
-        if not prop.ok:
-            if name not in self.state.registered:
-                raise NotFound(f"no registered collective {name[:64]!r}")
-            raise Unavailable(f"unregistering {name} failed: {prop.error}")
-        res = prop.result
-        pending = tuple(sorted(on & set(res.pending if res else ())))
-        now = self.wall()
-        conf = Confirmation(not pending, now if not pending else 0.0,
-                            (now - t0) * 1e3 if not pending else 0.0,
-                            tuple(sorted(on & set(res.confirmed if res else ()))), pending)
-        self.controller.publish("unregistered", f"collective {name} unregistered",
-                                collective=name)
-        LOG.info("[fabric %s] northbound: unregistered %s", st.fabric.name, name)
-        return conf, self.state.plan_generation
+        if pending:
+            return Confirmation(False, 0.0, 0.0, updated, pending)
+        return Confirmation(True, now, (now - t0) * 1e3, updated, ())
 
     # -- reading ------------------------------------------------------------------------------------
     def _flows(self, collective: str = "") -> list[FlowInfo]:
@@ -423,107 +481,86 @@ class FabricService:
             bus.unsubscribe(sub)
 
     # -- policy ---------------------------------------------------------------------------------------
+    def _validate(self, document: str, source_name: str) -> Policy:
+        """The policy of ``document`` checked for this fabric and its targets (off the loop).
+        Raises ConfigError."""
+        doc = parse_document(document, source_name)
+        return check_policy_for_targets(doc, self.state.fabric, self.policy_targets).policy
+
     async def apply_policy(self, document: str, source_name: str,
                            dry_run: bool) -> PolicyApplyResult:
-        st = self.state
-        cur = st.policy
+        loop = asyncio.get_running_loop()
         try:
-            policy = check_policy_for_targets(parse_document(document, source_name), st.fabric,
-                                              self.policy_targets).policy
+            policy = await loop.run_in_executor(self.controller.executor, self._validate,
+                                                document, source_name)
         except ConfigError as exc:
             return self._refused(exc.problems, dry_run, source_name)
-        problems = _registration_problems(policy, st, source_name)
+        except RecursionError:
+            return self._refused([_problem(source_name, "", "the document nests too deeply "
+                                           "to be parsed")], dry_run, source_name)
+        problems = _registration_problems(policy, self.state, source_name)
         if problems:
             return self._refused(problems, dry_run, source_name)
-        if self.cluster is not None and not dry_run:
-            return await self._apply_in_cluster(document, source_name, policy)
-        loop = asyncio.get_running_loop()
-        try:
-            placement = await loop.run_in_executor(
-                self.controller.executor, _replace_policy_placement, st, policy)
-        except ValueError as exc:
-            return self._refused([_problem(source_name, "collectives", str(exc))], dry_run,
-                                 source_name)
-        pif = PolicyInForce(policy, document, source_name, cur.generation + 1,
-                            digest_of(document), self.wall())
-        prop = await self.controller.propose(
-            _expecting(st.generation, PolicyApplied(pif, placement)), dry_run=dry_run)
-        diff = switch_diffs(prop.changes)
-        now_in = self.state.policy
-        if dry_run:
-            LOG.info("[fabric %s] policy %s (dry run): %s", st.fabric.name, source_name,
-                     _summary(diff))
-            return PolicyApplyResult(prop.ok, True, (), diff, now_in.generation, now_in.digest,
-                                     prop.error)
-        if not prop.ok:
-            LOG.error("[fabric %s] policy %s not applied, generation %d stays in force: %s",
-                      st.fabric.name, source_name, now_in.generation, prop.error)
-            self.controller.publish("apply-failed", f"policy {source_name} not applied, "
-                                    f"generation {now_in.generation} stays: {prop.error}",
-                                    switch=prop.result.failed_switch if prop.result else "")
-            return PolicyApplyResult(False, False, (), diff, now_in.generation, now_in.digest,
-                                     prop.error)
-        res = prop.result
-        now = self.wall()
-        pending = tuple(res.pending) if res else ()
-        conf = Confirmation(not pending, now if not pending else 0.0,
-                            (now - pif.applied_unix_s) * 1e3 if not pending else 0.0,
-                            tuple(res.confirmed) if res else (), pending)
-        LOG.info("[fabric %s] policy generation %d applied from %s (sha256 %s): %s",
-                 st.fabric.name, now_in.generation, source_name, now_in.digest, _summary(diff))
-        self.controller.publish("policy-applied", f"policy generation {now_in.generation} "
-                                f"(sha256 {now_in.digest[:12]}) from {source_name}: "
-                                f"{_summary(diff)}")
-        return PolicyApplyResult(True, False, (), diff, now_in.generation, now_in.digest, "",
-                                 conf)
+        diff: tuple[SwitchDiff, ...] = ()
 
-    async def _apply_in_cluster(self, document: str, source: str,
-                                policy: Policy) -> PolicyApplyResult:
-        """ApplyPolicy through etcd (:mod:`controller.runtime.clusterservice`)."""
-        assert self.cluster is not None
-        cl = self.cluster
-        loop = asyncio.get_running_loop()
-        err = "the cluster's intent kept changing; apply again"
-        for _attempt in range(3):
+        async def attempt() -> PolicyApplyResult:
+            nonlocal diff
             st = self.state
             cur = st.policy
             try:
                 placement = await loop.run_in_executor(
                     self.controller.executor, _replace_policy_placement, st, policy)
             except ValueError as exc:
-                return self._refused([_problem(source, "collectives", str(exc))], False, source)
-            pif = PolicyInForce(policy, document, source, cur.generation + 1,
+                return self._refused([_problem(source_name, "collectives", str(exc))], dry_run,
+                                     source_name)
+            pif = PolicyInForce(policy, document, source_name, st.intent_generation + 1,
                                 digest_of(document), self.wall())
+            update = IntentUpdate(policy=pif, placement=placement)
             try:
-                done = await clusterservice.apply_policy(cl, st, document, source, pif,
-                                                         placement)
-            except StaleGeneration as exc:
-                await cl.wait_generation(exc.actual, cl.opts.confirm_timeout_s)
-                continue
-            except (PlanInvariantError, ValueError, NotConfirmed) as exc:
-                err = str(exc)
-                break
-            diff = switch_diffs(done.changes)
+                preview = core.adopt(st, synced(st, update, st.intent_generation + 1,
+                                                pif.applied_unix_s), self.mono())
+            except (PlanInvariantError, ValueError) as exc:
+                return self._failed(source_name, dry_run, str(exc), ())
+            changes = core.plan_diff(st, preview)
+            diff = switch_diffs(changes)
+            if dry_run:
+                LOG.info("[fabric %s] policy %s (dry run): %s", st.fabric.name, source_name,
+                         _summary(diff))
+                return PolicyApplyResult(True, True, (), diff, cur.generation, cur.digest)
+            try:
+                res = await self._propose(st, update, set(changes), f"policy {source_name}")
+            except (_Refused, NotConfirmed, PlanInvariantError, ValueError) as exc:
+                return self._failed(source_name, False, str(exc), diff)
             now_in = self.state.policy
-            conf = Confirmation(not done.pending, done.in_force_unix_s,
-                                (done.in_force_unix_s - pif.applied_unix_s) * 1e3
-                                if not done.pending else 0.0, done.confirmed, done.pending)
-            LOG.info("[fabric %s] policy generation %d (intent generation %d) applied from %s "
-                     "(sha256 %s): %s%s", st.fabric.name, now_in.generation, done.generation,
-                     source, now_in.digest, _summary(diff),
-                     f"; not yet confirmed on {', '.join(done.pending)}" if done.pending
-                     else "")
+            now = self.wall()
+            conf = Confirmation(not res.pending, now if not res.pending else 0.0,
+                                (now - pif.applied_unix_s) * 1e3 if not res.pending else 0.0,
+                                res.confirmed, res.pending)
+            LOG.info("[fabric %s] policy generation %d applied from %s (sha256 %s): %s%s",
+                     st.fabric.name, now_in.generation, source_name, now_in.digest,
+                     _summary(diff), f"; not yet confirmed on {', '.join(res.pending)}"
+                     if res.pending else "")
             self.controller.publish("policy-applied", f"policy generation {now_in.generation} "
-                                    f"(sha256 {now_in.digest[:12]}) from {source}: "
+                                    f"(sha256 {now_in.digest[:12]}) from {source_name}: "
                                     f"{_summary(diff)}")
             return PolicyApplyResult(True, False, (), diff, now_in.generation, now_in.digest,
                                      "", conf)
+
+        try:
+            out: PolicyApplyResult = await self._retrying(attempt, f"policy {source_name}")
+        except NotConfirmed as exc:
+            return self._failed(source_name, dry_run, str(exc), diff)
+        return out
+
+    def _failed(self, source: str, dry_run: bool, error: str,
+                diff: tuple[SwitchDiff, ...]) -> PolicyApplyResult:
         cur = self.state.policy
-        LOG.error("[fabric %s] policy %s not applied, generation %d stays in force: %s",
-                  self.state.fabric.name, source, cur.generation, err)
-        self.controller.publish("apply-failed", f"policy {source} not applied, generation "
-                                f"{cur.generation} stays: {err}")
-        return PolicyApplyResult(False, False, (), (), cur.generation, cur.digest, err)
+        if not dry_run:
+            LOG.error("[fabric %s] policy %s not applied, generation %d stays in force: %s",
+                      self.state.fabric.name, source, cur.generation, error)
+            self.controller.publish("apply-failed", f"policy {source} not applied, generation "
+                                    f"{cur.generation} stays: {error}")
+        return PolicyApplyResult(False, dry_run, (), diff, cur.generation, cur.digest, error)
 
     def _refused(self, problems: Any, dry_run: bool, source: str) -> PolicyApplyResult:
         cur = self.state.policy
@@ -536,18 +573,6 @@ class FabricService:
                                     f"generation {cur.generation} stays in force")
         return PolicyApplyResult(False, dry_run, probs, (), cur.generation, cur.digest,
                                  "the policy has problems; nothing changed")
-
-
-_MOVED_ON = "the controller's state changed while the change was computed; retrying"
-
-
-def _expecting(generation: int, ev: Any) -> Callable[[RuntimeState], Any]:
-    """``ev`` if the state is still at ``generation`` (the placement was computed for it)."""
-    def make(state: RuntimeState) -> Any:
-        if state.generation != generation:
-            raise ValueError(_MOVED_ON)
-        return ev
-    return make
 
 
 def _place(fabric: Fabric, installed: Mapping[FlowDemand, Path], new: list[FlowDemand],
@@ -585,9 +610,7 @@ def _replace_policy_placement(st: RuntimeState, policy: Policy) -> dict[FlowDema
     return place_new_flows(st.fabric, keep, demands, new, down)
 
 
-def _problem(source: str, field: str, message: str) -> Any:
-    from controller.errors import ConfigProblem
-
+def _problem(source: str, field: str, message: str) -> ConfigProblem:
     return ConfigProblem(source, 0, 0, field, message)
 
 

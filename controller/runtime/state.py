@@ -18,14 +18,18 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from controller.drivers.southbound import SouthboundKind, SwitchFeatures
 from controller.model.topology import Fabric
+from controller.plan.model import FlowIntent, SwitchPlan
 from controller.policy.model import Collective, Policy
 from controller.runtime.liveness import LivenessMemory
 from controller.runtime.lldp import LldpMemory
+from controller.runtime.transaction import Transaction
 from controller.te.collectives import FlowDemand
+from controller.te.placement import Placement as TePlacement
+from controller.te.recovery import Move
 from controller.te.reroute import Hysteresis
 
 Path = tuple[str, ...]  # host, switch, ..., host
@@ -64,9 +68,29 @@ class Registered:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """A switch refused its part of a transaction aiming at ``target``: it is left out of
+    transactions towards that same target until ``until_s`` (monotonic s); ``wait_s`` doubles
+    with every refusal in a row (up to 60 s)."""
+
+    target: SwitchPlan | None
+    until_s: float
+    wait_s: float
+
+
+@dataclass(frozen=True)
 class SwitchSession:
     """A switch as the runtime sees it: its southbound, whether it is connected (``session``
-    numbers its connections), our role, what it said when it connected, and since when."""
+    numbers its connections), our role, what it said when it connected, and since when.
+
+    ``held``: what aifabric knows the switch holds of its own entries — read back when we
+    became its master, then updated by every write it acknowledged; None while unknown (not
+    master, a read-back on its way, a write whose outcome is unknown): nothing is written to a
+    switch whose holdings are unknown. ``reading``: a read-back is on its way.
+    ``role_request``: the number of the latest role request (only its answer counts).
+    ``refused``: its last refusal (backoff). ``reconciling``: what the last read-back found
+    (entries of ours, foreign entries, foreign groups) until the reconcile it started is
+    logged."""
 
     southbound: SouthboundKind = "openflow"
     connected: bool = False
@@ -74,6 +98,11 @@ class SwitchSession:
     role: RoleName = "none"
     features: SwitchFeatures | None = None
     connected_at_s: float = 0.0
+    held: SwitchPlan | None = None
+    reading: bool = False
+    role_request: int = 0
+    refused: Refused | None = None
+    reconciling: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,14 +153,79 @@ class RuntimeSettings:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A transaction a switch refused: the intent generation and plan generation it aimed at,
+    the switch, the entry it named (None: not known) and the error."""
+
+    intent_generation: int
+    plan_generation: int
+    switch: str
+    entry: FlowIntent | None
+    error: str
+
+
+@dataclass(frozen=True)
+class Reoptimisation:
+    """A re-optimisation being applied make-before-break (:mod:`controller.runtime.core`):
+    its moves in ``batches``, the next one to adopt (``index``), the placement after the last
+    batch (``final``) with its te form, and the generation the state must still be at for the
+    next batch to be adopted."""
+
+    batches: tuple[tuple[Move, ...], ...]
+    final: Mapping[FlowDemand, Path]
+    te: TePlacement | None
+    expected_generation: int
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class TeForm:
+    """The placement in force as a te placement (link ids, :func:`controller.runtime.
+    placement.te_placement`): a repair starts from it. Valid while ``placement`` is the state's
+    placement (the same object)."""
+
+    placement: Mapping[FlowDemand, Path]
+    te: TePlacement
+
+
+class PlanMemo:
+    """What is derived from one generation of a state, computed once: shared by the states
+    :meth:`RuntimeState.bump` did not separate, and used only while the plan's inputs are the
+    very objects it was computed from (``key``; a ``replace`` of an input recomputes). Owned by
+    the state value; never a module global (:func:`controller.runtime.intent.intended_plan`)."""
+
+    __slots__ = ("caps", "demands", "generation", "key", "plan", "routes")
+
+    def __init__(self, routes: tuple[Any, Any] | None = None) -> None:
+        self.generation = -1
+        self.key: tuple[Any, ...] = ()
+        self.caps: Any = None
+        self.plan: Any = None
+        self.demands: dict[FlowDemand, float] | None = None
+        #: (route inputs, route plan): carried over to the next generation, which reuses it
+        #: when its route inputs (ECMP hash settings, down links) are equal
+        self.routes = routes
+
+
+@dataclass(frozen=True)
 class RuntimeState:
     """Everything the controller decides from (module docstring).
 
     ``generation`` increases with every change of what the plan depends on (policy,
     registrations, placement, down links); a computation started for one generation is applied
     only if the state is still at it. ``plan_generation`` counts plans made current (exported).
-    ``timers``: when each periodic job is next due (s, monotonic). ``intent_generation``: in a
-    cluster, the generation of the intent in etcd this state holds (0 alone).
+    ``timers``: when each periodic job is next due (s, monotonic). ``intent_generation``: the
+    generation of the intent (etcd, or the in-memory store of a lone controller) this state
+    holds.
+
+    The write path (:mod:`controller.runtime.core`): ``txn`` is the transaction in flight
+    (None: none), ``next_txn`` the next one's number; ``converge`` the reason the switches must
+    be compared with the plan again once nothing is in flight ("" : nothing to do);
+    ``unsettled``: some switch did not take the last change (refused, or lost mid-way), so the
+    retry timer compares again; ``programmed``: the switches that held the plan at least
+    once (the start-up line "all N switches programmed"); ``last_refusal``: the last
+    transaction that a switch refused (intent generation, switch, error), for the service that
+    proposed it.
     """
 
     fabric: Fabric
@@ -150,6 +244,15 @@ class RuntimeState:
     plan_generation: int = 0
     timers: Mapping[str, float] = field(default_factory=dict)
     intent_generation: int = 0
+    txn: Transaction | None = None
+    next_txn: int = 1
+    converge: str = ""
+    unsettled: bool = False
+    programmed: frozenset[str] = frozenset()
+    last_refusal: Refusal | None = None
+    reopt: Reoptimisation | None = None
+    te_form: TeForm | None = None
+    memo: PlanMemo = field(default_factory=lambda: PlanMemo(), compare=False, repr=False)
 
     @property
     def down_links(self) -> DownLinks:
@@ -175,14 +278,24 @@ class RuntimeState:
     def connected(self) -> frozenset[str]:
         return frozenset(n for n, s in self.switches.items() if s.connected)
 
+    def holdings(self) -> dict[str, SwitchPlan]:
+        """What each switch whose holdings are known holds (our entries)."""
+        return {n: s.held for n, s in self.switches.items() if s.held is not None}
+
+    def known(self, switch: str) -> bool:
+        """We may write ``switch`` and know what it holds."""
+        s = self.switches.get(switch)
+        return s is not None and s.connected and s.role == "master" and s.held is not None
+
     def writable(self) -> frozenset[str]:
         """Connected switches we may write to (master, or the only controller)."""
         return frozenset(n for n, s in self.switches.items()
                          if s.connected and s.role == "master")
 
-    def bump(self, **changes: object) -> RuntimeState:
+    def bump(self, **changes: Any) -> RuntimeState:
         """``replace`` with ``generation`` + 1 (what the plan depends on changed)."""
-        return replace(self, generation=self.generation + 1, **changes)  # type: ignore[arg-type]
+        return replace(self, generation=self.generation + 1, memo=PlanMemo(self.memo.routes),
+                       **changes)
 
 
 def initial_state(fabric: Fabric, policy: PolicyInForce, settings: RuntimeSettings,
@@ -191,4 +304,5 @@ def initial_state(fabric: Fabric, policy: PolicyInForce, settings: RuntimeSettin
     """The state a controller starts from (no switch connected yet)."""
     sb = {s.name: (southbound or {}).get(s.name, "openflow") for s in fabric.switches}
     return RuntimeState(fabric, policy, settings, sb, placement=dict(placement or {}),
-                        switches={n: SwitchSession(k) for n, k in sb.items()})
+                        switches={n: SwitchSession(k) for n, k in sb.items()},
+                        intent_generation=1)

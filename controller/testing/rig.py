@@ -138,8 +138,7 @@ class Rig:
             calm = 0
             for _ in range(20000):
                 await asyncio.sleep(0.001)
-                busy = (self.executor.unfinished or self.ctl._tasks
-                        or self.ctl._converge_due is not None)
+                busy = self.executor.unfinished or self.ctl.busy
                 calm = 0 if busy else calm + 1
                 if calm >= rounds:
                     return

@@ -14,8 +14,11 @@ What it does per switch:
 * **read back** (:meth:`OpenFlowDriver.read_state`): flow statistics (1.3) or descriptions (1.5)
   for our cookie, and every group's description; decoded into intents and our group ids
   (:func:`~.encode.decode_state`). Foreign entries and groups are counted and never touched.
-* **apply**: one bundle (open, the messages of :func:`~.encode.encode_changes`, commit; flags
-  ATOMIC|ORDERED) and the commit reply is the switch's confirmation. A refused message comes back
+* **apply**: the change to a switch holding what the runtime says it holds, as one bundle (open,
+  the messages of :func:`~.encode.encode_changes`, commit; flags ATOMIC|ORDERED); the commit
+  reply is the switch's confirmation. The driver keeps no copy of what a switch holds: only the
+  group ids it allocated (rebuilt from every read-back) and the entries of ours a read-back
+  found stale (deleted by the next write). A refused message comes back
   as an error with its own xid (Open vSwitch sends the failing message's error, then fails the
   commit with ``OFPBFC_MSG_FAILED``): the :class:`~controller.drivers.southbound.ApplyError`
   names that entry, and nothing of the bundle is in force.
@@ -118,7 +121,6 @@ class _Session:
     session: int
     connected_at_s: float
     role: Role = "equal"
-    installed: SwitchPlan | None = None
     groups: encode.GroupIds = field(default_factory=encode.GroupIds)
     stale: tuple[Any, ...] = ()
     orphans: tuple[int, ...] = ()
@@ -203,11 +205,6 @@ class OpenFlowDriver:
         if s is None:
             raise NotConnected(switch, "not connected")
         return s
-
-    def installed(self, switch: str) -> SwitchPlan | None:
-        """What the driver last confirmed on ``switch`` (None: not read back yet)."""
-        s = self._sessions.get(switch)
-        return None if s is None else s.installed
 
     def tag(self, switch: str) -> str:
         s = self._sessions.get(switch)
@@ -363,8 +360,6 @@ class OpenFlowDriver:
             role = d.role_of(msg.role)
             if role != s.role:
                 s.role = role  # type: ignore[assignment]
-                if role == "backup":
-                    s.installed = None  # another master writes now: read back before writing
                 self._emit(RoleChanged(s.switch, s.role, "role status from the switch"))
 
     def _error(self, s: _Session, msg: Any) -> None:
@@ -424,29 +419,24 @@ class OpenFlowDriver:
             raise ApplyError(switch, f"read-back refused: {exc}") from None
         dec = encode.decode_state(switch, s.conn.dpid, d.flow_records(flows),
                                   d.group_records(groups), d)
-        s.installed, s.groups = dec.plan, dec.groups
-        s.stale, s.orphans = dec.stale, dec.orphan_groups
+        s.groups, s.stale, s.orphans = dec.groups, dec.stale, dec.orphan_groups
         return SwitchState(dec.plan, dec.foreign_flows, dec.foreign_groups)
 
-    async def apply(self, switch: str, changes: SwitchChanges, timeout_s: float) -> ApplyReceipt:
+    async def apply(self, switch: str, changes: SwitchChanges, held: SwitchPlan,
+                    timeout_s: float) -> ApplyReceipt:
         s = self.session(switch)
         if s.role == "backup":
             raise NotMaster(switch, f"we are backup of {switch}: no write sent")
         async with s.write_lock:
-            if s.installed is None:
-                await self.read_state(switch)
-            assert s.installed is not None
             try:
-                enc = encode.encode_changes(changes, s.installed, s.groups, s.dialect, s.stale,
+                enc = encode.encode_changes(changes, held, s.groups, s.dialect, s.stale,
                                             s.orphans)
             except encode.EncodeError as exc:
                 raise ApplyError(switch, str(exc)) from None
             except KeyError as exc:
                 raise ApplyError(switch, f"the change does not fit what the switch holds: "
                                          f"{exc.args[0]}") from None
-            after = changes.apply_to(s.installed)
             if not enc.messages:
-                s.installed = after
                 return ApplyReceipt(switch, {}, 0.0)
             t0 = time.perf_counter()
             bid = next(self._bundle_ids) & 0xFFFFFFFF
@@ -479,7 +469,6 @@ class OpenFlowDriver:
                     raise ApplyError(switch, why, entry_of.get(x)) from None
                 raise ApplyError(switch, str(exc)) from None
             except ApplyTimeout:
-                s.installed = None  # unknown until read back
                 for x in xids[1:-1]:
                     s.pending.pop(x, None)
                 raise
@@ -490,10 +479,9 @@ class OpenFlowDriver:
             if errs:
                 # an add refused while the commit went through (the bundle then lacked it):
                 # what the switch holds is unknown until read back
-                s.installed = None
                 x, why = errs[0]
-                raise ApplyError(switch, why, entry_of.get(x))
-            s.installed, s.groups, s.stale, s.orphans = after, enc.groups, (), ()
+                raise ApplyError(switch, why, entry_of.get(x), nothing_applied=False)
+            s.groups, s.stale, s.orphans = enc.groups, (), ()
             return ApplyReceipt(switch, dict(kinds), (time.perf_counter() - t0) * 1e3)
 
     async def packet_out(self, switch: str, port: int, data: bytes) -> None:
@@ -546,8 +534,6 @@ class OpenFlowDriver:
             raise RoleError(switch, f"role {role} with generation_id {token} refused: "
                                     f"{exc}") from None
         s.role = s.dialect.role_of(reply.role)  # type: ignore[assignment]
-        if s.role == "backup":
-            s.installed = None  # another master writes now: read back before writing
         LOG.info("%s role %s (generation_id %s)", label(self.names, s.conn.dpid), s.role, token)
         return s.role
 

@@ -20,12 +20,14 @@ clients (:class:`~.client.P4Switch`), on the runtime's asyncio loop.
   :class:`~controller.drivers.southbound.NotMaster` for the write.
 * **ownership**: aifabric owns the tables it writes (:data:`~.decode.OWNED_TABLES`); entries
   of other tables are neither read back as ours nor ever deleted (:mod:`.decode`).
-* **apply**: the new plan is encoded (:func:`~.encode.encode_switch`) and reconciled against
-  the entities the switch holds (:func:`~.reconcile.reconcile`): ordered WriteRequests, one per
-  phase (members, groups, entries, deletes). P4Runtime applies a batch update by update, so a
-  refused update leaves the switch half-changed: the driver then reads it back and writes the
-  previous plan again before raising :class:`~controller.drivers.southbound.ApplyError` naming
-  the refused entity, so nothing of the change stays in force.
+* **apply**: what the switch holds (as the runtime knows it) and what it should hold after the
+  change are encoded (:func:`~.encode.encode_switch`) and their difference written
+  (:func:`~.reconcile.reconcile`): ordered WriteRequests, one per phase (members, groups,
+  entries, deletes). P4Runtime applies a batch update by update, so a refused update may leave
+  the switch half-changed: :class:`~controller.drivers.southbound.ApplyError` then names the
+  refused entity with ``nothing_applied=False``, and the runtime reads the switch back and
+  writes it from there. The driver keeps no copy of what a switch holds: only the group ids
+  (rebuilt from every read-back).
 * **counters**: :meth:`P4RuntimeDriver.request_counters` reads the program's port, queue
   (with ECN marks and the queue-depth histogram) and pinned-entry counters
   (:mod:`.counters`) and reports them as one :class:`CounterSample`.
@@ -79,6 +81,7 @@ from controller.drivers.p4runtime.reconcile import reconcile
 from controller.drivers.southbound import (
     ApplyError,
     ApplyReceipt,
+    ApplyTimeout,
     CounterKind,
     EventSink,
     NotConnected,
@@ -151,8 +154,10 @@ class _Session:
     session: int = 0
     want: Role = "equal"
     highest_seen: int = 0
-    installed: SwitchPlan | None = None
-    current: SwitchEntities | None = None
+    #: what the last read-back found beyond (extra) and short of (missing) the canonical
+    #: encoding of the plan it decoded to; folded into the next write, then forgotten
+    extra: SwitchEntities | None = None
+    missing: SwitchEntities | None = None
     group_ids: dict[tuple[int, ...], int] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -290,8 +295,6 @@ class P4RuntimeDriver:
         def cb(role: str, reason: str) -> None:
             if s.session != session:
                 return
-            if role == "backup":
-                s.installed = s.current = None  # read back before any later write
             self._emit(RoleChanged(s.switch, "backup" if role == "backup" else "master",
                                    reason))
         return cb
@@ -313,7 +316,7 @@ class P4RuntimeDriver:
                 LOG.warning("[%s] %s; retrying in %g s", s.switch, exc, self.reconnect_s)
                 await asyncio.sleep(self.reconnect_s)
                 continue
-            s.client, s.session, s.installed, s.current = client, session, None, None
+            s.client, s.session = client, session
             s.connected.set()
             ports = self.ports.get(s.switch)
             feats = SwitchFeatures("p4runtime", s.dpid, "P4Runtime 1.3", s.address,
@@ -362,7 +365,12 @@ class P4RuntimeDriver:
             raise ApplyError(switch, f"read-back failed: {exc}") from None
         ours = owned(ents)
         dec = decode_entities(ours)
-        s.current, s.installed, s.group_ids = ours, dec.plan, dict(dec.group_ids)
+        s.group_ids = dict(dec.group_ids)
+        try:
+            canon = self._encode(s, dec.plan, s.group_ids)
+            s.extra, s.missing = _minus(ours, canon), _minus(canon, ours)
+        except (EncodeError, KeyError):
+            s.extra, s.missing = ours, None
         foreign = ents.count - ours.count - len(ents.multicast)
         return SwitchState(dec.plan, foreign, 0)
 
@@ -391,22 +399,22 @@ class P4RuntimeDriver:
             raise NotMaster(s.switch, f"another client is primary of {s.switch} (we hold "
                                       f"election_id {s.election_id}): no write sent")
 
-    async def apply(self, switch: str, changes: SwitchChanges, timeout_s: float) -> ApplyReceipt:
+    async def apply(self, switch: str, changes: SwitchChanges, held: SwitchPlan,
+                    timeout_s: float) -> ApplyReceipt:
         s = self._session(switch)
         self._writable(s)
         async with s.write_lock:
-            if s.installed is None or s.current is None:
-                await self.read_state(switch)
-            assert s.installed is not None and s.current is not None and s.client is not None
+            assert s.client is not None
             try:
-                after = changes.apply_to(s.installed)
+                after = changes.apply_to(held)
                 ids = self._allocate(s, after)
                 want = self._encode(s, after, ids)
+                have = _plus(_minus(self._encode(s, held, s.group_ids), s.missing), s.extra)
             except (EncodeError, KeyError) as exc:
                 raise ApplyError(switch, str(exc)) from None
-            rec = reconcile(want, s.current)
+            rec = reconcile(want, have)
             if rec.empty:
-                s.installed, s.group_ids = after, ids
+                s.group_ids, s.extra, s.missing = ids, None, None
                 return ApplyReceipt(switch, {}, 0.0)
             loop = asyncio.get_running_loop()
             t0 = loop.time()
@@ -414,39 +422,24 @@ class P4RuntimeDriver:
             try:
                 await asyncio.wait_for(s.client.write_phases(rec), timeout_s)
             except NotPrimaryError as exc:
-                s.installed = s.current = None
                 raise NotMaster(switch, f"demoted while writing: {exc}") from None
             except WriteError as exc:
-                await self._restore(s)
                 failed = exc.failures[0] if exc.failures else None
                 entry = _intent_for(after, failed.update.entity if failed else None)
                 more = f" (and {len(exc.failures) - 1} more)" if len(exc.failures) > 1 else ""
                 raise ApplyError(switch, f"{failed.code}: {failed.message}{more}" if failed
-                                 else str(exc), entry) from None
-            except (P4SwitchError, TimeoutError) as exc:
-                s.installed = s.current = None
-                raise ApplyError(switch, f"write failed: {exc}") from None
+                                 else str(exc), entry, nothing_applied=False) from None
+            except TimeoutError:
+                raise ApplyTimeout(switch, f"no answer to the write within {timeout_s:g} s") \
+                    from None
+            except P4SwitchError as exc:
+                raise ApplyError(switch, f"write failed: {exc}", nothing_applied=False) from None
             n_req = s.client.requests - before
             counts = {"p4-update": rec.count, "p4-write": n_req}
             for k, v in counts.items():
                 self._sent[(switch, k)] += v
-            s.current, s.installed, s.group_ids = want, after, ids
+            s.group_ids, s.extra, s.missing = ids, None, None
             return ApplyReceipt(switch, counts, (loop.time() - t0) * 1e3)
-
-    async def _restore(self, s: _Session) -> None:
-        """After a refused batch: read back and write the last confirmed plan again."""
-        assert s.client is not None and s.installed is not None
-        try:
-            now = owned(await s.client.read_state())
-            want = self._encode(s, s.installed, s.group_ids)
-            rec = reconcile(want, now)
-            if not rec.empty:
-                await s.client.write_phases(rec)
-            s.current = want
-        except (P4SwitchError, EncodeError) as exc:
-            LOG.error("[%s] could not restore the previous entries after a refused write: %s",
-                      s.switch, exc)
-            s.installed = s.current = None
 
     async def packet_out(self, switch: str, port: int, data: bytes) -> None:
         s = self._session(switch)
@@ -519,6 +512,21 @@ class P4RuntimeDriver:
         LOG.warning("[%s] P4Runtime backup: another client is primary (we hold election_id "
                     "%d); no write will be sent", switch, eid)
         return "backup"
+
+
+def _minus(a: SwitchEntities, b: SwitchEntities | None) -> SwitchEntities:
+    """The entities of ``a`` not in ``b`` (equal keys and values)."""
+    if b is None:
+        return a
+    return SwitchEntities(a.switch, a.device_id, a.entries - b.entries, a.members - b.members,
+                          a.groups - b.groups, a.multicast - b.multicast)
+
+
+def _plus(a: SwitchEntities, b: SwitchEntities | None) -> SwitchEntities:
+    if b is None:
+        return a
+    return SwitchEntities(a.switch, a.device_id, a.entries | b.entries, a.members | b.members,
+                          a.groups | b.groups, a.multicast | b.multicast)
 
 
 def target_blob(target: P4Target) -> Any:
