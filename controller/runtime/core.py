@@ -45,7 +45,6 @@ After every event, :func:`controller.runtime.writes.drive` starts what is due.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import assert_never
 
@@ -92,7 +91,6 @@ from controller.runtime.intent import intended_plan, plan_tables, switch_capacit
 from controller.runtime.placement import PlacementDecision
 from controller.runtime.rebalance import RebalanceOutcome
 from controller.runtime.state import RebalanceMemory, RuntimeState, SwitchSession, TeForm
-from controller.te.collectives import FlowDemand
 
 
 @dataclass(frozen=True)
@@ -466,27 +464,11 @@ def _placement(state: RuntimeState, ev: PlacementReady, now_s: float,
         fx.append(Log("info", "", f"{what}: {dec.describe()}"))
         if dec.te is not None:
             new = replace(new, te_form=TeForm(new.placement, dec.te))
-    fx += _repins(state.placement, new.placement, why)
+    fx += writes.repins(state.placement, new.placement, why)
     fx.append(TelemetryPaths(new.placement))
     if ev.kind == "repair":
         fx.append(Compute("reoptimise", new.generation))
     return _changed(state, new, ev.kind, fx)
-
-
-def _repins(before: Mapping[FlowDemand, tuple[str, ...]],
-            after: Mapping[FlowDemand, tuple[str, ...]], why: str) -> list[Effect]:
-    """A ``repin`` event for every flow of ``before`` whose path is now different."""
-    out: list[Effect] = []
-    for d, old in sorted(before.items()):
-        new = after.get(d)
-        if new is None or new == old:
-            continue
-        k = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), 2)
-        out.append(Publish("repin", f"{d.label} moved from {' '.join(old)} to {' '.join(new)} "
-                                    f"({why})",
-                           (("switch", old[max(k - 1, 1)]), ("collective", d.collective),
-                            ("flow", d.label), ("old_path", old), ("new_path", new))))
-    return out
 
 
 def _hot_lines(state: RuntimeState, out: RebalanceOutcome) -> list[Effect]:

@@ -344,6 +344,7 @@ def _next_batch(state: RuntimeState, fx: list[Effect]) -> RuntimeState:
         fx.append(Publish("replan-failed", f"recomputation failed, the installed plan stays: "
                                            f"{exc}"))
         return replace(state, reopt=None)
+    fx += repins(state.placement, new.placement, "re-optimisation")
     fx.append(TelemetryPaths(new.placement))
     if last and r.te is not None:
         new = replace(new, te_form=TeForm(new.placement, r.te))
@@ -351,5 +352,21 @@ def _next_batch(state: RuntimeState, fx: list[Effect]) -> RuntimeState:
         r, index=r.index + 1, expected_generation=new.generation))
 
 
+def repins(before: Mapping[FlowDemand, tuple[str, ...]],
+            after: Mapping[FlowDemand, tuple[str, ...]], why: str) -> list[Effect]:
+    """A ``repin`` event for every flow of ``before`` whose path is now different."""
+    out: list[Effect] = []
+    for d, old in sorted(before.items()):
+        new = after.get(d)
+        if new is None or new == old:
+            continue
+        k = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), 2)
+        out.append(Publish("repin", f"{d.label} moved from {' '.join(old)} to {' '.join(new)} "
+                                    f"({why})",
+                           (("switch", old[max(k - 1, 1)]), ("collective", d.collective),
+                            ("flow", d.label), ("old_path", old), ("new_path", new))))
+    return out
+
+
 __all__ = ["answered", "begin_reoptimisation", "drive", "finish", "forget",
-           "programmed", "read_back", "read_back_done", "target_of"]
+           "programmed", "read_back", "read_back_done", "repins", "target_of"]
