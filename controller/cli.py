@@ -744,6 +744,32 @@ def lab() -> None:
     """Reproducible Mininet experiments (needs root, Open vSwitch and Mininet)."""
 
 
+@lab.command("list")
+def lab_list() -> None:
+    """The experiments shipped with aifabric (name, kind, topology, what it shows) and where
+    their files are: give a path to ``aifabric lab run`` or ``lab check``."""
+    from controller.resources import experiments_dir
+    from controller.yamlsrc import load_document
+    from mininet_labs.lab.kinds import DEFAULT_KIND
+
+    root = experiments_dir()
+    t = Table("experiment", "kind", "topology", "description",
+              title=f"experiments in {root}")
+    found = sorted(root.glob("*.yaml"))
+    for f in found:
+        try:
+            data = load_document(f).data
+        except ConfigError as exc:
+            _report(exc)
+            sys.exit(EXIT_INVALID)
+        t.add_row(f.name, str(data.get("kind", DEFAULT_KIND)),
+                  Path(str(data.get("topology", "-"))).name, str(data.get("description", "")))
+    if not found:
+        err_console.print(f"no experiment in {root}", markup=False)
+        sys.exit(EXIT_FAILED)
+    console.print(t)
+
+
 @lab.command("run")
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,

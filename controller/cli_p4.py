@@ -85,6 +85,34 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+@p4.command("pipeline")
+@click.option("--target", "target_name", default="bmv2", show_default=True,
+              type=click.Choice(["bmv2", "tofino"]))
+def pipeline(target_name: str) -> None:
+    """Where the P4 program of TARGET, its P4Info and its device configuration are (shipped
+    with aifabric), with their sizes and SHA-256; exit 1 naming a missing file."""
+    import hashlib
+
+    from controller.drivers.p4runtime.pipeline import BMV2_JSON, TARGETS
+
+    target = TARGETS[target_name]
+    files = [("source", target.source), ("P4Info", target.p4info)]
+    if target.name == "bmv2":
+        files.append(("device config (BMv2 JSON)", BMV2_JSON))
+    missing = False
+    for what, path in files:
+        if not path.is_file():
+            click.echo(f"{what}: {path}: missing", err=True)
+            missing = True
+            continue
+        data = path.read_bytes()
+        click.echo(f"{what}: {path} ({len(data)} bytes, sha256 "
+                   f"{hashlib.sha256(data).hexdigest()[:16]})")
+    if target.name == "tofino":
+        click.echo("device config: bf-p4c's output, given with --tofino-build (not shipped)")
+    sys.exit(1 if missing else 0)
+
+
 @p4.command("controller")
 @click.option("-t", "--topology", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-p", "--policy", "policy_file", required=True,
