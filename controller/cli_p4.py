@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -139,15 +140,13 @@ def controller(topology: str, policy_file: str, targets: str, election_id: int,
                target_name: str, tofino_build: str | None, log_level: str, listen: str,
                certs: str | None, insecure: bool) -> None:
     """Deprecated: ``aifabric controller --p4-targets FILE`` (exit 0; 1 failed; 2 invalid)."""
-    from controller.runtime.channels import SecurityOptions
     from controller.runtime.p4process import run_p4_controller
 
-    host, _, port = listen.rpartition(":")
     click.echo("aifabric p4 controller is deprecated; running aifabric controller "
                f"--p4-targets {targets}", err=True)
+    keys: dict[str, Any] = {"openflow.listen": listen, "log.level": log_level,
+                            "tls.insecure": insecure}
+    if certs:
+        keys["tls.certs_dir"] = certs
     sys.exit(run_p4_controller(topology, policy_file, targets, election_id, target_name,
-                               tofino_build, listen_host=host or "127.0.0.1",
-                               listen_port=int(port) if port.isdigit() else 6653,
-                               log_level=log_level,
-                               security=(SecurityOptions.from_dir(certs, insecure=insecure)
-                                         if certs else SecurityOptions(insecure=insecure))))
+                               tofino_build, **keys))
