@@ -598,6 +598,7 @@ def _register_plugins() -> None:
     """Command groups that live in their own modules (imported lazily by click on use)."""
     from controller.cli_certs import certs
     from controller.cli_config import config
+    from controller.cli_doctor import doctor
     from controller.cli_ina import ina
     from controller.cli_p4 import p4
     from controller.cli_policy import policy
@@ -606,6 +607,7 @@ def _register_plugins() -> None:
     main.add_command(ina)
     main.add_command(certs)
     main.add_command(config)
+    main.add_command(doctor)
     policy.add_command(policy_apply)
     main.add_command(policy)
 
