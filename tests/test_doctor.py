@@ -33,7 +33,7 @@ from controller.runtime.doctor import (
     check_switches,
     run_checks,
 )
-from controller.security.certs import init_dev_pki
+from controller.security.certs import init_dev_pki, load_certificate
 from mininet_labs.lab.processes import free_port
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 
@@ -107,7 +107,8 @@ def test_certificates_expiring_within_30_days(tmp_path):
     init_dev_pki(short, days=40)
     cfg = _cfg(tls={"certs_dir": str(short)})
     assert [c.status for c in check_certificates(cfg, NOW)] == ["PASS"]
-    later = check_certificates(cfg, NOW + dt.timedelta(days=15))
+    end = load_certificate(short / "controller.crt").not_valid_after_utc
+    later = check_certificates(cfg, end - dt.timedelta(days=24, hours=12))
     assert later and all(c.status == "FAIL" and "expires in 24 day(s)" in c.detail
                          for c in later), [str(c) for c in later]
 
