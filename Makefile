@@ -13,7 +13,7 @@ EXPERIMENT   ?= mininet_labs/experiments/ecmp_vs_pinned.yaml
 OUT          ?= results/ecmp_vs_pinned
 PYTEST_ARGS  ?=
 
-.PHONY: all setup debs venv ovs demo test lint typecheck bench clean
+.PHONY: all setup debs venv ovs demo test lint typecheck bench dist clean
 
 all: test
 
@@ -85,5 +85,10 @@ typecheck: venv
 bench: venv
 	$(PY) bench/te_plan.py
 
+# The sdist and the wheel (P4 outputs, experiments, topologies and policies inside; version from
+# pyproject.toml). tests/test_install.py builds them the same way and runs the installed program.
+dist: venv
+	$(PY) -m build --no-isolation --outdir dist .
+
 clean:
-	rm -rf $(VENV) results .pytest_cache *.egg-info
+	rm -rf $(VENV) results .pytest_cache *.egg-info dist

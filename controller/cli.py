@@ -16,14 +16,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from controller.cli_config import resolve_or_exit, service_options
 from controller.cli_types import FiniteFloatRange
 from controller.errors import ConfigError, PlanInvariantError
 from controller.units import format_rate
 
 EXIT_FAILED = 1
 EXIT_INVALID = 2
-#: shortest --stats-interval (s): shorter polls every switch in a busy loop
-MIN_STATS_INTERVAL_S = 0.05
 err_console = Console(stderr=True, highlight=False)
 console = Console(highlight=False)
 
@@ -299,295 +298,21 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
 
 
 # -- controller --------------------------------------------------------------------------------
-_SECURITY_KEYS = ("certs", "cert", "key", "ca", "tokens", "mtls", "insecure", "etcd_ca",
-                  "etcd_cert", "etcd_key", "metrics_tls", "metrics_user",
-                  "metrics_password_file")
-_CLUSTER_KEYS = ("cluster_url", "replica", "lease_ttl_s", "keepalive_interval_s",
-                 "cluster_confirm_timeout_s", "failure_detector_ms", "heartbeat_interval_ms")
-
-
-def _security_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """TLS and authentication of every channel (``controller`` command)."""
-    path = click.Path(dir_okay=False)
-    opts = [
-        click.option("--certs", type=click.Path(file_okay=False), default=None,
-                     help="Directory of `aifabric certs init`: controller.crt/.key, ca.crt and "
-                          "tokens (the options below override single files)."),
-        click.option("--cert", type=path, default=None,
-                     help="The controller's certificate (PEM): OpenFlow listener, gRPC "
-                          "northbound, P4Runtime client."),
-        click.option("--key", type=path, default=None, help="Its private key (PEM)."),
-        click.option("--ca", type=path, default=None,
-                     help="CA of the peers' certificates: switches must present one signed by "
-                          "it (OpenFlow), it verifies P4Runtime switches, and with --mtls "
-                          "northbound clients."),
-        click.option("--tokens", type=path, default=None,
-                     help="Bearer token file (ROLE TOKEN [NAME] per line): read-only or "
-                          "operator per northbound call."),
-        click.option("--mtls", is_flag=True,
-                     help="Northbound clients must present a certificate signed by --ca."),
-        click.option("--insecure", is_flag=True,
-                     help="Allow plain text (and calls without a token) on every channel "
-                          "without TLS material; each is logged as INSECURE. For labs on "
-                          "loopback only."),
-        click.option("--etcd-ca", type=path, default=None,
-                     help="CA of the etcd members' certificates (TLS to etcd)."),
-        click.option("--etcd-cert", type=path, default=None,
-                     help="Client certificate for etcd's --client-cert-auth."),
-        click.option("--etcd-key", type=path, default=None, help="Its private key."),
-        click.option("--metrics-tls", is_flag=True,
-                     help="Serve the metrics over HTTPS with the controller's certificate."),
-        click.option("--metrics-user", default=None,
-                     help="Require HTTP basic auth on the metrics endpoint (this user)."),
-        click.option("--metrics-password-file", type=path, default=None,
-                     help="File holding the metrics password (at least 12 characters)."),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
-
-
-def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """High availability on etcd (``controller`` command)."""
-    opts = [
-        click.option("--cluster", "cluster_url", default=None, metavar="etcd://HOST:PORT[,...]",
-                     help="Run as one replica of a cluster whose state lives in etcd (needs "
-                          "--replica)."),
-        click.option("--replica", default=None,
-                     help="This replica's name, unique among the live replicas."),
-        click.option("--lease-ttl", "lease_ttl_s", type=click.IntRange(min=1, max=60),
-                     default=1, show_default=True,
-                     help="Mastership lease TTL, s (etcd grants at least ceil(1.5 x its "
-                          "--election-timeout)). A crashed replica's switches move after "
-                          "about TTL + 0.5 s."),
-        click.option("--keepalive-interval", "keepalive_interval_s",
-                     type=FiniteFloatRange(min=0.01, max=20.0), default=0.2, show_default=True,
-                     help="Seconds between lease keep-alives (at most TTL/3)."),
-        click.option("--failure-detector-ms", "failure_detector_ms",
-                     type=click.IntRange(min=0, max=60000), default=0, show_default=True,
-                     help="Heartbeat in etcd and revoke the lease of a replica whose heartbeat "
-                          "stopped while ours kept committing for this many ms: a crashed or "
-                          "paused master's switches move after about this long instead of "
-                          "TTL + 0.5 s (0: off; see README, high availability)."),
-        click.option("--heartbeat-interval-ms", "heartbeat_interval_ms",
-                     type=click.IntRange(min=10, max=30000), default=100, show_default=True,
-                     help="Milliseconds between heartbeats (at most half the detector's "
-                          "window)."),
-        click.option("--cluster-confirm-timeout", "cluster_confirm_timeout_s",
-                     type=FiniteFloatRange(min=0.1, max=3600.0), default=10.0,
-                     show_default=True,
-                     help="How long a northbound write waits for the masters of the switches "
-                          "it changes, then UNAVAILABLE (it stays in the cluster's intent)."),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
-
-
-def _security(more: dict[str, Any]) -> Any:
-    from controller.runtime.channels import SecurityOptions
-
-    v = {k: more.pop(k) for k in _SECURITY_KEYS}
-    certs = v.pop("certs")
-    if certs is not None:
-        return SecurityOptions.from_dir(certs, **v)
-    return SecurityOptions(**v)
-
-
-def _cluster(more: dict[str, Any], listen: str, grpc_listen: str | None) -> Any:
-    v = {k: more.pop(k) for k in _CLUSTER_KEYS}
-    url, replica = v["cluster_url"], v["replica"]
-    if (url is None) != (replica is None):
-        raise click.BadParameter("--cluster and --replica go together",
-                                 param_hint="--cluster/--replica")
-    if url is None:
-        return None
-    from controller.cluster.detector import DetectorSettings
-    from controller.cluster.etcd import ClusterURLError, parse_cluster_url
-    from controller.cluster.lease import LeaseSettings
-    from controller.runtime.cluster import ClusterOptions
-
-    try:
-        parse_cluster_url(url)
-        lease = LeaseSettings(ttl_s=v["lease_ttl_s"],
-                              keepalive_interval_s=v["keepalive_interval_s"],
-                              margin_s=min(0.1, v["lease_ttl_s"] - v["keepalive_interval_s"]
-                                           - 0.01))
-    except (ClusterURLError, ValueError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--cluster/--lease-ttl") from None
-    detector = None
-    if v["failure_detector_ms"]:
-        try:
-            detector = DetectorSettings.from_window_ms(v["failure_detector_ms"],
-                                                       v["heartbeat_interval_ms"])
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--failure-detector-ms") from None
-    adv = {"openflow": listen, **({"northbound": grpc_listen} if grpc_listen else {})}
-    return ClusterOptions(url, replica, lease=lease,
-                          confirm_timeout_s=v["cluster_confirm_timeout_s"], advertise=adv,
-                          detector=detector)
-
-
 @main.command("controller")
-@click.option("--topology", "-t", required=True, type=click.Path(dir_okay=False))
-@click.option("--policy", "-p", "policy_file", required=True, type=click.Path(dir_okay=False))
-@click.option("--listen", default="127.0.0.1:6653", show_default=True,
-              help="OpenFlow listen address HOST:PORT.")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-@click.option("--apply-qos", is_flag=True,
-              help="Also apply the policy's QoS (linux-htb queues, DSCP filters) to the Open "
-                   "vSwitch bridges reachable through --ovsdb.")
-@click.option("--ovsdb", default="unix:/var/run/openvswitch/db.sock", show_default=True,
-              help="OVSDB endpoint used by --apply-qos.")
-@click.option("--stats-interval", "stats_interval_s",
-              type=FiniteFloatRange(min=0.0, max=3600.0),
-              default=None, help="Seconds between port/flow statistics requests, 0 or 0.05..3600 "
-                                 "(default: off; 1.0 with --rebalance).")
-@click.option("--rebalance", is_flag=True,
-              help="Move pinned flows off links that measured background load makes hot.")
-@click.option("--rebalance-threshold", type=FiniteFloatRange(min=0.0, max=10.0, min_open=True),
-              default=0.9, show_default=True,
-              help="Act when (background + pinned demand) / capacity of a link exceeds this.")
-@click.option("--rebalance-margin", type=FiniteFloatRange(min=0.0, max=10.0), default=0.25,
-              show_default=True,
-              help="Move only if the maximum utilisation falls by at least this much (and count "
-                   "a link's background only above this fraction of its rate). Open vSwitch's "
-                   "userspace datapath reported pinned-entry bytes ~20% below its port counters "
-                   "for the same traffic in the lab, hence 0.25.")
-@click.option("--rebalance-hold", "rebalance_hold_s", type=FiniteFloatRange(min=0.0, max=86400.0),
-              default=5.0, show_default=True,
-              help="Seconds a moved flow stays on its new path before it may move again.")
-@click.option("--rebalance-queue-depth", "rebalance_standing_depth",
-              type=click.IntRange(min=0, max=1_000_000), default=8, show_default=True,
-              help="Queue depth (packets on BMv2, cells on Tofino) that counts as a standing "
-                   "queue: on switches that count queue depth (P4), a link whose packets found "
-                   "one for at least --rebalance-queued-fraction of them is congested at once "
-                   "(no second round of background needed); 0 = queue depth not used.")
-@click.option("--rebalance-queued-fraction", type=FiniteFloatRange(min=0.0, max=1.0,
-                                                                    min_open=True),
-              default=0.5, show_default=True,
-              help="Share of a link's packets that must find a standing queue (see "
-                   "--rebalance-queue-depth).")
-@click.option("--fast-failover", is_flag=True,
-              help="Protect pinned entries with OpenFlow fast-failover groups where a switch "
-                   "has another next hop towards the destination.")
-@click.option("--metrics-listen", default=None, metavar="HOST:PORT",
-              help="Serve Prometheus metrics at http://HOST:PORT/metrics (enables telemetry; "
-                   "statistics every --stats-interval, default 1 s).")
-@click.option("--grpc-listen", default=None, metavar="HOST:PORT",
-              help="Serve the northbound gRPC API (aifabric.v1.Northbound) on HOST:PORT "
-                   "(enables telemetry).")
-@click.option("--util-ceiling", type=FiniteFloatRange(min=0.0, max=10.0, min_open=True), default=0.8,
-              show_default=True,
-              help="Alert when a link's mean utilisation over --util-window exceeds this.")
-@click.option("--util-window", "util_window_s", type=FiniteFloatRange(min=0.0, max=86400.0,
-                                                                          min_open=True),
-              default=10.0, show_default=True, help="Seconds the mean utilisation is taken over.")
-@click.option("--util-peak", type=FiniteFloatRange(min=0.0, max=10.0, min_open=True), default=0.95,
-              show_default=True, help="Alert when one sampling interval exceeds this utilisation.")
-@click.option("--loss-threshold", type=FiniteFloatRange(min=0.0, max=1.0, min_open=True), default=0.01,
-              show_default=True,
-              help="Alert when a link direction loses more than this fraction of its frames.")
-@click.option("--microburst-threshold", type=FiniteFloatRange(min=0.0, max=10.0,
-                                                                         min_open=True),
-              default=0.95, show_default=True,
-              help="Utilisation of one sampling interval counted as a microburst.")
-@click.option("--p4-targets", type=click.Path(exists=True, dir_okay=False), default=None,
-              help='JSON {switch: "host:port"} naming the switches that speak P4Runtime and '
-                   "their gRPC addresses; the other switches speak OpenFlow.")
-@click.option("--p4-target", "p4_target", default="bmv2", show_default=True,
-              type=click.Choice(["bmv2", "tofino"]),
-              help="bmv2: fabric.p4 on simple_switch_grpc; tofino: fabric_tna.p4 (untested here)")
-@click.option("--tofino-build", type=click.Path(exists=True, file_okay=False), default=None,
-              help="bf-p4c output directory of fabric_tna.p4 (pipe/tofino.bin, pipe/context.json)")
-@click.option("--p4-liveness-interval", "p4_liveness_interval_s",
-              type=FiniteFloatRange(min=0.0, max=3600.0), default=0.25, show_default=True,
-              help="Seconds between LLDP liveness probes on every switch-switch port of the "
-                   "P4Runtime switches (P4Runtime has no port status); 0 = off.")
-@click.option("--p4-liveness-misses", type=click.IntRange(min=1, max=1000), default=3,
-              show_default=True,
-              help="A P4 port is down after this many intervals without a probe: detected "
-                   "within (misses + 1) x interval + 0.1 s.")
-@click.option("--p4-liveness-hold", "p4_liveness_hold_s",
-              type=FiniteFloatRange(min=0.0, max=86400.0, min_open=True), default=10.0,
-              show_default=True,
-              help="Seconds a P4 port taken down must hear probes without a gap before it is "
-                   "up again (a flapping link stays down).")
-@click.option("--election-id", "p4_election_id", default=10, show_default=True,
-              type=click.IntRange(min=1, max=2**128 - 1),
-              help="P4Runtime election id (the highest connected client is primary)")
-@click.option("--openflow-role", type=click.Choice(["equal", "master", "backup"]),
-              default="equal", show_default=True,
-              help="OpenFlow role to request (with --generation-id); equal: the only controller, "
-                   "no role request. A switch refuses a master/backup request whose "
-                   "generation-id is older than one it saw (high availability: issue 14).")
-@click.option("--generation-id", type=click.IntRange(min=0, max=2**64 - 1), default=None,
-              help="OpenFlow role request generation_id (the fencing token of --openflow-role).")
-@click.option("--hello-timeout", "hello_timeout_s", type=FiniteFloatRange(min=0.1, max=600.0),
-              default=5.0, show_default=True,
-              help="Seconds an OpenFlow connection may take to send its HELLO before it is "
-                   "closed.")
-@click.option("--handshake-timeout", "handshake_timeout_s",
-              type=FiniteFloatRange(min=0.1, max=600.0), default=10.0, show_default=True,
-              help="Seconds an OpenFlow switch may take to finish the handshake.")
-@click.option("--max-unfinished", type=click.IntRange(min=1, max=100000), default=64,
-              show_default=True,
-              help="OpenFlow connections that may be unfinished (no HELLO or handshake yet) at "
-                   "once; more are closed on accept.")
-@_security_options
-@_cluster_options
-def controller_cmd(topology: str, policy_file: str, listen: str, log_level: str,
-                   apply_qos: bool, ovsdb: str, stats_interval_s: float | None, rebalance: bool,
-                   rebalance_threshold: float, rebalance_margin: float, rebalance_hold_s: float,
-                   rebalance_standing_depth: int, rebalance_queued_fraction: float,
-                   fast_failover: bool, metrics_listen: str | None, grpc_listen: str | None,
-                   util_ceiling: float, util_window_s: float, util_peak: float,
-                   loss_threshold: float, microburst_threshold: float, **more: Any) -> None:
+@service_options
+@click.pass_context
+def controller_cmd(ctx: click.Context, config_file: str | None, **values: Any) -> None:
     """Run the controller (OpenFlow and P4Runtime switches) until SIGTERM/SIGINT; SIGHUP
-    re-reads and applies the policy file."""
+    re-reads and applies the policy file.
+
+    Its configuration is one typed object built from --config FILE, AIFABRIC_* environment
+    variables and these flags (each overrides one key; precedence flag > environment > file >
+    default): `aifabric config show` prints it with where each value came from. Exit 2 before
+    anything listens when it is invalid."""
     from controller.runtime.process import run_controller
-    from controller.te.reroute import Hysteresis
-    from controller.telemetry import AlertRules
 
-    host, port = _host_port("--listen", listen)
-    metrics = (_host_port("--metrics-listen", metrics_listen, allow_zero=True)
-               if metrics_listen else None)
-    grpc_at = _host_port("--grpc-listen", grpc_listen, allow_zero=True) if grpc_listen else None
-    if stats_interval_s is not None and 0 < stats_interval_s < MIN_STATS_INTERVAL_S:
-        raise click.BadParameter(
-            f"{stats_interval_s:g} s would poll every switch in a busy loop; use 0 (off) or "
-            f"{MIN_STATS_INTERVAL_S:g}..3600", param_hint="--stats-interval")
-    if more.get("generation_id") is not None and more.get("openflow_role") == "equal":
-        raise click.BadParameter("a generation-id goes with --openflow-role master or backup",
-                                 param_hint="--generation-id")
-    if rebalance and stats_interval_s is None:
-        stats_interval_s = 1.0
-    more["security"] = _security(more)
-    more["cluster"] = _cluster(more, listen, grpc_listen)
-    hysteresis = (Hysteresis(rebalance_threshold, rebalance_margin, rebalance_hold_s)
-                  if rebalance else None)
-    rules = AlertRules(utilisation_ceiling=util_ceiling, utilisation_peak=util_peak,
-                       window_s=util_window_s, loss_ratio=loss_threshold)
-    sys.exit(run_controller(topology, policy_file, host, port, log_level,
-                            apply_qos=apply_qos, ovsdb=ovsdb,
-                            stats_interval_s=stats_interval_s or None, rebalance=hysteresis,
-                            fast_failover=fast_failover, metrics_listen=metrics,
-                            grpc_listen=grpc_at, alert_rules=rules,
-                            microburst_threshold=microburst_threshold,
-                            standing_depth=rebalance_standing_depth or None,
-                            queued_fraction=rebalance_queued_fraction, **more))
-
-
-def _host_port(option: str, value: str, allow_zero: bool = False) -> tuple[str, int]:
-    """``HOST:PORT`` → (host, port); exits 2 naming ``option`` when malformed."""
-    host, sep, port = value.rpartition(":")
-    lo = 0 if allow_zero else 1
-    if not sep or not port.isdigit() or not host or not lo <= int(port) <= 65535:
-        err_console.print(f"{option}: expected HOST:PORT with PORT in {lo}..65535, got "
-                          f"{value!r}", markup=False)
-        sys.exit(EXIT_INVALID)
-    return host, int(port)
+    res = resolve_or_exit(ctx, config_file, values)
+    sys.exit(run_controller(res.config))
 
 
 # -- telemetry and the northbound API (a running controller) ----------------------------------
@@ -744,6 +469,32 @@ def lab() -> None:
     """Reproducible Mininet experiments (needs root, Open vSwitch and Mininet)."""
 
 
+@lab.command("list")
+def lab_list() -> None:
+    """The experiments shipped with aifabric (name, kind, topology, what it shows) and where
+    their files are: give a path to ``aifabric lab run`` or ``lab check``."""
+    from controller.resources import experiments_dir
+    from controller.yamlsrc import load_document
+    from mininet_labs.lab.kinds import DEFAULT_KIND
+
+    root = experiments_dir()
+    t = Table("experiment", "kind", "topology", "description",
+              title=f"experiments in {root}")
+    found = sorted(root.glob("*.yaml"))
+    for f in found:
+        try:
+            data = load_document(f).data
+        except ConfigError as exc:
+            _report(exc)
+            sys.exit(EXIT_INVALID)
+        t.add_row(f.name, str(data.get("kind", DEFAULT_KIND)),
+                  Path(str(data.get("topology", "-"))).name, str(data.get("description", "")))
+    if not found:
+        err_console.print(f"no experiment in {root}", markup=False)
+        sys.exit(EXIT_FAILED)
+    console.print(t)
+
+
 @lab.command("run")
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
@@ -846,6 +597,8 @@ def te_simulate(scenario: str, out_dir: str | None) -> None:
 def _register_plugins() -> None:
     """Command groups that live in their own modules (imported lazily by click on use)."""
     from controller.cli_certs import certs
+    from controller.cli_config import config
+    from controller.cli_doctor import doctor
     from controller.cli_ina import ina
     from controller.cli_p4 import p4
     from controller.cli_policy import policy
@@ -853,6 +606,8 @@ def _register_plugins() -> None:
     main.add_command(p4)
     main.add_command(ina)
     main.add_command(certs)
+    main.add_command(config)
+    main.add_command(doctor)
     policy.add_command(policy_apply)
     main.add_command(policy)
 

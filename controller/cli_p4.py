@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -85,6 +86,34 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+@p4.command("pipeline")
+@click.option("--target", "target_name", default="bmv2", show_default=True,
+              type=click.Choice(["bmv2", "tofino"]))
+def pipeline(target_name: str) -> None:
+    """Where the P4 program of TARGET, its P4Info and its device configuration are (shipped
+    with aifabric), with their sizes and SHA-256; exit 1 naming a missing file."""
+    import hashlib
+
+    from controller.drivers.p4runtime.pipeline import BMV2_JSON, TARGETS
+
+    target = TARGETS[target_name]
+    files = [("source", target.source), ("P4Info", target.p4info)]
+    if target.name == "bmv2":
+        files.append(("device config (BMv2 JSON)", BMV2_JSON))
+    missing = False
+    for what, path in files:
+        if not path.is_file():
+            click.echo(f"{what}: {path}: missing", err=True)
+            missing = True
+            continue
+        data = path.read_bytes()
+        click.echo(f"{what}: {path} ({len(data)} bytes, sha256 "
+                   f"{hashlib.sha256(data).hexdigest()[:16]})")
+    if target.name == "tofino":
+        click.echo("device config: bf-p4c's output, given with --tofino-build (not shipped)")
+    sys.exit(1 if missing else 0)
+
+
 @p4.command("controller")
 @click.option("-t", "--topology", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-p", "--policy", "policy_file", required=True,
@@ -111,15 +140,13 @@ def controller(topology: str, policy_file: str, targets: str, election_id: int,
                target_name: str, tofino_build: str | None, log_level: str, listen: str,
                certs: str | None, insecure: bool) -> None:
     """Deprecated: ``aifabric controller --p4-targets FILE`` (exit 0; 1 failed; 2 invalid)."""
-    from controller.runtime.channels import SecurityOptions
     from controller.runtime.p4process import run_p4_controller
 
-    host, _, port = listen.rpartition(":")
     click.echo("aifabric p4 controller is deprecated; running aifabric controller "
                f"--p4-targets {targets}", err=True)
+    keys: dict[str, Any] = {"openflow.listen": listen, "log.level": log_level,
+                            "tls.insecure": insecure}
+    if certs:
+        keys["tls.certs_dir"] = certs
     sys.exit(run_p4_controller(topology, policy_file, targets, election_id, target_name,
-                               tofino_build, listen_host=host or "127.0.0.1",
-                               listen_port=int(port) if port.isdigit() else 6653,
-                               log_level=log_level,
-                               security=(SecurityOptions.from_dir(certs, insecure=insecure)
-                                         if certs else SecurityOptions(insecure=insecure))))
+                               tofino_build, **keys))

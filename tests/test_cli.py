@@ -43,14 +43,14 @@ def test_shipped_topologies_load():
 
 
 @pytest.mark.parametrize("flag,value,says", [
-    ("--stats-interval", "nan", "not a finite number"),
-    ("--stats-interval", "inf", "not in the range"),
+    ("--stats-interval", "nan", "finite number"),
+    ("--stats-interval", "inf", "finite number"),
     ("--stats-interval", "1e-9", "busy loop"),
-    ("--rebalance-threshold", "nan", "not a finite number"),
-    ("--rebalance-threshold", "inf", "not in the range"),
-    ("--rebalance-margin", "nan", "not a finite number"),
-    ("--rebalance-hold", "inf", "not in the range"),
-    ("--util-window", "nan", "not a finite number"),
+    ("--rebalance-threshold", "nan", "finite number"),
+    ("--rebalance-threshold", "inf", "finite number"),
+    ("--rebalance-margin", "nan", "finite number"),
+    ("--rebalance-hold", "inf", "finite number"),
+    ("--util-window", "nan", "finite number"),
 ])
 def test_controller_refuses_non_finite_knobs_before_starting(flag, value, says):
     """NaN passes any click.FloatRange and inf one without a maximum; either would start a

@@ -26,7 +26,7 @@ def test_shipped_experiment_and_errors(tmp_path):
     bad = tmp_path / "cr.yaml"
     bad.write_text(SHIPPED.read_text().replace("{src: h2, dst: h4}", "{src: h2, dst: h3}")
                    .replace("../topologies/", f"{SHIPPED.parent.parent}/topologies/")
-                   .replace("../../policies/", f"{ROOT}/policies/"))
+                   .replace("../policies/", f"{ROOT}/policies/"))
     with pytest.raises(ConfigError) as ei:
         load(bad)
     assert "cr.yaml:" in str(ei.value) and "no pinned flow h2->h3" in str(ei.value)

@@ -26,7 +26,7 @@ EXPERIMENT = ROOT / "mininet_labs" / "experiments" / "cross_dc.yaml"
 def _local_copy(tmp_path: Path, text: str | None = None) -> Path:
     text = EXPERIMENT.read_text() if text is None else text
     text = text.replace("../topologies/", f"{EXPERIMENT.parent.parent}/topologies/")
-    text = text.replace("../../policies/", f"{ROOT}/policies/")
+    text = text.replace("../policies/", f"{ROOT}/policies/")
     p = tmp_path / "cross_dc.yaml"
     p.write_text(text)
     return p
@@ -67,7 +67,7 @@ def test_uneven_sites_are_refused(tmp_path):
     pol = (ROOT / "policies" / "cross_dc.yaml").read_text()
     pol = pol.replace("ranks: [h1, h2, h3, h5, h6, h7]", "ranks: [h1, h2, h5, h6, h7, h3]")
     (tmp_path / "p.yaml").write_text(pol)
-    path = _local_copy(tmp_path, text.replace("../../policies/cross_dc.yaml", "p.yaml"))
+    path = _local_copy(tmp_path, text.replace("../policies/cross_dc.yaml", "p.yaml"))
     with pytest.raises(ConfigError, match="ranks must span sites and be listed site by site"):
         load_experiment(path)
 

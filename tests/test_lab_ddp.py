@@ -32,7 +32,7 @@ def test_ddp_lab_registers_pins_and_keeps_the_math(tmp_path):
     exp = tmp_path / "ddp.yaml"
     exp.write_text(SHIPPED.read_text()
                    .replace("../topologies/", f"{SHIPPED.parent.parent}/topologies/")
-                   .replace("../../policies/", f"{ROOT}/policies/")
+                   .replace("../policies/", f"{ROOT}/policies/")
                    .replace("seeds: [1, 2, 3, 4]", "seeds: [5]")
                    .replace("layers: [512, 1024, 1024, 512, 10]", "layers: [256, 512, 256, 10]")
                    .replace("steps: 3", "steps: 2"))

@@ -29,7 +29,7 @@ def test_main_experiment_sets_ten_jumbo_frames(tmp_path):
     bad = tmp_path / "e.yaml"
     bad.write_text(MAIN.read_text().replace("htb_burst: 90KB", "htb_burst: 1KB")
                    .replace("../topologies/", f"{MAIN.parent.parent}/topologies/")
-                   .replace("../../policies/", f"{ROOT}/policies/"))
+                   .replace("../policies/", f"{ROOT}/policies/"))
     with pytest.raises(ConfigError, match=r"htb_burst: 1KB is 1000 bytes; the HTB burst must"):
         load(bad)
     bad.write_text(bad.read_text().replace("htb_burst: 1KB", "htb_burst: 90"))

@@ -143,7 +143,7 @@ def test_scale_runs_every_rate_one_to_n(tmp_path, write):
 def test_scale_divides_the_experiments_own_rates_and_the_policys(tmp_path):
     exp_text = (EXPERIMENTS / "adaptive_reroute.yaml").read_text()
     exp_text = exp_text.replace("../topologies/", f"{TOPO.parent}/").replace(
-        "../../policies/", f"{POLICY.parent}/").replace("htb_burst: 90KB", "htb_burst: 90KB\n  scale: 3")
+        "../policies/", f"{POLICY.parent}/").replace("htb_burst: 90KB", "htb_burst: 90KB\n  scale: 3")
     p = tmp_path / "ar.yaml"
     p.write_text(exp_text)
     _, exp = load(p)
@@ -276,7 +276,7 @@ def test_the_documented_minimal_lab_loads_and_plans_its_variants(tmp_path, monke
     monkeypatch.setitem(kinds.KINDS, "one-ring", "one_ring_example:LAB")
     f = tmp_path / "one_ring.yaml"
     f.write_text(yml.replace("../topologies/", f"{TOPO.parent}/")
-                 .replace("../../policies/", f"{POLICY.parent}/"))
+                 .replace("../policies/", f"{POLICY.parent}/"))
     lab, exp = load(f)
     assert lab.kind == "one-ring" and exp.spec.workload.bytes == 4_000_000
     assert [v.name for v in lab.variants(exp)] == ["ecmp", "pinned"]

@@ -144,7 +144,7 @@ def test_shipped_experiment_and_errors(tmp_path):
     bad.write_text(SHIPPED.read_text()
                    .replace("{src: h2, dst: h4}", "{src: h2, dst: h99}")
                    .replace("../topologies/", f"{TOPO.parent}/")
-                   .replace("../../policies/", f"{POLICY.parent}/"))
+                   .replace("../policies/", f"{POLICY.parent}/"))
     with pytest.raises(ConfigError) as ei:
         load(bad)
     assert "ha.yaml:" in str(ei.value) and "h99" in str(ei.value)
@@ -164,7 +164,7 @@ def test_ha_failover_verdicts(tmp_path, shipped):
         pytest.skip("etcd is not installed (make setup installs Debian's etcd-server)")
     exp = tmp_path / "ha.yaml"
     exp.write_text(shipped.read_text().replace("../topologies/", f"{TOPO.parent}/")
-                   .replace("../../policies/", f"{POLICY.parent}/"))
+                   .replace("../policies/", f"{POLICY.parent}/"))
     res = run_experiment(exp, tmp_path / "out")
     data = json.loads(res.results_path.read_text())
     runs = {r["scenario"]: r for r in data["runs"]}

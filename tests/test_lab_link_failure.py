@@ -81,7 +81,7 @@ def test_shipped_experiment_and_errors(tmp_path):
     bad.write_text(SHIPPED.read_text()
                    .replace("probe: {src: h1, dst: h3", "probe: {src: h1, dst: h5")
                    .replace("../topologies/", f"{TOPO.parent}/")
-                   .replace("../../policies/", f"{POLICY.parent}/"))
+                   .replace("../policies/", f"{POLICY.parent}/"))
     with pytest.raises(ConfigError) as ei:
         load_experiment(bad)
     assert "lf.yaml:" in str(ei.value) and "no pinned flow h1->h5" in str(ei.value)

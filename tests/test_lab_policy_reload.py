@@ -24,7 +24,7 @@ def _copy(tmp_path: Path, old: str, new: str) -> Path:
     p = tmp_path / "pr.yaml"
     p.write_text(SHIPPED.read_text().replace(old, new)
                  .replace("../topologies/", f"{SHIPPED.parent.parent}/topologies/")
-                 .replace("../../policies/", f"{ROOT}/policies/"))
+                 .replace("../policies/", f"{ROOT}/policies/"))
     return p
 
 

@@ -34,7 +34,7 @@ def test_qos_lab_gives_the_collective_its_configured_share(tmp_path):
     exp = tmp_path / "qos.yaml"
     text = EXPERIMENT.read_text()
     text = text.replace("../topologies/", f"{EXPERIMENT.parent.parent}/topologies/")
-    text = text.replace("../../policies/", f"{ROOT}/policies/")
+    text = text.replace("../policies/", f"{ROOT}/policies/")
     text = text.replace("repeats: 2", "repeats: 1").replace("bytes: 6MB", "bytes: 8MB")
     exp.write_text(text)
     res = run_experiment(exp, tmp_path / "out")

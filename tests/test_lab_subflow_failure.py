@@ -48,7 +48,7 @@ def test_shipped_experiment_bounds_and_policies():
 
 def test_experiment_errors_are_located(tmp_path):
     text = (SHIPPED.read_text().replace("../topologies/", f"{TOPO.parent}/")
-            .replace("../../policies/", f"{POLICY.parent}/"))
+            .replace("../policies/", f"{POLICY.parent}/"))
     bad = tmp_path / "sf.yaml"
     bad.write_text(text.replace("failed_link: [leaf1, spine1]", "failed_link: [leaf1, leaf2]"))
     with pytest.raises(ConfigError) as ei:

@@ -42,7 +42,7 @@ def test_shipped_experiment_and_errors(tmp_path):
     bad = tmp_path / "t.yaml"
     bad.write_text(SHIPPED.read_text().replace("registered: ring-b", "registered: ring-z")
                    .replace("../topologies/", f"{TOPO.parent}/")
-                   .replace("../../policies/", f"{POLICY.parent}/"))
+                   .replace("../policies/", f"{POLICY.parent}/"))
     with pytest.raises(ConfigError) as ei:
         load_experiment(bad)
     assert "t.yaml:" in str(ei.value) and "no collective 'ring-z'" in str(ei.value)
@@ -65,7 +65,7 @@ def test_telemetry_lab_end_to_end(tmp_path):
 
     exp = tmp_path / "tel.yaml"
     exp.write_text(SHIPPED.read_text().replace("../topologies/", f"{TOPO.parent}/")
-                   .replace("../../policies/", f"{POLICY.parent}/").replace("6MB", "3MB"))
+                   .replace("../policies/", f"{POLICY.parent}/").replace("6MB", "3MB"))
     res = run_experiment(exp, tmp_path / "out")
     data = json.loads(res.results_path.read_text())
     v, run = res.verdicts, data["runs"][0]

@@ -204,12 +204,14 @@ def test_policy_without_classes_or_with_pfc_is_refused():
 
 
 def test_controller_refuses_apply_qos_without_classes(capsys):
-    from controller.runtime.channels import SecurityOptions
+    from controller.config.model import ServiceConfig
     from controller.runtime.process import EXIT_INVALID, run_controller
 
-    rc = run_controller(ROOT / "mininet_labs" / "topologies" / "leafspine_2x4x2.yaml",
-                        ROOT / "policies" / "pinned_two_rings.yaml", "127.0.0.1", 1,
-                        apply_qos=True, security=SecurityOptions(insecure=True))
+    rc = run_controller(ServiceConfig.model_validate({
+        "topology": str(ROOT / "mininet_labs" / "topologies" / "leafspine_2x4x2.yaml"),
+        "policy": str(ROOT / "policies" / "pinned_two_rings.yaml"),
+        "openflow": {"listen": "127.0.0.1:1"}, "qos": {"apply": True},
+        "tls": {"insecure": True}}))
     assert rc == EXIT_INVALID
     err = capsys.readouterr().err
     assert "pinned_two_rings.yaml:0:0: traffic_classes: applying QoS needs traffic classes" in err

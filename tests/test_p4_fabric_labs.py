@@ -30,7 +30,7 @@ def _copy(tmp_path, src: Path, old: str, new: str) -> Path:
     f = tmp_path / src.name
     f.write_text(src.read_text().replace(old, new)
                  .replace("../topologies", str(EXPERIMENTS.parent / "topologies"))
-                 .replace("../../policies", str(ROOT / "policies")))
+                 .replace("../policies", str(ROOT / "policies")))
     return f
 
 

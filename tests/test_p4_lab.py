@@ -35,7 +35,7 @@ def test_bad_main_experiment_is_refused_located(tmp_path, old, new, where):
     f = tmp_path / "x.yaml"
     f.write_text(MAIN.read_text().replace(old, new)
                  .replace("../topologies", str(EXPERIMENTS.parent / "topologies"))
-                 .replace("../../policies", str(ROOT / "policies")))
+                 .replace("../policies", str(ROOT / "policies")))
     with pytest.raises(ConfigError) as ei:
         load(f)
     assert f"{f}:" in str(ei.value) and where in str(ei.value)
@@ -49,7 +49,7 @@ def test_bad_ecn_experiment_is_refused_located(tmp_path, old, new, msg):
     f = tmp_path / "x.yaml"
     f.write_text(ECN.read_text().replace(old, new)
                  .replace("../topologies", str(EXPERIMENTS.parent / "topologies"))
-                 .replace("../../policies", str(ROOT / "policies")))
+                 .replace("../policies", str(ROOT / "policies")))
     with pytest.raises(ConfigError, match=msg):
         load(f)
 

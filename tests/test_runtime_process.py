@@ -25,10 +25,11 @@ def _free_addr() -> tuple[str, int]:
 
 
 def _start(topology, policy, host, port) -> subprocess.Popen:
+    cfg = {"topology": str(topology), "policy": str(policy),
+           "openflow": {"listen": f"{host}:{port}"}, "tls": {"insecure": True}}
     code = ("import sys; from controller.runtime.process import run_controller; "
-            "from controller.runtime.channels import SecurityOptions; "
-            f"sys.exit(run_controller({str(topology)!r}, {str(policy)!r}, {host!r}, {port}, "
-            "security=SecurityOptions(insecure=True)))")
+            "from controller.config.model import ServiceConfig; "
+            f"sys.exit(run_controller(ServiceConfig.model_validate({cfg!r})))")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

@@ -9,10 +9,12 @@ outputs are what p4c makes of the source), so a change on one side only fails th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-#: Repository root / p4 / aggregation and p4c's committed outputs.
-P4_DIR = Path(__file__).resolve().parents[2] / "p4" / "aggregation"
+from controller.resources import p4_dir
+
+#: The program and p4c's committed outputs: the top-level p4/aggregation of a checkout, package
+#: data of an installed aifabric (:mod:`controller.resources`).
+P4_DIR = p4_dir("aggregation")
 P4_SOURCE = P4_DIR / "aggregation.p4"
 BUILD_DIR = P4_DIR / "build"
 BMV2_JSON = BUILD_DIR / "aggregation.json"

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from controller.errors import ConfigError
 from controller.units import UnitError, parse_duration_us, parse_rate_bps
@@ -62,7 +62,15 @@ TIER_CORE = 3
 @dataclass(frozen=True)
 class Switch:
     """A switch: ``name``, ``role`` (leaf|spine|edge|agg|core), ``tier`` (1 lowest), ``dpid``,
-    ``pod`` (fat-tree pods; None elsewhere), ``site`` (multi-site fabrics; None elsewhere)."""
+    ``pod`` (fat-tree pods; None elsewhere), ``site`` (multi-site fabrics; None elsewhere).
+
+    How the controller reaches it, as the topology's ``switches:`` section declares
+    (:class:`SwitchDecl`): ``southbound`` (``openflow``: it connects to the controller's
+    listener; ``p4runtime``: the controller connects to it), ``address`` (``host:port`` or
+    ``unix:PATH``: the P4Runtime server; for OpenFlow an optional passive listener that
+    ``aifabric doctor`` probes), ``device_id`` (P4Runtime device_id; None: the dpid) and
+    ``target`` (P4 target, ``bmv2`` or ``tofino``; None: the controller's ``p4runtime.target``).
+    """
 
     name: str
     role: str
@@ -70,6 +78,15 @@ class Switch:
     dpid: int
     pod: int | None = None
     site: str | None = None
+    southbound: str = "openflow"
+    address: str | None = None
+    device_id: int | None = None
+    target: str | None = None
+
+    @property
+    def p4_device_id(self) -> int:
+        """The P4Runtime device_id: the declared one, else the dpid."""
+        return self.dpid if self.device_id is None else self.device_id
 
 
 @dataclass(frozen=True)
@@ -392,6 +409,7 @@ class LeafSpineSpec(_Strict):
     leaves: Annotated[int, Field(ge=1, le=512, strict=True)]
     hosts_per_leaf: Annotated[int, Field(ge=1, le=64, strict=True)]
     links: LinksSpec
+    switches: Declarations = None
 
 
 class FatTreeSpec(_Strict):
@@ -401,6 +419,7 @@ class FatTreeSpec(_Strict):
     k: Annotated[int, Field(ge=2, le=32, strict=True)]
     core_uplinks: Annotated[int, Field(ge=1, le=32)] | None = None
     links: LinksSpec
+    switches: Declarations = None
 
     @field_validator("k")
     @classmethod
@@ -428,6 +447,7 @@ class RailOptimizedSpec(_Strict):
     servers_per_leaf: Annotated[int, Field(ge=1, le=256)]
     spines: Annotated[int, Field(ge=1, le=256)]
     links: LinksSpec
+    switches: Declarations = None
 
     @field_validator("servers_per_leaf")
     @classmethod
@@ -452,6 +472,45 @@ class SiteSpec(_Strict):
     leaves: Annotated[int, Field(ge=1, le=512, strict=True)]
     hosts_per_leaf: Annotated[int, Field(ge=1, le=64, strict=True)]
     links: LinksSpec
+
+
+def check_address(v: str | None) -> str | None:
+    """``host:port`` (port 1..65535; ``[v6]:port`` for IPv6) or ``unix:PATH``."""
+    if v is None or (v.startswith("unix:") and len(v) > len("unix:")):
+        return v
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"expected host:port with a port in 1..65535, or unix:PATH, got {v!r}")
+    return v
+
+
+class SwitchDecl(_Strict):
+    """One switch's entry in ``switches:`` (every key optional): how the controller reaches it.
+
+    ``southbound``: ``openflow`` (default: the switch connects to the controller's OpenFlow
+    listener) or ``p4runtime`` (the controller connects to ``address``, which it needs);
+    ``address``: ``host:port`` or ``unix:PATH``; ``device_id``: the P4Runtime device_id
+    (default: the switch's datapath id); ``target``: ``bmv2`` or ``tofino`` (P4Runtime only;
+    default: the controller's ``p4runtime.target``)."""
+
+    southbound: Literal["openflow", "p4runtime"] = "openflow"
+    address: str | None = None
+    device_id: Annotated[int, Field(ge=0, le=2**64 - 1)] | None = None
+    target: Literal["bmv2", "tofino"] | None = None
+
+    _v_addr = field_validator("address")(lambda cls, v: check_address(v))
+
+    @model_validator(mode="after")
+    def _p4_needs_address(self) -> SwitchDecl:
+        if self.southbound == "p4runtime" and self.address is None:
+            raise ValueError("a p4runtime switch needs its address (host:port or unix:PATH)")
+        if self.southbound == "openflow" and (self.target is not None
+                                              or self.device_id is not None):
+            raise ValueError("target and device_id are P4Runtime's (southbound: p4runtime)")
+        return self
+
+
+Declarations = dict[str, SwitchDecl] | None
 
 
 def _loss(v: Any) -> float:
@@ -487,10 +546,62 @@ class MultiSiteSpec(_Strict):
     kind: Literal["multi-site"]
     sites: Annotated[tuple[SiteSpec, ...], Field(min_length=2, max_length=16)]
     wan_links: Annotated[tuple[WanLinkSpec, ...], Field(min_length=1)]
+    switches: Declarations = None
+
+
+def declare_switches(fabric: Fabric, doc: Document, decls: Declarations) -> Fabric:
+    """``fabric`` with the ``switches:`` section's declarations on its switches.
+
+    Raises
+    ------
+    ConfigError
+        A name that is not a switch of the fabric (at its key), two P4Runtime switches at
+        one address, or P4Runtime switches declaring different targets (one P4 program runs
+        on every P4Runtime switch).
+    """
+    if not decls:
+        return fabric
+    from dataclasses import replace
+
+    problems = [doc.problem(("switches", name), f"no switch {name!r} in {fabric.name} "
+                            f"(switches: {', '.join(s.name for s in fabric.switches[:6])}"
+                            f"{', ...' if len(fabric.switches) > 6 else ''})", key=True)
+                for name in decls if name not in fabric.switch_by_name]
+    seen: dict[str, str] = {}
+    for name, d in decls.items():
+        if d.address is not None and d.address in seen:
+            problems.append(doc.problem(("switches", name, "address"), f"{d.address} is "
+                                        f"{seen[d.address]}'s address too"))
+        elif d.address is not None:
+            seen[d.address] = name
+    targets = {d.target for d in decls.values() if d.target is not None}
+    if len(targets) > 1:
+        first = next(n for n, d in decls.items() if d.target is not None)
+        problems.append(doc.problem(("switches", first, "target"),
+                                    f"P4Runtime switches declare different targets "
+                                    f"{sorted(targets)}: one P4 program runs on all of them"))
+    if problems:
+        raise ConfigError(problems)
+    switches = tuple(replace(s, southbound=decls[s.name].southbound,
+                             address=decls[s.name].address, device_id=decls[s.name].device_id,
+                             target=decls[s.name].target) if s.name in decls else s
+                     for s in fabric.switches)
+    return Fabric(fabric.name, fabric.kind, switches, fabric.hosts, fabric.links, fabric.source)
 
 
 def fabric_from_document(doc: Document) -> Fabric:
     """Validate a parsed topology document and build its :class:`Fabric`. Raises ConfigError."""
+    fabric = _generate(doc)
+    decls = doc.data.get("switches") if isinstance(doc.data, dict) else None
+    if decls:
+        # validated with the kind's spec already (types, unknown keys): build the declarations
+        declared = {str(k): SwitchDecl.model_validate(v) for k, v in decls.items()}
+        return declare_switches(fabric, doc, declared)
+    return fabric
+
+
+def _generate(doc: Document) -> Fabric:
+    """The generated fabric of ``doc``'s kind (its ``switches:`` not applied yet)."""
     kind = doc.data.get("kind") if isinstance(doc.data, dict) else None
     if kind == "leaf-spine":
         spec = validate(LeafSpineSpec, doc)

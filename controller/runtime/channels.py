@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,8 @@ class SecurityOptions:
     metrics_tls: bool = False
     metrics_user: str | None = None
     metrics_password_file: str | None = None
+    #: the password itself (``metrics.password``, e.g. from the environment); the file wins
+    metrics_password: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_dir(cls, directory: str, **kw: Any) -> SecurityOptions:
@@ -191,9 +193,13 @@ def secure_channels(opts: SecurityOptions, *, openflow: bool, northbound: bool, 
         if opts.metrics_user is not None:
             from controller.security.metrics_http import BasicAuth
 
-            if opts.metrics_password_file is None:
-                raise ValueError("--metrics-user needs --metrics-password-file")
-            pw = Path(opts.metrics_password_file).read_text().strip()
+            if opts.metrics_password_file is not None:
+                pw = Path(opts.metrics_password_file).read_text().strip()
+            elif opts.metrics_password is not None:
+                pw = opts.metrics_password
+            else:
+                raise ValueError("--metrics-user needs --metrics-password-file (or "
+                                 "metrics.password)")
             out["metrics_auth"] = BasicAuth.from_password(opts.metrics_user, pw)
     return Channels(**out)
 

@@ -48,13 +48,25 @@ def arp_answer(fabric: Fabric, frame: bytes) -> bytes | None:
 
 def run_p4_controller(topology: str, policy_file: str, targets_file: str, election_id: int = 10,
                       target: str = "bmv2", tofino_build: str | Path | None = None,
-                      **options: Any) -> int:
+                      **keys: Any) -> int:
     """``aifabric controller -t TOPOLOGY -p POLICY --p4-targets TARGETS ...`` (deprecated
-    alias). Exit codes: 0 stopped by a signal, 1 a driver failed, 2 bad input."""
-    LOG.warning("aifabric p4 controller is deprecated: use aifabric controller --p4-targets %s "
-                "(the same runtime serves OpenFlow and P4Runtime switches)", targets_file)
+    alias). ``keys``: more dotted configuration keys (``openflow.listen``, ``log.level``,
+    ``tls.certs_dir``, ...). Exit codes: 0 stopped by a signal, 1 a driver failed, 2 bad input."""
+    LOG.warning("aifabric p4 controller is deprecated: use aifabric controller (the topology "
+                "declares each switch's southbound and address)")
+    from controller.config.sources import render_problem, resolve
+    from controller.errors import ConfigError
     from controller.runtime.process import run_controller
 
-    return run_controller(topology, policy_file, p4_targets=targets_file,
-                          p4_election_id=election_id, p4_target=target,
-                          tofino_build=str(tofino_build) if tofino_build else None, **options)
+    flags: dict[str, Any] = {"topology": topology, "policy": policy_file,
+                             "p4runtime.targets_file": targets_file,
+                             "p4runtime.election_id": election_id, "p4runtime.target": target,
+                             "p4runtime.tofino_build": str(tofino_build) if tofino_build else None,
+                             **keys}
+    try:
+        config = resolve(None, flags={k: v for k, v in flags.items() if v is not None}).config
+    except ConfigError as exc:
+        for p in exc.problems:
+            LOG.error("%s", render_problem(p))
+        return EXIT_INVALID
+    return run_controller(config)

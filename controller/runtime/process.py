@@ -1,7 +1,9 @@
 """The controller process: ``aifabric controller`` (and its alias ``aifabric p4 controller``).
 
-``run_controller`` validates the topology, the policy and the P4Runtime targets file (if any;
-every switch it names speaks P4Runtime, the others OpenFlow), binds the OpenFlow socket, computes
+``run_controller`` takes the service configuration (:class:`~controller.config.model.ServiceConfig`:
+the ``--config`` file, the environment and the flags merged), validates the topology (each
+switch's southbound, address and device id are declared there), the policy and the deprecated
+P4Runtime targets file (if any), binds the OpenFlow socket, computes
 the initial placement, and runs one asyncio event loop that owns the runtime
 (:class:`~controller.runtime.controller.Controller`): the OpenFlow driver (os-ken in its own
 threads, behind a bounded accept stage), the P4Runtime driver (finsy, on the loop), the
@@ -52,6 +54,7 @@ from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
 # The runtime, the planner (scipy) and os-ken are imported once the OpenFlow socket is bound
 # (module docstring): only what validating the input needs is imported at the top.
 if TYPE_CHECKING:
+    from controller.config.model import ServiceConfig
     from controller.drivers.southbound import SouthboundKind
     from controller.model.topology import Fabric
     from controller.runtime.channels import Channels, SecurityOptions
@@ -75,6 +78,8 @@ class ControllerOptions:
     listen_host: str = "127.0.0.1"
     listen_port: int = 6653
     log_level: str = "INFO"
+    log_format: str = "text"
+    ready_timeout_s: float = 60.0
     lldp_interval_s: float = 5.0
     apply_qos: bool = False
     ovsdb: str = DEFAULT_OVSDB
@@ -168,15 +173,33 @@ def _print_problems(problems: Iterable[object], err: TextIO) -> None:
 
 def load_southbound(fabric: Fabric, targets_file: str | None) -> tuple[
         dict[str, SouthboundKind], dict[str, str]]:
-    """(switch → southbound kind, P4 switch → address) from ``--p4-targets`` (switches it does
-    not name speak OpenFlow). Raises ConfigError (the file, located)."""
+    """(switch → southbound kind, P4 switch → address) as the topology declares them
+    (:class:`~controller.model.topology.Switch`), then the deprecated ``--p4-targets`` file
+    (``p4runtime.targets_file``; :func:`controller.config.sources.resolve` warns): every switch
+    it names speaks P4Runtime at its address. Raises ConfigError (the file, located)."""
+    kinds: dict[str, SouthboundKind] = {
+        s.name: "p4runtime" if s.southbound == "p4runtime" else "openflow"
+        for s in fabric.switches}
+    addresses = {s.name: s.address for s in fabric.switches
+                 if s.southbound == "p4runtime" and s.address is not None}
     if targets_file is None:
-        return {s.name: "openflow" for s in fabric.switches}, {}
+        return kinds, addresses
     from controller.runtime.targets import load_targets
 
     targets = load_targets(targets_file, fabric)
-    return ({s.name: ("p4runtime" if s.name in targets else "openflow")
-             for s in fabric.switches}, targets)
+    for name in targets:
+        kinds[name] = "p4runtime"
+    return kinds, {**addresses, **targets}
+
+
+def declared_p4_target(fabric: Fabric, opts: ControllerOptions) -> ControllerOptions:
+    """``opts`` with the P4 target the topology's P4Runtime switches declare (their ``target``
+    wins over ``p4runtime.target``; the topology refuses two different ones)."""
+    from dataclasses import replace
+
+    declared = {s.target for s in fabric.switches
+                if s.southbound == "p4runtime" and s.target is not None}
+    return replace(opts, p4_target=declared.pop()) if declared else opts
 
 
 def policy_targets(southbound: Mapping[str, SouthboundKind], opts: ControllerOptions
@@ -194,13 +217,12 @@ def policy_targets(southbound: Mapping[str, SouthboundKind], opts: ControllerOpt
     return frozenset(out)
 
 
-def run_controller(topology_path: str | Path, policy_path: str | Path,
-                   listen_host: str = "127.0.0.1", listen_port: int = 6653,
-                   log_level: str = "INFO", *, stop_event: threading.Event | None = None,
-                   **options: Any) -> int:
+def run_controller(config: ServiceConfig, *, stop_event: threading.Event | None = None) -> int:
     """Run the controller until SIGTERM/SIGINT (or ``stop_event``) and return an exit code.
 
-    ``options`` are the fields of :class:`ControllerOptions`.
+    ``config`` is the validated service configuration (``topology`` and ``policy`` set);
+    :func:`controller.runtime.options.controller_options` derives the runtime's
+    :class:`ControllerOptions` from it.
 
     Returns
     -------
@@ -210,8 +232,18 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
         1 if a listening socket (OpenFlow, metrics, gRPC) could not be opened or a driver
         failed to start.
     """
-    opts = ControllerOptions(listen_host=listen_host, listen_port=listen_port,
-                             log_level=log_level, **options)
+    from controller.runtime.options import OptionsError, controller_options
+
+    try:
+        opts = controller_options(config)
+    except OptionsError as exc:
+        print(f"controller refused to start: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if config.topology is None or config.policy is None:
+        print("controller refused to start: no topology or policy (--topology/--policy, or "
+              "topology:/policy: in --config)", file=sys.stderr)
+        return EXIT_INVALID
+    topology_path, policy_path = config.topology, config.policy
     from controller.model.topology import load_topology
     # Signals count from the first moment (the OpenFlow socket listens before the runtime is
     # ready): a SIGTERM while starting stops cleanly, a SIGHUP is applied once ready.
@@ -223,6 +255,7 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
         fabric = load_topology(topology_path)
         doc = load_document(policy_path)
         southbound, p4_addresses = load_southbound(fabric, opts.p4_targets)
+        opts = declared_p4_target(fabric, opts)
         policy = check_policy_for_targets(doc, fabric, policy_targets(southbound, opts)).policy
         document = Path(policy_path).read_text(encoding="utf-8")
     except ConfigError as exc:
@@ -231,8 +264,9 @@ def run_controller(topology_path: str | Path, policy_path: str | Path,
     if opts.rebalance is not None and not opts.stats_interval_s:
         print("re-balancing needs a statistics interval (--stats-interval > 0)", file=sys.stderr)
         return EXIT_INVALID
-    logging.basicConfig(level=opts.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from controller.runtime.logjson import configure_logging
+
+    configure_logging(opts.log_level, opts.log_format, fabric)
     try:
         channels = _channels(opts, southbound, p4_addresses)
     except _Invalid as exc:
@@ -368,7 +402,9 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
                 opts: ControllerOptions, sock: Any, early: _EarlySignals,
                 channels: Channels) -> int:
     from controller.runtime.controller import Controller, StaticMastership
+    from controller.runtime.notify import Notifier
 
+    notifier = Notifier.from_env()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     drivers: dict[str, Any] = {}
@@ -480,7 +516,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         qos.start(qos_stop)
 
     def on_hup() -> None:
-        asyncio.ensure_future(reload_policy(service, source))
+        asyncio.ensure_future(_reload_notified(service, source, notifier))
 
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
@@ -489,6 +525,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         loop.add_signal_handler(signal.SIGHUP, on_hup)
     await ctl.start()
     ready.set()
+    edge_tasks = _notify_tasks(notifier, ctl, cluster is not None, opts.ready_timeout_s)
     if of_handle is not None:
         LOG.info("[controller] listening for OpenFlow 1.3/1.5 switches on %s:%d%s",
                  opts.listen_host, of_handle.port,
@@ -516,6 +553,9 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
             except TimeoutError:
                 pass
     finally:
+        notifier.stopping()
+        for task in edge_tasks:
+            task.cancel()
         if in_main:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
@@ -580,6 +620,33 @@ def _stopped_while_starting(of_handle: Any) -> int:
         of_handle.stop()
     LOG.info("[controller] stopped while starting (signal received before the runtime was ready)")
     return EXIT_OK
+
+
+def _notify_tasks(notifier: Any, ctl: Controller, in_cluster: bool, ready_timeout_s: float
+                  ) -> list[asyncio.Task[Any]]:
+    """systemd's READY (every switch this process writes reconciled, or the deadline) and the
+    watchdog (:mod:`controller.runtime.notify`)."""
+    from controller.runtime.notify import missing_switches, wait_ready
+
+    names = [s.name for s in ctl.state.fabric.switches]
+
+    def missing() -> list[str]:
+        # the Controller's set of switches reconciled since start (its only record of it)
+        done: frozenset[str] = frozenset(getattr(ctl, "_programmed", ()))
+        return missing_switches(names, done, ctl.writable() if in_cluster else None)
+
+    return [asyncio.create_task(wait_ready(notifier, missing, ready_timeout_s), name="ready"),
+            asyncio.create_task(notifier.watchdog(), name="watchdog")]
+
+
+async def _reload_notified(service: Any, path: str, notifier: Any) -> None:
+    """SIGHUP under systemd: RELOADING=1, the reload, READY=1 (whatever its outcome: a bad
+    policy leaves the running one in force)."""
+    notifier.reloading(f"reloading the policy {path}")
+    try:
+        await reload_policy(service, path)
+    finally:
+        notifier.ready("running; policy reloaded" if notifier.enabled else "")
 
 
 async def reload_policy(service: Any, path: str) -> None:

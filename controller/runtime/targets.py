@@ -1,9 +1,11 @@
 """Which switches speak P4Runtime, and the P4Runtime driver for them.
 
-``--p4-targets FILE`` (JSON ``{switch: "host:port"}``, or ``unix:PATH``) names the P4Runtime
-switches of the fabric and their gRPC addresses; every other switch speaks OpenFlow. The P4
-program and its device configuration follow ``--p4-target`` (``bmv2``: fabric.p4 on
-simple_switch_grpc; ``tofino``: fabric_tna.p4 with bf-p4c's output in ``--tofino-build``).
+The topology declares which switches speak P4Runtime, with their gRPC addresses and device ids
+(its ``switches:`` section, :class:`~controller.model.topology.SwitchDecl`); the deprecated
+``--p4-targets FILE`` (JSON ``{switch: "host:port"}``, or ``unix:PATH``) still adds to them.
+Every other switch speaks OpenFlow. The P4 program and its device configuration follow the
+switches' ``target`` or ``p4runtime.target`` (``bmv2``: fabric.p4 on simple_switch_grpc;
+``tofino``: fabric_tna.p4 with bf-p4c's output in ``--tofino-build``).
 """
 
 from __future__ import annotations
@@ -97,7 +99,8 @@ def p4_driver(fabric: Fabric, addresses: Mapping[str, str], opts: Any,
     if interval_s:  # the data plane's timeout of protected hops = the controller's own bound
         kw["liveness_timeout_us"] = max(1, round(getattr(opts, "p4_liveness_misses", 3)
                                                  * interval_s * 1e6))
-    return P4RuntimeDriver({n: (a, fabric.switch_by_name[n].dpid) for n, a in addresses.items()},
+    return P4RuntimeDriver({n: (a, fabric.switch_by_name[n].p4_device_id)
+                            for n, a in addresses.items()},
                            target=p4t, p4info=p4info, p4blob=blob,
                            election_id=opts.p4_election_id, credentials=credentials,
                            ports=ports, **kw)

@@ -7,7 +7,7 @@ Example (``mininet_labs/experiments/adaptive_reroute.yaml``)::
     kind: adaptive-reroute
     name: adaptive-reroute
     topology: ../topologies/leafspine_2x4x2.yaml
-    policy: ../../policies/pinned_two_rings.yaml
+    policy: ../policies/pinned_two_rings.yaml
     collective: ring-a            # only this collective is kept; the other hosts are free
     modes: [static, adaptive]     # static: no re-balancing; adaptive: --rebalance
     workload: {kind: ring-allreduce, bytes: 24MB}

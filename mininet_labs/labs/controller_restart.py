@@ -7,7 +7,7 @@ Example (``mininet_labs/experiments/controller_restart.yaml``)::
     kind: controller-restart
     name: controller-restart
     topology: ../topologies/leafspine_2x4x2.yaml
-    policy: ../../policies/two_rings_probe_priority.yaml
+    policy: ../policies/two_rings_probe_priority.yaml
     workload: {kind: ring-allreduce, bytes: 48MB}    # every collective of the policy runs
     probes:                                          # one per ring, on a pinned flow of it
       - {src: h1, dst: h3}

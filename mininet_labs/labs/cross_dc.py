@@ -7,7 +7,7 @@ Example (``mininet_labs/experiments/cross_dc.yaml``)::
     kind: cross-dc
     name: cross-dc
     topology: ../topologies/two_dc.yaml          # kind: multi-site, with wan_links
-    policy: ../../policies/cross_dc.yaml         # collectives, traffic_classes, wan
+    policy: ../policies/cross_dc.yaml         # collectives, traffic_classes, wan
     collective: grads                            # ranks site by site, same count per site
     bulk: {src: h4, dst: h8, dscp: 8, connections: 4}
     workload: {kind: ring-allreduce, bytes: 1500KB}

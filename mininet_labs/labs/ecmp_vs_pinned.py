@@ -6,7 +6,7 @@ Example (``mininet_labs/experiments/ecmp_vs_pinned.yaml``)::
 
     name: ecmp-vs-pinned
     topology: ../topologies/leafspine_2x4x2.yaml
-    policy: ../../policies/pinned_two_rings.yaml   # its routing.mode is replaced per mode
+    policy: ../policies/pinned_two_rings.yaml   # its routing.mode is replaced per mode
     modes: [ecmp, pinned]
     seeds: [1, 2, 3, 4, 5, 6]
     workload: {kind: ring-allreduce, bytes: 12MB}  # or torch-allreduce, torch-ddp

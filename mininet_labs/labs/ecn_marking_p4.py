@@ -8,7 +8,7 @@ Example (``mininet_labs/experiments/ecn_marking_p4.yaml``)::
     name: ecn-marking-p4
     switch: bmv2
     topology: ../topologies/leafspine_1x2x2.yaml
-    policy: ../../policies/qos_lab_priority.yaml      # routing only (ECMP entries)
+    policy: ../policies/qos_lab_priority.yaml      # routing only (ECMP entries)
     senders: [h1, h2]
     receiver: h3
     congested: {switch: leaf1, port: 3, queue_rate_pps: 400}

@@ -8,7 +8,7 @@ Example (``mininet_labs/experiments/ha_failover.yaml``)::
     kind: ha-failover
     name: ha-failover
     topology: ../topologies/leafspine_2x4x2.yaml
-    policy: ../../policies/pinned_two_rings.yaml
+    policy: ../policies/pinned_two_rings.yaml
     probes: [{src: h1, dst: h3}, {src: h2, dst: h4}]    # one pinned flow of each ring
     probe_interval: 1ms
     replicas: 3

@@ -7,7 +7,7 @@ Example (``mininet_labs/experiments/link_failure.yaml``)::
     kind: link-failure
     name: link-failure
     topology: ../topologies/leafspine_2x4x2.yaml
-    policy: ../../policies/pinned_two_rings.yaml
+    policy: ../policies/pinned_two_rings.yaml
     workload: {kind: ring-allreduce, bytes: 12MB}   # every collective of the policy runs
     probe: {src: h1, dst: h3, interval: 1ms, payload: 64B}
     fail_after: 3s                                  # after the collectives' data started

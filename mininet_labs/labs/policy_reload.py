@@ -6,7 +6,7 @@ Example (``mininet_labs/experiments/policy_reload.yaml``)::
     kind: policy-reload
     name: policy-reload
     topology: ../topologies/leafspine_2x4x2.yaml
-    policy: ../../policies/two_rings_probe_priority.yaml
+    policy: ../policies/two_rings_probe_priority.yaml
     workload: {kind: ring-allreduce, bytes: 12MB}
     probe: {src: h2, dst: h4, interval: 1ms, payload: 64B, dscp: 46}  # on the ring kept
     reorder: {collective: ring-a, ranks: [h1, h5, h3, h7]}

@@ -6,7 +6,7 @@ Example (``mininet_labs/experiments/qos_priority.yaml``)::
     kind: qos-priority
     name: qos-priority
     topology: ../topologies/leafspine_1x2x2.yaml
-    policy: ../../policies/qos_lab_priority.yaml   # collectives + traffic_classes (+ buffers)
+    policy: ../policies/qos_lab_priority.yaml   # collectives + traffic_classes (+ buffers)
     collective: grads                              # default: the policy's only collective
     bulk: {src: h2, dst: h4, dscp: 8, connections: 4}
     workload: {kind: ring-allreduce, bytes: 6MB}

@@ -7,7 +7,7 @@ Example (``mininet_labs/experiments/subflow_failure.yaml``)::
     kind: subflow-failure
     name: subflow-failure
     topology: ../topologies/leafspine_2x4x2.yaml
-    policy: ../../policies/pinned_two_rings.yaml
+    policy: ../policies/pinned_two_rings.yaml
     failed_link: [leaf1, spine1]        # a switch-switch link of the topology
     connections_per_peer: [1, 2]        # one pinned variant each: pinned-1, pinned-2
     ecmp: true                          # and an ECMP reference

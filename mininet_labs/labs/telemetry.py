@@ -7,7 +7,7 @@ Example (``mininet_labs/experiments/telemetry.yaml``)::
     kind: telemetry
     name: telemetry
     topology: ../topologies/leafspine_2x4x2.yaml
-    policy: ../../policies/pinned_two_rings.yaml
+    policy: ../policies/pinned_two_rings.yaml
     registered: ring-b            # taken out of the policy file, registered through gRPC instead
     job: lab
     workload: {kind: ring-allreduce, bytes: 6MB}

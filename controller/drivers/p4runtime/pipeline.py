@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.qos.targets import TOFINO_CELL_BYTES as TOFINO_TM_CELL_BYTES
+from controller.resources import p4_dir
 
-#: Where p4c's committed outputs live (repository root / p4/fabric/build).
-P4_DIR = Path(__file__).resolve().parents[3] / "p4" / "fabric"
+#: Where the program and p4c's committed outputs live: the top-level p4/fabric of a checkout,
+#: package data of an installed aifabric (:mod:`controller.resources`).
+P4_DIR = p4_dir("fabric")
 BUILD_DIR = P4_DIR / "build"
 P4_SOURCE = P4_DIR / "fabric.p4"
 BMV2_JSON = BUILD_DIR / "fabric.json"
