@@ -80,10 +80,13 @@ def test_ready_waits_for_every_switch_or_the_deadline(notify_socket):
     names = ["leaf1", "spine1"]
 
     async def run() -> list[str]:
-        task = asyncio.create_task(wait_ready(n, lambda: missing_switches(names, done, None), 30))
+        changed = asyncio.Event()
+        task = asyncio.create_task(wait_ready(n, lambda: missing_switches(names, done, None), 30,
+                                              changed))
         await asyncio.sleep(0.05)
         assert not task.done()          # nothing reconciled yet: no READY
         done.update(names)
+        changed.set()                   # the runtime says what the switches hold changed
         return await task
 
     assert asyncio.run(run()) == []

@@ -113,16 +113,20 @@ def missing_switches(switches: Iterable[str], reconciled: Iterable[str],
 
 
 async def wait_ready(notifier: Notifier, missing: Callable[[], list[str]], ready_timeout_s: float,
-                     poll_s: float = 0.1) -> list[str]:
+                     changed: asyncio.Event | None = None) -> list[str]:
     """Say READY=1 once ``missing()`` is empty or after ``ready_timeout_s``; returns the
-    switches that were still missing (empty: all reconciled).
-
-    ``missing`` is polled (the runtime has no "all reconciled" event yet: the one-write-path
-    runtime's state will carry it, and this waits on that instead)."""
+    switches that were still missing (empty: all reconciled). ``missing`` is asked again each
+    time ``changed`` is set (the runtime sets it after every read-back and transaction; None:
+    a fresh event nobody sets, for a caller that only wants the deadline)."""
+    changed = changed or asyncio.Event()
     deadline = time.monotonic() + ready_timeout_s
     left = missing()
     while left and time.monotonic() < deadline:
-        await asyncio.sleep(poll_s)
+        changed.clear()
+        try:
+            await asyncio.wait_for(changed.wait(), deadline - time.monotonic())
+        except TimeoutError:
+            pass
         left = missing()
     if left:
         shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")

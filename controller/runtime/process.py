@@ -534,25 +534,20 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
     if cluster is not None:
         assert since is not None
         joining = asyncio.create_task(cluster.start(since), name="cluster-join")
+    if joining is not None:
+        joining.add_done_callback(_join_failed)
     if early.hup.is_set():
         on_hup()
+    # a stop asked before the loop took the signals, or by an embedding caller's stop_event (a
+    # thread): one executor thread waits on it and wakes the loop
+    outside = loop.run_in_executor(None, early.stop.wait)
+    inside = asyncio.ensure_future(stop.wait())
+    either: set[asyncio.Future[Any]] = {inside, outside}
     try:
-        while not stop.is_set():
-            if early.stop.is_set():
-                break
-            if joining is not None and joining.done():
-                failed = joining.exception()
-                if failed is not None:
-                    # a TimeoutError's text is empty: name the error (its first round of
-                    # claims did not complete in --start-timeout; the service keeps trying)
-                    LOG.error("[cluster] joining the cluster failed: %s: %s",
-                              type(failed).__name__, failed)
-                joining = None
-            try:
-                await asyncio.wait_for(stop.wait(), 0.2)
-            except TimeoutError:
-                pass
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        inside.cancel()
+        early.stop.set()  # releases the waiting thread
         notifier.stopping()
         for task in edge_tasks:
             task.cancel()
@@ -615,6 +610,16 @@ async def _join_cluster(fabric: Fabric, southbound: Mapping[str, SouthboundKind]
     return cluster, since, state
 
 
+def _join_failed(task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        return
+    failed = task.exception()
+    if failed is not None:
+        # a TimeoutError's text is empty: name the error (its first round of claims did not
+        # complete in --start-timeout; the service keeps trying)
+        LOG.error("[cluster] joining the cluster failed: %s: %s", type(failed).__name__, failed)
+
+
 def _stopped_while_starting(of_handle: Any) -> int:
     if of_handle is not None:
         of_handle.stop()
@@ -629,13 +634,16 @@ def _notify_tasks(notifier: Any, ctl: Controller, in_cluster: bool, ready_timeou
     from controller.runtime.notify import missing_switches, wait_ready
 
     names = [s.name for s in ctl.state.fabric.switches]
+    changed = asyncio.Event()
+    ctl.after_write.append(lambda _: changed.set())
 
     def missing() -> list[str]:
-        # the Controller's set of switches reconciled since start (its only record of it)
-        done: frozenset[str] = frozenset(getattr(ctl, "_programmed", ()))
-        return missing_switches(names, done, ctl.writable() if in_cluster else None)
+        # the switches that held their plan at least once (the runtime state's record)
+        return missing_switches(names, ctl.state.programmed,
+                                ctl.writable() if in_cluster else None)
 
-    return [asyncio.create_task(wait_ready(notifier, missing, ready_timeout_s), name="ready"),
+    return [asyncio.create_task(wait_ready(notifier, missing, ready_timeout_s, changed),
+                                name="ready"),
             asyncio.create_task(notifier.watchdog(), name="watchdog")]
 
 
