@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from controller.model.topology import Fabric
 from controller.policy.model import EcnClass, Policy, PortShaper, TrafficClass, WanLink
 from controller.qos import formulas as f
-from controller.qos.asics import AsicProfile, cell_occupancy, profile
+from controller.qos.asics import AsicProfile, cell_occupancy, profile, profiles
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,13 @@ def switch_asic(fabric: Fabric, switch: str) -> AsicProfile:
     return profile(fabric.switch_by_name[switch].asic)
 
 
+def known_asic(fabric: Fabric, switch: str) -> AsicProfile:
+    """The ASIC profile of ``switch``, ``generic`` when it names none or an unknown one (for
+    checks that run before unknown names are reported)."""
+    name = fabric.switch_by_name[switch].asic
+    return profiles().get(name or "generic", profile(None))
+
+
 def port_headroom(policy: Policy, port: Port,
                   asic: AsicProfile | None = None) -> tuple[f.HeadroomTerms | None, int]:
     """(derivation or None, per-PG XOFF headroom bytes) for ``port`` of a switch with ``asic``
@@ -234,6 +241,44 @@ def buffer_plan(policy: Policy, ports: tuple[PortQos, ...],
     dt = f.dynamic_threshold_max_queue_bytes(max(shared, 0), bufs.alpha)
     return BufferPlan(bufs.size_bytes, reserved, headroom, shared, bufs.alpha_log2, dt,
                       pool, c, system, xoff_total)
+
+
+@dataclass(frozen=True)
+class SwitchBuffer:
+    """One switch's ASIC, per-port XOFF headroom and buffer plan, as the compiler makes them."""
+
+    name: str
+    asic: AsicProfile
+    heads: tuple[int, ...]
+    plan: BufferPlan
+
+
+def switch_buffers(policy: Policy, fabric: Fabric) -> list[SwitchBuffer]:
+    """Every switch with a known ASIC, in name order (empty without a buffers section).
+
+    Raises
+    ------
+    ValueError
+        A headroom cannot be derived (a port above 400 Gb/s with ``headroom: auto``).
+    """
+    if policy.buffers is None:
+        return []
+    out = []
+    known = profiles()
+    for sw, ports in sorted(switch_ports(fabric, policy).items()):
+        name = fabric.switch_by_name[sw].asic
+        if name is not None and name not in known:
+            continue
+        asic = profile(name)
+        pqs = []
+        for p in ports:
+            terms, head = port_headroom(policy, p, asic)
+            xon, size, reserved = pg_sizes(policy, asic, head)
+            pqs.append(PortQos(p, terms, head, (), None, None, None, None, xon, size, reserved))
+        plan = buffer_plan(policy, tuple(pqs), asic)
+        assert plan is not None
+        out.append(SwitchBuffer(sw, asic, tuple(q.headroom_bytes for q in pqs), plan))
+    return out
 
 
 @dataclass(frozen=True)
