@@ -27,6 +27,7 @@ aifabric::Sampler g_queue;
 Ptr<QueueDisc> g_qdisc;
 Ptr<PacketSink> g_sink;
 uint64_t g_rxAtStart = 0;
+uint64_t g_txAtStart = 0;
 
 void
 Sample(Time every)
@@ -39,6 +40,7 @@ void
 StartMeasuring(Time every)
 {
     g_rxAtStart = g_sink->GetTotalRx();
+    g_txAtStart = g_qdisc->GetStats().nTotalDequeuedBytes;
     Sample(every);
 }
 }  // namespace
@@ -163,9 +165,10 @@ main(int argc, char* argv[])
     Simulator::Run();
     double window = (durationMs - warmupMs) / 1000;
     double tput = (g_sink->GetTotalRx() - g_rxAtStart) * 8.0 / window;
-    // IP+TCP headers (52 B) and the 2-byte PPP header are not goodput: the wire-rate share too
-    double wireShare = tput / rateBps * (mtu + 2) / (mtu - 52);  // + PPP header
     QueueDisc::Stats st = g_qdisc->GetStats();
+    // the bottleneck's busy share: IP bytes leaving its queue, plus the 2-byte PPP header
+    double ipBytes = double(st.nTotalDequeuedBytes - g_txAtStart);
+    double wireShare = (ipBytes + 2.0 * ipBytes / mtu) * 8 / window / rateBps;
     uint64_t marks = st.GetNMarkedPackets(RedQueueDisc::UNFORCED_MARK) +
                      st.GetNMarkedPackets(RedQueueDisc::FORCED_MARK);
     std::cout << "{\"scenario\": \"" << mode << "\", \"rate_bps\": " << aifabric::JsonNumber(rateBps)

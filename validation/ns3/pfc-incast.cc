@@ -3,8 +3,8 @@
 //
 // Worst case of the headroom formula (controller/qos/formulas.py pfc_headroom), built in:
 // every sender sends lossless frames of lossless_mtu back to back at line rate; the switch's
-// egress towards each sender is kept busy with frames of mtu bytes (a "filler"), so an XOFF
-// waits for up to one such frame; the senders take their full 802.3 response time
+// egress towards each sender is kept busy with frames of 64..mtu bytes (a "filler"), so an XOFF
+// waits for up to one MTU-sized frame; the senders take their full 802.3 response time
 // (quanta x 512 bit times) to stop; cable propagation is ns_per_m per metre.
 // Prints one JSON object.
 #include "pfc/pfc.h"
@@ -48,7 +48,7 @@ main(int argc, char* argv[])
     cmd.AddValue("senders", "number of senders", senders);
     cmd.AddValue("cell", "buffer cell size, bytes", cell);
     cmd.AddValue("duration_us", "simulated time, us", durationUs);
-    cmd.AddValue("run", "stagger seed: senders start i x run x 7 ns apart", seedRun);
+    cmd.AddValue("run", "run number: sender start stagger (i x run x 7 ns) and filler sizes", seedRun);
     cmd.Parse(argc, argv);
 
     const uint8_t prio = 3;
@@ -65,6 +65,8 @@ main(int argc, char* argv[])
         Host& h = *hosts.back();
         auto l = Link(h, sw, rateBps, cableM, nsPerM, response, response);
         sw.port(l.second).fillerBytes = mtu;
+        sw.port(l.second).fillerMinBytes = 64;  // sizes vary: no phase lock with the senders
+        sw.port(l.second).fillerSeed = seedRun * 1000 + i;
         Flow f;
         f.id = static_cast<int>(i);
         f.dst = receiverId;

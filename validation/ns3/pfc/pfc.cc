@@ -131,6 +131,15 @@ Port::Kick()
     {
         Frame f;
         f.bytes = fillerBytes;
+        if (fillerMinBytes && fillerMinBytes < fillerBytes)
+        {
+            // splitmix64: a small deterministic generator per port
+            uint64_t z = (m_fillerState += 0x9e3779b97f4a7c15ULL + fillerSeed);
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+            z ^= z >> 31;
+            f.bytes = fillerMinBytes + static_cast<uint32_t>(z % (fillerBytes - fillerMinBytes + 1));
+        }
         Transmit(f);
         return;
     }

@@ -20,8 +20,10 @@
 //    rate controller fed by the ECN marks it receives) and a sink.
 //
 // The in-flight frame on the reverse link (the first term of the headroom formula) is produced
-// on demand by a "filler": a port with filler_bytes > 0 sends lossy frames of that size whenever
-// it has nothing else to send (the worst case the formula assumes).
+// on demand by a "filler": a port with fillerBytes > 0 sends lossy frames whenever it has
+// nothing else to send, of fillerBytes or (fillerMinBytes > 0) of sizes uniform in
+// [fillerMinBytes, fillerBytes] so that XOFF instants do not phase-lock to frame boundaries
+// (no frame exceeds the MTU the formula assumes).
 #pragma once
 
 #include <ns3/core-module.h>
@@ -73,7 +75,9 @@ class Port
     void Kick();  // start a transmission if idle
 
     double rateBps;
-    uint32_t fillerBytes = 0;
+    uint32_t fillerBytes = 0;      // largest filler frame; 0: no filler
+    uint32_t fillerMinBytes = 0;   // filler sizes are uniform in [min, max] (min 0: all max)
+    uint32_t fillerSeed = 1;
     std::array<uint64_t, kPriorities> queuedBytes{};
     uint64_t sentBytes = 0;
     uint64_t pausesReceived = 0;
@@ -98,6 +102,7 @@ class Port
     std::array<ns3::Time, kPriorities> m_pausedUntil{};
     int m_rr = 0;
     ns3::EventId m_wake;
+    uint64_t m_fillerState = 0;
 };
 
 class Node
