@@ -8,16 +8,22 @@ PYTHON       ?= python3
 VENV         ?= .venv
 PY           := $(VENV)/bin/python
 STAMP        := $(VENV)/.aifabric-installed
-DEBS         := mininet openvswitch-switch iperf3 ethtool iputils-ping iproute2 python3-venv etcd-server
+DEBS         := mininet openvswitch-switch iperf3 ethtool iputils-ping iproute2 python3-venv etcd-server \
+                ns3 libns3-dev g++ make
 EXPERIMENT   ?= mininet_labs/experiments/ecmp_vs_pinned.yaml
 OUT          ?= results/ecmp_vs_pinned
 PYTEST_ARGS  ?=
 
-.PHONY: all setup debs venv ovs demo test lint typecheck bench dist clean
+.PHONY: all setup debs venv ovs ns3 demo test lint typecheck bench dist clean
 
 all: test
 
-setup: debs venv ovs
+setup: debs venv ovs ns3
+
+# The ns-3 scenario programs and PFC module of the QoS validation (validation/ns3, against
+# Debian's ns-3 3.37); tests/test_qos_ns3.py runs short versions, bench/qos_validate.py the table.
+ns3: debs
+	@nice $(MAKE) -s -C validation/ns3
 
 # Debian packages: install only the missing ones (apt-get update only when something is missing).
 debs:
@@ -91,4 +97,4 @@ dist: venv
 	$(PY) -m build --no-isolation --outdir dist .
 
 clean:
-	rm -rf $(VENV) results .pytest_cache *.egg-info dist
+	rm -rf $(VENV) results .pytest_cache *.egg-info dist validation/ns3/build

@@ -80,7 +80,7 @@ def test_headroom_budget_is_checked_per_switch(write):
         load_policy(path, fabric)
     assert (f"{path}:44:9: buffers.size: switch 'leaf1' needs 358.7KB (headroom 294.7KB for 1 "
             "lossless PG(s) on 4 ports + reserved 16KB x 4) but the buffer is 350KB (rule: "
-            "headroom x lossless PGs x ports + reserved <= buffer)") in str(ei.value)
+            "headroom x lossless PGs x ports + reserved <= buffer - min_shared)") in str(ei.value)
 
 
 def test_threshold_above_queue_limit(write):

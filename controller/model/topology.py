@@ -38,7 +38,7 @@ defaults: a topology file without them is rejected.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -62,7 +62,8 @@ TIER_CORE = 3
 @dataclass(frozen=True)
 class Switch:
     """A switch: ``name``, ``role`` (leaf|spine|edge|agg|core), ``tier`` (1 lowest), ``dpid``,
-    ``pod`` (fat-tree pods; None elsewhere), ``site`` (multi-site fabrics; None elsewhere).
+    ``pod`` (fat-tree pods; None elsewhere), ``site`` (multi-site fabrics; None elsewhere),
+    ``asic`` (the switch chip's profile name, :mod:`controller.qos.asics`; None: ``generic``).
 
     How the controller reaches it, as the topology's ``switches:`` section declares
     (:class:`SwitchDecl`): ``southbound`` (``openflow``: it connects to the controller's
@@ -78,6 +79,7 @@ class Switch:
     dpid: int
     pod: int | None = None
     site: str | None = None
+    asic: str | None = None
     southbound: str = "openflow"
     address: str | None = None
     device_id: int | None = None
@@ -387,6 +389,15 @@ def _duration(v: Any) -> float:
     return us
 
 
+ASIC_NAME = r"^[a-z][a-z0-9-]*$"
+AsicName = Annotated[str, Field(pattern=ASIC_NAME)]
+AsicSpec = AsicName | dict[str, AsicName] | None
+"""``asic:`` of a topology: one profile name for every switch, or a mapping from a switch role
+(``leaf``, ``spine``, ...) or a switch name to a profile name (a name wins over its role).
+Names are checked against :mod:`controller.qos.asics` when a policy is checked against the
+fabric (:func:`controller.qos.validate.check_policy_document`)."""
+
+
 class LinkSpec(_Strict):
     """``{rate: 40Mbps, latency: 5us}``: both required, with units (bit/s and µs in the model)."""
 
@@ -410,6 +421,7 @@ class LeafSpineSpec(_Strict):
     hosts_per_leaf: Annotated[int, Field(ge=1, le=64, strict=True)]
     links: LinksSpec
     switches: Declarations = None
+    asic: AsicSpec = None
 
 
 class FatTreeSpec(_Strict):
@@ -420,6 +432,7 @@ class FatTreeSpec(_Strict):
     core_uplinks: Annotated[int, Field(ge=1, le=32)] | None = None
     links: LinksSpec
     switches: Declarations = None
+    asic: AsicSpec = None
 
     @field_validator("k")
     @classmethod
@@ -448,6 +461,7 @@ class RailOptimizedSpec(_Strict):
     spines: Annotated[int, Field(ge=1, le=256)]
     links: LinksSpec
     switches: Declarations = None
+    asic: AsicSpec = None
 
     @field_validator("servers_per_leaf")
     @classmethod
@@ -547,6 +561,35 @@ class MultiSiteSpec(_Strict):
     sites: Annotated[tuple[SiteSpec, ...], Field(min_length=2, max_length=16)]
     wan_links: Annotated[tuple[WanLinkSpec, ...], Field(min_length=1)]
     switches: Declarations = None
+    asic: AsicSpec = None
+
+
+def with_asics(fabric: Fabric, spec: AsicSpec) -> Fabric:
+    """``fabric`` with each switch's ``asic`` set from ``spec`` (:data:`AsicSpec`).
+
+    Raises
+    ------
+    ValueError
+        A mapping key is neither a switch role nor a switch name of the fabric.
+    """
+    if spec is None:
+        return fabric
+    by = {"*": spec} if isinstance(spec, str) else dict(spec)
+    known = {s.role for s in fabric.switches} | {s.name for s in fabric.switches}
+    unknown = sorted(k for k in by if k != "*" and k not in known)
+    if unknown:
+        raise ValueError(f"no switch role or switch named {', '.join(map(repr, unknown))}")
+    switches = tuple(replace(s, asic=by.get(s.name, by.get(s.role, by.get("*"))))
+                     for s in fabric.switches)
+    return replace(fabric, switches=switches)
+
+
+def _apply_asics(doc: Document, fabric: Fabric) -> Fabric:
+    raw = doc.data.get("asic") if isinstance(doc.data, dict) else None
+    try:
+        return with_asics(fabric, raw)
+    except ValueError as exc:
+        raise ConfigError([doc.problem(("asic",), str(exc))]) from None
 
 
 def declare_switches(fabric: Fabric, doc: Document, decls: Declarations) -> Fabric:
@@ -590,8 +633,9 @@ def declare_switches(fabric: Fabric, doc: Document, decls: Declarations) -> Fabr
 
 
 def fabric_from_document(doc: Document) -> Fabric:
-    """Validate a parsed topology document and build its :class:`Fabric`. Raises ConfigError."""
-    fabric = _generate(doc)
+    """Validate a parsed topology document and build its :class:`Fabric` (with the switches'
+    ``asic``, :func:`with_asics`, and their ``switches:`` declarations). Raises ConfigError."""
+    fabric = _apply_asics(doc, _generate(doc))
     decls = doc.data.get("switches") if isinstance(doc.data, dict) else None
     if decls:
         # validated with the kind's spec already (types, unknown keys): build the declarations

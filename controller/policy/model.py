@@ -357,6 +357,11 @@ class Pfc(_Strict):
     ``lossless_priorities``: the priorities (0–7) paused instead of dropped. ``cable``: the default
     cable length of every link (m), ``links``: per-link overrides. ``mtu``: the largest frame on the
     wire (bytes); ``lossless_mtu`` the largest frame of a lossless class (default ``mtu``).
+    ``small_frame_share`` (percent, default 100 %): the share of the traffic arriving after XOFF
+    assumed to be worst-case small frames, each taking whole buffer cells; it scales the headroom
+    on ASICs with cells (:func:`controller.qos.asics.cell_occupancy`; SONiC's
+    ``LOSSLESS_TRAFFIC_PATTERN|small_packet_percentage``, 100 in its ``buffers_config.j2``). It
+    has no effect on the ``generic`` ASIC (one-byte cells).
     Link speeds come from the topology.
     """
 
@@ -366,6 +371,18 @@ class Pfc(_Strict):
     mtu_bytes: int = Field(alias="mtu")
     lossless_mtu_bytes: int | None = Field(default=None, alias="lossless_mtu")
     watchdog: PfcWatchdog | None = None
+    small_frame_percent: float = Field(default=100.0, alias="small_frame_share")
+
+    _v_small = field_validator("small_frame_percent", mode="before")(
+        lambda cls, v: _unit(parse_percent, v)
+    )
+
+    @field_validator("small_frame_percent")
+    @classmethod
+    def _share(cls, v: float) -> float:
+        if not 0 <= v <= 100:
+            raise ValueError(f"a share must be in [0%, 100%], got {v:g}%")
+        return v
 
     _v_len = field_validator("cable_m", mode="before")(lambda cls, v: _unit(parse_length_m, v))
     _v_mtu = field_validator("mtu_bytes", "lossless_mtu_bytes", mode="before")(
@@ -466,6 +483,11 @@ class Buffers(_Strict):
     ``'1/8'`` … ``'128'`` (kept as ``alpha_log2``). ``queue_depth``: target queue depth as time at
     link rate (µs; guidance 100–200 µs), positive: ``0us`` is refused rather than read as "no
     queue limit" (leave out the ``buffers`` section for the targets' default queues).
+    ``min_shared`` (bytes, default 0): the least shared pool that must be left once headroom and
+    reservations are carved out (rule: Σ(headroom + reserved) ≤ size − min_shared).
+    ``shared_headroom`` (a ratio ≥ 1, e.g. ``2`` for 2:1; default none): pool the XOFF headroom
+    of all lossless PGs of a switch in a shared headroom pool of Σ XOFF / ratio (SONiC's
+    ``over_subscribe_ratio``); only on ASICs that have one (:mod:`controller.qos.asics`).
     """
 
     size_bytes: int = Field(alias="size")
@@ -473,14 +495,27 @@ class Buffers(_Strict):
     headroom_bytes: int | Literal["auto"] = Field(default="auto", alias="headroom")
     alpha_log2: int = Field(alias="alpha")
     queue_depth_us: float = Field(alias="queue_depth")
+    min_shared_bytes: int = Field(default=0, alias="min_shared")
+    shared_headroom_ratio: float | None = Field(default=None, alias="shared_headroom")
 
-    _v_sizes = field_validator("size_bytes", "reserved_per_port_bytes", mode="before")(
+    _v_sizes = field_validator("size_bytes", "reserved_per_port_bytes", "min_shared_bytes",
+                               mode="before")(
         lambda cls, v: _unit(parse_size_bytes, v)
     )
     _v_head = field_validator("headroom_bytes", mode="before")(lambda cls, v: _size_or_auto(v))
     _v_q = field_validator("queue_depth_us", mode="before")(
         lambda cls, v: _unit(parse_duration_us, v)
     )
+
+    @field_validator("shared_headroom_ratio", mode="before")
+    @classmethod
+    def _ratio(cls, v: object) -> object:
+        if v is None:
+            return v
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 1 <= v <= 64:
+            raise ValueError(f"shared_headroom is an oversubscription ratio between 1 and 64 "
+                             f"(e.g. 2 for 2:1), got {v!r}")
+        return float(v)
 
     @field_validator("queue_depth_us")
     @classmethod

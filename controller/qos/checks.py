@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from controller.model.topology import Fabric
 from controller.policy.model import Policy
 from controller.qos import formulas as f
-from controller.qos.compile import ecn_profile, port_headroom, port_queues, switch_ports
+from controller.qos.compile import (
+    ecn_profile,
+    known_asic,
+    port_headroom,
+    port_queues,
+    switch_buffers,
+    switch_ports,
+)
 from controller.units import format_rate, format_size
 
 YamlPath = tuple[str | int, ...]
@@ -265,31 +272,15 @@ def _fabric_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
             if frozenset(o.between) not in {frozenset((ln.a, ln.b)) for ln in fabric.links}:
                 out.append(Finding(("pfc", "links", i, "between"), f"no link {o.between[0]}-"
                                    f"{o.between[1]} in topology {fabric.name!r}"))
-    all_ports = switch_ports(fabric, policy)
     b = policy.buffers
-    # buffer budget per switch (headroom from the formulas, or as given)
-    n_pg = len(policy.pfc.lossless_priorities) if policy.pfc is not None else 0
-    min_shared: int | None = None
-    if b is not None:
-        worst: tuple[int, str, int, int] | None = None
-        for sw in sorted(all_ports):
-            try:
-                heads = [port_headroom(policy, p)[1] for p in all_ports[sw]]
-            except ValueError as exc:
-                out.append(Finding(("buffers", "headroom"), str(exc)))
-                return out
-            need = sum(heads) * n_pg + b.reserved_per_port_bytes * len(heads)
-            shared = b.size_bytes - need
-            min_shared = shared if min_shared is None else min(min_shared, shared)
-            if need > b.size_bytes and (worst is None or need > worst[0]):
-                worst = (need, sw, sum(heads) * n_pg, len(heads))
-        if worst is not None:
-            need, sw, head, n = worst
-            out.append(Finding(("buffers", "size"), f"switch {sw!r} needs {format_size(need)} "
-                               f"(headroom {format_size(head)} for {n_pg} lossless PG(s) on {n} "
-                               f"ports + reserved {format_size(b.reserved_per_port_bytes)} x {n}) "
-                               f"but the buffer is {format_size(b.size_bytes)} (rule: headroom x "
-                               "lossless PGs x ports + reserved <= buffer)"))
+    # the smallest shared pool of any switch (its ASIC, headroom and reservations carved out);
+    # the budget itself is checked by controller.qos.asic_checks
+    try:
+        shared = [sb.plan.shared_bytes for sb in switch_buffers(policy, fabric)]
+    except ValueError as exc:
+        out.append(Finding(("buffers", "headroom"), str(exc)))
+        return out
+    min_shared = min(shared) if shared else None
     if policy.ecn is None:
         return out
     # per distinct (drain rate, queue limit) of a port: thresholds are derived at the drain rate
@@ -297,6 +288,8 @@ def _fabric_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
                      for sw, p, q in port_queues(policy, fabric)},
                     key=lambda t: (t[0], t[1] or 0, t[3], t[4]))
     seen: set[tuple[int, int | None]] = set()
+    lossless = {tc.name for tc in policy.traffic_classes if tc.lossless} \
+        if policy.pfc is not None and policy.pfc.lossless_priorities else set()
     for i, ec in enumerate(policy.ecn.classes):
         path, key = _threshold_fields(i, ec.mode)
         if ec.auto:
@@ -315,7 +308,8 @@ def _fabric_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
                                    "never gets that deep (rule: a threshold is below the queue "
                                    "limit)"))
                 break
-            if b is not None and min_shared is not None and min_shared > 0:
+            if b is not None and min_shared is not None and min_shared > 0 and \
+                    ec.class_name not in lossless:  # lossless: ECN before PFC (asic_checks)
                 dt_max = f.dynamic_threshold_max_queue_bytes(min_shared, b.alpha)
                 if red.kmax_bytes > dt_max:
                     out.append(Finding(path, f"{key} {format_size(red.kmax_bytes)} {where} is "
@@ -349,9 +343,10 @@ def _headroom_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
     for sw, ports in sorted(switch_ports(fabric, policy).items()):
         for p in ports:
             try:
-                terms = f.pfc_headroom(p.rate_bps, p.cable_m, pfc.mtu_bytes, pfc.lossless_mtu_bytes)
+                terms, _ = port_headroom(policy, p, known_asic(fabric, sw))
             except ValueError:
                 continue  # no derivation above 400 Gb/s: the given value is all there is
+            assert terms is not None
             if worst is None or terms.total_bytes > worst[0]:
                 worst = (terms.total_bytes, sw, p.port, terms)
     if worst is None or b.headroom_bytes >= worst[0]:
@@ -364,11 +359,21 @@ def _headroom_findings(policy: Policy, fabric: Fabric) -> list[Finding]:
 
 
 def headroom_terms(t: f.HeadroomTerms) -> str:
-    """The derivation of ``t`` as one line: its five terms and the source."""
-    return (f"MTU {t.receiver_mtu_bytes} + PFC frame {t.pfc_frame_bytes} + cable "
-            f"2x{t.cable_m:g}m x5.13ns/m x rate/8 = {t.cable_round_trip_bytes:.1f} + response "
-            f"{t.reaction_quanta}x512/8 = {t.sender_response_bytes} + lossless MTU "
-            f"{t.sender_mtu_bytes} = {t.total_bytes}B (Cisco C11-542809; IEEE 802.3 Annex 31B)")
+    """The derivation of ``t`` as one line: its terms and the source (with cells, occupancy,
+    MAC/PHY and gearbox terms when the ASIC has them)."""
+    core = (f"MTU {t.receiver_mtu_bytes} + PFC frame {t.pfc_frame_bytes} + cable "
+            f"2x{t.cable_m:g}m x5.13ns/m x rate/8 = {t.cable_round_trip_bytes:.1f}")
+    if t.gearbox_bytes:
+        core += f" + gearbox 2x{t.gearbox_bytes:.1f}"
+    if t.mac_phy_bytes:
+        core += f" + MAC/PHY {t.mac_phy_bytes}"
+    core += f" + response {t.reaction_quanta}x512/8 = {t.sender_response_bytes}"
+    if t.cell_bytes == 1 and t.cell_occupancy == 1:
+        return (f"{core} + lossless MTU {t.sender_mtu_bytes} = {t.total_bytes}B (Cisco "
+                "C11-542809; IEEE 802.3 Annex 31B)")
+    return (f"lossless MTU {t.sender_mtu_bytes} in {t.cell_bytes}B cells + ({core}) x cell "
+            f"occupancy {t.cell_occupancy:.3f}, rounded up to cells = {t.total_bytes}B (Cisco "
+            "C11-542809; IEEE 802.3 Annex 31B; sonic-swss buffer_headroom_mellanox.lua)")
 
 
 def _wan_findings(policy: Policy, fabric: Fabric | None) -> list[Finding]:

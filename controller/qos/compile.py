@@ -9,11 +9,13 @@ Every number comes from :mod:`controller.qos.formulas`, whose docstrings cite th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from controller.model.topology import Fabric
 from controller.policy.model import EcnClass, Policy, PortShaper, TrafficClass, WanLink
 from controller.qos import formulas as f
+from controller.qos.asics import AsicProfile, cell_occupancy, profile, profiles
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,16 @@ class PortQos:
     wan_shares: tuple[tuple[str, float], ...] | None = None
     """On a DCI port with ``wan.classes``: (class name, guaranteed fraction of ``shaper_bps``
     or the link rate), in policy order; None elsewhere."""
+    xon_bytes: int = 0
+    """How far below XOFF a paused lossless PG resumes (bytes): the ASIC's XON
+    (:attr:`controller.qos.asics.AsicProfile.xon_bytes`), else two lossless MTUs; 0 without
+    lossless PGs."""
+    pg_size_bytes: int = 0
+    """SONiC's ``size`` of the lossless PG profile: XOFF headroom + XON, or XON alone when a
+    shared headroom pool holds the XOFF part (sonic-swss ``buffer_headroom_mellanox.lua``)."""
+    pg_reserved_bytes: int = 0
+    """Buffer reserved per lossless PG of this port in the switch's budget: the XOFF headroom
+    (none under a shared headroom pool) plus the XON when the ASIC reserves it."""
 
     @property
     def drain_bps(self) -> int:
@@ -62,7 +74,11 @@ class PortQos:
 
 @dataclass(frozen=True)
 class BufferPlan:
-    """A switch's buffer carve-up, bytes: size = reserved + headroom + shared."""
+    """A switch's buffer carve-up, bytes: size = reserved + headroom + shared, where
+    ``headroom_bytes`` is the per-PG reservations plus ``headroom_pool_bytes`` (the shared
+    headroom pool, ⌈Σ XOFF / ratio⌉; 0 without one) and ``reserved_bytes`` the per-port
+    reservations plus the ASIC's ``system_reserved_bytes``. ``shared_bytes`` is rounded down to
+    whole ``cell_bytes`` cells."""
 
     size_bytes: int
     reserved_bytes: int
@@ -70,14 +86,22 @@ class BufferPlan:
     shared_bytes: int
     alpha_log2: int
     dt_max_queue_bytes: int
+    headroom_pool_bytes: int = 0
+    cell_bytes: int = 1
+    system_reserved_bytes: int = 0
+    xoff_total_bytes: int = 0
+    """Σ XOFF headroom over the switch's lossless PGs (what a shared headroom pool pools)."""
 
 
 @dataclass(frozen=True)
 class SwitchQos:
+    """One switch's QoS: its ports, buffer plan and ASIC profile name."""
+
     name: str
     dpid: int
     ports: tuple[PortQos, ...]
     buffer: BufferPlan | None
+    asic: str = "generic"
 
 
 @dataclass(frozen=True)
@@ -138,30 +162,123 @@ def ecn_profile(ec: EcnClass, policy: Policy, rate_bps: int) -> f.RedProfile:
     return f.RedProfile(ec.kmin_bytes, ec.kmax_bytes, ec.pmax_percent)
 
 
-def port_headroom(policy: Policy, port: Port) -> tuple[f.HeadroomTerms | None, int]:
-    """(derivation or None, per-PG headroom bytes) for ``port``; (None, 0) without lossless PGs."""
+def switch_asic(fabric: Fabric, switch: str) -> AsicProfile:
+    """The ASIC profile of ``switch`` (``generic`` when the topology names none).
+
+    Raises KeyError for an unknown profile name (the checks report it located first)."""
+    return profile(fabric.switch_by_name[switch].asic)
+
+
+def known_asic(fabric: Fabric, switch: str) -> AsicProfile:
+    """The ASIC profile of ``switch``, ``generic`` when it names none or an unknown one (for
+    checks that run before unknown names are reported)."""
+    name = fabric.switch_by_name[switch].asic
+    return profiles().get(name or "generic", profile(None))
+
+
+def port_headroom(policy: Policy, port: Port,
+                  asic: AsicProfile | None = None) -> tuple[f.HeadroomTerms | None, int]:
+    """(derivation or None, per-PG XOFF headroom bytes) for ``port`` of a switch with ``asic``
+    (default ``generic``); (None, 0) without lossless PGs. A given ``buffers.headroom`` is
+    used as is (rounded up to the ASIC's cells)."""
     pfc = policy.pfc
     if pfc is None or not pfc.lossless_priorities:
         return None, 0
-    terms = f.pfc_headroom(port.rate_bps, port.cable_m, pfc.mtu_bytes, pfc.lossless_mtu_bytes)
+    a = asic if asic is not None else profile(None)
+    terms = f.pfc_headroom(
+        port.rate_bps, port.cable_m, pfc.mtu_bytes, pfc.lossless_mtu_bytes,
+        cell_bytes=a.cell_bytes.value,
+        cell_occupancy=cell_occupancy(a.cell_bytes.value, pfc.small_frame_percent),
+        mac_phy_bytes=a.mac_phy_delay_bytes.value, gearbox_ns=a.gearbox_delay_ns.value)
     bufs = policy.buffers
     if bufs is not None and isinstance(bufs.headroom_bytes, int):
-        return terms, bufs.headroom_bytes
+        return terms, a.cells(bufs.headroom_bytes)
     return terms, terms.total_bytes
 
 
-def buffer_plan(policy: Policy, ports: tuple[PortQos, ...]) -> BufferPlan | None:
-    """Carve a switch's buffer: reserved per port, headroom per port × lossless PGs, the rest
-    shared. None without a buffers section. The shared part may be negative (checks reject it)."""
+def xon_bytes(policy: Policy, asic: AsicProfile) -> int:
+    """The XON offset of a lossless PG: the ASIC's, else 2 x the lossless MTU (0 without PFC)."""
+    if policy.pfc is None or not policy.pfc.lossless_priorities:
+        return 0
+    if asic.xon_bytes is not None:
+        return asic.xon_bytes.value
+    return 2 * (policy.pfc.lossless_mtu_bytes or policy.pfc.mtu_bytes)
+
+
+def pg_sizes(policy: Policy, asic: AsicProfile, xoff: int) -> tuple[int, int, int]:
+    """(XON, SONiC profile size, reservation) of one lossless PG with XOFF headroom ``xoff``
+    (see :class:`PortQos`)."""
+    xon = xon_bytes(policy, asic)
+    if xon == 0 and xoff == 0:
+        return 0, 0, 0
+    shp = policy.buffers is not None and policy.buffers.shared_headroom_ratio is not None
+    size = xon if shp else xoff + xon
+    reserved = (0 if shp else xoff) + (xon if asic.xon_reserved.value else 0)
+    return xon, size, reserved
+
+
+def buffer_plan(policy: Policy, ports: tuple[PortQos, ...],
+                asic: AsicProfile | None = None) -> BufferPlan | None:
+    """Carve a switch's buffer: reserved per port (plus the ASIC's system reservation), the
+    lossless PGs' reservations (:attr:`PortQos.pg_reserved_bytes`) and the shared headroom pool,
+    the rest shared (rounded down to cells). None without a buffers section. The shared part
+    may be negative (checks reject it)."""
     bufs = policy.buffers
     if bufs is None:
         return None
+    a = asic if asic is not None else profile(None)
     n_pg = len(policy.pfc.lossless_priorities) if policy.pfc is not None else 0
-    reserved = bufs.reserved_per_port_bytes * len(ports)
-    headroom = sum(p.headroom_bytes for p in ports) * n_pg
+    system = a.system_reserved_bytes.value
+    reserved = bufs.reserved_per_port_bytes * len(ports) + system
+    xoff_total = sum(p.headroom_bytes for p in ports) * n_pg
+    pool = 0
+    if bufs.shared_headroom_ratio is not None and xoff_total:
+        pool = a.cells(math.ceil(xoff_total / bufs.shared_headroom_ratio))
+    headroom = sum(p.pg_reserved_bytes for p in ports) * n_pg + pool
+    c = a.cell_bytes.value
     shared = bufs.size_bytes - reserved - headroom
+    shared = math.floor(shared / c) * c if shared > 0 else shared
     dt = f.dynamic_threshold_max_queue_bytes(max(shared, 0), bufs.alpha)
-    return BufferPlan(bufs.size_bytes, reserved, headroom, shared, bufs.alpha_log2, dt)
+    return BufferPlan(bufs.size_bytes, reserved, headroom, shared, bufs.alpha_log2, dt,
+                      pool, c, system, xoff_total)
+
+
+@dataclass(frozen=True)
+class SwitchBuffer:
+    """One switch's ASIC, per-port XOFF headroom and buffer plan, as the compiler makes them."""
+
+    name: str
+    asic: AsicProfile
+    heads: tuple[int, ...]
+    plan: BufferPlan
+
+
+def switch_buffers(policy: Policy, fabric: Fabric) -> list[SwitchBuffer]:
+    """Every switch with a known ASIC, in name order (empty without a buffers section).
+
+    Raises
+    ------
+    ValueError
+        A headroom cannot be derived (a port above 400 Gb/s with ``headroom: auto``).
+    """
+    if policy.buffers is None:
+        return []
+    out = []
+    known = profiles()
+    for sw, ports in sorted(switch_ports(fabric, policy).items()):
+        name = fabric.switch_by_name[sw].asic
+        if name is not None and name not in known:
+            continue
+        asic = profile(name)
+        pqs = []
+        for p in ports:
+            terms, head = port_headroom(policy, p, asic)
+            xon, size, reserved = pg_sizes(policy, asic, head)
+            pqs.append(PortQos(p, terms, head, (), None, None, None, None, xon, size, reserved))
+        plan = buffer_plan(policy, tuple(pqs), asic)
+        assert plan is not None
+        out.append(SwitchBuffer(sw, asic, tuple(q.headroom_bytes for q in pqs), plan))
+    return out
 
 
 @dataclass(frozen=True)
@@ -206,6 +323,8 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
 
     Raises
     ------
+    KeyError
+        A switch names an unknown ASIC profile (checked, and located, before this runs).
     ValueError
         The policy references something the fabric lacks, or a formula's input or output is out
         of range (e.g. a port above 400 Gb/s with ``headroom: auto``). A queue limit above
@@ -225,8 +344,10 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
     all_ports = switch_ports(fabric, policy)
     for sw in sorted(fabric.switches, key=lambda s: s.name):
         pqs: list[PortQos] = []
+        asic = profile(sw.asic)
         for port in all_ports[sw.name]:
-            terms, head = port_headroom(policy, port)
+            terms, head = port_headroom(policy, port, asic)
+            xon, pg_size, pg_reserved = pg_sizes(policy, asic, head)
             q = port_queue(policy, shapers, wan_links, sw.name, port)
             ecn = tuple(
                 EcnSetting(ec.class_name, ec.mode, ecn_profile(ec, policy, q.drain_bps))
@@ -236,9 +357,10 @@ def compile_qos(policy: Policy, fabric: Fabric) -> QosPlan:
             dci = q.wan or frozenset((sw.name, port.peer)) in wan_pairs
             pqs.append(PortQos(port, terms, head, ecn, q.limit_bytes, q.shaper_bps,
                                None if q.wan or shaper is None else shaper.burst_bytes,
-                               wan_shares if dci else None))
+                               wan_shares if dci else None, xon, pg_size, pg_reserved))
         ports = tuple(pqs)
-        switches.append(SwitchQos(sw.name, sw.dpid, ports, buffer_plan(policy, ports)))
+        switches.append(SwitchQos(sw.name, sw.dpid, ports, buffer_plan(policy, ports, asic),
+                                  asic.name))
     lossless = policy.pfc.lossless_priorities if policy.pfc is not None else ()
     return QosPlan(fabric.name, policy.traffic_classes, tuple(sorted(lossless)),
                    tuple(switches), policy)

@@ -12,12 +12,16 @@ from dataclasses import dataclass
 from controller.model.topology import Fabric
 from controller.policy.model import Policy
 from controller.qos import formulas as f
-from controller.qos.compile import compile_qos, ecn_profile
+from controller.qos.asics import profile, worst_case_cell_factor
+from controller.qos.checks import headroom_terms
+from controller.qos.compile import QosPlan, compile_qos, ecn_profile
 from controller.units import format_rate, format_size
 
 SRC_DCTCP = "Alizadeh et al., SIGCOMM 2010, §3.3"
 SRC_HEADROOM = ("Cisco white paper C11-542809 'Priority Flow Control'; IEEE 802.3 Annex 31B.3.7 "
                 "(reaction quanta); PFC frame 84B wire time")
+SRC_CELLS = ("cells and occupancy: sonic-swss cfgmgr/buffer_headroom_mellanox.lua; ASIC values: "
+             "controller/qos/asics.py (each with its source)")
 SRC_DT = "Choudhury & Hahne, IEEE/ACM ToN 1998 (dynamic thresholds)"
 
 
@@ -44,28 +48,11 @@ def explain_rows(policy: Policy, fabric: Fabric | None = None) -> list[Derivatio
     if fabric is None:
         return rows + _static_rows(policy)
     plan = compile_qos(policy, fabric)
-    combos = sorted({(pq.port.rate_bps, pq.port.cable_m) for sw in plan.switches
-                     for pq in sw.ports})
     # ECN thresholds and queue limits are derived at the rate a port drains at (its shaper's,
     # else its link's): controller.qos.compile.PortQos.drain_bps
     rates = sorted({pq.drain_bps for sw in plan.switches for pq in sw.ports})
     if policy.pfc is not None and policy.pfc.lossless_priorities:
-        for rate, cable in combos:
-            t = f.pfc_headroom(rate, cable, policy.pfc.mtu_bytes, policy.pfc.lossless_mtu_bytes)
-            given = policy.buffers is not None and isinstance(policy.buffers.headroom_bytes, int)
-            rows.append(Derivation(
-                f"PFC headroom per lossless PG, {format_rate(rate)} / {cable:g}m"
-                + (" (derived; buffers.headroom overrides it)" if given else ""),
-                f"{t.total_bytes} B",
-                f"MTU {t.receiver_mtu_bytes}B, lossless MTU {t.sender_mtu_bytes}B, "
-                f"cable {cable:g}m, speed {format_rate(rate)} (reaction row "
-                f"{format_rate(t.reaction_speed_bps)}: {t.reaction_quanta} quanta)",
-                f"MTU {t.receiver_mtu_bytes} + PFC frame {t.pfc_frame_bytes} + cable 2x{cable:g}m"
-                f"x5.13ns/m x rate/8 = {t.cable_round_trip_bytes:.1f} + response "
-                f"{t.reaction_quanta}x512/8 = {t.sender_response_bytes} + lossless MTU "
-                f"{t.sender_mtu_bytes}",
-                SRC_HEADROOM,
-            ))
+        rows += _headroom_rows(policy, plan)
     if policy.ecn is not None:
         for ec in policy.ecn.classes:
             for rate in rates:
@@ -101,27 +88,83 @@ def explain_rows(policy: Policy, fabric: Fabric | None = None) -> list[Derivatio
                 f"queue_depth {b.queue_depth_us:g}us, rate {format_rate(rate)}",
                 "rate/8 x queue_depth", "operator target (guidance 100-200us of link rate)",
             ))
-        seen: set[tuple[int, int, int]] = set()
+        seen: set[tuple[int, int, int, str]] = set()
         for sw in plan.switches:
             bp = sw.buffer
             assert bp is not None
-            key = (bp.reserved_bytes, bp.headroom_bytes, len(sw.ports))
+            key = (bp.reserved_bytes, bp.headroom_bytes, len(sw.ports), sw.asic)
             if key in seen:
                 continue
             seen.add(key)
+            if bp.headroom_pool_bytes:
+                assert b.shared_headroom_ratio is not None
+                rows.append(Derivation(
+                    f"Shared headroom pool, switch {sw.name}",
+                    f"{format_size(bp.headroom_pool_bytes)}",
+                    f"sum of XOFF {format_size(bp.xoff_total_bytes)}, oversubscription "
+                    f"{b.shared_headroom_ratio:g}:1, {bp.cell_bytes}B cells",
+                    "ceil(sum of XOFF / ratio), rounded up to cells",
+                    "sonic-swss buffer_pool_mellanox.lua (shp_size)"))
             rows.append(Derivation(
-                f"Shared buffer, switch {sw.name} ({len(sw.ports)} ports)",
+                f"Shared buffer, switch {sw.name} ({len(sw.ports)} ports, ASIC {sw.asic})",
                 f"{format_size(bp.shared_bytes)}",
-                f"size {format_size(bp.size_bytes)}, reserved {format_size(bp.reserved_bytes)}, "
-                f"headroom {format_size(bp.headroom_bytes)}",
-                "size - reserved_per_port x ports - headroom x lossless PGs x ports",
-                "buffer accounting",
+                f"size {format_size(bp.size_bytes)}, reserved {format_size(bp.reserved_bytes)}"
+                + (f" (ASIC {format_size(bp.system_reserved_bytes)})"
+                   if bp.system_reserved_bytes else "")
+                + f", headroom {format_size(bp.headroom_bytes)}",
+                "size - reserved_per_port x ports - ASIC reserve - lossless PG reservations "
+                "x PGs x ports - shared headroom pool, rounded down to cells",
+                "buffer accounting (sonic-swss buffer_pool_mellanox.lua)",
             ))
             rows.append(Derivation(
                 f"Longest single queue, switch {sw.name}", f"{format_size(bp.dt_max_queue_bytes)}",
                 f"shared {format_size(bp.shared_bytes)}, alpha 2^{bp.alpha_log2}",
                 "alpha x B / (1 + alpha)", SRC_DT,
             ))
+    return rows
+
+
+def _headroom_rows(policy: Policy, plan: QosPlan) -> list[Derivation]:
+    """Per distinct (ASIC, speed, cable): the XOFF headroom with every term, the XON and the
+    SONiC PG size."""
+    assert policy.pfc is not None
+    rows: list[Derivation] = []
+    given = policy.buffers is not None and isinstance(policy.buffers.headroom_bytes, int)
+    seen: set[tuple[str, int, float]] = set()
+    for sw in plan.switches:
+        a = profile(sw.asic)
+        for pq in sw.ports:
+            t = pq.headroom
+            key = (sw.asic, pq.port.rate_bps, pq.port.cable_m)
+            if t is None or key in seen:
+                continue
+            seen.add(key)
+            what = f"{format_rate(t.rate_bps)} / {t.cable_m:g}m, ASIC {sw.asic}"
+            inputs = (f"MTU {t.receiver_mtu_bytes}B, lossless MTU {t.sender_mtu_bytes}B, cable "
+                      f"{t.cable_m:g}m, speed {format_rate(t.rate_bps)} (reaction row "
+                      f"{format_rate(t.reaction_speed_bps)}: {t.reaction_quanta} quanta)")
+            if sw.asic != "generic":
+                inputs += (f"; cell {t.cell_bytes}B, small-frame share "
+                           f"{policy.pfc.small_frame_percent:g}% -> occupancy "
+                           f"{t.cell_occupancy:.3f} (worst case "
+                           f"{worst_case_cell_factor(t.cell_bytes):.3f}), MAC/PHY "
+                           f"{t.mac_phy_bytes}B, gearbox {a.gearbox_delay_ns.value:g}ns")
+            src = SRC_HEADROOM + ("" if sw.asic == "generic" else f"; {SRC_CELLS}")
+            rows.append(Derivation(
+                f"PFC headroom per lossless PG, {what} (XOFF)"
+                + (" (derived; buffers.headroom overrides it)" if given else ""),
+                f"{t.total_bytes} B", inputs, headroom_terms(t).split(" (Cisco")[0], src))
+            xon_src = a.xon_bytes.source if a.xon_bytes is not None else \
+                "two lossless MTUs (aifabric's generic hysteresis)"
+            rows.append(Derivation(
+                f"XON and PG size, {what}",
+                f"XON {pq.xon_bytes} B, size {pq.pg_size_bytes} B",
+                f"XOFF {pq.headroom_bytes} B, ASIC {sw.asic}"
+                + (f", shared headroom pool {policy.buffers.shared_headroom_ratio:g}:1"
+                   if policy.buffers is not None and policy.buffers.shared_headroom_ratio
+                   else ""),
+                "size = XOFF + XON (XON alone with a shared headroom pool)",
+                xon_src))
     return rows
 
 

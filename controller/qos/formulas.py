@@ -156,11 +156,16 @@ FIBRE_NS_PER_M = 5.13  # [CISCO-PFC]: 513 ns per 100 m of single-mode fibre (wor
 
 @dataclass(frozen=True)
 class HeadroomTerms:
-    """The terms of the PFC headroom of one lossless priority group on one port, in bytes.
+    """The terms of the PFC headroom (XOFF) of one lossless priority group on one port, bytes.
 
-    ``total_bytes`` = ceil(receiver_mtu + pfc_frame + cable_round_trip + sender_response
-    + sender_mtu). ``reaction_speed_bps`` is the row of the reaction-time table used (the
-    smallest tabulated speed ≥ the port speed).
+    ``total_bytes`` = cells(sender_mtu) + (receiver_mtu + pfc_frame + cable_round_trip
+    + 2 x gearbox + mac_phy + sender_response) x ``cell_occupancy``, rounded up to whole
+    ``cell_bytes`` cells. The in-flight terms arrive as frames of any size, so a buffer that
+    allocates cells stores them at up to ``cell_occupancy`` times their bytes (sonic-swss
+    ``buffer_headroom_mellanox.lua``: ``xoff = lossless_mtu + propagation_delay *
+    cell_occupancy``). With one-byte cells, occupancy 1 and no MAC/PHY or gearbox delay (the
+    ``generic`` ASIC) this is the sum of [CISCO-PFC]. ``reaction_speed_bps`` is the row of the
+    reaction-time table used (the smallest tabulated speed >= the port speed).
     """
 
     rate_bps: int
@@ -172,13 +177,24 @@ class HeadroomTerms:
     sender_mtu_bytes: int
     reaction_speed_bps: int
     reaction_quanta: int
+    mac_phy_bytes: int = 0
+    gearbox_bytes: float = 0.0
+    cell_bytes: int = 1
+    cell_occupancy: float = 1.0
+
+    @property
+    def in_flight_bytes(self) -> float:
+        """Bytes on the wire after XOFF, before cell occupancy: receiver MTU + PFC frame +
+        cable round trip + 2 x gearbox + MAC/PHY + the sender's response."""
+        return (self.receiver_mtu_bytes + self.pfc_frame_bytes + self.cable_round_trip_bytes
+                + 2 * self.gearbox_bytes + self.mac_phy_bytes + self.sender_response_bytes)
 
     @property
     def total_bytes(self) -> int:
-        return math.ceil(
-            self.receiver_mtu_bytes + self.pfc_frame_bytes + self.cable_round_trip_bytes
-            + self.sender_response_bytes + self.sender_mtu_bytes
-        )
+        c = self.cell_bytes
+        sender = math.ceil(self.sender_mtu_bytes / c) * c
+        raw = math.ceil(sender + self.in_flight_bytes * self.cell_occupancy)
+        return math.ceil(raw / c) * c
 
 
 def cable_bytes_one_way(rate_bps: float, cable_m: float) -> float:
@@ -207,7 +223,9 @@ def pause_reaction_quanta(rate_bps: int) -> tuple[int, int]:
 
 
 def pfc_headroom(
-    rate_bps: int, cable_m: float, mtu_bytes: int, lossless_mtu_bytes: int | None = None
+    rate_bps: int, cable_m: float, mtu_bytes: int, lossless_mtu_bytes: int | None = None, *,
+    cell_bytes: int = 1, cell_occupancy: float = 1.0, mac_phy_bytes: int = 0,
+    gearbox_ns: float = 0.0,
 ) -> HeadroomTerms:
     """PFC headroom per lossless priority group: what arrives after the XOFF threshold is hit.
 
@@ -220,7 +238,12 @@ def pfc_headroom(
        sender while data keeps arriving, then the last bits sent travel back);
     4. ``sender_response``: quanta(speed) × 512 / 8 bytes ([802.3-31B]);
     5. ``sender_mtu``: the lossless frame (``lossless_mtu_bytes``, default ``mtu_bytes``) the
-       sender may have started when it stops.
+       sender may have started when it stops;
+    6. with an ASIC profile (:mod:`controller.qos.asics`): ``mac_phy_bytes`` held by MAC/PHY,
+       2 x the gearbox delay at line rate (sonic-swss ``buffer_headroom_mellanox.lua``:
+       ``2 * bytes_on_gearbox + mac_phy_delay``), all in-flight terms scaled by
+       ``cell_occupancy`` and the sum rounded up to ``cell_bytes`` cells
+       (:class:`HeadroomTerms`).
 
     Raises
     ------
@@ -229,6 +252,9 @@ def pfc_headroom(
     """
     if rate_bps <= 0 or mtu_bytes <= 0 or cable_m < 0:
         raise ValueError(f"bad headroom inputs: rate {rate_bps}, cable {cable_m}, mtu {mtu_bytes}")
+    if cell_bytes < 1 or cell_occupancy < 1 or mac_phy_bytes < 0 or gearbox_ns < 0:
+        raise ValueError(f"bad ASIC inputs: cell {cell_bytes}, occupancy {cell_occupancy}, "
+                         f"mac/phy {mac_phy_bytes}, gearbox {gearbox_ns}ns")
     speed, quanta = pause_reaction_quanta(rate_bps)
     return HeadroomTerms(
         rate_bps=rate_bps,
@@ -240,6 +266,10 @@ def pfc_headroom(
         sender_mtu_bytes=lossless_mtu_bytes if lossless_mtu_bytes is not None else mtu_bytes,
         reaction_speed_bps=speed,
         reaction_quanta=quanta,
+        mac_phy_bytes=mac_phy_bytes,
+        gearbox_bytes=rate_bps * gearbox_ns * 1e-9 / 8.0,
+        cell_bytes=cell_bytes,
+        cell_occupancy=cell_occupancy,
     )
 
 

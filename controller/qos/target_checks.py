@@ -69,7 +69,22 @@ def target_findings(policy: Policy, fabric: Fabric | None, target: str) -> list[
         out += _ecn_width(policy, fabric, target)
     if fabric is not None:
         out += _queue_limits(policy, fabric, caps)
+        if target == "tofino":
+            out += _tofino_asics(fabric)
     return out
+
+
+def _tofino_asics(fabric: Fabric) -> list[Finding]:
+    """The tofino rendering programs a Tofino traffic manager: a switch naming another ASIC
+    (:mod:`controller.qos.asics`) cannot take it. Located at the policy's ``topology`` key (the
+    ASIC is named in the topology file)."""
+    other = sorted({f"{s.name} ({s.asic})" for s in fabric.switches
+                    if s.asic not in (None, "generic", "tofino1", "tofino2")})
+    if not other:
+        return []
+    return [Finding(("topology",), f"target tofino programs a Tofino traffic manager, but "
+                    f"switches {', '.join(other)} name another ASIC in topology "
+                    f"{fabric.name!r} (rule: a target renders for the ASIC it drives)")]
 
 
 def _lossless(policy: Policy, caps: TargetCaps) -> list[Finding]:

@@ -17,6 +17,8 @@ from controller.errors import ConfigError, ConfigProblem
 from controller.model.topology import Fabric, load_topology
 from controller.policy.load import fabric_problems, named_topology
 from controller.policy.model import Policy
+from controller.qos.asic_checks import asic_findings
+from controller.qos.asics import profiles
 from controller.qos.checks import Finding, policy_findings
 from controller.qos.target_checks import target_findings
 from controller.qos.targets import TARGETS
@@ -62,6 +64,8 @@ def qos_findings(policy: Policy, fabric: Fabric | None = None,
         ``target`` is not a known target name.
     """
     out = policy_findings(policy, fabric)
+    if fabric is not None:
+        out += asic_findings(policy, fabric)
     if target is not None:
         out += target_findings(policy, fabric, target)
     return out
@@ -86,12 +90,34 @@ def check_policy_document(doc: Document, fabric: Fabric | None = None,
         (problems if finding.severity == "error" else warnings).append(located)
     if fabric is not None:
         problems += fabric_problems(doc, policy, fabric)
+        problems += asic_name_problems(fabric)
     if problems:
         raise ConfigError(sorted(problems, key=lambda p: (p.line, p.column)))
     skipped = (() if fabric is not None else SKIPPED_WITHOUT_TOPOLOGY) + \
         (() if target is not None else SKIPPED_WITHOUT_TARGET)
     return CheckedPolicy(policy, tuple(sorted(warnings, key=lambda p: (p.line, p.column))),
                          fabric, skipped)
+
+
+def asic_name_problems(fabric: Fabric) -> list[ConfigProblem]:
+    """A problem for each ASIC name of ``fabric`` that no profile has
+    (:mod:`controller.qos.asics`), located at the ``asic`` field of the topology file (the
+    fabric's ``source``); located at the file alone when the fabric was built in code."""
+    known = profiles()
+    bad = sorted({s.asic for s in fabric.switches if s.asic is not None and s.asic not in known})
+    if not bad:
+        return []
+    msg = (f"unknown ASIC {', '.join(map(repr, bad))} (rule: a switch names a known ASIC "
+           f"profile: {', '.join(known)})")
+    src = Path(fabric.source)
+    if not src.is_file():
+        return [ConfigProblem(fabric.source, 0, 0, "asic", msg)]
+    topo = load_document(src)
+    raw = topo.data.get("asic") if isinstance(topo.data, dict) else None
+    path: tuple[str | int, ...] = ("asic",)
+    if isinstance(raw, dict):
+        path = ("asic", next(k for k, v in raw.items() if v in bad))
+    return [topo.problem(path, msg)]
 
 
 def load_policy_checked(path: str | Path, fabric: Fabric | None = None,

@@ -11,8 +11,11 @@ percent, ``ecn: ecn_all``), ``SCHEDULER`` (``type`` STRICT|DWRR, ``weight``; sha
 
 Choices (not from a formula): port p is named ``Ethernet{4(p-1)}`` (4-lane naming; remap per
 platform); every map is named ``AIFABRIC``; a lossless priority p uses priority group p, all
-others PG 0; the lossless PG profile has ``xoff`` = the derived headroom, ``xon`` = two lossless
-MTUs of hysteresis, ``size`` = xon + xoff; pools: ``ingress_lossless_pool`` = buffer − reserved,
+others PG 0; the lossless PG profile has ``xoff`` = the derived headroom (with the switch ASIC's
+cells, :mod:`controller.qos.asics`), ``xon`` = the ASIC's XON (two lossless MTUs on ``generic``),
+``size`` = xon + xoff, or xon alone with a shared headroom pool (sonic-swss
+``buffer_headroom_mellanox.lua``); pools: ``ingress_lossless_pool`` = buffer − reserved, with
+``xoff`` = the shared headroom pool when there is one (sonic-swss ``buffer_pool_mellanox.lua``),
 ``egress_lossy_pool`` = the shared part, ``egress_lossless_pool`` = the whole buffer.
 
 Rates are bytes/s in SONiC (``pir`` with ``meter_type: bytes``): bits/s / 8 rounded up, so a
@@ -94,9 +97,6 @@ def render_sonic(plan: QosPlan) -> dict[str, Any]:
             name += f".pir{bytes_per_s(min(rates))}"
         schedulers[name] = s
         sched_of[tc.name] = name
-    lossless_mtu = 0
-    if pol.pfc is not None:
-        lossless_mtu = pol.pfc.lossless_mtu_bytes or pol.pfc.mtu_bytes
     out: dict[str, Any] = {}
     for sw in plan.switches:
         port_qos: dict[str, Any] = {}
@@ -158,10 +158,9 @@ def render_sonic(plan: QosPlan) -> dict[str, Any]:
                 if lossless:
                     speed = pq.port.rate_bps // 1_000_000
                     pname = f"pg_lossless_{speed}_{pq.port.cable_m:g}m_profile"
-                    xon = 2 * lossless_mtu
                     profiles[pname] = {
-                        "pool": "ingress_lossless_pool", "xon": str(xon),
-                        "xoff": str(pq.headroom_bytes), "size": str(xon + pq.headroom_bytes),
+                        "pool": "ingress_lossless_pool", "xon": str(pq.xon_bytes),
+                        "xoff": str(pq.headroom_bytes), "size": str(pq.pg_size_bytes),
                         "dynamic_th": alpha}
                     for p in lossless:
                         buffer_pg[f"{name}|{p}"] = {"profile": pname}
@@ -187,7 +186,8 @@ def render_sonic(plan: QosPlan) -> dict[str, Any]:
         if b is not None:
             doc["BUFFER_POOL"] = {
                 "ingress_lossless_pool": {"size": str(b.size_bytes - b.reserved_bytes),
-                                          "type": "ingress", "mode": "dynamic"},
+                                          "type": "ingress", "mode": "dynamic"} | (
+                    {"xoff": str(b.headroom_pool_bytes)} if b.headroom_pool_bytes else {}),
                 "egress_lossless_pool": {"size": str(b.size_bytes), "type": "egress",
                                          "mode": "static"},
                 "egress_lossy_pool": {"size": str(max(b.shared_bytes, 0)), "type": "egress",
