@@ -8,12 +8,13 @@ PYTHON       ?= python3
 VENV         ?= .venv
 PY           := $(VENV)/bin/python
 STAMP        := $(VENV)/.aifabric-installed
-DEBS         := mininet openvswitch-switch iperf3 ethtool iputils-ping iproute2 python3-venv etcd-server
+DEBS         := mininet openvswitch-switch iperf3 ethtool iputils-ping iproute2 python3-venv etcd-server \
+                prometheus
 EXPERIMENT   ?= mininet_labs/experiments/ecmp_vs_pinned.yaml
 OUT          ?= results/ecmp_vs_pinned
 PYTEST_ARGS  ?=
 
-.PHONY: all setup debs venv ovs demo test lint typecheck bench clean
+.PHONY: all setup debs venv ovs demo test lint typecheck bench docs clean
 
 all: test
 
@@ -84,6 +85,12 @@ typecheck: venv
 
 bench: venv
 	$(PY) bench/te_plan.py
+
+# The documentation site (mkdocs.yml; reference pages generated from the code at build time)
+# into build/site; `make test` builds it --strict too (tests/test_docs.py). prometheus (Debian)
+# brings promtool, which tests/test_prometheus_rules.py runs on deploy/prometheus/.
+docs: venv
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) results .pytest_cache *.egg-info
