@@ -79,9 +79,10 @@ def alerts_page() -> str:
             for r in alerting:
                 ann = r.get("annotations", {})
                 labels = r.get("labels", {})
+                when = (f"fires once the condition has held for {r['for']}" if r.get("for")
+                        else "fires as soon as the condition holds")
                 out += [f"### {r['alert']}", "",
-                        f"Severity **{labels.get('severity', 'none')}**; fires after the "
-                        f"condition held for {r.get('for', '0s')}.", "",
+                        f"Severity **{labels.get('severity', 'none')}**; {when}.", "",
                         "```promql", r["expr"].strip(), "```", "",
                         f"*Summary:* {escape_html(ann.get('summary', ''))}", "",
                         escape_html(ann.get("description", "")), ""]
