@@ -9,12 +9,12 @@ VENV         ?= .venv
 PY           := $(VENV)/bin/python
 STAMP        := $(VENV)/.aifabric-installed
 DEBS         := mininet openvswitch-switch iperf3 ethtool iputils-ping iproute2 python3-venv etcd-server \
-                ns3 libns3-dev g++ make
+                ns3 libns3-dev g++ make prometheus
 EXPERIMENT   ?= mininet_labs/experiments/ecmp_vs_pinned.yaml
 OUT          ?= results/ecmp_vs_pinned
 PYTEST_ARGS  ?=
 
-.PHONY: all setup debs venv ovs ns3 demo test lint typecheck bench dist clean
+.PHONY: all setup debs venv ovs ns3 demo test lint typecheck bench dist docs clean
 
 all: test
 
@@ -95,6 +95,12 @@ bench: venv
 # pyproject.toml). tests/test_install.py builds them the same way and runs the installed program.
 dist: venv
 	$(PY) -m build --no-isolation --outdir dist .
+
+# The documentation site (mkdocs.yml; reference pages generated from the code at build time)
+# into build/site; `make test` builds it --strict too (tests/test_docs.py). prometheus (Debian)
+# brings promtool, which tests/test_prometheus_rules.py runs on deploy/prometheus/.
+docs: venv
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) results .pytest_cache *.egg-info dist validation/ns3/build

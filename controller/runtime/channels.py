@@ -66,6 +66,13 @@ class SecurityOptions:
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(**base)  # type: ignore[arg-type]
 
+    def certificate_files(self) -> dict[str, str]:
+        """Name → PEM file of every certificate given (``controller``, ``ca``, ``etcd-ca``,
+        ``etcd-client``): what ``aifabric_certificate_expiry_timestamp_seconds`` watches."""
+        named = (("controller", self.cert), ("ca", self.ca), ("etcd-ca", self.etcd_ca),
+                 ("etcd-client", self.etcd_cert))
+        return {name: path for name, path in named if path is not None}
+
 
 @dataclass(frozen=True)
 class Channels:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client.core import (
@@ -90,8 +91,12 @@ METRICS: tuple[MetricDef, ...] = (
               "Bytes counted by a collective's pinned entries at each flow's first switch."),
     MetricDef("aifabric_collective_collision_links", "gauge", ("collective",),
               "Link directions where a flow of the collective shares with another heavy flow."),
+    MetricDef("aifabric_collective_bound_bits_per_second", "gauge", ("collective",),
+              "Link-rate bound of a collective: the lowest capacity on its pinned flows' paths "
+              "(no flow of it can go faster; the labs' busbw/bound divides by it)."),
     MetricDef("aifabric_flow_bytes", "counter", ("collective", "flow"),
-              "Bytes of one pinned flow (its entry at the first switch)."),
+              "Bytes of one pinned flow (its entry at the first switch); flow 'src->dst', "
+              "'src->dst #j' for sub-flow j of connections_per_peer."),
     MetricDef("aifabric_flow_path_info", "gauge", ("collective", "flow", "path"),
               "1 for the path (hop list) each pinned flow is installed on."),
     MetricDef("aifabric_host_pair_bytes", "counter", ("src", "dst"),
@@ -133,6 +138,10 @@ METRICS: tuple[MetricDef, ...] = (
               "When the policy in force was applied (Unix time)."),
     MetricDef("aifabric_switch_role", "gauge", ("switch", "southbound", "role"),
               "1 for each switch's southbound and our role on it (master, backup, none)."),
+    MetricDef("aifabric_certificate_expiry_timestamp_seconds", "gauge", ("certificate", "path"),
+              "When a certificate file the controller started with stops being valid (the "
+              "earliest notAfter in the file, Unix time): certificate controller, ca, etcd-ca "
+              "or etcd-client."),
 )
 BY_NAME = {m.name: m for m in METRICS}
 
@@ -143,16 +152,21 @@ P4_QUEUE_METRICS = frozenset({"aifabric_queue_ecn_marked_packets", "aifabric_que
 QUEUE_METRICS = frozenset({"aifabric_queue_tx_bytes", "aifabric_queue_dropped_packets"}
                           | P4_QUEUE_METRICS)
 """Present only when a switch has queues (``--apply-qos`` on Open vSwitch; P4 targets)."""
+TLS_METRICS = frozenset({"aifabric_certificate_expiry_timestamp_seconds"})
+"""Present only when the controller runs with certificates (``--certs``, ``--cert``)."""
 _SUFFIX = {"counter": "_total", "gauge": "", "histogram": "_bucket"}
 
 
-def metric_names(with_queues: bool = True, with_p4: bool = False) -> list[str]:
+def metric_names(with_queues: bool = True, with_p4: bool = False,
+                 with_tls: bool = False) -> list[str]:
     """The exposed sample names (counters get ``_total``, histograms are named by their
     ``_bucket`` samples), for docs and tests; without the queue metrics when ``with_queues``
-    is false, without the P4-only ones unless ``with_p4``."""
+    is false, without the P4-only ones unless ``with_p4``, without the certificate ones unless
+    ``with_tls``."""
     return [m.name + _SUFFIX[m.kind] for m in METRICS
             if (with_queues or m.name not in QUEUE_METRICS)
-            and (with_p4 or m.name not in P4_QUEUE_METRICS)]
+            and (with_p4 or m.name not in P4_QUEUE_METRICS)
+            and (with_tls or m.name not in TLS_METRICS)]
 
 
 def depth_buckets(q: Any) -> list[tuple[str, float]] | None:
@@ -198,11 +212,14 @@ class TelemetryCollector(Collector):
     clock (sample ages)."""
 
     def __init__(self, source: MetricsSource, sample_interval_s: float,
-                 mono: Callable[[], float] = time.monotonic) -> None:
+                 mono: Callable[[], float] = time.monotonic,
+                 certificates: Mapping[tuple[str, str], float] | None = None) -> None:
         self.source = source
         self.telemetry = source.telemetry
         self.sample_interval_s = sample_interval_s
         self.mono = mono
+        #: (certificate, path) -> notAfter (Unix s), read once: the files the process loaded
+        self.certificates = dict(certificates or {})
 
     def _families(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -256,8 +273,13 @@ class TelemetryCollector(Collector):
             f["aifabric_collective_flows"].add_metric([c.name], len(c.flows))
             f["aifabric_collective_bytes"].add_metric([c.name], c.bytes_total)
             f["aifabric_collective_collision_links"].add_metric([c.name], len(c.collision_links))
+            caps = [fab.link_between(u, v).capacity_bps
+                    for _, p, _ in c.flows for u, v in zip(p, p[1:], strict=False)]
+            if caps:
+                f["aifabric_collective_bound_bits_per_second"].add_metric([c.name], min(caps))
             for d, p, nbytes in c.flows:
-                label = f"{d.src}->{d.dst}"
+                # sub-flows of one peer pair are told apart, or their series would collide
+                label = f"{d.src}->{d.dst}" + (f" #{d.subflow}" if d.subflows > 1 else "")
                 f["aifabric_flow_bytes"].add_metric([c.name, label], nbytes)
                 f["aifabric_flow_path_info"].add_metric([c.name, label, " ".join(p)], 1)
         for (src, dst), nbytes in tel.traffic_matrix().items():
@@ -293,32 +315,51 @@ class TelemetryCollector(Collector):
         f["aifabric_policy_generation"].add_metric([], pol.generation)
         f["aifabric_policy_info"].add_metric([pol.digest, pol.source], 1)
         f["aifabric_policy_applied_timestamp_seconds"].add_metric([], pol.applied_unix_s)
+        for (name, path), not_after in sorted(self.certificates.items()):
+            f["aifabric_certificate_expiry_timestamp_seconds"].add_metric([name, path], not_after)
         yield from f.values()
 
 
-def registry_for(source: MetricsSource, sample_interval_s: float) -> CollectorRegistry:
-    """A registry holding only the controller's metrics."""
+def registry_for(source: MetricsSource, sample_interval_s: float,
+                 certificates: Mapping[str, str] | None = None) -> CollectorRegistry:
+    """A registry holding only the controller's metrics. ``certificates``: name → PEM file of
+    the certificates the controller runs with (``controller``, ``ca``, ``etcd-ca``,
+    ``etcd-client``), read now for ``aifabric_certificate_expiry_timestamp_seconds``.
+
+    Raises
+    ------
+    OSError, ValueError
+        A certificate file that cannot be read or holds no PEM certificate.
+    """
+    from controller.security.certs import not_after_unix_s
+
+    expiry = {(name, path): not_after_unix_s(Path(path))
+              for name, path in (certificates or {}).items()}
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(TelemetryCollector(source, sample_interval_s))
+    reg.register(TelemetryCollector(source, sample_interval_s, certificates=expiry))
     return reg
 
 
 def start_metrics_server(source: MetricsSource, sample_interval_s: float, host: str, port: int,
                          *, tls: Any = None, basic_auth: Any = None,
-                         insecure: bool = False) -> Any:
+                         insecure: bool = False,
+                         certificates: Mapping[str, str] | None = None) -> Any:
     """Serve ``/metrics`` on ``host:port`` (0: a free port) with
     :func:`controller.security.metrics_http.serve_metrics` (``tls``: HTTPS; ``basic_auth``:
-    answer 401 without it; a non-loopback address needs TLS or ``insecure``). Returns the
+    answer 401 without it; a non-loopback address needs TLS or ``insecure``; ``certificates``:
+    as :func:`registry_for`). Returns the
     :class:`~controller.security.metrics_http.MetricsServer` (``url``, ``port``, ``close()``).
 
     Raises
     ------
     OSError
-        The address cannot be bound.
+        The address cannot be bound, or a certificate file cannot be read.
+    ValueError
+        A certificate file holds no PEM certificate.
     InsecureChannelRefused
         A non-loopback address without TLS and without ``insecure``.
     """
     from controller.security.metrics_http import serve_metrics
 
-    return serve_metrics(registry_for(source, sample_interval_s), host=host, port=port, tls=tls,
-                         basic_auth=basic_auth, insecure=insecure)
+    return serve_metrics(registry_for(source, sample_interval_s, certificates), host=host,
+                         port=port, tls=tls, basic_auth=basic_auth, insecure=insecure)

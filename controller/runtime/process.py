@@ -689,9 +689,12 @@ class _Edges:
             from controller.runtime.metrics import start_metrics_server
 
             h, p = opts.metrics_listen
+            sec = opts.security
             self.metrics = start_metrics_server(ctl, interval_s, h, p, tls=channels.metrics_tls,
                                                 basic_auth=channels.metrics_auth,
-                                                insecure=channels.insecure)
+                                                insecure=channels.insecure,
+                                                certificates=sec.certificate_files() if sec
+                                                else None)
             auth = " (basic auth)" if channels.metrics_auth is not None else ""
             self.lines.append(f"metrics: {self.metrics.url}{auth}")
         if opts.grpc_listen is not None:

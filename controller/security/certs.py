@@ -206,3 +206,18 @@ def init_dev_pki(directory: Path, *, names: Sequence[str] = (), days: int = DEFA
 def load_certificate(path: Path) -> x509.Certificate:
     """A PEM certificate from ``path``."""
     return x509.load_pem_x509_certificate(path.read_bytes())
+
+
+def not_after_unix_s(path: Path) -> float:
+    """When the first certificate of ``path`` to expire stops being valid (its notAfter, Unix
+    seconds); a CA bundle's earliest (RFC 5280 §4.1.2.5: a certificate is not valid after it).
+
+    Raises
+    ------
+    OSError
+        The file cannot be read.
+    ValueError
+        It holds no PEM certificate.
+    """
+    certs = x509.load_pem_x509_certificates(Path(path).read_bytes())
+    return min(c.not_valid_after_utc.timestamp() for c in certs)
