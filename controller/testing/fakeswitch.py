@@ -102,6 +102,10 @@ class FakeSwitch:
         self._bundles: dict[int, list[tuple[int, Any]]] = {}
         self.closed = False
         self.answer = True  # False: swallow requests (a switch that stopped answering)
+        #: answers to bundle commits come this late (s; a slow switch); 0: at once
+        self.commit_delay_s = 0.0
+        #: the next flow-mod of a bundle commit is refused with this error (once); None: none
+        self.refuse_next: str | None = None
         #: what queue statistics report: (port, queue id, tx bytes, tx packets, tx errors)
         self.queues: list[tuple[int, int, int, int, int]] = []
 
@@ -200,9 +204,7 @@ class FakeSwitch:
             self.table.packet_outs.append(m)
             return
         if kind in ("OFPFlowStatsRequest", "OFPFlowDescStatsRequest"):
-            flows = [f for f in self.table.flows
-                     if (f.cookie & m.cookie_mask) == (m.cookie & m.cookie_mask)]
-            self._parts(m.xid, kind, [self._flow_body(f, kind) for f in flows])
+            self._parts(m.xid, kind, self.flow_body(m.cookie, m.cookie_mask, kind))
             return
         if kind == "OFPTableFeaturesStatsRequest":
             if not self.table_features:
@@ -220,15 +222,7 @@ class FakeSwitch:
             self._parts(m.xid, kind, body)
             return
         if kind == "OFPGroupDescStatsRequest":
-            body = []
-            for g in sorted(self.table.groups.values(), key=lambda g: g.group_id):
-                if self.version >= 5:
-                    props = [selection_property(g.selection)] if g.selection else []
-                    body.append(p.OFPGroupDescStats(g.type_, g.group_id, self._buckets(g),
-                                                    props))
-                else:
-                    body.append(p.OFPGroupDescStats(g.type_, g.group_id, self._buckets(g)))
-            self._parts(m.xid, kind, body)
+            self._parts(m.xid, kind, self.group_body())
             return
         if kind == "OFPPortStatsRequest":
             rep = self.table.port_stats_reply()
@@ -251,6 +245,26 @@ class FakeSwitch:
             self._parts(m.xid, kind, body)
             return
         self._error(m.xid, "OFPBRC_BAD_TYPE")
+
+    def flow_body(self, cookie: int, cookie_mask: int,
+                  kind: str = "OFPFlowStatsRequest") -> list[Any]:
+        """The flow statistics (or descriptions) this switch reports for ``cookie``/mask."""
+        if kind == "OFPFlowStatsRequest" and self.version >= 5:
+            kind = "OFPFlowDescStatsRequest"
+        return [self._flow_body(f, kind) for f in self.table.flows
+                if (f.cookie & cookie_mask) == (cookie & cookie_mask)]
+
+    def group_body(self) -> list[Any]:
+        """The group descriptions this switch reports."""
+        p = self.dialect.parser
+        body = []
+        for g in sorted(self.table.groups.values(), key=lambda g: g.group_id):
+            if self.version >= 5:
+                props = [selection_property(g.selection)] if g.selection else []
+                body.append(p.OFPGroupDescStats(g.type_, g.group_id, self._buckets(g), props))
+            else:
+                body.append(p.OFPGroupDescStats(g.type_, g.group_id, self._buckets(g)))
+        return body
 
     def _buckets(self, g: Any) -> list[Any]:
         """A group's buckets as this switch's version reports them."""
@@ -332,6 +346,9 @@ class FakeSwitch:
             snap = self.table.snapshot()
             for xid, inner in msgs:
                 try:
+                    if self.refuse_next and type(inner).__name__ == "OFPFlowMod":
+                        why, self.refuse_next = self.refuse_next, None
+                        raise FakeOFError(why)
                     self.table.apply_one(inner)
                 except FakeOFError as exc:
                     self.table.restore(snap)
@@ -340,7 +357,14 @@ class FakeSwitch:
                     return
             if self.journal is not None:
                 self.journal.append((self.name, [inner for _, inner in msgs]))
-            self._reply(cls(d.desc, bid, m.type + 1, m.flags, []), m.xid)
+            reply = cls(d.desc, bid, m.type + 1, m.flags, [])
+            if self.commit_delay_s > 0:
+                import asyncio
+
+                asyncio.get_running_loop().call_later(self.commit_delay_s, self._reply, reply,
+                                                      m.xid)
+            else:
+                self._reply(reply, m.xid)
         else:
             self._error(m.xid, "OFPBFC_BAD_TYPE")
 
