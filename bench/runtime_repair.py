@@ -2,7 +2,7 @@
 ``python bench/runtime_repair.py [--k 32] [--subflows 1]``.
 
 A k-ary fat-tree (k = 32: 8,192 hosts, 1,280 switches) with one ring all-reduce over every host
-in a fragmented order (shuffled, seed 1), pinned by :func:`controller.te.loadpin.pin_by_load`.
+in a fragmented order (shuffled, seed 1), pinned by :func:`controller.te.placer.place`.
 Then, with the functions the controller runs off its event loop
 (:mod:`controller.runtime.placement`), on the inputs the controller hands them:
 
@@ -40,9 +40,9 @@ from controller.runtime.placement import (
     repair_moved,
     te_placement,
 )
-from controller.te.loadpin import pin_by_load
 from controller.te.pathindex import PathIndex
 from controller.te.patterns import demand_rates_bps, ring_allreduce, with_subflows
+from controller.te.placer import place
 
 RATE_BPS = 100_000_000_000
 
@@ -67,8 +67,8 @@ def main() -> None:
     ring = ring_allreduce("ring", hosts, 1e9)
     if a.subflows > 1:
         ring = with_subflows(ring, a.subflows)
-    pin, wp, cp = timed(lambda: pin_by_load(fabric, demand_rates_bps(fabric, [ring]),
-                                            index=PathIndex(fabric)))
+    pin, wp, cp = timed(lambda: place(fabric, demand_rates_bps(fabric, [ring]),
+                                      index=PathIndex(fabric)))
     paths = dict(pin.paths)
     print(f"fat-tree k={a.k}: {len(fabric.hosts):,} hosts, {len(fabric.switches):,} switches "
           f"(built in {w:.1f} s); {len(paths):,} pinned flows planned in {wp:.2f} s ({cp:.2f})")

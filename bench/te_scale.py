@@ -5,7 +5,7 @@ For k = 32 (8,192 hosts) and k = 64 (65,536 hosts) fat-trees (100 Gb/s everywher
 and a rail-optimised fabric of 65,536 GPUs (8 rails × 8,192 servers, 32 servers per rail leaf,
 32 spines, 400 Gb/s), prints per row (condition × strategy):
 
-* ``plan s`` / ``repair ms`` / ``reopt s``: wall time of :func:`pin_by_load` (the plan),
+* ``plan s`` / ``repair ms`` / ``reopt s``: wall time of :func:`controller.te.placer.place` (the plan),
   :func:`controller.te.recovery.repair` after the failure and
   :func:`controller.te.recovery.reoptimise` after that, with the process's CPU time in
   brackets (other jobs share the machine: the load average is printed);
@@ -48,11 +48,10 @@ from controller.sim.jobs import JobMix, intensity_priorities, job_mix
 from controller.sim.optimum import Bound, ideal_s, makespan_bound
 from controller.sim.scale import RowResult, ecmp_summary, evaluate_routing, spray_rows
 from controller.sim.strategies import ClosRouter
-from controller.te.loadpin import LoadPinning, pin_by_load
 from controller.te.pathindex import PathIndex
 from controller.te.patterns import Traffic, demand_rates_bps, rail_rings, ring_allreduce, with_subflows
 from controller.te.placement import Placement
-from controller.te.recovery import reoptimise, repair
+from controller.te.placer import LoadPinning, place, reoptimise, repair
 from controller.te.reroute import switch_links
 
 RATE_BPS = 100_000_000_000
@@ -99,7 +98,7 @@ def table_use(p: Placement, cap: int) -> str:
 
 def plan(fabric, traffics: list[Traffic], index: PathIndex) -> tuple[LoadPinning, float, float]:
     rates = demand_rates_bps(fabric, traffics)
-    return timed(lambda: pin_by_load(fabric, rates, index=index))
+    return timed(lambda: place(fabric, rates, index=index))
 
 
 def paths_of(p: Placement) -> dict:

@@ -7,7 +7,7 @@ The fabric is the main lab fabric (2 spines, 4 leaves, 2 hosts each) with one 8-
 a fragmented order (h5 h2 h6 h3 h1 h4 h8 h7): pinned, every directed fabric link carries at
 most one flow; with leaf4–spine1 down, the flows that crossed it move to spine2 and share a
 link with another flow (2 flows on a link), while a re-arrangement of other flows brings every
-link back to one (the lower bound: :func:`controller.te.loadpin.load_lower_bound`).
+link back to one (the lower bound: :func:`controller.te.bounds.load_lower_bound`).
 """
 
 from __future__ import annotations
@@ -109,8 +109,8 @@ def test_link_down_repairs_only_its_flows_then_reoptimises_without_a_full_replan
         assert on_link
 
         def no_replan(*a, **k):
-            raise AssertionError("a full re-plan (pin_flows) ran")
-        monkeypatch.setattr(rplacement, "pin_flows", no_replan)
+            raise AssertionError("a full re-plan (place_policy) ran")
+        monkeypatch.setattr(rplacement.placer, "place_policy", no_replan)
         adopted: list[tuple[str, dict]] = []
         rig.ctl.listeners.append(lambda ev, st: adopted.append(
             (ev.kind, dict(st.state.placement))) if type(ev).__name__ == "PlacementReady"

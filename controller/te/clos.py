@@ -24,7 +24,7 @@ from ``node`` by port column ``col``, -1 when absent or down) and ``up_node[node
 switch reached). Meeting masks are (flows × W^h) boolean arrays built level by level in chunks
 of flows, so a k = 64 fat-tree (32 columns, h ≤ 2) costs 1,024 booleans per flow at a time and
 no per-pair path array is ever stored. Used by :mod:`controller.te.closcolour` (colouring),
-:mod:`controller.te.loadpin` (candidates of the flows local search touches) and the flow-level
+:mod:`controller.te.greedy` (candidates of the flows the greedy places) and the flow-level
 comparison at scale (:mod:`controller.sim.strategies`: ECMP, static, spraying).
 """
 
@@ -277,7 +277,7 @@ class ClosTables:
 
     def host_leaf_ids(self) -> np.ndarray:
         """Switch number of every host's leaf, by host number (the fabric's host order, as
-        :func:`controller.te.loadpin.host_table` numbers them); int64, memoised per fabric."""
+        :func:`controller.te.hosts.host_table` numbers them); int64, memoised per fabric."""
         fabric = self.index.fabric
         return cast(np.ndarray, self.index.fabric_memo(
             "host-leaf-numbers", lambda: self.leaf_ids([h.leaf for h in fabric.hosts])))
