@@ -83,3 +83,28 @@ def test_compound_move_reaches_the_optimum_where_single_moves_pass_above_it():
     assert abs(min_max_utilisation_exact(f, ds, down) - 0.6) < 1e-9
     assert abs(pin.max_utilisation - 0.6) < 1e-9 and pin.optimal
     assert pin.paths[FlowDemand("x", 4, "h8", "h6")][2] == "p1a1"
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 2), st.integers(1, 3), st.integers(1, 2), st.integers(1, 3),
+       st.data())
+def test_candidates_between_sites_equal_path_oracles(spines1, leaves1, spines2, n_wan, data):
+    """On a multi-site fabric the index joins the sites over their WAN links as PathOracle does
+    (one WAN hop at the peak, the fewest hops), with any one link down."""
+    from controller.model.generators import WanEnd, build_multi_site
+
+    sites = [("dc1", spines1, leaves1, 2, 10**9, 10**9, 1.0, 1.0),
+             ("dc2", spines2, 2, 1, 10**9, 10**9, 1.0, 1.0)]
+    pairs = [(f"dc1-spine{i + 1}", f"dc2-spine{j + 1}") for i in range(spines1)
+             for j in range(spines2)]
+    wans = [WanEnd(a, b, 10**8, 1000.0, 0.0) for a, b in pairs[:n_wan]]
+    f = build_multi_site("two", sites, wans)
+    links = [frozenset((ln.a, ln.b)) for ln in f.links]
+    down = data.draw(st.sampled_from([frozenset(), *(frozenset({x}) for x in links)]))
+    idx, oracle = PathIndex(f, down), PathOracle(f, down)
+    names = [h.name for h in f.hosts]
+    for a in names:
+        for b in names:
+            if a != b:
+                assert sorted(idx.paths(a, b)) == sorted(oracle.paths(a, b)), (a, b)
+    assert any(ln.wan for ln in f.links)
