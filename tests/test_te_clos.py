@@ -79,8 +79,10 @@ def test_derived_tables_of_named_fat_tree_failures(steps):
     assert t is not None
     t.warm()
     t.classes(1), t.classes(2)
+    held = [cur]  # a state derives from the one it failed from while that is alive (in use)
     for links in steps:
         cur = cur.with_down(frozenset(frozenset(x) for x in links))
+        held.append(cur)
         got, ref = ClosTables.of(cur), ClosTables(PathIndex(f, cur.down))
         assert got is not None and got._parent is not None
         for r in (2, 1):
