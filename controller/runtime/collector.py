@@ -6,29 +6,36 @@ live as long as the placement. CPython collects the oldest generation when the o
 into it since the last full collection exceed a quarter of those that survived it
 (``Modules/gcmodule.c``, ``gc_collect_generations``; the gc module documentation, "thresholds"),
 and a full collection traverses every tracked object. A repair allocates enough (tens of
-thousands of moves, each with two node paths) to trigger such collections, so on the rail fabric
-of bench/te_scale.py a spine failure's repair took 457–470 ms of CPU with the collector as
-Python sets it and 98–108 ms with it disabled (three runs each, load average 0.6–3.6; README,
-"TE at scale").
+thousands of moves, each with two node paths) to trigger one. On the rail fabric of
+bench/te_scale.py (``--k 64 --parts rail``), a spine down with 12 sub-flows (24,473 move), the
+repair took 385–418 ms of CPU with the collector as Python sets it — a full collection of
+276–302 ms inside it — and 103–106 ms with the collector disabled (three runs each, load average
+4–7 on 2 CPUs).
 
 What the controller does instead (:func:`freeze_heap`): after planning and after each adopted
-placement it collects the young generations (the garbage the computation left, e.g. a load
-state's arrays) and then freezes every object alive (:func:`gc.freeze`): frozen objects sit in
-a permanent generation that no collection traverses. Collections still run (the collector stays
-enabled with its default thresholds, :func:`configure_collector`), but over what was allocated
-since the last freeze only, so a repair pays for its own objects, not for the placement it
-repairs. Objects freed by reference counting are freed as before, frozen or not; only garbage
-*cycles* among frozen objects would stay until :func:`thaw_heap` (the te and runtime values
-hold no reference cycles: tests/test_runtime_collector.py checks that repeated repairs leave
-the frozen count where it was).
+placement it collects the young generations (the garbage the computation left) and then freezes
+every object alive (:func:`gc.freeze`): frozen objects sit in a permanent generation that no
+collection traverses. The collector stays enabled at CPython's thresholds
+(:func:`configure_collector`), but a collection only traverses what was allocated since the last
+freeze, so a repair pays for its own objects, not for the placement it repairs: the same repair
+took 118–119 ms of CPU (its full collection 3 ms; three runs), and a full collection over the
+frozen heap 1 ms instead of 191–276 ms. A freeze took at most 48 ms of CPU there (the first,
+after planning 786,432 sub-flows; ten per run, 336–348 ms in all). Objects freed by reference
+counting are freed as before, frozen or not; only garbage *cycles* among frozen objects would
+stay until :func:`thaw_heap` — the te and runtime values hold none
+(tests/test_runtime_collector.py: nothing is left for the collector after a plan, a repair, a
+re-optimisation and a restore, and a replaced fabric state is freed under repeated freezes).
 
-Thresholds sized to the heap instead (a gen-0 threshold of 100,000, :data:`HEAP_THRESHOLDS`)
-were measured too: fewer young collections but the same full collection over the placement
-during the repair (README, "TE at scale"), so the controller freezes.
+Thresholds sized to the heap instead (:data:`HEAP_THRESHOLDS`, a gen-0 threshold of 100,000)
+were measured too: no collection ran during those repairs (106 and 127 ms of CPU, two runs), but
+full collections are only postponed — one still traversed the whole heap (198–219 ms of CPU at
+the end of those runs) when it fell due, on the event loop, and cyclic garbage waits that long.
+So the controller freezes.
 
 Where the process calls these (the runtime's edge, not the pure core): :func:`configure_collector`
 once at start; :func:`freeze_heap` after the start-up placement is planned and after every
-placement the runtime adopts (repair, re-optimisation, rebalance, registration, policy apply).
+placement the runtime adopts (repair, re-optimisation batch, rebalance, registration, policy
+apply or reload).
 """
 
 from __future__ import annotations
