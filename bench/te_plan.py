@@ -7,11 +7,12 @@ that pod's hosts (k²/4 ranks: 16 for k = 8, 64 for k = 16), plus one *strided* 
 pods (rank i on pod i mod k, so every flow crosses the core), times separately
 
 * ``ecmp_next_hops`` (every switch × every host),
-* ``pin_flows`` (greedy + local search) for those collectives,
+* :func:`controller.te.placer.place_policy` (colouring, greedy, local search) for those
+  collectives,
 * ``build_plan`` (the whole plan, invariant checks included),
 
 as the median of a few runs (``time.perf_counter``), and prints flows, the busiest link's flow
-count, the lower bound, and the k16/k8 ratio of planner time.
+count, its utilisation, the lower bound on it, and the k16/k8 ratio of planner time.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from controller.plan.build import build_plan
 from controller.policy.model import Collective, Policy, Routing
 from controller.te.collectives import expand_policy
 from controller.te.ecmp import ecmp_next_hops
-from controller.te.pinning import pin_flows
+from controller.te.placer import place_policy
 
 RATE_BPS = 100_000_000_000
 LATENCY_US = 1.0
@@ -53,23 +54,25 @@ def main() -> None:
         policy = pod_rings(fabric, k)
         demands = expand_policy(policy)
         t_ecmp, _ = timed(lambda f=fabric: ecmp_next_hops(f))
-        t_pin, pin = timed(lambda f=fabric, d=demands: pin_flows(f, d))
+        t_pin, pin = timed(lambda f=fabric, p=policy: place_policy(f, p))
         t_plan, res = timed(lambda f=fabric, p=policy: build_plan(f, p), runs=3)
         entries = sum(len(sp.flows) for sp in res.plan.switches.values())
         rows.append((k, len(fabric.hosts), len(fabric.switches), len(demands),
-                     pin.max_link_flows, pin.lower_bound, t_ecmp, t_pin, t_plan, entries))
-    head = (f"{'k':>3} {'hosts':>6} {'switches':>8} {'flows':>6} {'max/link':>8} {'bound':>5} "
+                     pin.max_link_flows, pin.max_utilisation, pin.lower_bound, t_ecmp, t_pin,
+                     t_plan, entries))
+    head = (f"{'k':>3} {'hosts':>6} {'switches':>8} {'flows':>6} {'max/link':>8} {'util':>5} "
+            f"{'bound':>5} "
             f"{'ecmp_s':>8} {'pin_s':>8} {'plan_s':>8} {'entries':>8}")
     print("fat-tree, one ring per pod (all pod hosts) + one strided cross-pod ring (dscp 26)")
     print(f"median of {RUNS} runs (build_plan: 3), time.perf_counter, seconds")
     print(head)
     print("-" * len(head))
-    for k, nh, ns, nf, mx, lb, te, tp, tb, ne in rows:
-        print(f"{k:>3} {nh:>6} {ns:>8} {nf:>6} {mx:>8} {lb:>5} "
+    for k, nh, ns, nf, mx, ut, lb, te, tp, tb, ne in rows:
+        print(f"{k:>3} {nh:>6} {ns:>8} {nf:>6} {mx:>8} {ut:>5.2f} {lb:>5.2f} "
               f"{te:>8.4f} {tp:>8.4f} {tb:>8.4f} {ne:>8}")
     (_, *a), (_, *b) = rows
-    print(f"ratio k16/k8: ecmp {b[5] / a[5]:.1f}x, pin_flows {b[6] / a[6]:.1f}x, "
-          f"build_plan {b[7] / a[7]:.1f}x (hosts {b[0] / a[0]:.0f}x, flows {b[2] / a[2]:.1f}x)")
+    print(f"ratio k16/k8: ecmp {b[6] / a[6]:.1f}x, place_policy {b[7] / a[7]:.1f}x, "
+          f"build_plan {b[8] / a[8]:.1f}x (hosts {b[0] / a[0]:.0f}x, flows {b[2] / a[2]:.1f}x)")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """TE at scale (not a test): ``python bench/te_scale.py [--k 32 64] [--subflows 12] [--seeds 20]
-[--parts ring,mix,rail]``.
+[--parts ring,mix,rail] [--collector controller|python|thresholds|off]``.
 
 For k = 32 (8,192 hosts) and k = 64 (65,536 hosts) fat-trees (100 Gb/s everywhere, non-blocking)
 and a rail-optimised fabric of 65,536 GPUs (8 rails × 8,192 servers, 32 servers per rail leaf,
 32 spines, 400 Gb/s), prints per row (condition × strategy):
 
-* ``plan s`` / ``repair ms`` / ``reopt s``: wall time of :func:`pin_by_load` (the plan),
+* ``plan s`` / ``repair ms`` / ``reopt s``: wall time of :func:`controller.te.placer.place` (the plan),
   :func:`controller.te.recovery.repair` after the failure and
   :func:`controller.te.recovery.reoptimise` after that, with the process's CPU time in
   brackets (other jobs share the machine: the load average is printed);
@@ -17,6 +17,14 @@ and a rail-optimised fabric of 65,536 GPUs (8 rails × 8,192 servers, 32 servers
 * ``table``: the largest number of pinned entries on one switch (every hop / only hops that
   climb, which is what remains after route-redundant entries are dropped) against the P4
   ``pinned`` table's 4,096 (P4Info of p4/fabric).
+
+Garbage collector: ``--collector controller`` (the default) times with the controller's own
+settings (:mod:`controller.runtime.collector`): enabled at CPython's thresholds, the heap frozen
+after each plan and after each repair and re-optimisation (as the controller freezes it after
+every placement it adopts; the freeze is not in the timed work, its time is printed at the end).
+``python``: CPython's settings, nothing frozen (what the controller paid before); ``thresholds``:
+gen-0 threshold 100,000 (:data:`~controller.runtime.collector.HEAP_THRESHOLDS`), nothing frozen;
+``off``: the collector disabled. The settings are printed with the load average.
 
 Strategies: aifabric with one path per flow and with ``--subflows`` sub-flows per flow
 (``connections_per_peer``), ECMP (ideal hashing; mean and worst of ``--seeds`` seeds), per-packet
@@ -30,6 +38,7 @@ aifabric with job-aware priorities by GPU intensity on 8 queues (Crux, SIGCOMM 2
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import resource
@@ -44,15 +53,22 @@ import numpy as np
 from controller.model import build_fat_tree
 from controller.model.generators import build_rail_optimized
 from controller.plan.capacity import capacity_from_p4info, pinned_entries_per_switch
+from controller.runtime.collector import (
+    DEFAULT_THRESHOLDS,
+    HEAP_THRESHOLDS,
+    CollectionMeter,
+    collector_state,
+    configure_collector,
+    freeze_heap,
+)
 from controller.sim.jobs import JobMix, intensity_priorities, job_mix
 from controller.sim.optimum import Bound, ideal_s, makespan_bound
 from controller.sim.scale import RowResult, ecmp_summary, evaluate_routing, spray_rows
 from controller.sim.strategies import ClosRouter
-from controller.te.loadpin import LoadPinning, pin_by_load
 from controller.te.pathindex import PathIndex
 from controller.te.patterns import Traffic, demand_rates_bps, rail_rings, ring_allreduce, with_subflows
 from controller.te.placement import Placement
-from controller.te.recovery import reoptimise, repair
+from controller.te.placer import LoadPinning, place, reoptimise, repair
 from controller.te.reroute import switch_links
 
 RATE_BPS = 100_000_000_000
@@ -60,8 +76,28 @@ RAIL_RATE_BPS = 400_000_000_000
 P4INFO = Path(__file__).resolve().parent.parent / "p4" / "fabric" / "build" / "fabric.p4info.txtpb"
 
 
+FREEZE = {"on": False, "s": 0.0, "n": 0, "max_s": 0.0}
+"""Whether to freeze the heap after each adopted placement (``--collector controller``), and the
+CPU time (in all and the longest) and number of those freezes."""
+
+
+def adopted() -> None:
+    """A placement was adopted: freeze the heap as the controller does (if ``FREEZE["on"]``)."""
+    if FREEZE["on"]:
+        c0 = time.process_time()
+        freeze_heap()
+        took = time.process_time() - c0
+        FREEZE["s"] += took
+        FREEZE["max_s"] = max(FREEZE["max_s"], took)
+        FREEZE["n"] += 1
+
+
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+GC = CollectionMeter()
+"""What the collector ran during each timed repair."""
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
@@ -99,7 +135,9 @@ def table_use(p: Placement, cap: int) -> str:
 
 def plan(fabric, traffics: list[Traffic], index: PathIndex) -> tuple[LoadPinning, float, float]:
     rates = demand_rates_bps(fabric, traffics)
-    return timed(lambda: pin_by_load(fabric, rates, index=index))
+    out = timed(lambda: place(fabric, rates, index=index))
+    adopted()
+    return out
 
 
 def paths_of(p: Placement) -> dict:
@@ -116,13 +154,18 @@ def aifabric_rows(tab: Table, cond: str, name: str, pin: LoadPinning, t_plan: tu
         tab.row(cond, name, fmt_t(*t_plan), ratio=f"{r.vs_optimum:.3f}",
                 table=table_use(placement, cap))
         return
+    mark = GC.mark()
     rep, w_rep, c_rep = timed(lambda: repair(placement, down))
+    in_repair = GC.since(mark)
+    adopted()
     r1 = evaluate_routing(cond_index, traffics, bound, ideal, paths=paths_of(rep.placement))
     ro, w_ro, c_ro = timed(lambda: reoptimise(rep.placement))
+    adopted()
     r2 = evaluate_routing(cond_index, traffics, bound, ideal, paths=paths_of(ro.placement))
     tab.row(cond, name, "", fmt_t(w_rep, c_rep, ms=True), fmt_t(w_ro, c_ro),
             f"{len(rep.moves)} + {len(ro.moves)}", f"{r1.vs_optimum:.3f} -> {r2.vs_optimum:.3f}",
             table_use(ro.placement, cap))
+    print(f"   {'':<14} collector during that repair: {in_repair}", flush=True)
 
 
 def baseline_rows(tab: Table, cond: str, traffics: list[Traffic], index: PathIndex,
@@ -219,7 +262,20 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--parts", default="ring,mix,rail",
                     help="comma-separated: ring (failure rows), mix (job mix), rail (k=64 only)")
+    ap.add_argument("--collector", choices=["controller", "python", "thresholds", "off"],
+                    default="controller",
+                    help="garbage collector settings (module docstring); default: the "
+                         "controller's")
     a = ap.parse_args()
+    if a.collector == "off":
+        gc.disable()
+    else:
+        configure_collector(HEAP_THRESHOLDS if a.collector == "thresholds" else
+                            DEFAULT_THRESHOLDS)
+    FREEZE["on"] = a.collector == "controller"
+    print(f"garbage collector: --collector {a.collector}: {collector_state().describe()}"
+          + ("; the heap frozen after each plan, repair and re-optimisation"
+             if FREEZE["on"] else "; nothing frozen"))
     parts = set(a.parts.split(","))
     cap = capacity_from_p4info(P4INFO.read_text()).pinned_entries or 0
     print(f"load average at start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
@@ -272,6 +328,13 @@ def main() -> None:
             print(f"   peak RSS so far: {rss_mib():.0f} MiB")
     print(f"\nload average at end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f}; peak RSS {rss_mib():.0f} MiB")
+    c0 = time.process_time()
+    gc.collect()
+    print(f"a full collection now (what a repair pays when one falls due): "
+          f"{(time.process_time() - c0) * 1e3:.0f} ms CPU")
+    print(f"garbage collector at end: {collector_state().describe()}; "
+          f"{FREEZE['n']} freezes, {FREEZE['s'] * 1e3:.0f} ms CPU in all, the longest "
+          f"{FREEZE['max_s'] * 1e3:.0f} ms")
 
 
 if __name__ == "__main__":

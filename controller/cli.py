@@ -266,8 +266,10 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
             lt.add_row(f"{u}->{v}", str(n))
         console.print(lt)
         console.print(
-            f"max pinned flows on a directed link: {result.pinning.max_link_flows} "
-            f"(lower bound {result.pinning.lower_bound})"
+            f"max pinned flows on a directed link: {result.pinning.max_link_flows}; max link "
+            f"utilisation {result.pinning.max_utilisation:.3f} (lower bound "
+            f"{result.pinning.lower_bound:.3f}"
+            f"{', optimal' if result.pinning.optimal else ''})"
         )
     tabs = result.tables.switches if result.tables is not None else {}
     et = Table("switch", "dpid", "flows", "next-hop sets", "pinned", "pinned room", "capacity from",

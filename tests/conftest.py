@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import difflib
 import os
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,68 @@ def other_pki(tmp_path_factory):
     from controller.security.certs import init_dev_pki
 
     return init_dev_pki(tmp_path_factory.mktemp("other-pki"))
+
+
+# -- golden files --------------------------------------------------------------------------------
+# Rendered artefacts are compared with files under tests/golden; they change only when pytest
+# runs with --update-golden, which rewrites them and prints the diff of every file it changed
+# at the end of the session (review it, then commit). No environment variable does this.
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite the golden files under tests/golden from what the code "
+                          "renders now and print their diff (then review and commit it)")
+
+
+_GOLDEN_DIFFS: list[str] = []
+
+
+class Golden:
+    """Compares rendered files with a folder of golden files, or rewrites the folder
+    (``--update-golden``), collecting the diff for the session summary."""
+
+    def __init__(self, update: bool):
+        self.update = update
+
+    def check(self, folder: Path, files: Mapping[str, str], pattern: str = "*.json") -> None:
+        """``files`` (name → text) equal the files matching ``pattern`` in ``folder``; with
+        ``--update-golden`` the folder is made to hold exactly ``files`` instead."""
+        want = {p.name: p.read_text() for p in sorted(folder.glob(pattern))}
+        diff = _diff(folder, want, files)
+        if self.update:
+            if diff:
+                folder.mkdir(parents=True, exist_ok=True)
+                for name in set(want) - set(files):
+                    (folder / name).unlink()
+                for name, text in files.items():
+                    if want.get(name) != text:
+                        (folder / name).write_text(text)
+                _GOLDEN_DIFFS.append(diff)
+            return
+        assert not diff, (f"{folder.relative_to(ROOT)} differs from what the code renders "
+                          f"(pytest --update-golden rewrites it):\n{diff[:4000]}")
+
+
+def _diff(folder: Path, want: Mapping[str, str], got: Mapping[str, str]) -> str:
+    out: list[str] = []
+    rel = folder.relative_to(ROOT)
+    for name in sorted(set(want) | set(got)):
+        a, b = want.get(name), got.get(name)
+        if a == b:
+            continue
+        out += difflib.unified_diff((a or "").splitlines(keepends=True),
+                                    (b or "").splitlines(keepends=True),
+                                    f"a/{rel}/{name}" if a is not None else "/dev/null",
+                                    f"b/{rel}/{name}" if b is not None else "/dev/null")
+    return "".join(out)
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Golden:
+    """The golden-file checker (:class:`Golden`) of this session."""
+    return Golden(bool(request.config.getoption("--update-golden")))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    if config.getoption("--update-golden"):
+        terminalreporter.section("golden files rewritten (--update-golden)")
+        terminalreporter.write("".join(_GOLDEN_DIFFS) or "no golden file changed\n")

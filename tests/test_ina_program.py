@@ -1,7 +1,8 @@
 """controller/ina/program.py (the control-plane contract) against p4/aggregation: the committed
 P4Info (tables, keys, actions, parameters, counters, registers, packet-out metadata), the BMv2
 JSON (header layout, the multicast-replica instance type) and the P4 source's constants; and a
-job's entities encode through finsy's P4Runtime schema. Skips without the compiled outputs."""
+job's entities encode through finsy's P4Runtime schema. The compiled outputs are committed: a
+missing one fails."""
 
 from __future__ import annotations
 
@@ -14,10 +15,6 @@ import pytest
 from controller.ina import program
 from controller.ina.job import JobSpec, Region, WorkerSpec, job_entities, route_entry
 from controller.ina.program import BMV2_JSON, P4_SOURCE, P4INFO_TXT, TABLES
-
-pytestmark = pytest.mark.skipif(
-    not P4INFO_TXT.exists(),
-    reason="p4/aggregation/build not compiled: run `make -C p4/aggregation` (needs p4c-bm2-ss)")
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +78,50 @@ def test_p4_source_constants_match():
         assert const(f"DROP_{reason}") == i == getattr(program, f"DROP_{reason}")
 
 
+def _decoded(schema: fy.P4Schema, entity) -> tuple[str, dict[str, int], str, dict[str, int]]:
+    """A P4Runtime table entry read back by the P4Info's ids: (table, match, action, params),
+    values as unsigned big-endian integers (every match field of these tables is exact)."""
+    te = entity.table_entry
+    table = next(t for t in schema.tables if t.id == te.table_id)
+    action = next(a for a in schema.actions if a.id == te.action.action.action_id)
+    field = {f.id: f.alias for f in table.match_fields}
+    param = {q.id: q.name for q in action.params}
+    return (table.alias,
+            {field[m.field_id]: int.from_bytes(m.exact.value, "big") for m in te.match},
+            action.alias,
+            {param[q.param_id]: int.from_bytes(q.value, "big") for q in te.action.action.params})
+
+
 def test_job_entities_encode_through_the_schema(schema):
+    """A 4-worker job (id 3, pool of 16 slots at 32) and a route: every entity encodes through
+    finsy's P4Runtime schema, and read back by the P4Info's ids it carries the job's values."""
     spec = JobSpec(3, tuple(WorkerSpec(i, f"10.0.0.{i + 1}", f"02:00:00:00:00:0{i + 1}",
                                        40000 + i, i + 1) for i in range(4)),
                    16, "10.0.0.254", "02:00:00:00:00:fe")
     ents = job_entities(spec, Region(32, 16))
-    for t in (*ents.entries, route_entry("10.0.0.1", 1, "02:00:00:00:00:01")):
-        fy.P4TableEntry(t.table, match=fy.P4TableMatch(dict(t.match)),
-                        action=fy.P4TableAction(t.action, **dict(t.params))).encode(schema)
-    fy.P4MulticastGroupEntry(ents.mcast_group, replicas=list(ents.replicas)).encode(schema)
-    fy.P4PacketOut(b"\0" * 64, egress_port=0, _pad=0).encode_update(schema)
+    got = [_decoded(schema, fy.P4TableEntry(t.table, match=fy.P4TableMatch(dict(t.match)),
+                                            action=fy.P4TableAction(t.action, **dict(t.params)))
+                    .encode(schema))
+           for t in (*ents.entries, route_entry("10.0.0.1", 1, "02:00:00:00:00:01"))]
+    assert ents.mcast_group > 0  # P4Runtime: multicast group 0 is invalid
+    want = [("ina_jobs", {"job_id": 3}, "set_job",
+             {"base": 32, "pool_size": 16, "n_workers": 4, "mcast_grp": ents.mcast_group})]
+    for i in range(4):
+        want.append(("ina_workers", {"job_id": 3, "worker_id": i, "ingress_port": i + 1},
+                     "accept_worker", {}))
+        want.append(("ina_dst", {"job_id": 3, "worker_id": i}, "to_worker",
+                      {"dmac": 0x02_00_00_00_00_01 + i, "dip": 0x0A_00_00_01 + i,
+                       "dport": 40000 + i, "smac": 0x02_00_00_00_00_FE, "sip": 0x0A_00_00_FE}))
+    want.append(("l3_forward", {"ipv4_dst": 0x0A_00_00_01}, "forward",
+                 {"port": 1, "dmac": 0x02_00_00_00_00_01}))
+    assert got == want
+    group = fy.P4MulticastGroupEntry(ents.mcast_group, replicas=list(ents.replicas)).encode(schema)
+    mg = group.packet_replication_engine_entry.multicast_group_entry
+    assert mg.multicast_group_id == ents.mcast_group
+    # one copy per worker: out of its switch port, the instance (egress_rid) its worker id
+    assert [(r.egress_port, r.instance) for r in mg.replicas] == [(1, 0), (2, 1), (3, 2), (4, 3)]
+    out = fy.P4PacketOut(b"\x01" * 64, egress_port=5, _pad=0).encode_update(schema).packet
+    meta = {m.id: m.name for m in schema.controller_packet_metadata["packet_out"].metadata}
+    assert out.payload == b"\x01" * 64
+    assert {meta[m.metadata_id]: int.from_bytes(m.value, "big") for m in out.metadata} == \
+        {"egress_port": 5, "_pad": 0}

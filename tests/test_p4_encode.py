@@ -1,13 +1,12 @@
 """Plan → P4 entities (controller.drivers.p4runtime.encode), checked three ways: golden files of
-the entities for the shipped examples (regenerate with AIFABRIC_UPDATE_GOLDEN=1, then review the
-diff), the P4 pipeline model tracing every host pair across the fabric, and refusals."""
+the entities for the shipped examples (regenerate with ``pytest --update-golden``, which prints the
+diff to review), the P4 pipeline model tracing every host pair across the fabric, and refusals."""
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
 import json
-import os
 
 import pytest
 
@@ -35,7 +34,6 @@ from controller.te.collectives import expand_policy
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY, ROOT
 
 GOLDEN = ROOT / "tests" / "golden" / "bmv2" / "p4rt"
-UPDATE = os.environ.get("AIFABRIC_UPDATE_GOLDEN") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -68,21 +66,14 @@ def trace(fabric, ents, src: str, dst: str, pkt: Packet) -> set[tuple[str, ...]]
 
 
 @pytest.mark.parametrize("policy", [ECMP_POLICY, PINNED_POLICY], ids=["ecmp", "pinned"])
-def test_golden_entities(fabric, policy):
+def test_golden_entities(fabric, policy, golden):
     pol = load_policy(policy)
     ents = enc.encode_fabric(build_plan(fabric, pol).plan, None,
                              enc.ecmp_hash_settings(fabric, pol.routing.ecmp))
-    folder = GOLDEN / policy.stem
-    if UPDATE:
-        folder.mkdir(parents=True, exist_ok=True)
-        for old in folder.glob("*.json"):
-            old.unlink()
-        for name, e in ents.items():
-            (folder / f"{name}.json").write_text(json.dumps(e.to_json(), indent=1) + "\n")
-    want = {p.stem: p.read_text() for p in folder.glob("*.json")}
-    assert sorted(want) == sorted(ents), "switch files differ; AIFABRIC_UPDATE_GOLDEN=1 to update"
-    for name, e in ents.items():
-        assert json.dumps(e.to_json(), indent=1) + "\n" == want[name], f"{policy.stem}/{name}"
+    assert sorted(ents) == sorted(s.name for s in fabric.switches)
+    golden.check(GOLDEN / policy.stem,
+                 {f"{name}.json": json.dumps(e.to_json(), indent=1) + "\n"
+                  for name, e in ents.items()})
 
 
 def test_every_host_pair_reaches_its_destination_on_all_ecmp_choices(fabric):

@@ -26,14 +26,13 @@ from pathlib import Path
 import pytest
 
 from controller.drivers.p4runtime.client import P4Switch
-from controller.drivers.p4runtime.pipeline import P4INFO_TXT
 from controller.northbound.client import FabricClient
 from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason
 from mininet_labs.lab.processes import free_port
 from tests.conftest import PINNED_POLICY
 from tests.test_p4_controller_bmv2 import _Controller
 
-_why = bmv2_missing_reason() or (None if P4INFO_TXT.exists() else "p4/fabric/build not compiled")
+_why = bmv2_missing_reason()
 pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
 
 

@@ -26,10 +26,6 @@ from controller.qos.validate import load_valid_policy as load_policy
 from controller.render.bmv2 import render_bmv2
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY, ROOT
 
-pytestmark = pytest.mark.skipif(
-    not P4INFO_TXT.exists(),
-    reason="p4/fabric/build/fabric.p4info.txtpb missing: compile with `make -C p4/fabric` (p4c)")
-
 
 @pytest.fixture(scope="module")
 def schema() -> fy.P4Schema:

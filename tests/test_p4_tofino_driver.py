@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import socket
 
-import pytest
 from finsy.proto import p4r
 from finsy.test.p4runtime_server import P4RuntimeServer
 
@@ -30,8 +29,6 @@ from controller.plan.build import build_plan
 from controller.plan.model import SwitchChanges
 from controller.qos.validate import load_valid_policy as load_policy
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
-
-pytestmark = pytest.mark.skipif(not TNA_P4INFO_TXT.exists(), reason="no committed TNA P4Info")
 
 
 class RecordingServer(P4RuntimeServer):

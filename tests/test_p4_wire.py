@@ -19,8 +19,6 @@ from controller.plan.build import build_plan
 from controller.qos.validate import load_valid_policy as load_policy
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
 
-pytestmark = pytest.mark.skipif(not P4INFO_TXT.exists(), reason="p4/fabric/build not compiled")
-
 
 @pytest.mark.parametrize("policy", [PINNED_POLICY, ECMP_POLICY], ids=["pinned", "ecmp"])
 def test_in_place_encoding_equals_the_constructor_encoding(policy):

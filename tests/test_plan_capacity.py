@@ -122,13 +122,13 @@ def test_policy_tables_name_unknown_switches_at_their_key(tmp_path):
 
 def test_entries_per_switch_from_a_placement_match_the_plan(tmp_path):
     from controller.te.collectives import expand_policy
-    from controller.te.loadpin import pin_by_load
     from controller.te.pathindex import PathIndex
+    from controller.te.placer import place
 
     fabric, pol, _ = _load(tmp_path)
     demands = {d: 1e6 for d in expand_policy(pol, fabric)}
     idx = PathIndex(fabric)
-    pin = pin_by_load(fabric, demands, index=idx)
+    pin = place(fabric, demands, index=idx)
     counts = pinned_entries_per_switch(pin.placement)
     per_switch = {s.name: 0 for s in fabric.switches}
     for path in pin.paths.values():

@@ -1,4 +1,5 @@
 import pytest
+from pydantic import ValidationError
 
 from controller.errors import ConfigError
 from controller.model import load_topology
@@ -24,8 +25,13 @@ def test_every_shipped_policy_is_valid():
 
 def test_policy_model_is_immutable():
     p = load_policy(PINNED_POLICY)
-    with pytest.raises(Exception):
-        p.routing.mode = "ecmp"  # type: ignore[misc]
+    for obj, field, value in ((p.routing, "mode", "ecmp"), (p, "collectives", ()),
+                              (p.collectives[0], "ranks", ("h1", "h2"))):
+        with pytest.raises(ValidationError, match="Instance is frozen") as ei:
+            setattr(obj, field, value)
+        (err,) = ei.value.errors()
+        assert (err["type"], err["loc"], err["input"]) == ("frozen_instance", (field,), value)
+    assert p.routing.mode == "pinned" and p.collectives[0].ranks == ("h1", "h3", "h5", "h7")
 
 
 GOOD_HEAD = "version: 1\nrouting:\n  mode: pinned\n"

@@ -1,11 +1,11 @@
-"""Golden files of every rendering. Regenerate with AIFABRIC_UPDATE_GOLDEN=1 (then review the diff).
+"""Golden files of every rendering. Regenerate with ``pytest --update-golden`` (it prints the diff;
+review it, then commit).
 
 Files: tests/golden/<target>/<policy stem>/<switch file>. The fabric is
 tests/golden/topo_ai_100g.yaml (100G hosts, 400G leaf-spine).
 """
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,6 @@ LOSSY = GOLDEN / "qos_lossy.yaml"
 STRICT = GOLDEN / "qos_strict.yaml"  # strict classes, DCTCP, no port shaper: renders on bmv2
 CASES = [("openflow", LOSSY), ("bmv2", STRICT), ("tofino", LOSSY), ("sonic", LOSSY),
          ("tofino", ROCE), ("sonic", ROCE)]
-UPDATE = os.environ.get("AIFABRIC_UPDATE_GOLDEN") == "1"
 
 
 def rendered(target: str, policy: Path) -> dict[str, str]:
@@ -33,19 +32,10 @@ def rendered(target: str, policy: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("target", "policy"), CASES, ids=[f"{t}-{p.stem}" for t, p in CASES])
-def test_rendering_matches_golden(target, policy):
+def test_rendering_matches_golden(target, policy, golden):
     files = rendered(target, policy)
-    folder = GOLDEN / target / policy.stem
-    if UPDATE:
-        folder.mkdir(parents=True, exist_ok=True)
-        for old in folder.glob("*.json"):
-            old.unlink()
-        for name, text in files.items():
-            (folder / name).write_text(text)
-    want = {p.name: p.read_text() for p in sorted(folder.glob("*.json"))}
-    assert sorted(files) == sorted(want), "switch files differ; AIFABRIC_UPDATE_GOLDEN=1 to update"
-    for name, text in files.items():
-        assert text == want[name], f"{target}/{policy.stem}/{name} differs from golden"
+    assert files and all(name.endswith(".json") for name in files)
+    golden.check(GOLDEN / target / policy.stem, files)
 
 
 @pytest.mark.parametrize("target", ["openflow", "bmv2", "tofino", "sonic"])

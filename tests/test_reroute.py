@@ -1,6 +1,6 @@
 from controller.model import build_leaf_spine
 from controller.te.collectives import FlowDemand
-from controller.te.loadpin import pin_by_load
+from controller.te.placer import place
 from controller.te.reroute import Hysteresis, rebalance, repair, switch_links
 
 G = 10**9
@@ -9,7 +9,7 @@ G = 10**9
 def _setup():
     f = build_leaf_spine("ls", 4, 4, 4, G, G, 1.0, 1.0)
     ds = {FlowDemand("r", i, f"h{i + 1}", f"h{i + 5}"): 0.6 * G for i in range(3)}  # 3 flows, 4 spines: one spare
-    return f, ds, pin_by_load(f, ds)
+    return f, ds, place(f, ds)
 
 
 def test_repair_moves_only_affected_flows():

@@ -7,7 +7,7 @@ The fabric is the main lab fabric (2 spines, 4 leaves, 2 hosts each) with one 8-
 a fragmented order (h5 h2 h6 h3 h1 h4 h8 h7): pinned, every directed fabric link carries at
 most one flow; with leaf4–spine1 down, the flows that crossed it move to spine2 and share a
 link with another flow (2 flows on a link), while a re-arrangement of other flows brings every
-link back to one (the lower bound: :func:`controller.te.loadpin.load_lower_bound`).
+link back to one (the lower bound: :func:`controller.te.bounds.load_lower_bound`).
 """
 
 from __future__ import annotations
@@ -110,8 +110,8 @@ def test_link_down_repairs_only_its_flows_then_reoptimises_without_a_full_replan
         assert on_link
 
         def no_replan(*a, **k):
-            raise AssertionError("a full re-plan (pin_flows) ran")
-        monkeypatch.setattr(rplacement, "pin_flows", no_replan)
+            raise AssertionError("a full re-plan (place_policy) ran")
+        monkeypatch.setattr(rplacement.placer, "place_policy", no_replan)
         adopted: list[tuple[str, dict]] = []
         last = [rig.ctl.state.placement]
 
@@ -447,17 +447,30 @@ def test_repair_of_a_flow_without_a_path_names_it():
         repair_moved(PlacementInput(FABRIC, pol, pl, down, frozenset()))
 
 
-def test_every_pair_still_reaches_after_any_single_link_failure_and_repair():
-    """Invariant over every fabric link: after the repair and re-optimisation, traffic avoids
-    the dead link and every pinned flow follows its path."""
-    for ln in [ln for ln in FABRIC.links if not FABRIC.is_host(ln.a) and
-               not FABRIC.is_host(ln.b)][:4]:
-        rig = _rig()
-        try:
-            rig.connect()
-            rig.fail_link(ln.a, ln.b)
-            assert_full_reachability(rig.ff, avoid=frozenset({frozenset((ln.a, ln.b))}))
-            _follows_placement(rig)
-        finally:
-            rig.close()
+FABRIC_LINKS = [(ln.a, ln.b) for ln in FABRIC.links
+                if not FABRIC.is_host(ln.a) and not FABRIC.is_host(ln.b)]
+
+
+@pytest.mark.parametrize(("u", "v"), FABRIC_LINKS, ids=[f"{u}-{v}" for u, v in FABRIC_LINKS])
+def test_every_pair_still_reaches_after_any_single_link_failure_and_repair(u, v):
+    """Invariant over every fabric link (all 8 of the 2x4x2 fabric): after the repair and
+    re-optimisation, traffic avoids the dead link, every pinned flow follows its path and none
+    crosses the link; when the link comes back, the same holds with every link usable."""
+    assert len(FABRIC_LINKS) == 8
+    rig = _rig()
+    try:
+        rig.connect()
+        before = dict(rig.ctl.state.placement)
+        rig.fail_link(u, v)
+        assert rig.ctl.state.down_links == frozenset({frozenset((u, v))})
+        assert_full_reachability(rig.ff, avoid=frozenset({frozenset((u, v))}))
+        _follows_placement(rig)
+        after = rig.ctl.state.placement
+        assert set(after) == set(before) and not any(_crosses(p, u, v) for p in after.values())
+        rig.fail_link(u, v, up=True)
+        assert rig.ctl.state.down_links == frozenset()
+        assert_full_reachability(rig.ff)
+        _follows_placement(rig)
+    finally:
+        rig.close()
 

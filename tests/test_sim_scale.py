@@ -19,7 +19,6 @@ from controller.sim.optimum import fluid_busbw_bound_bps, makespan_bound, min_ti
 from controller.sim.scale import ecmp_summary, evaluate_routing
 from controller.sim.strategies import ClosRouter, spray_links, static_rows
 from controller.te.collectives import FlowDemand
-from controller.te.loadpin import pin_by_load
 from controller.te.pathindex import PathIndex
 from controller.te.patterns import (
     all_to_all,
@@ -29,6 +28,7 @@ from controller.te.patterns import (
     ring_allreduce,
     with_subflows,
 )
+from controller.te.placer import place
 from controller.te.reroute import switch_links
 
 G = 10**9
@@ -160,7 +160,7 @@ def test_no_routing_beats_the_splittable_optimum(seed, down):
     cut, m2 = min_time_s(idx, vol, lp_max_variables=0)
     assert (m1, m2) == ("lp", "cut") and cut <= lp + 1e-9
     rates = demand_rates_bps(f, tr)
-    pin = pin_by_load(f, rates, index=idx)
+    pin = place(f, rates, index=idx)
     assert pin.placement is not None
     paths = {d: pin.placement.links(i) for i, d in enumerate(pin.placement.flows)}
     ideal = {t.name: 1.0 for t in tr}
@@ -202,7 +202,7 @@ def test_job_mix_and_intensity_priorities():
     hosts = [{d.src for d in t.flows} | {d.dst for d in t.flows} for t in tr]
     assert sum(map(len, hosts)) == len(set().union(*hosts)) == mix.hosts_needed
     idx = PathIndex(f)
-    pin = pin_by_load(f, demand_rates_bps(f, tr), index=idx)
+    pin = place(f, demand_rates_bps(f, tr), index=idx)
     assert pin.placement is not None
     paths = {d: pin.placement.links(i) for i, d in enumerate(pin.placement.flows)}
     compute = {t.name: float(i + 1) for i, t in enumerate(tr)}

@@ -79,8 +79,10 @@ def test_derived_tables_of_named_fat_tree_failures(steps):
     assert t is not None
     t.warm()
     t.classes(1), t.classes(2)
+    held = [cur]  # a state derives from the one it failed from while that is alive (in use)
     for links in steps:
         cur = cur.with_down(frozenset(frozenset(x) for x in links))
+        held.append(cur)
         got, ref = ClosTables.of(cur), ClosTables(PathIndex(f, cur.down))
         assert got is not None and got._parent is not None
         for r in (2, 1):
@@ -210,17 +212,17 @@ def test_colouring_a_permutation_ring_leaves_no_link_with_two(down_kind):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_pin_by_load_meets_its_lower_bound_on_failed_fat_trees(seed):
+def test_place_meets_its_lower_bound_on_failed_fat_trees(seed):
     """Colouring + greedy + local search reach the (pigeonhole) lower bound for a fragmented
     ring with a link or an aggregation switch down: the plan is optimal, not just good."""
     from controller.te.collectives import FlowDemand
-    from controller.te.loadpin import pin_by_load
+    from controller.te.placer import place
 
     f = build_fat_tree("ft", 8, G, G, 1.0, 1.0)
     hs = _ring(f, seed)
     ds = {FlowDemand("r", i, hs[i], hs[(i + 1) % len(hs)]): 1e9 for i in range(len(hs))}
     for down in ([frozenset(("p0a0", "c1"))], switch_links(f, "p0a0")):
-        pin = pin_by_load(f, ds, down)
+        pin = place(f, ds, down)
         assert pin.optimal, (pin.max_utilisation, pin.lower_bound)
 
 

@@ -12,9 +12,12 @@ from hypothesis import strategies as st
 
 from controller.model import build_fat_tree, build_leaf_spine
 from controller.model.generators import build_rail_optimized
+from controller.te.bounds import load_lower_bound
 from controller.te.collectives import FlowDemand
-from controller.te.loadpin import BATCH_FLOWS, PinState, load_lower_bound, pin_by_load
+from controller.te.greedy import greedy
+from controller.te.loadstate import BATCH_FLOWS, LoadState
 from controller.te.pathindex import PathIndex
+from controller.te.placer import place
 from controller.te.reroute import repair, switch_links
 
 
@@ -83,7 +86,7 @@ def test_link_ids_flat_matches_per_path_ids():
     assert index.paths_of_rows(rows) == paths[:4]
 
 
-def _lower_bound_reference(state: PinState) -> float:
+def _lower_bound_reference(state: LoadState) -> float:
     """The per-link, per-flow loop this module's vectorised bound replaced."""
     idx = state.index
     base = state.base_bps
@@ -132,7 +135,7 @@ def test_vectorised_lower_bound_equals_the_loop(case, seed):
     rng = random.Random(seed)
     index = PathIndex(fabric, first)
     base = np.asarray([rng.choice([0.0, 0.0, 1e8, 5e8]) for _ in index.links]) * index.is_up
-    state = PinState(index, base)
+    state = LoadState(index, base)
     hosts = [h.name for h in fabric.hosts]
     for i in range(rng.randint(1, 12)):
         a, b = rng.sample(hosts, 2)
@@ -153,7 +156,7 @@ def test_repair_with_the_planning_index_equals_repair_from_the_fabric():
     rates = {FlowDemand("r", i, hosts[i], hosts[(i + 1) % len(hosts)]): 1e9 * (1 + i % 3)
              for i in range(len(hosts))}
     index = PathIndex(fabric)
-    pin = pin_by_load(fabric, rates, index=index)
+    pin = place(fabric, rates, index=index)
     for down in ({frozenset(("p0a0", "c1"))}, switch_links(fabric, "p1a1")):
         a = repair(fabric, pin.paths, rates, down)
         b = repair(fabric, pin.paths, rates, down, index=index)
@@ -235,10 +238,10 @@ def test_pigeonhole_bound_equals_enumeration(seed):
 def test_greedy_in_batches_equals_the_one_by_one_greedy(seed, monkeypatch):
     """The greedy chooses the flows of a window together and places them up to the first
     whose choice shares a link with an earlier one's, where the next window starts
-    (``PinState._greedy_in_order``): the paths equal those of choosing every flow alone, in
+    (``controller.te.greedy._greedy_in_order``): the paths equal those of choosing every flow alone, in
     the same order, whatever the window sizes (k=8 fat-tree, a fragmented ring with 4
     sub-flows per flow, random background, an aggregation switch down)."""
-    import controller.te.loadpin as lp
+    import controller.te.greedy as lp
 
     fabric = build_fat_tree("ft8", 8, 10**9, 10**9, 1.0, 1.0)
     rng = random.Random(seed)
@@ -253,10 +256,10 @@ def test_greedy_in_batches_equals_the_one_by_one_greedy(seed, monkeypatch):
     def rows(batch: int, most: int) -> list[list[int]]:
         monkeypatch.setattr(lp, "IN_ORDER_BATCH", batch)
         monkeypatch.setattr(lp, "IN_ORDER_MAX_BATCH", most)
-        state = PinState(index, base.copy())
+        state = LoadState(index, base.copy())
         state.add_many(flows)
         assert state.tables is not None
-        state.greedy(range(len(state.flows)))
+        greedy(state, range(len(state.flows)))
         return [state.links_of(i).tolist() for i in range(len(state.flows))]
 
     one_by_one = rows(1, 1)
@@ -267,7 +270,7 @@ def test_greedy_in_batches_equals_the_one_by_one_greedy(seed, monkeypatch):
 
 @pytest.mark.parametrize("uneven", [False, True], ids=["one-capacity", "uneven-capacity"])
 def test_port_table_greedy_chooses_a_best_candidate_every_time(uneven):
-    """The greedy over port tables (``PinState._choose`` in windows; with one fabric capacity
+    """The greedy over port tables (``controller.te.greedy._choose`` in windows; with one fabric capacity
     it orders candidates by their bottleneck before the flow is added) puts every flow, in
     greedy order, on a candidate of its list with the lowest bottleneck after placement and,
     among those, the lowest total utilisation (replayed flow by flow; k=8 fat-tree, an
@@ -291,11 +294,11 @@ def test_port_table_greedy_chooses_a_best_candidate_every_time(uneven):
     flows = [(FlowDemand("r", 3 * i + j, hosts[i], hosts[(i + 1) % len(hosts)]),
               rng.choice([1e10, 2.5e10, 4e10])) for i in range(len(hosts)) for j in range(3)]
     assert len(flows) >= BATCH_FLOWS  # port tables are used from this many flows on
-    state = PinState(index, base.copy())
+    state = LoadState(index, base.copy())
     state.add_many(flows)
     assert state.tables is not None and (state.fabric_inv_cap is None) == uneven
-    state.greedy(range(len(flows)))
-    replay = PinState(index, base.copy())
+    greedy(state, range(len(flows)))
+    replay = LoadState(index, base.copy())
     replay.add_many(flows)
     order = sorted(range(len(flows)), key=lambda i: (-flows[i][1], replay.n_cands[i], i))
     for i in order:

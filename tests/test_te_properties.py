@@ -8,7 +8,7 @@ from controller.te.collectives import FlowDemand
 from controller.te.ecmp import ecmp_next_hops
 from controller.te.exact import min_congestion_exact
 from controller.te.invariants import check_path, check_routes
-from controller.te.pinning import pin_flows
+from controller.testing.pinning_oracle import pin_flows
 
 
 @st.composite

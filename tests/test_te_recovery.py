@@ -10,9 +10,9 @@ import pytest
 
 from controller.model import build_fat_tree, build_leaf_spine
 from controller.te.collectives import FlowDemand
-from controller.te.loadpin import pin_by_load
 from controller.te.pathindex import PathIndex
 from controller.te.placement import Placement
+from controller.te.placer import place
 from controller.te.recovery import order_moves, reoptimise, repair, restore
 from controller.te.reroute import switch_links
 
@@ -25,7 +25,7 @@ def _ring_plan(seed: int = 1, k: int = 8):
     random.Random(seed).shuffle(hs)
     ds = {FlowDemand("r", i, hs[i], hs[(i + 1) % len(hs)]): 1e9 for i in range(len(hs))}
     idx = PathIndex(f)
-    return f, ds, idx, pin_by_load(f, ds, index=idx)
+    return f, ds, idx, place(f, ds, index=idx)
 
 
 def _uses(path, link) -> bool:
@@ -184,6 +184,6 @@ def test_repair_of_a_flow_without_a_path_names_it():
     f = build_leaf_spine("ls", 1, 2, 1, G, G, 1.0, 1.0)
     d = FlowDemand("x", 0, "h1", "h2")
     idx = PathIndex(f)
-    pin = pin_by_load(f, {d: 1e9}, index=idx)
+    pin = place(f, {d: 1e9}, index=idx)
     with pytest.raises(ValueError, match="x h1->h2"):
         repair(pin.placement, frozenset({frozenset(("leaf1", "spine1"))}))

@@ -10,7 +10,8 @@ Every switch gets, in table :data:`TABLE`:
   ``routing.ecmp`` says (:func:`ecmp_hashes`);
 * in ``routing.mode: pinned``, one :data:`~controller.plan.model.PRIO_PINNED` entry per pinned
   flow per switch on its path (``ipv4_src, ipv4_dst`` plus the collective's DSCP and L4 fields)
-  → the port towards the next node (:func:`~controller.te.pinning.pin_flows`;
+  → the port towards the next node (:func:`~controller.te.placer.place_policy`: each flow
+  weighted by its link-rate-bound demand, the maximum link utilisation minimised;
   :mod:`controller.plan.pinned`). On a multi-site fabric with ``wan.hierarchical_allreduce``
   the flows of a collective spanning sites are those of the hierarchical all-reduce;
   cross-site flows are spread over the DCI links by the same min-max pinning.
@@ -51,11 +52,11 @@ from controller.plan.model import (
 )
 from controller.plan.pinned import TABLE, pinned_match, with_pinned
 from controller.policy.model import Policy
-from controller.te.collectives import FlowDemand, expand_policy
+from controller.te.collectives import FlowDemand
 from controller.te.ecmp import NextHops, ecmp_next_hops
 from controller.te.invariants import check_routes
 from controller.te.links import normalise_down_links
-from controller.te.pinning import Pinning, format_link_flows, pin_flows
+from controller.te.placer import LoadPinning, format_link_flows, place_policy
 
 __all__ = ["TABLE", "PlanResult", "RoutePlan", "build_plan", "build_routes", "ecmp_hashes",
            "format_link_flows", "pinned_match"]
@@ -69,8 +70,9 @@ class PlanResult:
     ----------
     plan : FabricPlan
         Intended flows of every switch.
-    pinning : Pinning or None
-        The pinned paths and per-link counts (``routing.mode: pinned``); None in ECMP mode.
+    pinning : LoadPinning or None
+        The pinned paths, per-link load and flow counts, the maximum utilisation and its lower
+        bound (``routing.mode: pinned``); None in ECMP mode.
     next_hops : dict of str to dict of str to tuple of int
         ``next_hops[switch][host]`` → ECMP ports, as installed by the route entries.
     tables : CapacityReport or None
@@ -79,7 +81,7 @@ class PlanResult:
     """
 
     plan: FabricPlan
-    pinning: Pinning | None
+    pinning: LoadPinning | None
     next_hops: NextHops
     tables: CapacityReport | None = None
 
@@ -186,11 +188,11 @@ def build_plan(
     """
     down = normalise_down_links(fabric, down_links)
     routes = build_routes(fabric, policy, down)
-    pinning: Pinning | None = None
+    pinning: LoadPinning | None = None
     tables: CapacityReport | None = None
     plan = routes.plan
     if policy.routing.mode == "pinned":
-        pinning = pin_flows(fabric, expand_policy(policy, fabric), down)
+        pinning = place_policy(fabric, policy, down)
         plan = with_pinned(fabric, routes.plan, pinning.paths, down)
         plan, tables = fit_plan_tables(fabric, policy, plan, pinning.paths, routes.next_hops,
                                        capacity)

@@ -3,7 +3,7 @@ controller runs off its event loop (in an executor) and applies only if the stat
 on (:attr:`~controller.runtime.state.RuntimeState.generation`).
 
 * :func:`initial_placement`: a policy's collectives pinned from scratch
-  (:func:`controller.te.pinning.pin_flows`).
+  (:func:`controller.te.placer.place_policy`, the one placer every phase below uses too).
 * **Link events are handled in two phases** (issue 15), each a pluggable function of a
   :class:`PlacementInput` returning a :class:`PlacementDecision`:
 
@@ -37,36 +37,35 @@ from dataclasses import dataclass
 from controller.model.topology import Fabric
 from controller.plan.capacity import DEFAULT_HEADROOM
 from controller.policy.model import Policy
-from controller.te import recovery
-from controller.te.collectives import FlowDemand, expand_policy
+from controller.te import placer
+from controller.te.collectives import FlowDemand
 from controller.te.pathindex import PathIndex
-from controller.te.patterns import Group, Traffic, demand_rates_bps
-from controller.te.pinning import pin_flows
 from controller.te.placement import Placement as TePlacement
+from controller.te.recovery import REOPTIMISE_BUDGET as _REOPTIMISE_BUDGET
 from controller.te.recovery import Move
 
 Path = tuple[str, ...]
 DownLinks = frozenset[frozenset[str]]
 Placement = Mapping[FlowDemand, Path]
 
-REOPTIMISE_BUDGET = recovery.REOPTIMISE_BUDGET
+REOPTIMISE_BUDGET = _REOPTIMISE_BUDGET
 """Candidate evaluations a background re-optimisation may spend (≈ 1 µs each)."""
 
 
 def pinned_demands_bps(fabric: Fabric, flows: Iterable[FlowDemand]) -> dict[FlowDemand, float]:
     """Each pinned flow's demand, bit/s: its rate in the link-rate-bound schedule with every
     pinned flow running at once (:func:`controller.te.patterns.demand_rates_bps`, one phase);
-    the sub-flows of a transfer share it (each has 1/n)."""
-    fl = tuple(flows)
-    if not fl:
-        return {}
-    return demand_rates_bps(fabric, [Traffic("pinned", 0.0, ((Group(fl, 0.0),),))])
+    the sub-flows of a transfer share it (each has 1/n);
+    :func:`controller.te.placer.pinned_demands_bps`."""
+    return placer.pinned_demands_bps(fabric, flows)
 
 
 def initial_placement(fabric: Fabric, policy: Policy,
                       down_links: DownLinks = frozenset()) -> dict[FlowDemand, Path]:
     """Every flow of the policy's collectives pinned (``routing.mode: pinned``; {} otherwise);
-    with ``connections_per_peer`` every sub-flow on its own path.
+    with ``connections_per_peer`` every sub-flow on its own path. Each flow is weighted by
+    :func:`pinned_demands_bps` and the maximum link utilisation minimised
+    (:func:`controller.te.placer.place_policy`).
 
     Raises
     ------
@@ -75,7 +74,7 @@ def initial_placement(fabric: Fabric, policy: Policy,
     """
     if policy.routing.mode != "pinned":
         return {}
-    return dict(pin_flows(fabric, expand_policy(policy, fabric), down_links).paths)
+    return dict(placer.place_policy(fabric, policy, down_links).paths)
 
 
 def te_placement(fabric: Fabric, paths: Placement, down_links: DownLinks) -> TePlacement:
@@ -171,8 +170,8 @@ def repair_moved(inp: PlacementInput) -> PlacementDecision:
         cur = te_placement(inp.fabric, inp.placement, now)
     back = cur.index.down - now
     if back:
-        cur = recovery.restore(cur, back)
-    res = recovery.repair(cur, now - cur.index.down)
+        cur = placer.restore(cur, back)
+    res = placer.repair(cur, now - cur.index.down)
     moved = {m.flow: m.new_path for m in res.moves}
     paths = {d: moved.get(d, tuple(p)) for d, p in inp.placement.items()}
     return PlacementDecision(paths, res.placement, res.moves, res.max_utilisation_before,
@@ -189,7 +188,7 @@ def reoptimise_moves(inp: PlacementInput, *,
     cur = inp.current if _same_paths(inp.current, inp.placement) else None
     if cur is None or cur.index.down != frozenset(inp.down_links):
         cur = te_placement(inp.fabric, inp.placement, inp.down_links)
-    res = recovery.reoptimise(cur, search_budget=search_budget)
+    res = placer.reoptimise(cur, search_budget=search_budget)
     if not res.moves:
         return None
     moved = {m.flow: m.new_path for m in res.moves}
@@ -200,7 +199,7 @@ def reoptimise_moves(inp: PlacementInput, *,
 
 def repin_all(inp: PlacementInput) -> PlacementDecision:
     """A full re-plan as a repair: pin every flow of the policy from scratch around the down
-    links (:func:`controller.te.pinning.pin_flows`); when the links come back, the original
+    links (:func:`initial_placement`); when the links come back, the original
     placement returns (the pinning is deterministic). Moves every flow it likes; kept for
     comparison with :func:`repair_moved`."""
     paths = initial_placement(inp.fabric, inp.policy, inp.down_links)

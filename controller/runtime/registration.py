@@ -9,8 +9,8 @@ pinned. Each problem is a :class:`~controller.northbound.model.FieldError` namin
 field (``ranks[2]``, ``l4.proto``), which the gRPC server returns as ``INVALID_ARGUMENT``.
 
 Placement (:func:`place_new_flows`): the flows already pinned keep their paths (registering a
-job never moves another job's traffic); the new flows are placed by the load-aware planner
-(:class:`controller.te.loadpin.PinState`, greedy then local search over the new flows only) on
+job never moves another job's traffic); the new flows are placed by the placer
+(:func:`controller.te.placer.place_around`: greedy then local search over the new flows only) on
 top of the installed flows' demands.
 """
 
@@ -27,8 +27,8 @@ from controller.northbound.model import CollectiveRequest, FieldError
 from controller.plan.build import pinned_match
 from controller.policy.model import Collective, Policy
 from controller.te.collectives import FlowDemand, expand_collective
-from controller.te.loadpin import PinState, load_lower_bound
 from controller.te.pathindex import PathIndex
+from controller.te.placer import place_around
 
 Path = tuple[str, ...]
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")  # ≤ 63 characters (metric labels)
@@ -137,14 +137,11 @@ def place_new_flows(fabric: Fabric, installed: Mapping[FlowDemand, Path],
         except KeyError as exc:
             raise ValueError(f"flow {exc.args[0].label}: no demand given") from None
         fixed = np.bincount(ids, weights=w, minlength=n).astype(np.float64)
-    state = PinState(idx, fixed)
     added = list(new)
-    for d in added:
-        if d not in demands_bps:
-            raise ValueError(f"flow {d.label}: no demand given")
-        state.add(d, demands_bps[d])
-    state.greedy(range(len(state.flows)))
-    state.local_search(load_lower_bound(state), 20_000)
+    missing = next((d for d in added if d not in demands_bps), None)
+    if missing is not None:
+        raise ValueError(f"flow {missing.label}: no demand given")
+    placed = place_around(idx, fixed, [(d, demands_bps[d]) for d in added])
     out = dict(installed)
-    out.update(zip(state.flows, state.paths(), strict=True))
+    out.update(placed.paths())
     return out

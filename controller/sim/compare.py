@@ -15,7 +15,7 @@
   (destination host index mod candidates), the destination-based uplink choice of the fat-tree
   two-level tables (Al-Fares et al., SIGCOMM 2008, §3.3); after a failure the same rule over the
   surviving candidates.
-* aifabric: :func:`controller.te.loadpin.pin_by_load` on the flows' link-rate-bound demands and
+* aifabric: :func:`controller.te.placer.place` on the flows' link-rate-bound demands and
   the background load; after a failure :func:`controller.te.reroute.repair` moves only the flows
   that crossed a failed link.
 
@@ -33,14 +33,13 @@ from controller.model.topology import Fabric
 from controller.sim.fluid import Background, ideal_cct_s, simulate
 from controller.sim.jobs import intensity_priorities, jain_index
 from controller.sim.optimum import Bound, makespan_bound
-from controller.te import recovery
 from controller.te.clos import ClosTables
 from controller.te.collectives import FlowDemand
 from controller.te.ecmphash import HashConfig, flow_headers, hashed_paths
-from controller.te.loadpin import LoadPinning, pin_by_load
 from controller.te.pathindex import PathIndex
 from controller.te.patterns import Group, Traffic, demand_rates_bps, with_subflows
 from controller.te.placement import Placement
+from controller.te.placer import LoadPinning, place, reoptimise, repair
 
 LinkPaths = dict[FlowDemand, np.ndarray]
 
@@ -169,7 +168,7 @@ def evaluate(
 
     def plan(index: PathIndex, demand: Mapping[FlowDemand, float],
              base: Mapping[tuple[str, str], float] | None = None) -> LoadPinning:
-        return pin_by_load(fabric, demand, index=index, base_load_bps=base)
+        return place(fabric, demand, index=index, base_load_bps=base)
 
     def links(p: Placement | None) -> LinkPaths:
         assert p is not None
@@ -195,9 +194,9 @@ def evaluate(
                 run(index, name, cond, links(pin.placement), tr=tr)
                 continue
             assert pin.placement is not None
-            rep = recovery.repair(pin.placement, down)
+            rep = repair(pin.placement, down)
             run(index, name, cond, links(rep.placement), moved=len(rep.moves), tr=tr)
-            ro = recovery.reoptimise(rep.placement)
+            ro = reoptimise(rep.placement)
             run(index, f"{name} reoptimised", cond, links(ro.placement), moved=len(ro.moves),
                 tr=tr)
         if queues and cond == "intact":

@@ -12,7 +12,7 @@ schedule has a makespan ≥ T*; a collective alone, also ≥ the sum over its ph
 T*. :func:`makespan_bound` solves the LP with HiGHS (:func:`scipy.optimize.linprog`) when it has
 at most ``lp_max_variables`` path variables (flows between the same two hosts merged: with
 splitting allowed they are one commodity), and otherwise takes the cut bound of
-:func:`controller.te.loadpin.load_lower_bound` without its pigeonhole term (leaf and pod cuts,
+:func:`controller.te.bounds.load_lower_bound` without its pigeonhole term (leaf and pod cuts,
 access links), which is ≤ the LP — so the ratio printed against it is an upper bound on the
 ratio to the LP.
 
@@ -31,8 +31,9 @@ import numpy as np
 
 from controller.model.topology import Fabric
 from controller.sim.fluid import PathIds, ideal_cct_s
+from controller.te.bounds import load_lower_bound
 from controller.te.collectives import FlowDemand
-from controller.te.loadpin import PinState, load_lower_bound
+from controller.te.loadstate import LoadState
 from controller.te.lp import min_max_utilisation_lp
 from controller.te.pathindex import PathIndex
 from controller.te.patterns import Traffic
@@ -89,7 +90,7 @@ def min_time_s(index: PathIndex, volume_bits: Mapping[FlowDemand, float], *,
     if not volume_bits:
         return 0.0, "lp"
     merged = _merged(volume_bits)
-    state = PinState(index)
+    state = LoadState(index)
     state.add_many(merged.items())
     n_vars = sum(state.n_cands)
     if n_vars <= lp_max_variables:

@@ -24,7 +24,7 @@ import numpy as np
 from controller.sim.compare import LinkPaths, ecmp_paths, static_paths
 from controller.te.clos import CHUNK_FLOWS, ClosTables, heights_and_counts, pick_alive
 from controller.te.collectives import FlowDemand
-from controller.te.loadpin import host_table
+from controller.te.hosts import host_table
 from controller.te.pathindex import PathIndex
 from controller.te.patterns import Group
 

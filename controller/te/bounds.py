@@ -23,7 +23,7 @@ import numpy as np
 from controller.te.pathindex import PathIndex
 
 if TYPE_CHECKING:
-    from controller.te.loadpin import PinState
+    from controller.te.loadstate import LoadState
 
 
 _RESOLUTION = 1e-9
@@ -31,7 +31,7 @@ _RESOLUTION = 1e-9
 within 1e-9 of a breakpoint as past it, so a narrower bracket finds nothing new."""
 
 
-def load_lower_bound(state: PinState, integral: bool = True) -> float:
+def load_lower_bound(state: LoadState, integral: bool = True) -> float:
     """Lower bound on the maximum utilisation of any pinning of ``state``'s flows (placed or
     not) over their candidates: max of the mandatory-load and leaf/pod cut bounds (module
     docstring). ``integral=False`` leaves out the pigeonhole bound: then it also bounds

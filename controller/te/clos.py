@@ -24,13 +24,14 @@ from ``node`` by port column ``col``, -1 when absent or down) and ``up_node[node
 switch reached). Meeting masks are (flows × W^h) boolean arrays built level by level in chunks
 of flows, so a k = 64 fat-tree (32 columns, h ≤ 2) costs 1,024 booleans per flow at a time and
 no per-pair path array is ever stored. Used by :mod:`controller.te.closcolour` (colouring),
-:mod:`controller.te.loadpin` (candidates of the flows local search touches) and the flow-level
+:mod:`controller.te.greedy` (candidates of the flows the greedy places) and the flow-level
 comparison at scale (:mod:`controller.sim.strategies`: ECMP, static, spraying).
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -142,6 +143,9 @@ class ClosTables:
     Attributes
     ----------
     index : PathIndex
+        The fabric state, held weakly: the index keeps its tables (:meth:`of`), and a strong
+        reference back would make a reference cycle, left to the garbage collector (and kept
+        forever once frozen, :mod:`controller.runtime.collector`).
     cols : numpy.ndarray of int64, shape (W,)
         The up-port number of each column (ascending).
     up_link, up_node : numpy.ndarray of int64, shape (n_switches, W)
@@ -162,7 +166,7 @@ class ClosTables:
             raise NotMirroredClos(got)
         assert isinstance(got, tuple)
         ids, t, h, col, cols, max_height = got
-        self.index = index
+        self._index = weakref.ref(index)
         self.cols = cols
         alive = index.is_up[ids]
         n_sw, w = len(index.fabric.switches), len(cols)
@@ -175,10 +179,18 @@ class ClosTables:
         self._classes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._chains: dict[int, Table] = {}
         self._parent: ClosTables | None = None  # tables this state's failure derives from
+        self._parent_is_up: np.ndarray | None = None  # their index's links up (kept: weak index)
         self._changed: dict[int, np.ndarray] = {}  # rows _derived_rows recomputed, per height
         self._keys: dict[int, np.ndarray] = {}  # per height: the row hashes of classes()
         self._leaf_num = cast(dict[str, int], index.fabric_memo(
             "switch-numbers", lambda: {s.name: i for i, s in enumerate(index.fabric.switches)}))
+
+    @property
+    def index(self) -> PathIndex:
+        """The fabric state of these tables (alive as long as anyone uses the tables)."""
+        got = self._index()
+        assert got is not None, "port tables used after their path index was freed"
+        return got
 
     def columns(self, row: np.ndarray) -> np.ndarray:
         """Port columns of an inner path row (2h link ids, up-links first, as :meth:`walk`
@@ -220,7 +232,8 @@ class ClosTables:
                     ref = memo.get("_failed_from")  # PathIndex.with_down: a weakref
                     parent = ref() if ref is not None else None
                     got = None if parent is None else parent.__dict__.get("_clos_tables")
-                    tables._parent = got if isinstance(got, ClosTables) else None
+                    if parent is not None and isinstance(got, ClosTables):
+                        tables._parent, tables._parent_is_up = got, parent.is_up
                     memo["_clos_tables"] = tables
         return cast("ClosTables | None", memo["_clos_tables"])
 
@@ -233,11 +246,11 @@ class ClosTables:
         there is nothing to derive from. Equal to building from scratch: a sequence is -1 from
         its first dead link on (:meth:`chains`), and reaches -1 when any of its links is dead
         (:meth:`reach`)."""
-        p = self._parent
-        if p is None or r not in p._chains or r not in p._reach:
+        p, p_up = self._parent, self._parent_is_up
+        if p is None or p_up is None or r not in p._chains or r not in p._reach:
             return None
         is_up = self.index.is_up
-        newly = np.flatnonzero(~is_up & p.index.is_up)
+        newly = np.flatnonzero(~is_up & p_up)
         tail = self.index.link_ends()[0]
         n = len(self.up_node)
         hit = np.zeros(n, dtype=bool)
@@ -277,7 +290,7 @@ class ClosTables:
 
     def host_leaf_ids(self) -> np.ndarray:
         """Switch number of every host's leaf, by host number (the fabric's host order, as
-        :func:`controller.te.loadpin.host_table` numbers them); int64, memoised per fabric."""
+        :func:`controller.te.hosts.host_table` numbers them); int64, memoised per fabric."""
         fabric = self.index.fabric
         return cast(np.ndarray, self.index.fabric_memo(
             "host-leaf-numbers", lambda: self.leaf_ids([h.leaf for h in fabric.hosts])))

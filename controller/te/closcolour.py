@@ -23,7 +23,7 @@ Two refinements over a proper colouring:
   pointer jumping (O(E log E) array work per split, no Python loop over edges). Edges whose
   colour is not allowed (a dead port on the other side, a column ≥ the number of columns) are
   then inserted by the alternating-path (Kempe) algorithm of :func:`controller.te.colouring._kempe`
-  with their allowed sets; what still fails is left to the greedy of :mod:`controller.te.loadpin`.
+  with their allowed sets; what still fails is left to the greedy of :mod:`controller.te.greedy`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ non-blocking (Beneš, 1962), applied to pinning.
 
 Only flows of equal demand are coloured (one flow per link per colour); a flow that cannot be
 coloured (a switch has more flows than colours — oversubscription, failures) is left to the
-greedy of :mod:`controller.te.loadpin`.
+greedy of :mod:`controller.te.greedy`.
 """
 
 from __future__ import annotations

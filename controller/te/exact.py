@@ -7,7 +7,8 @@
 
 (the path formulation of unsplittable min-congestion routing; Raghavan & Thompson,
 Combinatorica 7(4), 1987, §2), solved by HiGHS through :func:`scipy.optimize.milp`. The
-candidate sets P_f are those of :func:`controller.te.pinning.pin_flows`, so the two optima are
+candidate sets P_f are every shortest valley-free path (:class:`controller.te.paths.PathOracle`,
+the same as the placer's, :class:`controller.te.pathindex.PathIndex`), so the optima are
 comparable. Exponential in the worst case: keep instances small (tens of flows).
 """
 

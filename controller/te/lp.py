@@ -8,7 +8,7 @@
 (the path formulation of min-congestion routing; Raghavan & Thompson, Combinatorica 7(4), 1987,
 §2), solved by HiGHS through :func:`scipy.optimize.linprog` (``method="highs-ipm"``) and
 :func:`scipy.optimize.milp`. The candidates P_f are those of :class:`PathIndex`, so the optima
-are comparable with :func:`controller.te.loadpin.pin_by_load`. LP ≤ MILP ≤ any pinning.
+are comparable with :func:`controller.te.placer.place`. LP ≤ MILP ≤ any pinning.
 """
 
 from __future__ import annotations

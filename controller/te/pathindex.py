@@ -8,7 +8,9 @@ distance and its shortest up-paths. A path between leaves Ls and Ld is an up-pat
 common peak p followed by the reverse of an up-path of Ld to p, over the peaks minimising
 d(Ls, p) + d(Ld, p) (Hu et al., HotNets 2016, §2–3, for why only valley-free paths). On a
 fat-tree every (leaf, peak) pair has exactly one up-path, so the join is a vectorised alignment
-of two small arrays; other fabrics fall back to a product per peak.
+of two small arrays; other fabrics fall back to a product per peak. Between the sites of a
+multi-site fabric the cones never meet: a path climbs to a switch with a WAN (DCI) link, crosses
+it at the peak and descends (:meth:`PathIndex._join_wan`, as :class:`PathOracle` does).
 
 Cost: one cone per leaf that is used, O(nodes above it + up-paths); one join per distinct
 (source leaf, destination leaf) pair that is used, O(candidates × path length); nothing is
@@ -565,8 +567,9 @@ class PathIndex:
 
     def _join(self, cs: _LeafCone, cd: _LeafCone) -> np.ndarray:
         best, peaks, ds_all, ds0, rows_s, rows_d = self._peaks(cs, cd)
-        if best >= _ABSENT:
-            return np.empty((0, 0), dtype=np.int64)
+        if best >= _ABSENT:  # the cones do not meet: a path between sites, if any
+            return self._join_wan(cs, cd)
+        # cones that meet are of one site, whose up-links never cross a WAN link: no crossing
         if cs.unique and cd.unique and ds0 >= 0:  # the Clos case: one split
             return np.concatenate(
                 (np.take(cs.up[ds0], rows_s, axis=0), np.take(cd.down[best - ds0], rows_d, axis=0)),
@@ -586,3 +589,28 @@ class PathIndex:
                 rows += [np.concatenate([u, w]) for u in ups for w in downs]
             parts.append(np.asarray(rows, dtype=np.int64))
         return np.vstack(parts) if len(parts) > 1 else parts[0]
+
+    def _join_wan(self, cs: _LeafCone, cd: _LeafCone) -> np.ndarray:
+        """Candidates between leaves of different sites (multi-site fabrics): an up-path of the
+        source leaf to a switch u, the WAN (DCI) link u → v, the reverse of an up-path of the
+        destination leaf to v — over the up WAN links giving the fewest hops, as
+        :meth:`controller.te.paths.PathOracle.paths` (one WAN hop, at the peak: valley-free
+        inside each site). Rows by (u, v) in switch declaration order; shape (0, 0) when no WAN
+        link that is up joins the two cones."""
+        crossings = []
+        for ln in self.fabric.wan_links:
+            for a, b in ((ln.a, ln.b), (ln.b, ln.a)):
+                lid = self.link_id[(a, b)]
+                u, v = self._node_id[a], self._node_id[b]
+                if self.is_up[lid] and cs.dist[u] < _ABSENT and cd.dist[v] < _ABSENT:
+                    crossings.append((int(cs.dist[u] + 1 + cd.dist[v]), u, v, lid))
+        best = min((c[0] for c in crossings), default=_ABSENT)
+        if best >= _ABSENT:
+            return np.empty((0, 0), dtype=np.int64)
+        rows: list[np.ndarray] = []
+        for _, u, v, lid in sorted(c for c in crossings if c[0] == best):
+            du, dv = int(cs.dist[u]), int(cd.dist[v])
+            ups = cs.up[du][cs.start[u]:cs.start[u] + cs.count[u]]
+            downs = cd.down[dv][cd.start[v]:cd.start[v] + cd.count[v]]
+            rows += [np.concatenate([up, [lid], down]) for up in ups for down in downs]
+        return np.asarray(rows, dtype=np.int64)

@@ -4,7 +4,7 @@ re-optimisation applied make-before-break.
 How the runtime uses it (pure functions of values; no clock, no I/O, no shared mutable state,
 so both may run in a worker thread while the event loop keeps going):
 
-1. Keep the current :class:`~controller.te.placement.Placement` (``pin_by_load(...).placement``
+1. Keep the current :class:`~controller.te.placement.Placement` (``controller.te.placer.place(...).placement``
    after planning; every call below returns the next one).
 2. **Port or switch down** → call :func:`repair` *on the event loop* with the links now down
    (a switch: :func:`controller.te.reroute.switch_links`). Only flows whose path crossed a dead
@@ -42,10 +42,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from controller.te.bounds import load_lower_bound
 from controller.te.clos import ClosTables
 from controller.te.closcolour import colour_clos
 from controller.te.collectives import FlowDemand
-from controller.te.loadpin import DEFAULT_CHAIN_DEPTH, PinState, load_lower_bound
+from controller.te.greedy import greedy
+from controller.te.loadstate import LoadState
+from controller.te.localsearch import DEFAULT_CHAIN_DEPTH, local_search
 from controller.te.pathindex import Path, PathIndex
 from controller.te.placement import Placement, concat_ranges
 
@@ -127,7 +130,7 @@ class ReoptResult:
         Flows to move, in the make-before-break order of :func:`order_moves`.
     max_utilisation_before, max_utilisation_after : float
     lower_bound : float
-        The pigeonhole/cut lower bound of :func:`controller.te.loadpin.load_lower_bound`.
+        The pigeonhole/cut lower bound of :func:`controller.te.bounds.load_lower_bound`.
     converged : bool
         ``max_utilisation_after`` reached ``max(lower_bound, target)``.
     transient_max_utilisation : float
@@ -148,10 +151,10 @@ class ReoptResult:
 
 
 def _state(placement: Placement, index: PathIndex, flows: np.ndarray,
-           base_bps: np.ndarray) -> PinState:
-    """A PinState over ``index`` with ``flows`` (positions in ``placement``) added, unplaced:
-    their hosts read off their paths' access links (:meth:`PinState.add_routed`)."""
-    state = PinState(index, base_bps)
+           base_bps: np.ndarray) -> LoadState:
+    """A LoadState over ``index`` with ``flows`` (positions in ``placement``) added, unplaced:
+    their hosts read off their paths' access links (:meth:`LoadState.add_routed`)."""
+    state = LoadState(index, base_bps)
     starts = placement.starts
     state.add_routed(list(map(placement.flows.__getitem__, flows.tolist())),
                      placement.rate_bps[flows],
@@ -193,8 +196,8 @@ def repair(placement: Placement, down_links: Iterable[frozenset[str]], *,
     Cost: the failed state is derived from the placement's index (:meth:`PathIndex.with_down`,
     a mask); the hit flows are one boolean gather over the concatenated link ids; the load of
     the others one ``bincount``; then greedy and a bounded local search over the hit flows only
-    (:class:`controller.te.loadpin.PinState`, their hosts read off their access links,
-    :meth:`~controller.te.loadpin.PinState.add_routed`), whose candidates are the only ones
+    (:class:`controller.te.loadstate.LoadState`, their hosts read off their access links,
+    :meth:`~controller.te.loadstate.LoadState.add_routed`), whose candidates are the only ones
     built; the new rows go in as one CSR block (:meth:`Placement.replace_many`) and the moves'
     node paths are built per path length (:func:`controller.te.placement.csr_paths`). No step
     loops over the moved flows in Python (24,473 sub-flows on the 65,536-GPU rail fabric).
@@ -211,9 +214,9 @@ def repair(placement: Placement, down_links: Iterable[frozenset[str]], *,
         hit_w = np.repeat(placement.rate_bps[hit], hops)
         fixed = np.maximum(fixed - np.bincount(hit_ids, weights=hit_w, minlength=n), 0.0)
     state = _state(placement, idx, hit, fixed)
-    state.greedy(range(len(state.flows)))
+    greedy(state, range(len(state.flows)))
     lower = load_lower_bound(state)
-    state.local_search(lower, search_budget)
+    local_search(state, lower, search_budget)
     new = placement.replace_many(hit, *state.link_rows(), index=idx)
     moves = tuple(map(_new_move, zip(state.flows, placement.path_list(hit), new.path_list(hit),
                                      strict=True)))
@@ -249,7 +252,7 @@ def reoptimise(
     movable : iterable of FlowDemand, optional
         Only these flows may move (default: all).
     chain_depth : int
-        Longest ejection chain (:meth:`PinState.local_search`).
+        Longest ejection chain (:func:`controller.te.localsearch.local_search`).
 
     Returns
     -------
@@ -262,7 +265,7 @@ def reoptimise(
 
     1. local search from the placement as it is (``QUICK_BUDGET`` evaluations): single moves
        and ejection chains (Glover, Discrete Appl. Math. 65, 1996, §2;
-       :mod:`controller.te.loadpin`) of flows on links at the maximum — the fewest moves;
+       :mod:`controller.te.localsearch`) of flows on links at the maximum — the fewest moves;
     2. re-colouring of the largest equal-demand class (a mirrored Clos) starting from its
        current ports, then, if that is not enough, from scratch (:func:`_recolour`): on a
        full fabric a re-arrangement needs alternating (Kempe) paths through many switches,
@@ -280,10 +283,11 @@ def reoptimise(
     goal = max(lower, target)
     allowed = None if movable is None else {state.pos[d] for d in movable if d in state.pos}
     quick = min(search_budget, QUICK_BUDGET)
-    state.local_search(goal, quick, allowed, chain_depth)
+    local_search(state, goal, quick, allowed, chain_depth)
     if state.max_utilisation() > goal + _EPS and movable is None:
         _recolour(state, goal, allowed, chain_depth)
-        state.local_search(goal, max(search_budget - state.evaluations, 0), allowed, chain_depth)
+        local_search(state, goal, max(search_budget - state.evaluations, 0), allowed,
+                     chain_depth)
     after = state.max_utilisation()
     changed = _changed_flows(state, placement)
     rows = {i: state.links_of(i) for i in changed}
@@ -297,7 +301,7 @@ def reoptimise(
                        state.evaluations)
 
 
-def _changed_flows(state: PinState, placement: Placement) -> list[int]:
+def _changed_flows(state: LoadState, placement: Placement) -> list[int]:
     """Positions of the flows whose path in ``state`` differs from ``placement``'s, ascending:
     compared per path length in one array operation each (not one comparison per flow)."""
     rows = state.rows
@@ -315,7 +319,7 @@ def _changed_flows(state: PinState, placement: Placement) -> list[int]:
     return sorted(np.concatenate(out).tolist())
 
 
-def _recolour(state: PinState, goal: float, movable: set[int] | None = None,
+def _recolour(state: LoadState, goal: float, movable: set[int] | None = None,
               chain_depth: int = DEFAULT_CHAIN_DEPTH) -> None:
     """Re-colour the equal-demand class with the largest total demand (mirrored Clos fabrics
     only; elsewhere nothing).
@@ -359,7 +363,7 @@ def _recolour(state: PinState, goal: float, movable: set[int] | None = None,
         init = _columns(state, t, flows, h)
         if attempt == "layers":  # then local moves for what the layers left (a few links)
             _layers(state, t, flows, (u, v, h), key, init, goal)
-            state.local_search(goal, QUICK_BUDGET, movable, chain_depth)
+            local_search(state, goal, QUICK_BUDGET, movable, chain_depth)
             continue
         if attempt == "whole flows":  # sub-flows of one flow on its one coloured path
             first: dict[tuple[str, int, str, str], int] = {}
@@ -379,7 +383,7 @@ def _recolour(state: PinState, goal: float, movable: set[int] | None = None,
             _undo(state, old)
 
 
-def _columns(state: PinState, t: ClosTables, flows: np.ndarray, h: np.ndarray) -> np.ndarray:
+def _columns(state: LoadState, t: ClosTables, flows: np.ndarray, h: np.ndarray) -> np.ndarray:
     """Current up-port columns of ``flows`` (F × max(1, max h)), -1 where a flow's path is not
     a full climb to its meeting height (e.g. not placed)."""
     init = np.full((len(flows), max(int(h.max(initial=0)), 1)), -1, dtype=np.int64)
@@ -392,13 +396,13 @@ def _columns(state: PinState, t: ClosTables, flows: np.ndarray, h: np.ndarray) -
     return init
 
 
-def _excess(state: PinState, goal: float) -> float:
+def _excess(state: LoadState, goal: float) -> float:
     """Σ over links of the load above ``goal`` × capacity, bits/s."""
     over = state.load_bps - goal * state.index.capacity_bps
     return float(over[over > _EPS * state.index.capacity_bps].sum())
 
 
-def _adopt(state: PinState, t: ClosTables, flows: np.ndarray,
+def _adopt(state: LoadState, t: ClosTables, flows: np.ndarray,
            ends: tuple[np.ndarray, np.ndarray, np.ndarray], seq: np.ndarray,
            init: np.ndarray) -> dict[int, int] | None:
     """Move ``flows`` to the columns ``seq`` (rows of -1: re-placed by the greedy). Returns
@@ -416,18 +420,18 @@ def _adopt(state: PinState, t: ClosTables, flows: np.ndarray,
     for r in np.unique(h[changed]).tolist():
         sel = changed[h[changed] == r]
         state.place_rows(flows[sel], t.walk(u[sel], v[sel], seq[sel, :r]))
-    state.greedy(flows[left].tolist())
+    greedy(state, flows[left].tolist())
     return old
 
 
-def _undo(state: PinState, old: dict[int, int]) -> None:
+def _undo(state: LoadState, old: dict[int, int]) -> None:
     """Put the flows of ``old`` (an :func:`_adopt` result) back on their candidate rows."""
     for i, ci in old.items():
         state.remove(i)
         state.place(i, ci)
 
 
-def _layers(state: PinState, t: ClosTables, flows: np.ndarray,
+def _layers(state: LoadState, t: ClosTables, flows: np.ndarray,
             ends: tuple[np.ndarray, np.ndarray, np.ndarray], key: np.ndarray,
             init: np.ndarray, goal: float) -> None:
     """Re-colour the sub-flows one layer at a time: layer j is sub-flow j of every flow.

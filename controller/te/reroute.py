@@ -21,11 +21,11 @@ import numpy as np
 from controller.model.topology import Fabric
 from controller.te import recovery
 from controller.te.collectives import FlowDemand
-from controller.te.loadpin import PinState, base_load_array
+from controller.te.greedy import best_candidate
+from controller.te.hosts import base_load_array
+from controller.te.loadstate import EPS, LoadState
 from controller.te.pathindex import DirectedLink, Path, PathIndex
 from controller.te.placement import Placement
-
-_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _path_load(index: PathIndex, paths: Mapping[FlowDemand, Path],
     return np.bincount(ids, weights=w, minlength=len(index.links))
 
 
-def _row_of(state: PinState, i: int, path: Path) -> int:
+def _row_of(state: LoadState, i: int, path: Path) -> int:
     ids = state.index.link_ids(path)[1:-1]
     c = state.cands[i]
     if c.shape[1] != len(ids):
@@ -212,7 +212,7 @@ def rebalance(
         if now_s - last_moved_s.get(d, -np.inf) >= hysteresis.min_hold_s
         and hot[idx.link_ids(p)].any()
     }
-    state = PinState(idx, background + _path_load(idx, paths, demands, movable))
+    state = LoadState(idx, background + _path_load(idx, paths, demands, movable))
     for d in paths:
         if d in movable:
             i = state.add(d, demands[d])
@@ -223,7 +223,7 @@ def rebalance(
     start = list(state.choice)
     while True:
         m = state.max_utilisation()
-        if m <= hysteresis.threshold + _EPS:
+        if m <= hysteresis.threshold + EPS:
             break
         lid = int(np.argmax(state.util))
         on = sorted(state.flows_on.get(lid, ()), key=lambda i: (-state.rate_bps[i], i))
@@ -233,8 +233,8 @@ def rebalance(
                 continue  # each flow moves at most once per call
             cur = state.choice[f]
             state.remove(f)
-            ci, b = state.best_candidate(f, exclude=cur)
-            if ci >= 0 and b < m - max(hysteresis.margin, _EPS):
+            ci, b = best_candidate(state, f, exclude=cur)
+            if ci >= 0 and b < m - max(hysteresis.margin, EPS):
                 state.place(f, ci)
                 done = True
                 break

@@ -1,4 +1,9 @@
-"""Path pinning: one path per flow so that no directed link carries more flows than needed.
+"""The test oracle of the placer (:mod:`controller.te.placer`): path pinning by flow counts.
+
+Kept only for tests (nothing in controller/ or bench/ calls it): the placer's start-up placement
+must be no worse than this one by maximum link utilisation on the fabrics the tests and labs
+use (tests/test_te_placer.py). It is the planner the controller used before one placer served
+start-up, registration, repair and re-optimisation alike.
 
 The problem: given flows F, each with candidate paths P_f (every shortest valley-free path,
 :mod:`controller.te.paths`), choose one path per flow to minimise the *congestion*
@@ -327,33 +332,3 @@ def _cut_bound(fabric: Fabric, down: DownLinks, flows: tuple[FlowDemand, ...]) -
                     best = max(best, -(-n // across[g]))
     return best
 
-
-def format_link_flows(pinning: Pinning, limit: int | None = None) -> str:
-    """A plain-text table of pinned flows per directed link, busiest first.
-
-    Parameters
-    ----------
-    pinning : Pinning
-        A planner result.
-    limit : int, optional
-        Show at most this many links (all by default).
-
-    Returns
-    -------
-    str
-        One line per directed link ``u -> v  flows``, then a summary line with the maximum, the
-        lower bound and whether the maximum is proven optimal.
-    """
-    rows = sorted(pinning.link_flows.items(), key=lambda kv: (-kv[1], kv[0]))
-    if limit is not None:
-        rows = rows[:limit]
-    width = max((len(f"{u} -> {v}") for (u, v), _ in rows), default=4)
-    width = max(width, len("link"))
-    lines = [f"{'link':<{width}}  flows"]
-    lines += [f"{f'{u} -> {v}':<{width}}  {n:>5}" for (u, v), n in rows]
-    verdict = "optimal" if pinning.optimal else "not proven optimal"
-    lines.append(
-        f"{len(pinning.paths)} flows on {len(pinning.link_flows)} directed links; "
-        f"max {pinning.max_link_flows} per link, lower bound {pinning.lower_bound} ({verdict})"
-    )
-    return "\n".join(lines)
