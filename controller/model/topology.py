@@ -33,18 +33,22 @@ The address plan is deterministic (the same file always gives the same plan):
 
 Every link carries ``capacity_bps`` (bits/s) and ``latency_us`` (µs, one way); there are no
 defaults: a topology file without them is rejected.
+
+Every kind takes an optional ``switches`` section declaring facts of single switches by name:
+``switches: {leaf1: {openflow_versions: [1.3]}}`` (the OpenFlow versions the switch speaks;
+:attr:`Switch.group_selection`).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from controller.errors import ConfigError
 from controller.units import UnitError, parse_duration_us, parse_rate_bps
@@ -59,10 +63,16 @@ TIER_SPINE = 2  # spine (leaf-spine) or aggregation (fat-tree)
 TIER_CORE = 3
 
 
+OPENFLOW_VERSIONS = ("1.3", "1.4", "1.5")
+"""OpenFlow versions a topology may declare for a switch (``switches.<name>.openflow_versions``)."""
+
+
 @dataclass(frozen=True)
 class Switch:
     """A switch: ``name``, ``role`` (leaf|spine|edge|agg|core), ``tier`` (1 lowest), ``dpid``,
-    ``pod`` (fat-tree pods; None elsewhere), ``site`` (multi-site fabrics; None elsewhere)."""
+    ``pod`` (fat-tree pods; None elsewhere), ``site`` (multi-site fabrics; None elsewhere),
+    ``openflow_versions`` (the OpenFlow versions the topology declares it speaks, names of
+    :data:`OPENFLOW_VERSIONS`; empty: not declared)."""
 
     name: str
     role: str
@@ -70,6 +80,15 @@ class Switch:
     dpid: int
     pod: int | None = None
     site: str | None = None
+    openflow_versions: tuple[str, ...] = ()
+
+    @property
+    def group_selection(self) -> bool:
+        """False when the topology declares OpenFlow versions without 1.5: such a switch's
+        select groups carry no selection method (group properties are OpenFlow 1.5's, and Open
+        vSwitch's selection method needs them: ovs-ofctl(8), "Group Syntax"), so its ECMP hashes
+        the switch's default way."""
+        return not self.openflow_versions or "1.5" in self.openflow_versions
 
 
 @dataclass(frozen=True)
@@ -385,7 +404,40 @@ class LinksSpec(_Strict):
     fabric: LinkSpec
 
 
-class LeafSpineSpec(_Strict):
+def _openflow_version(v: Any) -> Any:
+    """``1.3``, ``"1.3"`` or ``"OpenFlow13"`` → ``"1.3"`` (anything else is left to fail)."""
+    if isinstance(v, float):
+        v = f"{v:g}"
+    if isinstance(v, str) and v.startswith("OpenFlow") and len(v) == 10:
+        v = f"{v[8]}.{v[9]}"
+    return v
+
+
+class SwitchSpec(_Strict):
+    """What a topology declares of one switch (``switches: {<name>: {...}}``):
+    ``openflow_versions``, the OpenFlow versions it speaks (``[1.3]``: an OpenFlow 1.3-only
+    switch, whose ECMP cannot hash as a policy asks)."""
+
+    openflow_versions: tuple[
+        Annotated[Literal[OPENFLOW_VERSIONS], BeforeValidator(_openflow_version)], ...]  # type: ignore[valid-type]
+
+    @field_validator("openflow_versions")
+    @classmethod
+    def _once(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("list at least one OpenFlow version")
+        if len(set(v)) != len(v):
+            raise ValueError("an OpenFlow version is listed twice")
+        return tuple(sorted(v))
+
+
+class _FabricSpec(_Strict):
+    """Keys every topology kind takes: ``switches`` (per-switch declarations, :class:`SwitchSpec`)."""
+
+    switches: dict[str, SwitchSpec] = {}
+
+
+class LeafSpineSpec(_FabricSpec):
     name: str = Field(min_length=1)
     kind: Literal["leaf-spine"]
     spines: Annotated[int, Field(ge=1, le=64, strict=True)]
@@ -394,7 +446,7 @@ class LeafSpineSpec(_Strict):
     links: LinksSpec
 
 
-class FatTreeSpec(_Strict):
+class FatTreeSpec(_FabricSpec):
     name: str = Field(min_length=1)
     kind: Literal["fat-tree"]
     # k=32 is 8,192 hosts, the largest fabric the TE is specified and benchmarked for.
@@ -418,7 +470,7 @@ class FatTreeSpec(_Strict):
         return v
 
 
-class RailOptimizedSpec(_Strict):
+class RailOptimizedSpec(_FabricSpec):
     """``kind: rail-optimized``: servers × rails GPUs, rail leaves, non-blocking spines."""
 
     name: str = Field(min_length=1)
@@ -480,7 +532,7 @@ class WanLinkSpec(_Strict):
     _v_loss = field_validator("loss", mode="before")(lambda cls, v: _loss(v))
 
 
-class MultiSiteSpec(_Strict):
+class MultiSiteSpec(_FabricSpec):
     """``kind: multi-site``: leaf-spine ``sites`` joined by ``wan_links``."""
 
     name: str = Field(min_length=1)
@@ -490,7 +542,26 @@ class MultiSiteSpec(_Strict):
 
 
 def fabric_from_document(doc: Document) -> Fabric:
-    """Validate a parsed topology document and build its :class:`Fabric`. Raises ConfigError."""
+    """Validate a parsed topology document and build its :class:`Fabric` (with what its
+    ``switches`` section declares). Raises ConfigError."""
+    fabric = _built(doc)
+    decls = doc.data.get("switches") if isinstance(doc.data, dict) else None
+    if not decls:
+        return fabric
+    spec = validate(_FabricSpec, Document(
+        doc.file, {"switches": decls}, doc.key_pos, doc.value_pos))
+    names = {s.name for s in fabric.switches}
+    unknown = [n for n in spec.switches if n not in names]
+    if unknown:
+        raise ConfigError([doc.problem(("switches", n), f"no switch {n!r} in {fabric.name} "
+                                       f"(its switches: {', '.join(sorted(names))})", key=True)
+                           for n in unknown])
+    switches = tuple(replace(s, openflow_versions=spec.switches[s.name].openflow_versions)
+                     if s.name in spec.switches else s for s in fabric.switches)
+    return replace(fabric, switches=switches)
+
+
+def _built(doc: Document) -> Fabric:
     kind = doc.data.get("kind") if isinstance(doc.data, dict) else None
     if kind == "leaf-spine":
         spec = validate(LeafSpineSpec, doc)

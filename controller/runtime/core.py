@@ -79,7 +79,7 @@ from controller.runtime.events import (
     TelemetryPaths,
     Tick,
 )
-from controller.runtime.intent import intended_plan, plan_tables, switch_capacity
+from controller.runtime.intent import hash_notes, intended_plan, plan_tables, switch_capacity
 from controller.runtime.placement import PlacementDecision
 from controller.runtime.state import RebalanceMemory, RuntimeState, SwitchSession
 from controller.te.collectives import FlowDemand
@@ -98,7 +98,16 @@ def _with_changes(old: RuntimeState, new: RuntimeState, effects: list[Effect]) -
     if new.generation == old.generation:
         return Step(new, {}, tuple(effects))
     changes = diff_plans(intended_plan(old), intended_plan(new))
-    return Step(new, changes, tuple(effects + _table_lines(old, new)))
+    return Step(new, changes, tuple(effects + _table_lines(old, new) + _hash_lines(old, new)))
+
+
+def _hash_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
+    """A warning for each switch that cannot hash ECMP as the policy asks and could before (or
+    was not heard from): :func:`controller.runtime.intent.hash_notes`. Logged when the switch
+    connects, before it is reconciled, and when a policy asks what it cannot do."""
+    before = set(hash_notes(old))
+    return [Log("warning", n.split(": ", 1)[0], n.split(": ", 1)[1])
+            for n in hash_notes(new) if n not in before]
 
 
 def _table_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
@@ -240,7 +249,7 @@ def _connected(state: RuntimeState, ev: SwitchConnected, now_s: float,
         if cap_new is None and cap_old is not None:
             new = _sessions(new, ev.switch, replace(s, features=replace(
                 ev.features, tables=old.features.tables if old.features else ())))
-        return Step(new, {}, tuple(fx))
+        return Step(new, {}, tuple(fx + _hash_lines(state, new)))
     # the plan may fit differently now (table capacity): every switch converges to it
     new = new.bump(plan_generation=new.plan_generation + 1)
     fx.append(Log("info", ev.switch, f"table capacity {_capacity_text(cap_new)}"))

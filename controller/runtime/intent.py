@@ -19,6 +19,12 @@ status shows), never a write the switch refuses. The capacity of a switch is rem
 reported (also while it is disconnected), so the plan depends on the state only: two
 controllers with equal state compute equal plans.
 
+ECMP hashing (issue 29, point 2): a switch whose driver reported no ``ecmp_hash`` capability
+when it connected (an OpenFlow 1.3 session: no group selection properties) cannot hash as the
+policy asks; its ECMP sets carry no hash (the switch's default way) instead of being refused,
+and :func:`hash_notes` says so (:func:`unhashed`; :mod:`controller.plan.hashing`). Like the
+capacity, what a switch reported is remembered while it is disconnected.
+
 The last results are cached by input (route plans by fabric, hash settings and down links; the
 plan by those, the placement and the capacities), since every event asks for the plan and most
 change nothing it depends on.
@@ -39,6 +45,7 @@ from controller.plan.capacity import (
     CapacityReport,
     TableCapacity,
 )
+from controller.plan.hashing import hashing_notes
 from controller.plan.model import FabricPlan
 from controller.plan.pinned import TABLE, path_is_up, with_pinned
 from controller.policy.model import Policy
@@ -52,18 +59,41 @@ _CACHE_SIZE = 8
 
 Capacities = tuple[tuple[str, TableCapacity], ...]
 """Known switch capacities, sorted by switch (hashable: part of the plan cache's key)."""
+Unhashed = tuple[tuple[str, str], ...]
+"""Switches that cannot hash ECMP as asked, and why, sorted by switch (hashable)."""
+
+#: The capability a driver reports for a switch whose ECMP sets hash the fields and seed asked
+#: for (:attr:`controller.drivers.southbound.SwitchFeatures.capabilities`).
+ECMP_HASH_CAPABILITY = "ecmp_hash"
 
 
-def routes_for(fabric: Fabric, policy: Policy, down_links: DownLinks) -> RoutePlan:
+def unhashed(state: RuntimeState) -> Unhashed:
+    """The switches whose driver reported no :data:`ECMP_HASH_CAPABILITY`, with why (what they
+    speak); switches not heard from yet are planned as able."""
+    return tuple((name, f"it speaks {s.features.protocol}, without group selection properties")
+                 for name, s in sorted(state.switches.items())
+                 if s.features is not None
+                 and ECMP_HASH_CAPABILITY not in s.features.capabilities)
+
+
+def hash_notes(state: RuntimeState) -> tuple[str, ...]:
+    """One warning per switch that cannot hash ECMP as the policy asks (``"<switch>: ..."``;
+    :func:`controller.plan.hashing.hashing_notes`)."""
+    return hashing_notes(state.fabric, state.effective_policy.routing.ecmp, dict(unhashed(state)))
+
+
+def routes_for(fabric: Fabric, policy: Policy, down_links: DownLinks,
+               cannot_hash: Unhashed = ()) -> RoutePlan:
     """:func:`~controller.plan.build.build_routes`, cached by (fabric, hash settings, down
     links)."""
-    hashes = tuple(sorted(ecmp_hashes(fabric, policy).items(), key=lambda kv: kv[0]))
+    hashes = tuple(sorted(ecmp_hashes(fabric, policy, dict(cannot_hash)).items(),
+                          key=lambda kv: kv[0]))
     key = (id(fabric), hashes, down_links)
     hit = _ROUTES.get(key)
     if hit is not None and hit[0] is fabric:
         _ROUTES.move_to_end(key)
         return hit[1]
-    rp = build_routes(fabric, policy, down_links)
+    rp = build_routes(fabric, policy, down_links, dict(cannot_hash))
     _ROUTES[key] = (fabric, rp)
     while len(_ROUTES) > _CACHE_SIZE:
         _ROUTES.popitem(last=False)
@@ -98,9 +128,10 @@ def known_capacities(state: RuntimeState) -> Capacities:
 
 
 def _fitted(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
-            down_links: DownLinks, failover: frozenset[str], capacity: Capacities
-            ) -> tuple[FabricPlan, CapacityReport | None]:
-    hashes = tuple(sorted(ecmp_hashes(fabric, policy).items(), key=lambda kv: kv[0]))
+            down_links: DownLinks, failover: frozenset[str], capacity: Capacities,
+            cannot_hash: Unhashed = ()) -> tuple[FabricPlan, CapacityReport | None]:
+    hashes = tuple(sorted(ecmp_hashes(fabric, policy, dict(cannot_hash)).items(),
+                          key=lambda kv: kv[0]))
     order = tuple(c.name for c in policy.collectives)
     tables = None if policy.tables is None else policy.tables.model_dump_json()
     key = (id(fabric), hashes, down_links, id(placement), failover, capacity, tables, order)
@@ -108,7 +139,7 @@ def _fitted(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path]
     if hit is not None and hit[0][0] is fabric and hit[0][1] is placement:
         _PLANS.move_to_end(key)
         return hit[1]
-    rp = routes_for(fabric, policy, down_links)
+    rp = routes_for(fabric, policy, down_links, cannot_hash)
     live = {d: p for d, p in placement.items() if path_is_up(p, down_links)}
     plan = with_pinned(fabric, rp.plan, live, down_links, rp.next_hops, failover)
     report: CapacityReport | None = None
@@ -124,9 +155,9 @@ def _fitted(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path]
 
 def plan_for(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
              down_links: DownLinks, failover: Collection[str] = (),
-             capacity: Capacities = ()) -> FabricPlan:
+             capacity: Capacities = (), cannot_hash: Unhashed = ()) -> FabricPlan:
     """The plan of a placement (module docstring); ``policy``'s collectives, in order, say
-    which flows matter most when a table overflows.
+    which flows matter most when a table overflows; ``cannot_hash``: :func:`unhashed`.
 
     Raises
     ------
@@ -136,13 +167,14 @@ def plan_for(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path
     KeyError
         The policy's ``tables`` section names a switch the fabric lacks.
     """
-    return _fitted(fabric, policy, placement, down_links, frozenset(failover), capacity)[0]
+    return _fitted(fabric, policy, placement, down_links, frozenset(failover), capacity,
+                   cannot_hash)[0]
 
 
 def _inputs(state: RuntimeState) -> tuple[Any, ...]:
     ff = state.settings.failover_switches if state.settings.fast_failover else frozenset()
     return (state.fabric, state.effective_policy, state.placement, state.down_links, ff,
-            known_capacities(state))
+            known_capacities(state), unhashed(state))
 
 
 def intended_plan(state: RuntimeState) -> FabricPlan:
