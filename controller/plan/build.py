@@ -23,6 +23,7 @@ returned (nothing is half-built).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -134,24 +135,30 @@ def build_routes(fabric: Fabric, policy: Policy,
     route_match = {h.name: Match(eth_type=ETH_TYPE_IPV4, ipv4_dst=h.ipv4) for h in fabric.hosts}
     # Intents carry no switch name, so one object serves every switch with the same
     # (destination, ports, hash), and one action every entry with the same (ports, hash):
-    # output entries are shared across a Clos, ECMP ones within a switch (its own seed).
+    # output entries are shared across a Clos; ECMP entries of a switch whose hash is its own
+    # (the default: a seed per switch) are not kept for sharing (hundreds of thousands of keys
+    # at k=16 that nothing would hit, and that Python's collector would walk).
+    users = Counter(hashes.values())
     cache: dict[tuple[str, tuple[int, ...], EcmpHash | None], FlowIntent] = {}
     actions: dict[tuple[tuple[int, ...], EcmpHash | None], Action] = {}
     switches: dict[str, SwitchPlan] = {}
     for sw in fabric.switches:
         flows = list(control)
         h = hashes[sw.name]
+        own = users[h] == 1
         for host, ports in next_hops[sw.name].items():
-            key = (host, ports, h if len(ports) > 1 else None)
-            fi = cache.get(key)
+            ecmp = len(ports) > 1
+            key = (host, ports, h if ecmp else None)
+            fi = None if ecmp and own else cache.get(key)
             if fi is None:
                 action = actions.get(key[1:])
                 if action is None:
                     action = actions[key[1:]] = (
-                        Action("output", ports[0]) if len(ports) == 1
-                        else Action.via(NextHopSet("ecmp", ports, h)))
-                fi = cache[key] = FlowIntent(TABLE, PRIO_ROUTE, route_match[host], action,
-                                             f"route {host}")
+                        Action.via(NextHopSet("ecmp", ports, h)) if ecmp
+                        else Action("output", ports[0]))
+                fi = FlowIntent(TABLE, PRIO_ROUTE, route_match[host], action, f"route {host}")
+                if not (ecmp and own):
+                    cache[key] = fi
             flows.append(fi)
         switches[sw.name] = SwitchPlan(sw.name, sw.dpid, frozenset(flows))
     return RoutePlan(FabricPlan(switches), next_hops)
