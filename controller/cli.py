@@ -222,8 +222,8 @@ def plan() -> None:
                    "overrides them).")
 def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
               p4info: str | None) -> None:
-    """Print pinned paths, the per-link pinned-flow counts, and per-switch entries against
-    table capacity."""
+    """Print pinned paths, the per-link pinned-flow counts, per-switch entries against table
+    capacity, and what every switch's ECMP hashes (fields, seed, where they come from)."""
     from controller.model import load_topology
     from controller.plan.build import build_plan
     from controller.plan.capacity import capacity_from_p4info
@@ -285,6 +285,9 @@ def plan_show(topology: str, policy_file: str, switches: tuple[str, ...],
     if result.tables is not None:
         for note in result.tables.notes:
             console.print(note, markup=False)
+    from controller.cli_policy import print_ecmp_hashes
+
+    print_ecmp_hashes(_make_console(), fabric, pol)
     for name in switches:
         sp = result.plan.switches[name]
         console.print(f"[bold]{name}[/]")

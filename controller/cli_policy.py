@@ -3,7 +3,8 @@
 * ``aifabric policy check FILE… [-t TOPO] [--target T]``: validate; says which checks it could
   not run without a topology or a target.
 * ``aifabric policy explain FILE [-t TOPO] [--target T]``: every derived QoS value with inputs,
-  formula and source.
+  formula and source, and (with a topology) what every switch's ECMP hashes: fields, seed and
+  where each comes from (:func:`ecmp_hash_table`).
 * ``aifabric policy render FILE [-t TOPO] --target T [--out DIR]``: per-switch QoS for a target.
 * ``aifabric policy diff OLD NEW [-t TOPO] [--target T] [--format table|patch]``: what a change
   would change, per switch, as a table or as an RFC 6902 JSON patch per switch.
@@ -30,6 +31,7 @@ from rich.table import Table
 
 from controller.errors import ConfigError
 from controller.model.topology import Fabric
+from controller.policy.model import Policy
 from controller.qos.targets import TARGETS
 from controller.qos.validate import CheckedPolicy
 
@@ -166,9 +168,42 @@ def policy_explain(file: str, topology: str | None, target: str | None) -> None:
     out.print(table)
     if fabric is None:
         out.print("(give --topology, or name one in the policy, to derive headroom, ECN "
-                  "thresholds and buffers per link)")
+                  "thresholds and buffers per link, and each switch's ECMP hash)")
+    else:
+        print_ecmp_hashes(out, fabric, pol)
     if target is None:
         out.print("(give --target to run a target's checks and see its unit conversions)")
+
+
+def ecmp_hash_table(fabric: Fabric, policy: Policy) -> tuple[Table, tuple[str, ...]]:
+    """What every switch's ECMP sets hash (:func:`controller.plan.hashing.switch_hashing` of the
+    policy's ``routing.ecmp``: fields, seed, where each comes from), and the notes of the
+    switches that cannot hash as asked (declared without OpenFlow 1.5 by the topology)."""
+    from controller.plan.hashing import switch_hashing
+
+    table = Table("switch", "dpid", "hash fields", "seed", "seed from", "fields from",
+                  title="ECMP hash per switch (routing.ecmp)")
+    got = switch_hashing(fabric, policy.routing.ecmp)
+    notes = []
+    for sw in fabric.switches:
+        h = got[sw.name]
+        if h.hashed is None:
+            table.add_row(sw.name, f"{sw.dpid:#x}", "switch default", "-",
+                          "selection: switch_default" if h.asked is None else "not as asked", "-")
+        else:
+            table.add_row(sw.name, f"{sw.dpid:#x}", "+".join(h.hashed.fields),
+                          str(h.hashed.seed), h.seed_from, h.fields_from)
+        if h.note is not None:
+            notes.append(h.note)
+    return table, tuple(notes)
+
+
+def print_ecmp_hashes(out: Console, fabric: Fabric, policy: Policy) -> None:
+    """:func:`ecmp_hash_table` and its notes on ``out``."""
+    table, notes = ecmp_hash_table(fabric, policy)
+    out.print(table)
+    for note in notes:
+        out.print(f"warning: {note}", markup=False)
 
 
 @policy.command("render")

@@ -19,6 +19,7 @@ from controller.plan.model import (
     NextHopSet,
 )
 from controller.policy import load_policy
+from controller.policy.model import EcmpSettings, Routing
 from controller.testing import BlackHole, FakeFabric, FakeOFError, FakeOFTable, ForwardingLoop
 from tests.conftest import ECMP_POLICY
 
@@ -155,7 +156,9 @@ def test_never_back_out_of_in_port_and_controller():
 
 # -- tracing a fabric ----------------------------------------------------------------------------
 FABRIC = build_leaf_spine("t", 2, 4, 2, 40_000_000, 40_000_000, 1.0, 1.0)
-ECMP = load_policy(ECMP_POLICY, FABRIC)
+# plain select groups (the switches' default hash): the simulator yields every ECMP branch
+ECMP = load_policy(ECMP_POLICY, FABRIC).model_copy(update={"routing": Routing(
+    mode="ecmp", ecmp=EcmpSettings(selection="switch_default"))})
 
 
 def _loaded(plan, **kw) -> FakeFabric:

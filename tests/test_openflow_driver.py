@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 import pytest
 from os_ken.ofproto import ofproto_v1_3 as ofp
@@ -221,7 +222,7 @@ def test_64_port_leaf_gets_ecmp_and_fast_failover_on_every_port():
         rig.close()
 
 
-def test_hash_fields_need_openflow_15_refused_with_the_reason_on_13(caplog):
+def test_hash_fields_through_openflow_15_and_a_13_switch_degrades_with_a_warning(caplog):
     fab = FABRIC
     text = ECMP_POLICY.read_text().replace(
         "hash_fields: [ipv4_src, ipv4_dst, ip_proto, l4_src, l4_dst]",
@@ -242,13 +243,28 @@ def test_hash_fields_need_openflow_15_refused_with_the_reason_on_13(caplog):
         assert on15.writes() == dict.fromkeys(on15.switches, 0)  # the hash reads back equal
     finally:
         on15.close()
+    caplog.clear()
+    caplog.set_level(logging.INFO)
     on13 = Rig(fab, pol, document=text, version=4)
     try:
         on13.connect()
-        assert "need OpenFlow 1.5 group selection properties" in caplog.text
-        assert "speaks OpenFlow 1.3" in caplog.text
-        # refused: the leaves hold nothing of ours rather than a hash they were not asked for
-        assert not [f for f in on13.ff.tables["leaf1"].flows if f.cookie == encode.COOKIE]
+        # issue 29: said (before programming), then degraded to what the switch can do — plain
+        # select groups, its default hash — never to no forwarding
+        for sw in on13.switches:
+            assert re.search(rf"\[{sw} dpid=0x[0-9a-f]+\] cannot hash ECMP as asked \(hash\("
+                             r"ipv4_src\+ipv4_dst seed \d+\)\): it speaks OpenFlow 1.3, without "
+                             "group selection properties", caplog.text), caplog.text
+        warned = caplog.text.index("[leaf1 dpid=0x3] cannot hash ECMP as asked")
+        assert warned < caplog.text.index("[leaf1 dpid=0x3] reconciled")  # before programming
+        assert "need OpenFlow 1.5 group selection properties" not in caplog.text  # nothing refused
+        assert_full_reachability(on13.ff)
+        for t in on13.ff.tables.values():
+            assert all(g.selection is None for g in t.groups.values())
+        assert any(g.type_ == ofp.OFPGT_SELECT for g in on13.ff.tables["leaf1"].groups.values())
+        on13.disconnect()
+        on13.clear()
+        on13.connect()
+        assert on13.writes() == dict.fromkeys(on13.switches, 0)  # nothing sent twice
     finally:
         on13.close()
 

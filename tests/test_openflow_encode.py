@@ -119,10 +119,14 @@ def test_hash_needs_openflow_15_and_is_programmed_as_the_ovs_selection_property(
     assert parse_selection_property(prop) == ("hash", h)
     raw = D15.serialize(g, 9)
     assert b"hash\x00" in raw and (77).to_bytes(8, "big") in raw
-    # the default hash (5-tuple, seed 0) is no property: every target hashes it by itself
-    plain = NextHopSet("ecmp", (3, 4), EcmpHash(("ipv4_src", "ipv4_dst", "ip_proto", "l4_src",
-                                                  "l4_dst"), 0))
-    assert plain.hash is None
+    # the 5-tuple with seed 0 is asked explicitly too: Open vSwitch's default select method is
+    # not it (dp_hash, no UDP ports); a set without a hash is a plain select group
+    five = EcmpHash(("ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst"), 0)
+    assert NextHopSet("ecmp", (3, 4), five).hash == five
+    (p5,) = encode.group_add(encode.GROUP_ID_BASE, NextHopSet("ecmp", (3, 4), five), D15).properties
+    assert p5.param == 0 and p5.fields == ("ipv4_src", "ipv4_dst", "ip_proto", "tcp_src", "udp_src",
+                                           "tcp_dst", "udp_dst")
+    plain = NextHopSet("ecmp", (3, 4))
     assert encode.group_add(encode.GROUP_ID_BASE, plain, D13).type == ofp.OFPGT_SELECT
     assert encode.group_add(encode.GROUP_ID_BASE, plain, D15).properties == []
     # byte layout of OVS's ntr_group_prop_selection_method (include/openflow/netronome-ext.h):

@@ -2,7 +2,8 @@
 other root-and-OVS tests): no wipe on connect, foreign entries survive start, kill -9, restart
 and live reloads, nothing is sent at a reconnect when nothing changed, a refused change rolls
 every switch back, a stale role generation_id is refused by the switch, and ECMP hash fields
-are programmed through OpenFlow 1.5 group properties (refused with the reason on 1.3).
+are programmed through OpenFlow 1.5 group properties (an OpenFlow 1.3-only switch gets plain
+select groups and a warning, and forwards).
 
 Each test makes its own bridges (named after the test process, removed afterwards; no other
 bridge is touched) standing in for switches of the main lab fabric by their datapath ids, and
@@ -276,30 +277,71 @@ def test_ovs_refuses_a_stale_generation_id_and_the_backup_never_writes(tmp_path,
             a.stop()
 
 
-def test_ecmp_hash_through_openflow_15_and_refused_on_13(tmp_path, policy_file):
-    policy_file.write_text(ECMP_POLICY.read_text().replace(
-        "hash_fields: [ipv4_src, ipv4_dst, ip_proto, l4_src, l4_dst]",
-        "hash_fields: [ipv4_src, ipv4_dst, l4_src]\n    hash_seeds: {leaf: 7, spine: 9}"))
-    with bridges({"leaf1": (3, "OpenFlow13,OpenFlow15"),
-                  "leaf2": (4, "OpenFlow13")}) as br:
+def test_ecmp_hash_through_openflow_15_and_a_13_only_switch_works_unseeded(tmp_path, policy_file):
+    """Issue 29: with the default policy, leaf2 (OpenFlow 1.3 and 1.5) gets select groups that
+    hash the 5-tuple, UDP ports included, with a seed of its own; leaf1 (OpenFlow 1.3 only)
+    cannot take group properties: the controller says so before it programs leaf1 and gives it
+    plain select groups (Open vSwitch's default hash) — a working switch, not a refused one.
+    Real UDP packets through both: every packet arrives; leaf2 spreads flows that differ only in
+    their source port over both uplinks, leaf1 keeps them on one (dp_hash leaves UDP ports out,
+    as the warning says)."""
+    from controller.plan.hashing import derived_seed
+
+    policy_file.write_text(ECMP_POLICY.read_text())
+    with bridges({"leaf1": (3, "OpenFlow13"), "leaf2": (4, "OpenFlow13,OpenFlow15")}) as br, \
+            veths(br["leaf1"], [1, 3, 4]) as far1, veths(br["leaf2"], [1, 3, 4]) as far2:
         port = free_port()
         for b in br.values():
             _point(b, port)
         c = Controller(tmp_path, policy_file, port)
         try:
-            text = c.wait(r"\[leaf1 dpid=0x3\] reconciled: read 0 entries of ours, sent")
-            text = c.wait(r"\[leaf2 dpid=0x4\] reconciled: read 0 entries of ours, refused")
-            groups = _sh("ovs-ofctl", "-O", "OpenFlow15", "dump-groups", br["leaf1"])
+            c.wait(r"\[leaf1 dpid=0x3\] reconciled: read 0 entries of ours, sent")
+            text = c.wait(r"\[leaf2 dpid=0x4\] reconciled: read 0 entries of ours, sent")
+            warned = text.find("[leaf1 dpid=0x3] cannot hash ECMP as asked")
+            assert 0 <= warned < text.index("[leaf1 dpid=0x3] reconciled"), text
+            assert "it speaks OpenFlow 1.3, without group selection properties" in text
+            assert "[leaf2 dpid=0x4] cannot hash" not in text and "refused" not in text
+            g1 = _sh("ovs-ofctl", "-O", "OpenFlow13", "dump-groups", br["leaf1"])
+            assert "type=select" in g1 and "selection_method" not in g1, g1
+            assert len(_ours(br["leaf1"])) == len(_ours(br["leaf2"])) == 10
+            g2 = _sh("ovs-ofctl", "-O", "OpenFlow15", "dump-groups", br["leaf2"])
             # ovs-ofctl(8) Group Syntax: what the switch itself reports for the group
-            assert re.search(r"type=select,selection_method=hash,selection_method_param=7,"
-                             r"fields\(ip_src,ip_dst,tcp_src,udp_src\)", groups), groups
-            # on OpenFlow 1.3 the hash cannot be asked for: refused with the reason, not
-            # installed with the switch's default hash
-            assert "need OpenFlow 1.5 group selection properties" in text
-            assert "speaks OpenFlow 1.3" in text
-            assert not [ln for ln in _ours(br["leaf2"]) if "group:" in ln]
+            m = re.search(r"type=select,selection_method=hash,selection_method_param=(\d+),"
+                          r"fields\(([^)]*)\)", g2)
+            assert m and int(m.group(1)) == derived_seed(4), g2
+            assert set(m.group(2).split(",")) == {"ip_src", "ip_dst", "nw_proto", "tcp_src",
+                                                  "tcp_dst", "udp_src", "udp_dst"}, g2
+            sport = range(41000, 41032)
+            got1 = _udp_through(far1, "10.0.0.1", "10.0.0.3", sport)
+            got2 = _udp_through(far2, "10.0.0.3", "10.0.0.1", sport)
+            for got in (got1, got2):  # working: every packet left by an uplink
+                assert sum(got.values()) == 2 * len(sport), got
+            assert all(got2.values()), got2  # seeded 5-tuple hash: both uplinks
+            assert sorted(got1.values()) == [0, 2 * len(sport)], got1  # no UDP ports hashed
         finally:
             c.stop()
+
+
+def _udp_through(far: dict[int, str], src: str, dst: str, sports: range) -> dict[int, int]:
+    """Send two UDP packets from each source port in ``sports`` into port 1 (``far[1]``);
+    count those that leave by ports 3 and 4 (captured on their far ends)."""
+    from scapy.all import IP, UDP, AsyncSniffer, Ether, Raw, sendp
+
+    def ours(p) -> bool:
+        return UDP in p and p[IP].src == src and p[UDP].dport == 5555
+
+    sniffers = {q: AsyncSniffer(iface=far[q], lfilter=ours, store=True) for q in (3, 4)}
+    for s in sniffers.values():
+        s.start()
+    time.sleep(0.5)
+    pkts = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:03") / IP(src=src, dst=dst)
+            / UDP(sport=p, dport=5555) / Raw(b"x" * 32) for p in sports for _ in range(2)]
+    sendp(pkts, iface=far[1], verbose=False, inter=0.005)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and \
+            sum(len(s.results or []) for s in sniffers.values()) < len(pkts):
+        time.sleep(0.2)
+    return {q: len(s.stop() or []) for q, s in sniffers.items()}
 
 
 @contextmanager

@@ -11,6 +11,7 @@ import zlib
 import pytest
 
 from controller.drivers.p4runtime import encode as enc
+from controller.drivers.p4runtime.decode import decode_entities
 from controller.drivers.p4runtime.entities import SwitchEntities, Ternary
 from controller.drivers.p4runtime.model import (
     Packet,
@@ -21,6 +22,7 @@ from controller.drivers.p4runtime.model import (
 )
 from controller.model import load_topology
 from controller.plan.build import build_plan
+from controller.plan.hashing import derived_seed
 from controller.policy import load_policy
 from controller.policy.model import EcmpSettings, HashSeeds
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY
@@ -66,11 +68,25 @@ def test_each_switch_gets_its_roles_seed_and_the_policys_fields(fabric):
     ecmp = EcmpSettings(hash_fields=("ipv4_src", "l4_dst"), hash_seeds=HashSeeds(spine=13))
     settings = enc.ecmp_hash_settings(fabric, ecmp)
     assert set(settings) == {s.name for s in fabric.switches}
-    for s in fabric.switches:
+    for s in fabric.switches:  # the spines' pinned seed, the leaves' own (from their dpid)
         assert settings[s.name] == enc.EcmpHash(("ipv4_src", "l4_dst"),
-                                                13 if s.role == "spine" else 0)
+                                                13 if s.role == "spine" else derived_seed(s.dpid))
     pol = load_policy(ECMP_POLICY)
     ents = enc.encode_fabric(build_plan(fabric, pol).plan, None, settings)
+    # the plan's own: every switch with ECMP sets carries the entry of its seed
+    plan = build_plan(fabric, pol).plan
+    for name, sp in plan.switches.items():
+        want = derived_seed(fabric.switch_by_name[name].dpid) if sp.next_hop_sets() else None
+        got = enc.plan_ecmp_hash(sp)
+        assert (got.seed if got else None) == want
+    # selection: switch_default: no entry, fabric.p4's default (decoded as no hash)
+    plain = pol.model_copy(update={"routing": pol.routing.model_copy(update={
+        "ecmp": EcmpSettings(selection="switch_default")})})
+    leaf1 = build_plan(fabric, plain).plan.switches["leaf1"]
+    assert enc.plan_ecmp_hash(leaf1) is None
+    e = enc.encode_switch(leaf1, None, enc.plan_ecmp_hash(leaf1))
+    assert not [x for x in e.entries if x.table == "ecmp_hash"]
+    assert decode_entities(e).plan == leaf1
     for name, e in ents.items():
         (h,) = [x for x in e.entries if x.table == "ecmp_hash"]
         assert dict(h.params)["seed"] == settings[name].seed

@@ -3,6 +3,7 @@ import pytest
 from controller.errors import PlanInvariantError
 from controller.model import build_fat_tree, load_topology
 from controller.plan.build import build_plan, format_link_flows, pinned_match
+from controller.plan.hashing import derived_seed
 from controller.plan.model import (
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
@@ -84,8 +85,13 @@ def test_ecmp_mode(fabric):
     leaf1 = res.plan.switches["leaf1"]
     to_h3 = next(f for f in leaf1.flows if f.origin == "route h3")
     assert to_h3.match.fields() == {"eth_type": ETH_TYPE_IPV4, "ipv4_dst": "10.0.0.3"}
-    # the policy names the 5-tuple without seeds: the default hash, carried as None
-    assert to_h3.action == Action.via(NextHopSet("ecmp", (3, 4)))
+    # the policy names the 5-tuple without seeds: the 5-tuple with leaf1's own seed, from its
+    # dpid (issue 29: de-correlated by default), asked explicitly (no target's default is it)
+    five = ("ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
+    seed = derived_seed(fabric.switch_by_name["leaf1"].dpid)
+    assert to_h3.action == Action.via(NextHopSet("ecmp", (3, 4), EcmpHash(five, seed)))
+    seeds = {nhs.hash.seed for sp in res.plan.switches.values() for nhs in sp.next_hop_sets()}
+    assert len(seeds) == sum(1 for sp in res.plan.switches.values() if sp.next_hop_sets())
     for src in fabric.hosts:
         for dst in fabric.hosts:
             if src != dst:
@@ -190,9 +196,10 @@ def test_ecmp_sets_carry_the_tier_seed_and_fields(fabric):
             "hash_seeds": policy.routing.ecmp.hash_seeds.model_copy(update={"spine": 9})})})})
     res = build_plan(fabric, pol)
     for name, sp in res.plan.switches.items():
-        role = fabric.switch_by_name[name].role
-        for nhs in sp.next_hop_sets():
-            assert nhs.hash == EcmpHash(("ipv4_dst", "l4_src"), 9 if role == "spine" else 0)
+        sw = fabric.switch_by_name[name]
+        for nhs in sp.next_hop_sets():  # the spines' pinned seed; the leaves' own
+            want = 9 if sw.role == "spine" else derived_seed(sw.dpid)
+            assert nhs.hash == EcmpHash(("ipv4_dst", "l4_src"), want)
 
 
 def test_next_hop_sets_are_values_without_a_port_limit():

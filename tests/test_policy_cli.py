@@ -28,7 +28,8 @@ def test_check_without_a_topology_names_what_it_skipped(write):
     out = " ".join(res.stdout.split())
     assert f"{path}: ok (routing pinned, 1 collective(s)), checked with no topology and no target" in out
     assert ("not checked without a topology (--topology, or topology: in the policy): collective "
-            "ranks are hosts of the fabric; hash-seed roles exist in the fabric; per-port QoS") in out
+            "ranks are hosts of the fabric; ECMP hash seeds and switches exist in the fabric and fit "
+            "its switches' OpenFlow versions; per-port QoS") in out
     assert "not checked without a target (--target): target limits and unit conversions" in out
     # with the topology the skipped check runs: h9 is no host of the 2x4x2 fabric
     res = cli("policy", "check", path, "-t", MAIN_TOPOLOGY)

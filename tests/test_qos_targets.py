@@ -204,37 +204,38 @@ def test_sonic_watchdog_times_within_pfcwd_ranges(write, detect, restore, expect
 
 
 # -- ECMP hash knobs: honoured on Open vSwitch (OpenFlow 1.5), refused where a target lacks them ---
-def test_openflow_honours_hash_fields_and_seeds_and_a_target_without_them_refuses(
-        write, monkeypatch):
+def test_openflow_honours_hash_fields_and_seeds_and_openflow13_refuses_them(write):
     """Open vSwitch selects an ECMP bucket by the fields and basis of OpenFlow 1.5 group
     properties (ovs-ofctl(8), "Group Syntax": ``selection_method=hash``, ``fields(...)``,
     ``selection_method_param``), which the OpenFlow driver programs, so ``openflow`` accepts
-    them; a switch that does not negotiate OpenFlow 1.5 is refused by the driver at run time
-    (tests/test_openflow_ovs.py). A target whose driver cannot program them refuses the policy
-    (issue 17 point 6: never validated and then ignored)."""
-    import dataclasses
-
-    from controller.qos import targets
-
+    them; on switches that speak OpenFlow 1.3 only (``openflow13``) they are refused with the
+    reason (issue 29: never validated and then ignored), and the default per-switch seeds are a
+    stated loss (a warning), not an error: such a switch degrades to its default hash."""
     fabric = load_topology(ROOT / "mininet_labs" / "topologies" / "fattree_k4.yaml")
     path = write("version: 1\nrouting:\n  mode: ecmp\n  ecmp:\n    hash_fields: [ipv4_src, ipv4_dst]\n"
-                 "    hash_seeds: {edge: 1, agg: 0, core: 13}\n")
+                 "    hash_seeds: {edge: 1, agg: 0, core: 13}\n"
+                 "    switches: {p0e0: {hash_seed: 5}}\n")
     for target in ("openflow", "bmv2", "tofino", "sonic"):  # SONiC: QoS only
         load_policy_checked(path, fabric, target)
-    lacking = dataclasses.replace(targets.TARGETS["openflow"], ecmp_hash_fields=False,
-                                  ecmp_hash_seeds=False)
-    monkeypatch.setitem(targets.TARGETS, "openflow", lacking)
-    msg = errors_of(path, fabric, "openflow")
+    msg = errors_of(path, fabric, "openflow13")
     assert (f"{path}:5:18: routing.ecmp.hash_fields: hash fields ['ipv4_src', 'ipv4_dst'] cannot "
-            "be honoured on target openflow") in msg
-    assert "routing.ecmp.hash_seeds.edge: hash seed 1 cannot be honoured" in msg
-    assert "hash_seeds.core: hash seed 13" in msg and "hash_seeds.agg" not in msg  # 0 is default
+            "be honoured: target openflow13 has no group selection properties") in msg
+    assert "routing.ecmp.hash_seeds.edge: hash seed 1 for the edge switches cannot be" in msg
+    assert "hash_seeds.core: hash seed 13" in msg and "hash_seeds.agg: hash seed 0" in msg
+    assert "routing.ecmp.switches.p0e0: p0e0's own hash cannot be honoured" in msg
     default = write("version: 1\nrouting: {mode: ecmp}\n", "default.yaml")
-    load_policy_checked(default, fabric, "openflow")
+    assert not load_policy_checked(default, fabric, "openflow").warnings
+    (w,) = load_policy_checked(default, fabric, "openflow13").warnings
+    assert "routing.ecmp: on target openflow13 every switch hashes its default way" in str(w)
+    assert "UDP source port share one path" in str(w)
+    plain = write("version: 1\nrouting:\n  mode: ecmp\n  ecmp: {selection: switch_default}\n",
+                  "plain.yaml")
+    assert not load_policy_checked(plain, fabric, "openflow13").warnings  # asked for nothing
     # the 5-tuple in any order is the default's field set
     shuffled = write("version: 1\nrouting:\n  mode: ecmp\n  ecmp:\n    hash_fields: [l4_dst, l4_src, "
                      "ip_proto, ipv4_dst, ipv4_src]\n", "shuffled.yaml")
     load_policy_checked(shuffled, fabric, "openflow")
+    assert len(load_policy_checked(shuffled, fabric, "openflow13").warnings) == 1
 
 
 def test_ecn_on_openflow_is_a_stated_warning(write):

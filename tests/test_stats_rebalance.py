@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from controller.drivers.openflow import encode
+from controller.drivers.openflow.dialect import DIALECTS, OF15
 from controller.model.topology import load_topology
 from controller.plan.build import pinned_match
 from controller.plan.model import ETH_TYPE_IPV4, PRIO_PINNED, NextHopSet
@@ -185,7 +186,7 @@ def test_background_on_a_pinned_link_moves_only_that_flow(rt):
     # the changed plan forwards h1 -> h3 through the new spine in the simulator
     ff = FakeFabric.empty(FABRIC)
     for name, sp in rt.plan.switches.items():
-        ff.tables[name].apply(encode.encode_full(sp))
+        ff.tables[name].apply(encode.encode_full(sp, DIALECTS[OF15.version]))  # hashed ECMP
     h1, h3 = FABRIC.host_by_name["h1"], FABRIC.host_by_name["h3"]
     paths = ff.trace("h1", {"eth_type": ETH_TYPE_IPV4, "ipv4_src": h1.ipv4, "ipv4_dst": h3.ipv4,
                             "ip_proto": 6, "l4_src": 40000, "l4_dst": 5201})

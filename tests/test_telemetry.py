@@ -201,12 +201,13 @@ def test_fake_p4_target_polled_into_telemetry():
     ff = FakeFabric.empty(FABRIC, hash_fields=("ipv4_src", "ipv4_dst"))
     pol = load_policy(PINNED_POLICY, FABRIC)
     from controller.drivers.openflow import encode
+    from controller.drivers.openflow.dialect import DIALECTS, OF15
     from controller.runtime.state import PolicyInForce, RuntimeSettings, initial_state
 
     st = initial_state(FABRIC, PolicyInForce(pol), RuntimeSettings(),
                        placement=initial_placement(FABRIC, pol))
     for name, sp in intended_plan(st).switches.items():
-        ff.tables[name].apply(encode.encode_full(sp))
+        ff.tables[name].apply(encode.encode_full(sp, DIALECTS[OF15.version]))  # hashed ECMP
     tel = Telemetry(FABRIC)
     rt = SimpleNamespace(paths=st.placement)
     tel.set_paths(rt.paths)

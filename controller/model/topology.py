@@ -33,6 +33,10 @@ The address plan is deterministic (the same file always gives the same plan):
 
 Every link carries ``capacity_bps`` (bits/s) and ``latency_us`` (µs, one way); there are no
 defaults: a topology file without them is rejected.
+
+Every kind takes an optional ``switches`` section declaring facts of single switches by name:
+``switches: {leaf1: {openflow_versions: [1.3]}}`` (the OpenFlow versions the switch speaks;
+:attr:`Switch.group_selection`).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from controller.errors import ConfigError
 from controller.units import UnitError, parse_duration_us, parse_rate_bps
@@ -59,11 +63,17 @@ TIER_SPINE = 2  # spine (leaf-spine) or aggregation (fat-tree)
 TIER_CORE = 3
 
 
+OPENFLOW_VERSIONS = ("1.3", "1.4", "1.5")
+"""OpenFlow versions a topology may declare for a switch (``switches.<name>.openflow_versions``)."""
+
+
 @dataclass(frozen=True)
 class Switch:
     """A switch: ``name``, ``role`` (leaf|spine|edge|agg|core), ``tier`` (1 lowest), ``dpid``,
     ``pod`` (fat-tree pods; None elsewhere), ``site`` (multi-site fabrics; None elsewhere),
-    ``asic`` (the switch chip's profile name, :mod:`controller.qos.asics`; None: ``generic``).
+    ``asic`` (the switch chip's profile name, :mod:`controller.qos.asics`; None: ``generic``),
+    ``openflow_versions`` (the OpenFlow versions the topology declares it speaks, names of
+    :data:`OPENFLOW_VERSIONS`; empty: not declared).
 
     How the controller reaches it, as the topology's ``switches:`` section declares
     (:class:`SwitchDecl`): ``southbound`` (``openflow``: it connects to the controller's
@@ -84,11 +94,20 @@ class Switch:
     address: str | None = None
     device_id: int | None = None
     target: str | None = None
+    openflow_versions: tuple[str, ...] = ()
 
     @property
     def p4_device_id(self) -> int:
         """The P4Runtime device_id: the declared one, else the dpid."""
         return self.dpid if self.device_id is None else self.device_id
+
+    @property
+    def group_selection(self) -> bool:
+        """False when the topology declares OpenFlow versions without 1.5: such a switch's
+        select groups carry no selection method (group properties are OpenFlow 1.5's, and Open
+        vSwitch's selection method needs them: ovs-ofctl(8), "Group Syntax"), so its ECMP hashes
+        the switch's default way."""
+        return not self.openflow_versions or "1.5" in self.openflow_versions
 
 
 @dataclass(frozen=True)
@@ -413,6 +432,15 @@ class LinksSpec(_Strict):
     fabric: LinkSpec
 
 
+def _openflow_version(v: Any) -> Any:
+    """``1.3``, ``"1.3"`` or ``"OpenFlow13"`` → ``"1.3"`` (anything else is left to fail)."""
+    if isinstance(v, float):
+        v = f"{v:g}"
+    if isinstance(v, str) and v.startswith("OpenFlow") and len(v) == 10:
+        v = f"{v[8]}.{v[9]}"
+    return v
+
+
 class LeafSpineSpec(_Strict):
     name: str = Field(min_length=1)
     kind: Literal["leaf-spine"]
@@ -505,14 +533,25 @@ class SwitchDecl(_Strict):
     listener) or ``p4runtime`` (the controller connects to ``address``, which it needs);
     ``address``: ``host:port`` or ``unix:PATH``; ``device_id``: the P4Runtime device_id
     (default: the switch's datapath id); ``target``: ``bmv2`` or ``tofino`` (P4Runtime only;
-    default: the controller's ``p4runtime.target``)."""
+    default: the controller's ``p4runtime.target``); ``openflow_versions``: the OpenFlow
+    versions it speaks (``[1.3]``: an OpenFlow 1.3-only switch, whose ECMP cannot hash as a
+    policy asks; empty: not declared)."""
 
     southbound: Literal["openflow", "p4runtime"] = "openflow"
     address: str | None = None
     device_id: Annotated[int, Field(ge=0, le=2**64 - 1)] | None = None
     target: Literal["bmv2", "tofino"] | None = None
+    openflow_versions: tuple[
+        Annotated[Literal[OPENFLOW_VERSIONS], BeforeValidator(_openflow_version)], ...] = ()  # type: ignore[valid-type]
 
     _v_addr = field_validator("address")(lambda cls, v: check_address(v))
+
+    @field_validator("openflow_versions")
+    @classmethod
+    def _once(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError("an OpenFlow version is listed twice")
+        return tuple(sorted(v))
 
     @model_validator(mode="after")
     def _p4_needs_address(self) -> SwitchDecl:
@@ -627,7 +666,9 @@ def declare_switches(fabric: Fabric, doc: Document, decls: Declarations) -> Fabr
         raise ConfigError(problems)
     switches = tuple(replace(s, southbound=decls[s.name].southbound,
                              address=decls[s.name].address, device_id=decls[s.name].device_id,
-                             target=decls[s.name].target) if s.name in decls else s
+                             target=decls[s.name].target,
+                             openflow_versions=decls[s.name].openflow_versions)
+                     if s.name in decls else s
                      for s in fabric.switches)
     return Fabric(fabric.name, fabric.kind, switches, fabric.hosts, fabric.links, fabric.source)
 

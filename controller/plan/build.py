@@ -7,7 +7,8 @@ Every switch gets, in table :data:`TABLE`:
   (``eth_type=IPv4, ipv4_dst``): ``output`` when one shortest path leaves the switch, otherwise
   an ECMP :class:`~controller.plan.model.NextHopSet` over every shortest-path port
   (:func:`~controller.te.ecmp.ecmp_next_hops`), hashing what the policy's
-  ``routing.ecmp`` says (:func:`ecmp_hashes`);
+  ``routing.ecmp`` asks of that switch (:mod:`controller.plan.hashing`: by default the 5-tuple
+  with a seed of its own; the switch's default way where it cannot hash as asked);
 * in ``routing.mode: pinned``, one :data:`~controller.plan.model.PRIO_PINNED` entry per pinned
   flow per switch on its path (``ipv4_src, ipv4_dst`` plus the collective's DSCP and L4 fields)
   → the port towards the next node (:func:`~controller.te.placer.place_policy`: each flow
@@ -23,10 +24,12 @@ returned (nothing is half-built).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.model.topology import Fabric
+from controller.plan import hashing
 from controller.plan.capacity import (
     DEFAULT_HEADROOM,
     CapacityReport,
@@ -48,7 +51,6 @@ from controller.plan.model import (
     Match,
     NextHopSet,
     SwitchPlan,
-    canonical_hash,
 )
 from controller.plan.pinned import TABLE, pinned_match, with_pinned
 from controller.policy.model import Policy
@@ -95,15 +97,12 @@ class RoutePlan:
     next_hops: NextHops
 
 
-def ecmp_hashes(fabric: Fabric, policy: Policy) -> dict[str, EcmpHash | None]:
-    """Switch name → what its ECMP sets hash: the policy's ``routing.ecmp.hash_fields`` with the
-    seed of the switch's tier (``hash_seeds``; 0 for a tier left out); None for the default
-    (the 5-tuple with seed 0, which every target does unasked:
-    :func:`~controller.plan.model.canonical_hash`)."""
-    ecmp = policy.routing.ecmp
-    fields = tuple(ecmp.hash_fields)
-    return {s.name: canonical_hash(EcmpHash(fields, ecmp.hash_seeds.seed_of(s.role)))
-            for s in fabric.switches}
+def ecmp_hashes(fabric: Fabric, policy: Policy,
+                unhashed: Mapping[str, str] | None = None) -> dict[str, EcmpHash | None]:
+    """Switch name → what its ECMP sets hash (:func:`controller.plan.hashing.ecmp_hashes` of the
+    policy's ``routing.ecmp``; None: the switch's default way). ``unhashed``: switches that
+    cannot hash as asked, with why."""
+    return hashing.ecmp_hashes(fabric, policy.routing.ecmp, unhashed)
 
 
 def control_flows() -> tuple[FlowIntent, FlowIntent]:
@@ -117,8 +116,11 @@ def control_flows() -> tuple[FlowIntent, FlowIntent]:
 
 
 def build_routes(fabric: Fabric, policy: Policy,
-                 down_links: Iterable[frozenset[str]] = frozenset()) -> RoutePlan:
-    """Control and route entries of every switch with ``down_links`` down.
+                 down_links: Iterable[frozenset[str]] = frozenset(),
+                 unhashed: Mapping[str, str] | None = None) -> RoutePlan:
+    """Control and route entries of every switch with ``down_links`` down; ``unhashed``:
+    switches that cannot hash as asked, with why (their ECMP sets carry no hash:
+    :mod:`controller.plan.hashing`).
 
     Raises
     ------
@@ -130,24 +132,35 @@ def build_routes(fabric: Fabric, policy: Policy,
     down = normalise_down_links(fabric, down_links)
     next_hops = ecmp_next_hops(fabric, down)
     check_routes(fabric, next_hops, down)
-    hashes = ecmp_hashes(fabric, policy)
+    hashes = ecmp_hashes(fabric, policy, unhashed)
     control = control_flows()
     route_match = {h.name: Match(eth_type=ETH_TYPE_IPV4, ipv4_dst=h.ipv4) for h in fabric.hosts}
     # Intents carry no switch name, so one object serves every switch with the same
-    # (destination, ports, hash): most switches of a Clos share them.
+    # (destination, ports, hash), and one action every entry with the same (ports, hash):
+    # output entries are shared across a Clos; ECMP entries of a switch whose hash is its own
+    # (the default: a seed per switch) are not kept for sharing (hundreds of thousands of keys
+    # at k=16 that nothing would hit, and that Python's collector would walk).
+    users = Counter(hashes.values())
     cache: dict[tuple[str, tuple[int, ...], EcmpHash | None], FlowIntent] = {}
+    actions: dict[tuple[tuple[int, ...], EcmpHash | None], Action] = {}
     switches: dict[str, SwitchPlan] = {}
     for sw in fabric.switches:
         flows = list(control)
         h = hashes[sw.name]
+        own = users[h] == 1
         for host, ports in next_hops[sw.name].items():
-            key = (host, ports, h if len(ports) > 1 else None)
-            fi = cache.get(key)
+            ecmp = len(ports) > 1
+            key = (host, ports, h if ecmp else None)
+            fi = None if ecmp and own else cache.get(key)
             if fi is None:
-                action = (Action("output", ports[0]) if len(ports) == 1
-                          else Action.via(NextHopSet("ecmp", ports, h)))
-                fi = cache[key] = FlowIntent(TABLE, PRIO_ROUTE, route_match[host], action,
-                                             f"route {host}")
+                action = actions.get(key[1:])
+                if action is None:
+                    action = actions[key[1:]] = (
+                        Action.via(NextHopSet("ecmp", ports, h)) if ecmp
+                        else Action("output", ports[0]))
+                fi = FlowIntent(TABLE, PRIO_ROUTE, route_match[host], action, f"route {host}")
+                if not (ecmp and own):
+                    cache[key] = fi
             flows.append(fi)
         switches[sw.name] = SwitchPlan(sw.name, sw.dpid, frozenset(flows))
     return RoutePlan(FabricPlan(switches), next_hops)

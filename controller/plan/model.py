@@ -36,9 +36,10 @@ IP_PROTO_UDP = 17
 HASH_FIELD_NAMES = ("eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
 """Header fields an ECMP hash may cover (the policy's ``routing.ecmp.hash_fields``)."""
 DEFAULT_HASH_FIELDS = ("ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
-"""What every target hashes when told nothing: the 5-tuple, seed 0 (Open vSwitch's default
-select method, ``dp_hash`` over its symmetric L3/L4 hash with basis 0, ovs-ofctl(8) "Group
-Syntax"; fabric.p4's ``ecmp_hash`` default action)."""
+"""The 5-tuple (TCP and UDP ports): the policy's default ``hash_fields``, and what fabric.p4's
+``ecmp_hash`` default action hashes (seed 0). Open vSwitch's default select method is not this:
+``dp_hash`` over a symmetric L3/L4 hash that leaves UDP ports out (ovs-ofctl(8) "Group Syntax";
+measured by the ``ecmp_spread`` lab), so the plan asks for the hash explicitly."""
 
 
 @dataclass(frozen=True, order=True)
@@ -70,8 +71,8 @@ class Match:
 @dataclass(frozen=True, order=True)
 class EcmpHash:
     """What an ECMP next-hop set hashes: ``fields`` (names of :data:`HASH_FIELD_NAMES`; kept in
-    that canonical order, since a hash covers a set of fields) and a 32-bit ``seed`` (the hash
-    basis of the switch's tier, ``routing.ecmp.hash_seeds``).
+    that canonical order, since a hash covers a set of fields) and a 32-bit ``seed`` (the
+    switch's hash basis, :mod:`controller.plan.hashing`).
 
     Raises
     ------
@@ -95,25 +96,14 @@ class EcmpHash:
     def __str__(self) -> str:
         return f"hash({'+'.join(self.fields)} seed {self.seed})"
 
-    @property
-    def is_default(self) -> bool:
-        """The 5-tuple with seed 0: what every target does unasked (:data:`DEFAULT_HASH_FIELDS`)."""
-        return self.seed == 0 and set(self.fields) == set(DEFAULT_HASH_FIELDS)
-
-
-def canonical_hash(h: EcmpHash | None) -> EcmpHash | None:
-    """``h``, or None when it is the default (5-tuple, seed 0): a next-hop set carries a hash
-    only when it asks for something a target does not do by itself."""
-    return None if h is None or h.is_default else h
-
 
 @dataclass(frozen=True, order=True)
 class NextHopSet:
     """A set of egress ports one entry forwards by, as a value.
 
     ``kind`` ``"ecmp"``: every packet leaves by one of ``ports`` (ascending), chosen by a hash of
-    its headers (``hash``; None: the 5-tuple with seed 0, every target's default —
-    :func:`canonical_hash` turns an explicit default into None);
+    its headers (``hash``; None: whatever the switch hashes unasked, which differs between
+    targets: :data:`DEFAULT_HASH_FIELDS`);
     a switch skips ports that are down (OpenFlow 1.3.5 §5.6.1 ``watch_port``).
     ``kind`` ``"failover"``: ``ports`` in order of preference, the planned port first; the
     switch forwards by the first live one (OpenFlow fast-failover groups, §5.6.1).
@@ -138,7 +128,6 @@ class NextHopSet:
             raise ValueError(f"ECMP ports {self.ports} must be ascending")
         if self.kind == "failover" and self.hash is not None:
             raise ValueError("a failover set has no hash")
-        object.__setattr__(self, "hash", canonical_hash(self.hash))
         if self.kind not in ("ecmp", "failover"):
             raise ValueError(f"unknown next-hop set kind {self.kind!r}")
 

@@ -11,18 +11,19 @@ from pathlib import Path
 
 from controller.errors import ConfigError, ConfigProblem
 from controller.model.topology import Fabric
-from controller.policy.model import Policy
+from controller.policy.model import FIVE_TUPLE, Policy
 from controller.yamlsrc import Document, load_document, validate
 
 
 def policy_from_document(doc: Document, fabric: Fabric | None = None) -> Policy:
     """Validate a parsed policy against its schema; with ``fabric``, also against that fabric.
 
-    Cross-checks (:func:`fabric_problems`): every rank names a host of the fabric, every
-    hash-seed role exists, hierarchical all-reduces have the same number of ranks per site, and a
-    collective's flows with the same (src, dst, l4, dscp) are declared by one collective only.
-    The QoS checks live a layer up (:func:`controller.qos.validate.check_policy_document`,
-    which runs these too): use that to validate a policy whole.
+    Cross-checks (:func:`fabric_problems`): every rank names a host of the fabric, the ECMP
+    hash settings fit the fabric (:func:`ecmp_problems`), hierarchical all-reduces have the
+    same number of ranks per site, and a collective's flows with the same (src, dst, l4, dscp)
+    are declared by one collective only. The QoS checks live a layer up
+    (:func:`controller.qos.validate.check_policy_document`, which runs these too): use that to
+    validate a policy whole.
 
     Raises
     ------
@@ -58,18 +59,7 @@ def named_topology(doc: Document, policy: Policy) -> Path | None:
 def fabric_problems(doc: Document, policy: Policy, fabric: Fabric) -> list[ConfigProblem]:
     """The routing/collective cross-checks of ``policy`` against ``fabric``, located (see
     :func:`policy_from_document`)."""
-    problems: list[ConfigProblem] = []
-    roles = sorted({s.role for s in fabric.switches})
-    for role in policy.routing.ecmp.hash_seeds.given():
-        if role not in roles:
-            problems.append(
-                doc.problem(
-                    ("routing", "ecmp", "hash_seeds", role),
-                    f"topology {fabric.name!r} has no {role} switches (its roles: "
-                    f"{', '.join(roles)})",
-                    key=True,
-                )
-            )
+    problems = ecmp_problems(doc, policy, fabric)
     for ci, coll in enumerate(policy.collectives):
         for ri, rank in enumerate(coll.ranks):
             if rank not in fabric.host_by_name:
@@ -118,6 +108,58 @@ def fabric_problems(doc: Document, policy: Policy, fabric: Fabric) -> list[Confi
                 )
             seen.setdefault(key, coll.name)
     return problems
+
+
+def ecmp_problems(doc: Document, policy: Policy, fabric: Fabric) -> list[ConfigProblem]:
+    """``routing.ecmp`` against ``fabric``: every ``hash_seeds`` role and ``switches`` name
+    exists, and nothing is pinned (a seed, or fields other than the 5-tuple) on a switch the
+    topology declares without OpenFlow 1.5, whose select groups cannot carry a selection method
+    (:attr:`~controller.model.topology.Switch.group_selection`; the derived default seeds
+    degrade there with a warning instead, :mod:`controller.plan.hashing`)."""
+    ecmp = policy.routing.ecmp
+    base = ("routing", "ecmp")
+    problems: list[ConfigProblem] = []
+    roles = sorted({s.role for s in fabric.switches})
+    for role in ecmp.hash_seeds.given():
+        if role not in roles:
+            problems.append(doc.problem(
+                (*base, "hash_seeds", role),
+                f"topology {fabric.name!r} has no {role} switches (its roles: "
+                f"{', '.join(roles)})", key=True))
+    for name in ecmp.switches:
+        if name not in fabric.switch_by_name:
+            problems.append(doc.problem((*base, "switches", name),
+                                        f"no switch {name!r} in topology {fabric.name!r}",
+                                        key=True))
+    old = [s for s in fabric.switches if not s.group_selection]
+    why = ("OpenFlow 1.3 select groups carry no selection method (group properties are "
+           "OpenFlow 1.5's), so the switch would hash its default way: allow OpenFlow 1.5 on it, "
+           "or pin nothing there (rule: a knob a switch cannot honour is refused)")
+    for role in ecmp.hash_seeds.given():
+        of_role = [s.name for s in old if s.role == role and s.name not in ecmp.switches]
+        if of_role:
+            problems.append(doc.problem(
+                (*base, "hash_seeds", role),
+                f"seed for the {role} switches, but the topology declares {_listed(of_role)} "
+                f"without OpenFlow 1.5: {why}"))
+    for s in old:
+        own = ecmp.switches.get(s.name)
+        if own is not None:
+            problems.append(doc.problem(
+                (*base, "switches", s.name),
+                f"{s.name} speaks OpenFlow {', '.join(s.openflow_versions)} only (topology "
+                f"{fabric.name!r}): {why}"))
+    plain = [s.name for s in old if s.name not in ecmp.switches]
+    if plain and set(ecmp.hash_fields) != set(FIVE_TUPLE):
+        problems.append(doc.problem(
+            (*base, "hash_fields"),
+            f"hash fields {list(ecmp.hash_fields)}, but the topology declares {_listed(plain)} "
+            f"without OpenFlow 1.5: {why}"))
+    return problems
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
 
 
 def load_policy(path: str | Path, fabric: Fabric | None = None) -> Policy:

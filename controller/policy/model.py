@@ -15,8 +15,9 @@ Example::
     routing:
       mode: pinned            # ecmp | pinned
       ecmp:
-        hash_fields: [ipv4_src, ipv4_dst, ip_proto, l4_src, l4_dst]
-        hash_seeds: {edge: 1, agg: 7, core: 13}   # optional, per switch role; default 0
+        hash_fields: [ipv4_src, ipv4_dst, ip_proto, l4_src, l4_dst]   # the default
+        hash_seeds: {edge: 1, agg: 7, core: 13}   # optional; default: a seed per switch
+                                                  # (controller.policy.ecmp)
     collectives:
       - name: ring-a
         algorithm: ring
@@ -40,6 +41,14 @@ from pydantic import (
     model_validator,
 )
 
+# routing.ecmp lives in its own module; re-exported here, where the rest of the schema is
+from controller.policy.ecmp import FIVE_TUPLE as FIVE_TUPLE
+from controller.policy.ecmp import HASH_FIELDS as HASH_FIELDS
+from controller.policy.ecmp import EcmpSettings
+from controller.policy.ecmp import HashSeed as HashSeed
+from controller.policy.ecmp import HashSeeds as HashSeeds
+from controller.policy.ecmp import HashSettings as HashSettings
+from controller.policy.ecmp import SwitchHash as SwitchHash
 from controller.units import (
     UnitError,
     format_rate,
@@ -50,58 +59,9 @@ from controller.units import (
     parse_size_bytes,
 )
 
-HASH_FIELDS = ("eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
-FIVE_TUPLE = ("ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-HashSeed = Annotated[int, Field(ge=0, le=2**32 - 1, strict=True)]
-
-
-class HashSeeds(_Strict):
-    """Per-tier hash seeds, by switch role (``edge``/``agg``/``core`` on a fat-tree,
-    ``leaf``/``spine`` on leaf-spine and rail-optimised fabrics); a role left out hashes with 0.
-
-    Every switch of a tier mixes its tier's seed into the ECMP hash (OpenFlow: the select
-    group's hash basis, Open vSwitch's ``selection_method_param``; 32 bits so the same value
-    also serves ``dp_hash``, whose basis is the low 32 bits). Tiers that hash the same fields
-    with the same seed make correlated choices (hash polarisation): give each tier its own.
-    """
-
-    leaf: HashSeed | None = None
-    spine: HashSeed | None = None
-    edge: HashSeed | None = None
-    agg: HashSeed | None = None
-    core: HashSeed | None = None
-
-    def seed_of(self, role: str) -> int:
-        """The seed of switches with ``role`` (0 when not given)."""
-        value = getattr(self, role, None) if role in HashSeeds.model_fields else None
-        return 0 if value is None else int(value)
-
-    def given(self) -> dict[str, int]:
-        """Role → seed for the roles the policy names."""
-        return {r: int(v) for r, v in self.model_dump().items() if v is not None}
-
-
-class EcmpSettings(_Strict):
-    """ECMP hashing. ``hash_fields``: header fields the select hash covers (default: the
-    5-tuple); ``hash_seeds``: per-tier seeds (:class:`HashSeeds`; default 0 everywhere)."""
-
-    hash_fields: tuple[Literal[HASH_FIELDS], ...] = FIVE_TUPLE  # type: ignore[valid-type]
-    hash_seeds: HashSeeds = HashSeeds()
-
-    @field_validator("hash_fields")
-    @classmethod
-    def _nonempty_unique(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        if not v:
-            raise ValueError("list at least one hash field")
-        if len(set(v)) != len(v):
-            raise ValueError("a hash field is listed twice")
-        return v
 
 
 class Routing(_Strict):

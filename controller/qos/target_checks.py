@@ -23,7 +23,13 @@ from controller.model.topology import Fabric
 from controller.policy.model import FIVE_TUPLE, LARGEST_FRAME_BYTES, TC_LIMIT_MAX_BYTES, Policy
 from controller.qos.checks import Finding, YamlPath
 from controller.qos.compile import ecn_profile, port_queues
-from controller.qos.targets import OPENFLOW_STRICT_FLOOR, TARGETS, TOFINO_CELL_BYTES, TargetCaps
+from controller.qos.targets import (
+    OPENFLOW_STRICT_FLOOR,
+    OPENFLOW_TARGETS,
+    TARGETS,
+    TOFINO_CELL_BYTES,
+    TargetCaps,
+)
 from controller.units import format_rate, format_size
 
 ECN_THRESHOLD_BITS = 19
@@ -58,8 +64,8 @@ def target_findings(policy: Policy, fabric: Fabric | None, target: str) -> list[
         ``target`` is not one of :data:`controller.qos.targets.TARGETS`.
     """
     caps = TARGETS[target]
-    out = _lossless(policy, caps) + _ecmp_hash(policy, caps) + _mechanisms(policy, caps)
-    if target == "openflow":
+    out = _lossless(policy, caps) + _ecmp_hash(policy, caps, fabric) + _mechanisms(policy, caps)
+    if target in OPENFLOW_TARGETS:
         out += _openflow_strict(policy)
     if target == "bmv2":
         out += _bmv2_port_shapers(policy) + _bmv2_rates(policy)
@@ -97,24 +103,45 @@ def _lossless(policy: Policy, caps: TargetCaps) -> list[Finding]:
                     "priorities than the target supports)")]
 
 
-def _ecmp_hash(policy: Policy, caps: TargetCaps) -> list[Finding]:
-    """``routing.ecmp`` knobs a target's forwarding driver does not program."""
+def _ecmp_hash(policy: Policy, caps: TargetCaps, fabric: Fabric | None) -> list[Finding]:
+    """``routing.ecmp`` knobs a target's forwarding driver cannot program (errors), and the
+    switches that lose the default per-switch seeds (a warning: they hash their default way,
+    :mod:`controller.plan.hashing`). A topology's declared OpenFlow versions are checked by
+    :func:`controller.policy.load.ecmp_problems` (errors) and here for the warning."""
     if not caps.programs_routing:
         return []
     ecmp = policy.routing.ecmp
+    base = ("routing", "ecmp")
     out: list[Finding] = []
-    why = (f"the {caps.name} driver does not program the ECMP hash fields or seed (its ECMP "
-           "groups hash the switch's default fields with its default basis)")
+    rule = "(rule: a knob the target cannot honour is refused)"
+    why = (f"target {caps.name} has no group selection properties (OpenFlow 1.5's): its "
+           "select groups hash the switch's default way (Open vSwitch: dp_hash, a symmetric "
+           "L3/L4 hash without UDP ports, basis 0)")
     if not caps.ecmp_hash_fields and set(ecmp.hash_fields) != set(FIVE_TUPLE):
-        out.append(Finding(("routing", "ecmp", "hash_fields"), f"hash fields "
-                           f"{list(ecmp.hash_fields)} cannot be honoured on target {caps.name}: "
-                           f"{why} (rule: a knob the target cannot honour is refused)"))
+        out.append(Finding((*base, "hash_fields"), f"hash fields {list(ecmp.hash_fields)} "
+                           f"cannot be honoured: {why} {rule}"))
     if not caps.ecmp_hash_seeds:
         for role, seed in ecmp.hash_seeds.given().items():
-            if seed != 0:
-                out.append(Finding(("routing", "ecmp", "hash_seeds", role), f"hash seed {seed} "
-                                   f"cannot be honoured on target {caps.name}: {why} (rule: a "
-                                   "knob the target cannot honour is refused)"))
+            out.append(Finding((*base, "hash_seeds", role), f"hash seed {seed} for the {role} "
+                               f"switches cannot be honoured: {why} {rule}"))
+        for name in ecmp.switches:
+            out.append(Finding((*base, "switches", name), f"{name}'s own hash cannot be "
+                               f"honoured: {why} {rule}"))
+    if ecmp.selection == "switch_default":
+        return out
+    if not caps.ecmp_hash_seeds:
+        out.append(Finding((*base,), f"on target {caps.name} every switch hashes its default way "
+                           f"({why.split(': ', 1)[1]}): no seed per switch, so the tiers' choices "
+                           "correlate, and flows that differ only in their UDP source port share "
+                           "one path", "warning"))
+    elif caps.name in OPENFLOW_TARGETS and fabric is not None:
+        old = [s.name for s in fabric.switches if not s.group_selection]
+        if old:
+            names = ", ".join(old[:6]) + (f" and {len(old) - 6} more" if len(old) > 6 else "")
+            out.append(Finding((*base,), f"the topology declares {names} without OpenFlow 1.5: "
+                               "they hash Open vSwitch's default way (dp_hash, without UDP "
+                               "ports, basis 0), not the 5-tuple with a seed of their own",
+                               "warning"))
     return out
 
 
@@ -303,7 +330,8 @@ def _queue_limits(policy: Policy, fabric: Fabric, caps: TargetCaps) -> list[Find
     if not caps.queue_limit:
         return []
     unit, unit_bytes = _queue_unit(policy, t)
-    frame = max(mtu_bytes(policy), OPENFLOW_FRAME_BYTES) if t == "openflow" else mtu_bytes(policy)
+    frame = max(mtu_bytes(policy), OPENFLOW_FRAME_BYTES) if t in OPENFLOW_TARGETS \
+        else mtu_bytes(policy)
     out: list[Finding] = []
     short = long = unreachable = None
     for sw, p, q in port_queues(policy, fabric):
@@ -316,7 +344,7 @@ def _queue_limits(policy: Policy, fabric: Fabric, caps: TargetCaps) -> list[Find
                             f"queue limit {q.limit_bytes}B on {where} ({made}) is shorter than "
                             f"one {frame}-byte frame: target {t} would drop every such frame "
                             "(rule: a queue holds at least one of the largest frames)")
-        if t == "openflow" and q.limit_bytes is not None and q.limit_bytes > TC_LIMIT_MAX_BYTES \
+        if t in OPENFLOW_TARGETS and q.limit_bytes is not None and q.limit_bytes > TC_LIMIT_MAX_BYTES \
                 and long is None:
             long = Finding(("buffers", "queue_depth"),
                            f"queue depth {policy.buffers.queue_depth_us if policy.buffers else 0:g}"

@@ -7,12 +7,15 @@ rather than validated and then ignored.
 * ``openflow`` (Open vSwitch, linux-htb queues, tc ``bfifo``): no PFC (OVS and the Linux qdiscs
   neither send nor obey IEEE 802.1Qbb frames); linux-htb neither marks ECN nor has a shared
   buffer; rates in bit/s (``other_config:max-rate``, ovs-vswitchd.conf.db(5)); queue limits in
-  bytes (``bfifo``). ECMP: the OpenFlow driver programs OpenFlow 1.3 ``select`` groups, whose
-  bucket choice Open vSwitch makes with its own default hash (since OVS 2.4 a symmetric hash of
-  Ethernet addresses, VLAN, EtherType, IP addresses and protocol and TCP/SCTP ports, basis 0; OVS
-  FAQ "How does OVS divide flows among buckets in an OpenFlow select group?"): the policy's
-  ``hash_fields`` and ``hash_seeds`` need OpenFlow 1.5 group properties (``selection_method=hash``,
-  ``fields(...)``, ``selection_method_param``) that it does not send yet.
+  bytes (``bfifo``). ECMP: the OpenFlow driver programs ``select`` groups carrying Open vSwitch's
+  selection method (``selection_method=hash``, ``fields(...)``, the seed as
+  ``selection_method_param``: ovs-ofctl(8) "Group Syntax"), an OpenFlow 1.5 group property; a
+  switch the topology declares without OpenFlow 1.5 cannot take it (policy checks, located).
+* ``openflow13``: ``openflow`` on switches that speak OpenFlow 1.3 only: no group properties, so
+  every select group hashes Open vSwitch's default way (since OVS 2.10 ``dp_hash`` over a
+  symmetric L3/L4 hash that leaves UDP ports out, basis 0 on every switch; measured by the
+  ``ecmp_spread`` lab): ``hash_fields`` other than the 5-tuple and pinned seeds are refused,
+  and the default per-switch seeds are lost (a warning).
 * ``bmv2`` (simple_switch with ``--priority-queues 8``): no PFC; strict priority queues only (the
   highest non-empty priority is served first, ``bm::QueueingLogicPriRL::pop_back``), so no
   weighted scheduling; ``set_queue_rate`` limits one priority queue in packets per second and a
@@ -72,6 +75,8 @@ TOFINO_CELL_BYTES = 80
 #: Share of the port rate the ``openflow`` rendering keeps for the DWRR classes when strict
 #: classes exist (linux-htb has no strict priority; :mod:`controller.render.openflow`).
 OPENFLOW_STRICT_FLOOR = 0.01
+#: The targets that are Open vSwitch (one QoS rendering; they differ in ECMP hashing only).
+OPENFLOW_TARGETS = ("openflow", "openflow13")
 #: BMv2 simple_switch's depth of every priority queue until ``set_queue_depth`` (packets).
 BMV2_DEFAULT_QUEUE_PACKETS = 64
 
@@ -79,6 +84,10 @@ TARGETS: dict[str, TargetCaps] = {
     "openflow": TargetCaps(
         "openflow", 0, "Open vSwitch has no PFC (IEEE 802.1Qbb)",
         ecn_marking=False, red_marking=False, shared_buffer=False),
+    "openflow13": TargetCaps(
+        "openflow13", 0, "Open vSwitch has no PFC (IEEE 802.1Qbb)",
+        ecn_marking=False, red_marking=False, shared_buffer=False,
+        ecmp_hash_fields=False, ecmp_hash_seeds=False),
     "bmv2": TargetCaps(
         "bmv2", 0, "BMv2 simple_switch has no PFC", rate_unit="packet", queue_unit="packet",
         default_queue_packets=BMV2_DEFAULT_QUEUE_PACKETS, weighted_scheduling=False,

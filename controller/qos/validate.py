@@ -26,7 +26,7 @@ from controller.yamlsrc import Document, load_document, validate
 
 SKIPPED_WITHOUT_TOPOLOGY = (
     "collective ranks are hosts of the fabric",
-    "hash-seed roles exist in the fabric",
+    "ECMP hash seeds and switches exist in the fabric and fit its switches' OpenFlow versions",
     "per-port QoS: PFC headroom (derived vs given), buffer fit, ECN thresholds vs queue limits, "
     "shapers vs port rates, WAN links",
 )

@@ -55,6 +55,7 @@ def render(plan: QosPlan, target: str) -> dict[str, str]:
 
     fns: dict[str, Callable[[QosPlan], dict[str, Any]]] = {
         "openflow": openflow.render_openflow,
+        "openflow13": openflow.render_openflow,  # the same QoS; they differ in ECMP hashing
         "bmv2": bmv2.render_bmv2,
         "tofino": tofino.render_tofino,
         "sonic": sonic.render_sonic,

@@ -87,7 +87,13 @@ from controller.runtime.events import (
     Tick,
     WriteAnswered,
 )
-from controller.runtime.intent import intended_plan, plan_tables, switch_capacity
+from controller.runtime.intent import (
+    ECMP_HASH_CAPABILITY,
+    hash_notes,
+    intended_plan,
+    plan_tables,
+    switch_capacity,
+)
 from controller.runtime.placement import PlacementDecision
 from controller.runtime.rebalance import RebalanceOutcome
 from controller.runtime.state import RebalanceMemory, RuntimeState, SwitchSession, TeForm
@@ -115,9 +121,19 @@ def _changed(old: RuntimeState, new: RuntimeState, reason: str, fx: list[Effect]
     if new.generation == old.generation:
         return new
     fx += _table_lines(old, new)
+    fx += _hash_lines(old, new)
     if new.placement and (new.te_form is None or new.te_form.placement is not new.placement):
         fx.append(ComputeTeForm(new.placement))
     return replace(new, converge=new.converge or reason)
+
+
+def _hash_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
+    """A warning for each switch that cannot hash ECMP as the policy asks and could before (or
+    was not heard from): :func:`controller.runtime.intent.hash_notes`. Logged when the switch
+    connects, before it is reconciled, and when a policy asks what it cannot do."""
+    before = set(hash_notes(old))
+    return [Log("warning", n.split(": ", 1)[0], n.split(": ", 1)[1])
+            for n in hash_notes(new) if n not in before]
 
 
 def _table_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
@@ -261,11 +277,23 @@ def _connected(state: RuntimeState, ev: SwitchConnected, now_s: float,
         if cap_new is None and cap_old is not None:
             new = _sessions(new, ev.switch, replace(s, features=replace(
                 ev.features, tables=old.features.tables if old.features else ())))
+        if unhashed_changed(old, s):
+            # the switch cannot hash ECMP as asked (or now can): its plan changes
+            new = new.bump(plan_generation=new.plan_generation + 1)
+            return _changed(state, new, f"{ev.switch}'s ECMP hashing", fx)
         return new
     # the plan may fit differently now (table capacity): every switch converges to it
     new = new.bump(plan_generation=new.plan_generation + 1)
     fx.append(Log("info", ev.switch, f"table capacity {_capacity_text(cap_new)}"))
     return _changed(state, new, "table capacity reported", fx)
+
+
+def unhashed_changed(old: SwitchSession, new: SwitchSession) -> bool:
+    """Whether the switch's ability to hash ECMP as asked (:data:`~controller.runtime.intent.
+    ECMP_HASH_CAPABILITY`) differs between two of its sessions (not reported: able)."""
+    def able(s: SwitchSession) -> bool:
+        return s.features is None or ECMP_HASH_CAPABILITY in s.features.capabilities
+    return able(old) != able(new)
 
 
 def _capacity_text(cap: TableCapacity) -> str:

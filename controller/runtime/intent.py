@@ -19,6 +19,12 @@ status shows), never a write the switch refuses. The capacity of a switch is rem
 reported (also while it is disconnected), so the plan depends on the state only: two
 controllers with equal state compute equal plans.
 
+ECMP hashing (issue 29, point 2): a switch whose driver reported no ``ecmp_hash`` capability
+when it connected (an OpenFlow 1.3 session: no group selection properties) cannot hash as the
+policy asks; its ECMP sets carry no hash (the switch's default way) instead of being refused,
+and :func:`hash_notes` says so (:func:`unhashed`; :mod:`controller.plan.hashing`). Like the
+capacity, what a switch reported is remembered while it is disconnected.
+
 The plan of a state is computed once per generation and kept in the state's own memo
 (:class:`~controller.runtime.state.PlanMemo`: states of one generation have equal plan inputs),
 since every event asks for the plan and most change nothing it depends on.
@@ -37,6 +43,7 @@ from controller.plan.capacity import (
     CapacityReport,
     TableCapacity,
 )
+from controller.plan.hashing import hashing_notes
 from controller.plan.model import FabricPlan
 from controller.plan.pinned import TABLE, path_is_up, with_pinned
 from controller.policy.model import Policy
@@ -46,6 +53,27 @@ from controller.te.collectives import FlowDemand
 
 Capacities = tuple[tuple[str, TableCapacity], ...]
 """Known switch capacities, sorted by switch (hashable: part of the plan cache's key)."""
+Unhashed = tuple[tuple[str, str], ...]
+"""Switches that cannot hash ECMP as asked, and why, sorted by switch (hashable)."""
+
+#: The capability a driver reports for a switch whose ECMP sets hash the fields and seed asked
+#: for (:attr:`controller.drivers.southbound.SwitchFeatures.capabilities`).
+ECMP_HASH_CAPABILITY = "ecmp_hash"
+
+
+def unhashed(state: RuntimeState) -> Unhashed:
+    """The switches whose driver reported no :data:`ECMP_HASH_CAPABILITY`, with why (what they
+    speak); switches not heard from yet are planned as able."""
+    return tuple((name, f"it speaks {s.features.protocol}, without group selection properties")
+                 for name, s in sorted(state.switches.items())
+                 if s.features is not None
+                 and ECMP_HASH_CAPABILITY not in s.features.capabilities)
+
+
+def hash_notes(state: RuntimeState) -> tuple[str, ...]:
+    """One warning per switch that cannot hash ECMP as the policy asks (``"<switch>: ..."``;
+    :func:`controller.plan.hashing.hashing_notes`)."""
+    return hashing_notes(state.fabric, state.effective_policy.routing.ecmp, dict(unhashed(state)))
 
 
 def switch_capacity(features: SwitchFeatures | None) -> TableCapacity | None:
@@ -77,8 +105,9 @@ def known_capacities(state: RuntimeState) -> Capacities:
 
 def _fitted(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
             down_links: DownLinks, failover: frozenset[str], capacity: Capacities,
-            routes: RoutePlan | None = None) -> tuple[FabricPlan, CapacityReport | None]:
-    rp = routes or build_routes(fabric, policy, down_links)
+            routes: RoutePlan | None = None, cannot_hash: Unhashed = ()
+            ) -> tuple[FabricPlan, CapacityReport | None]:
+    rp = routes or build_routes(fabric, policy, down_links, dict(cannot_hash))
     live = {d: p for d, p in placement.items() if path_is_up(p, down_links)}
     plan = with_pinned(fabric, rp.plan, live, down_links, rp.next_hops, failover)
     report: CapacityReport | None = None
@@ -90,9 +119,9 @@ def _fitted(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path]
 
 def plan_for(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
              down_links: DownLinks, failover: Collection[str] = (),
-             capacity: Capacities = ()) -> FabricPlan:
+             capacity: Capacities = (), cannot_hash: Unhashed = ()) -> FabricPlan:
     """The plan of a placement (module docstring); ``policy``'s collectives, in order, say
-    which flows matter most when a table overflows.
+    which flows matter most when a table overflows; ``cannot_hash``: :func:`unhashed`.
 
     Raises
     ------
@@ -102,26 +131,28 @@ def plan_for(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path
     KeyError
         The policy's ``tables`` section names a switch the fabric lacks.
     """
-    return _fitted(fabric, policy, placement, down_links, frozenset(failover), capacity)[0]
+    return _fitted(fabric, policy, placement, down_links, frozenset(failover), capacity,
+                   cannot_hash=cannot_hash)[0]
 
 
 def _memo(state: RuntimeState) -> tuple[FabricPlan, CapacityReport | None]:
     memo = state.memo
     key = (state.fabric, state.policy, state.registered, state.placement, state.down_ports,
            state.settings)
-    caps = known_capacities(state)
+    caps = (known_capacities(state), unhashed(state))
     if memo.plan is None or memo.generation != state.generation or memo.caps != caps \
             or len(memo.key) != len(key) or any(a is not b for a, b in zip(memo.key, key,
                                                                             strict=True)):
         ff = state.settings.failover_switches if state.settings.fast_failover else frozenset()
         policy = state.effective_policy
         down = state.down_links
-        route_key = (tuple(sorted(ecmp_hashes(state.fabric, policy).items(),
+        cannot = dict(caps[1])
+        route_key = (tuple(sorted(ecmp_hashes(state.fabric, policy, cannot).items(),
                                   key=lambda kv: kv[0])), down)
         if memo.routes is None or memo.routes[0] != route_key:
-            memo.routes = (route_key, build_routes(state.fabric, policy, down))
-        memo.plan = _fitted(state.fabric, policy, state.placement, down, ff, caps,
-                            memo.routes[1])
+            memo.routes = (route_key, build_routes(state.fabric, policy, down, cannot))
+        memo.plan = _fitted(state.fabric, policy, state.placement, down, ff, caps[0],
+                            memo.routes[1], caps[1])
         memo.generation, memo.key, memo.caps = state.generation, key, caps
         memo.demands = None
     plan: tuple[FabricPlan, CapacityReport | None] = memo.plan

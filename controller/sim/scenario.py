@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from controller.errors import ConfigError, ConfigProblem
 from controller.model.generators import server_groups
 from controller.model.topology import Fabric, fabric_from_document, load_topology
-from controller.policy.model import EcmpSettings
+from controller.policy.model import HashSettings
 from controller.sim.compare import HashedEcmp
 from controller.te.ecmphash import HashConfig
 from controller.te.patterns import (
@@ -133,8 +133,9 @@ class BackgroundSpec(_Strict):
     _v = field_validator("rate", mode="before")(lambda cls, v: _unit(parse_rate_bps, v))
 
 
-class EcmpSpec(EcmpSettings):
-    """The policy's ``routing.ecmp`` block plus the transport the flows use."""
+class EcmpSpec(HashSettings):
+    """The tier-level part of a policy's ``routing.ecmp`` block (fields, per-role seeds; a role
+    left out hashes with 0 here) plus the transport the flows use."""
 
     proto: Literal["udp", "tcp"] = "udp"
     dst_port: Annotated[int, Field(ge=1, le=65535, strict=True)] = 4791

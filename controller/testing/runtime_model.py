@@ -36,9 +36,9 @@ from controller.drivers.openflow import encode
 from controller.drivers.openflow.driver import OpenFlowDriver
 from controller.drivers.p4runtime.decode import decode_entities, owned
 from controller.drivers.p4runtime.driver import P4RuntimeDriver
-from controller.drivers.p4runtime.entities import Exact, SwitchEntities, TableEntry
+from controller.drivers.p4runtime.entities import Entity, Exact, SwitchEntities, TableEntry
 from controller.drivers.p4runtime.reconcile import Reconciliation
-from controller.drivers.southbound import Role
+from controller.drivers.southbound import Role, SouthboundKind
 from controller.model.topology import Fabric
 from controller.northbound.model import (
     CollectiveRequest,
@@ -125,8 +125,9 @@ class ModelFabric:
         self.audit = Audit()
         self.p4_names = [s.name for s in fabric.switches if s.role == "leaf"]
         self.of_names = [s.name for s in fabric.switches if s.role != "leaf"]
-        sb = {s.name: ("p4runtime" if s.name in self.p4_names else "openflow")
-              for s in fabric.switches}
+        sb: dict[str, SouthboundKind] = {
+            s.name: ("p4runtime" if s.name in self.p4_names else "openflow")
+            for s in fabric.switches}
         opts = ControllerOptions(confirm_timeout_s=confirm_timeout_s)
         state = build_state(fabric, policy, document, "policy.yaml", sb, opts,
                             frozenset({"openflow"}))
@@ -135,8 +136,8 @@ class ModelFabric:
         self.p4 = {s.name: FakeP4Switch(s.name, s.dpid, SwitchEntities(
             s.name, s.dpid, frozenset({FOREIGN_P4}))) for s in fabric.switches
             if s.name in self.p4_names}
-        for name, sw in self.p4.items():
-            self._audit_p4(name, sw)
+        for name, p4sw in self.p4.items():
+            self._audit_p4(name, p4sw)
         self.p4drv = P4RuntimeDriver({n: ("fake", fabric.switch_by_name[n].dpid)
                                       for n in self.p4_names},
                                      client_factory=factory(self.p4), reconnect_s=0.3,
@@ -231,8 +232,9 @@ class ModelFabric:
         async def audited(rec: Reconciliation) -> int:
             if not self.mastership.master[name]:
                 self.audit.unmastered.append(f"{name}: P4Runtime write while backup")
-            have = {e.key: e for e in (*sw.state.entries, *sw.state.members, *sw.state.groups,
-                                       *sw.state.multicast)}
+            st = sw.state
+            ents: list[Entity] = [*st.entries, *st.members, *st.groups, *st.multicast]
+            have = {e.key: e for e in ents}
             for ph in rec.phases:
                 for u in ph:
                     h = have.get(u.entity.key)
@@ -290,9 +292,9 @@ class ModelFabric:
         else:
             p = self.p4[name]
             st = p.state
-            ours = sorted(owned(st).entries, key=repr)
-            if how == 0 and ours:
-                p.state = SwitchEntities(st.switch, st.device_id, st.entries - {ours[0]},
+            mine = sorted(owned(st).entries, key=repr)
+            if how == 0 and mine:
+                p.state = SwitchEntities(st.switch, st.device_id, st.entries - {mine[0]},
                                          st.members, st.groups, st.multicast)
             elif how == 1:
                 # another application's entry (dscp 32..61: never FOREIGN_P4's key)

@@ -131,3 +131,20 @@ def add_flow(switch: str, spec: str) -> None:
 def del_flows_strict(switch: str, spec: str) -> None:
     subprocess.run([*OFCTL, "del-flows", "--strict", switch, spec], capture_output=True,
                    text=True, timeout=10, check=False)
+
+
+def select_methods(switch: str) -> list[str]:
+    """How each select group of ``switch`` picks its bucket, as Open vSwitch reports it over
+    OpenFlow 1.5 (ovs-ofctl(8) "Group Syntax"): ``"selection_method=hash,
+    selection_method_param=N,fields(...)"``, or ``"default"`` for a group without a selection
+    method (Open vSwitch's own: dp_hash). Needs the bridge to allow OpenFlow 1.5; empty when it
+    does not or has no select group."""
+    r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "dump-groups", switch],
+                       capture_output=True, text=True, timeout=10, check=False)
+    out = []
+    for line in r.stdout.splitlines():
+        if "type=select" not in line:
+            continue
+        head = line.split("type=select", 1)[1].split(",bucket=", 1)[0].strip(",")
+        out.append(head or "default")
+    return out

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 #: The QoS sections of a policy (a "no QoS" variant drops them).
@@ -13,9 +13,11 @@ QOS_SECTIONS = ("traffic_classes", "pfc", "ecn", "buffers", "shaping")
 
 def policy_variant(text: str, *, mode: str | None = None, keep: Collection[str] | None = None,
                    drop_keys: Collection[str] = (), drop_wan: Collection[str] = (),
+                   ecmp: Mapping[str, Any] | None = None,
                    source: str = "the experiment's policy") -> str:
-    """``text`` with ``routing.mode`` set to ``mode``, only the collectives named in ``keep``
-    (all when None), the top-level keys ``drop_keys`` and the ``wan`` keys ``drop_wan`` removed.
+    """``text`` with ``routing.mode`` set to ``mode``, ``routing.ecmp`` replaced by ``ecmp``
+    (when given), only the collectives named in ``keep`` (all when None), the top-level keys
+    ``drop_keys`` and the ``wan`` keys ``drop_wan`` removed.
 
     >>> t = "routing: {mode: pinned}\\ncollectives:\\n- {name: a}\\n- {name: b}\\n"
     >>> print(policy_variant(t, mode="ecmp", keep={"b"}, source="p.yaml"))
@@ -33,6 +35,9 @@ def policy_variant(text: str, *, mode: str | None = None, keep: Collection[str] 
     if mode is not None:
         data["routing"]["mode"] = mode
         what.append(f"routing.mode = {mode}")
+    if ecmp is not None:
+        data["routing"]["ecmp"] = dict(ecmp)
+        what.append("routing.ecmp = {" + ", ".join(f"{k}: {v}" for k, v in ecmp.items()) + "}")
     if keep is not None:
         data["collectives"] = [c for c in data.get("collectives", []) if c["name"] in keep]
         what.append(f"only collectives {sorted(keep)}")

@@ -14,8 +14,10 @@ The driver offers OpenFlow 1.3 and 1.5; the switch picks the highest both speak 
   exp_type 1, a 16-byte method name, a 64-bit ``selection_method_param`` and the OXM headers of
   the hashed fields; ovs-ofctl(8) "Group Syntax": ``selection_method=hash``, ``fields(...)``,
   ``selection_method_param``). OpenFlow 1.3 has no group properties: a switch on 1.3 hashes its
-  default way, so an ECMP set that asks for fields or a seed cannot be honoured there
-  (:data:`CAP_ECMP_HASH` is absent and the encoder refuses it).
+  default way (Open vSwitch since 2.10: ``dp_hash`` over a symmetric L3/L4 hash that leaves UDP
+  ports out, basis 0), so an ECMP set that asks for fields or a seed cannot be honoured there
+  (:data:`CAP_ECMP_HASH` is absent: the runtime plans such a switch's sets without a hash and
+  warns; the encoder refuses a set that still carries one).
 * **Read-back**: entries with their instructions come from 1.3 flow statistics, from 1.5 flow
   *descriptions* (``OFPMP_FLOW_DESC``); 1.5 statistics carry OXS counters.
 * **Packet-out**: 1.5 carries the in-port in a match.

@@ -13,12 +13,15 @@ driver wraps them in a bundle and sends them; tests apply the same objects to
   lowest free id of the range (:class:`GroupIds`); the allocation is the driver's, rebuilt from
   what the switch reports (:func:`decode_state`). ECMP sets are ``OFPGT_SELECT`` groups with one
   bucket per port, weight 1, ``watch_port`` = that port (a switch skips buckets whose port is
-  down, §5.6.1). A set with a hash other than the default (the 5-tuple, seed 0: what Open
-  vSwitch's default select method does, ``dp_hash`` over its symmetric L3/L4 hash with basis 0)
-  carries it as Open vSwitch's selection-method property (:mod:`.dialect`), which exists on
-  OpenFlow 1.5 only: on a switch speaking 1.3 such a set is refused with the reason, never
-  installed with the switch's default hash instead. Failover sets are ``OFPGT_FF`` with
-  buckets in preference order.
+  down, §5.6.1). A set with a hash (the plan gives every switch's: by default the 5-tuple with
+  a seed of its own, :mod:`controller.plan.hashing`) carries it as Open vSwitch's
+  selection-method property (:mod:`.dialect`: ``selection_method=hash``, the fields, the seed as
+  ``selection_method_param``), which exists on OpenFlow 1.5 only; a set without one is a plain
+  select group, hashed the switch's default way (Open vSwitch: ``dp_hash``, a symmetric L3/L4
+  hash without UDP ports, basis 0). The plan of a switch on an OpenFlow 1.3 session carries no
+  hash (the runtime degrades it, with a warning); a set that still asks for one there is refused
+  with the reason, never installed with the switch's default hash in silence. Failover sets
+  are ``OFPGT_FF`` with buckets in preference order.
   A set's value never changes: a different set is a different group.
 * **Order** within one change (a bundle with ATOMIC|ORDERED): add groups, add flows, modify
   flows, delete flows, delete groups no entry uses any more — no entry ever points at a missing
@@ -195,8 +198,8 @@ def group_add(group_id: int, nhs: NextHopSet, dialect: Dialect = DEFAULT_DIALECT
             raise EncodeError(
                 f"{nhs}: the policy's routing.ecmp hash fields and seed need OpenFlow 1.5 group "
                 f"selection properties (Open vSwitch selection_method=hash), but the switch "
-                f"speaks {dialect.name}: allow OpenFlow15 in the bridge's protocols, or hash "
-                "the default way (routing.ecmp: the 5-tuple, no seeds)")
+                f"speaks {dialect.name}: allow OpenFlow15 in the bridge's protocols, or let "
+                "the switches hash their default way (routing.ecmp.selection: switch_default)")
         return dialect.group_mod(o.OFPGC_ADD, o.OFPGT_SELECT, group_id,
                                  [(p, 1) for p in nhs.ports], nhs.hash)
     return dialect.group_mod(o.OFPGC_ADD, o.OFPGT_FF, group_id, [(p, 0) for p in nhs.ports],

@@ -21,11 +21,13 @@ one table of the program (names in :mod:`.pipeline`):
   number of fields given``, so the plan's order is kept and, within one plan priority, a more
   specific match wins (a flow with DSCP over one without).
 
-* the policy's ECMP hash settings (``routing.ecmp.hash_fields`` and the seed of the switch's
-  role from ``routing.ecmp.hash_seeds``, :class:`EcmpHash`) → one ``ecmp_hash`` entry
-  (ternary ``eth_type`` = IPv4) → ``set_hash(seed, <field>_mask...)``: all ones for a hashed
-  field, 0 for the others. fabric.p4 hashes crc32(seed, masked fields) through fmix32 and the
-  action selector takes that value mod the group size.
+* the hash the switch's ECMP sets carry (the policy's ``routing.ecmp``, per switch:
+  :mod:`controller.plan.hashing`; by default the 5-tuple with a seed derived from the switch's
+  datapath id, :func:`plan_ecmp_hash`) → one ``ecmp_hash`` entry (ternary ``eth_type`` = IPv4)
+  → ``set_hash(seed, <field>_mask...)``: all ones for a hashed field, 0 for the others.
+  fabric.p4 hashes crc32(seed, masked fields) through fmix32 and the action selector takes that
+  value mod the group size. Sets that carry no hash (``selection: switch_default``) get no
+  entry: the table's default action hashes the 5-tuple with seed 0.
 
 :func:`qos_entries` turns a ``bmv2`` QoS rendering (:mod:`controller.render.bmv2`) into
 ``dscp_to_priority`` and ``ecn_threshold`` entries.
@@ -65,6 +67,7 @@ from controller.drivers.p4runtime.pipeline import (
     P4Target,
 )
 from controller.model.topology import Fabric
+from controller.plan.hashing import ecmp_hashes
 from controller.plan.model import (
     DEFAULT_HASH_FIELDS,
     ETH_TYPE_IPV4,
@@ -155,15 +158,16 @@ def _pinned_entry(switch: str, flow: FlowIntent, cpu_port: int,
 @dataclass(frozen=True)
 class EcmpHash:
     """What one switch's ECMP hashes: ``fields`` (names of
-    :data:`~.pipeline.HASH_FIELD_BITS`) and the 32-bit ``seed`` of its role."""
+    :data:`~.pipeline.HASH_FIELD_BITS`) and its 32-bit ``seed``."""
 
     fields: tuple[str, ...]
     seed: int
 
 
-def plan_ecmp_hash(plan: SwitchPlan) -> EcmpHash:
-    """The hash a switch's plan asks of its ECMP sets (the default, 5-tuple seed 0, when they
-    ask nothing or it has none).
+def plan_ecmp_hash(plan: SwitchPlan) -> EcmpHash | None:
+    """The hash a switch's plan asks of its ECMP sets; None when they ask none or it has none
+    (no ``ecmp_hash`` entry then: fabric.p4's default action, the 5-tuple with seed 0, which
+    :mod:`.decode` reads back as no hash).
 
     Raises
     ------
@@ -175,7 +179,7 @@ def plan_ecmp_hash(plan: SwitchPlan) -> EcmpHash:
         raise EncodeError(f"{plan.switch}: ECMP sets ask for different hashes "
                           f"{sorted(map(str, hashes))}; fabric.p4 hashes one way per switch")
     h: PlanHash | None = next(iter(hashes), None)
-    return EcmpHash(DEFAULT_HASH_FIELDS, 0) if h is None else EcmpHash(h.fields, h.seed)
+    return None if h is None else EcmpHash(h.fields, h.seed)
 
 
 def allocate_groups(port_sets: Any) -> dict[tuple[int, ...], int]:
@@ -184,10 +188,11 @@ def allocate_groups(port_sets: Any) -> dict[tuple[int, ...], int]:
 
 
 def ecmp_hash_settings(fabric: Fabric, ecmp: EcmpSettings) -> dict[str, EcmpHash]:
-    """Switch name → its :class:`EcmpHash`: the policy's ``hash_fields`` everywhere, the seed of
-    each switch's role from ``hash_seeds`` (0 for a role the policy leaves out)."""
-    fields = tuple(ecmp.hash_fields)
-    return {s.name: EcmpHash(fields, ecmp.hash_seeds.seed_of(s.role)) for s in fabric.switches}
+    """Switch name → its :class:`EcmpHash` for the policy's ``routing.ecmp``
+    (:func:`controller.plan.hashing.ecmp_hashes`: its fields and its own seed; the 5-tuple with
+    seed 0, fabric.p4's default, under ``selection: switch_default``)."""
+    return {name: EcmpHash(DEFAULT_HASH_FIELDS, 0) if h is None else EcmpHash(h.fields, h.seed)
+            for name, h in ecmp_hashes(fabric, ecmp).items()}
 
 
 def ecmp_hash_entry(switch: str, setting: EcmpHash) -> TableEntry:
@@ -263,9 +268,9 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
     ``qos`` (one switch's document of :func:`controller.render.bmv2.render_bmv2`, or of
     :func:`controller.render.tofino.render_tofino` for ``target`` TOFINO) and the
     ``ecmp_hash`` entry of ``ecmp_hash`` when given (without it the switch hashes the 5-tuple
-    with seed 0, fabric.p4's default). ``target`` (:data:`~.pipeline.BMV2` or
-    :data:`~.pipeline.TOFINO`) is the program the entities are for: both share every name
-    except ``mark_ecn``'s threshold parameter.
+    with seed 0, fabric.p4's default; :func:`plan_ecmp_hash` gives the plan's). ``target``
+    (:data:`~.pipeline.BMV2` or :data:`~.pipeline.TOFINO`) is the program the entities are
+    for: both share every name except ``mark_ecn``'s threshold parameter.
 
     ``device_id`` is the switch's dpid (simple_switch_grpc ``--device-id``); ``group_ids``:
     ECMP port set → group id (default: :func:`allocate_groups` over the plan's sets);
