@@ -107,7 +107,7 @@ def test_live_view_in_chromium_on_a_lab_controller(tmp_path):
             cli = _cli_paths("ring-a", ctl.grpc_target, pki.ca_cert, sec.token)
 
             with Browser(trust_spki=[spki_sha256(pki.controller_cert)]) as browser:
-                page = browser.new_page(1400, 820)
+                page = browser.new_page(1400, 900)
                 page.navigate(url)
                 # signed out: the form; sign in with the read-only token
                 assert page.wait_for("document.querySelector('input[name=token]') !== null")
