@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import logging
 import re
 import signal
 import socket
@@ -33,7 +34,7 @@ from controller.telemetry.store import LinkStatus
 from controller.testing import FakeFabric
 from controller.testing.rig import Rig
 from controller.view import frames
-from controller.view.http import HTTPError, HTTPLimits, parse_head, read_request
+from controller.view.http import HTTPError, HTTPLimits, Throttled, parse_head, read_request
 from controller.view.limits import ViewLimits
 from controller.view.server import SESSION_COOKIE, Sessions, ViewServer
 from mininet_labs.lab.processes import free_port
@@ -183,6 +184,18 @@ def test_sessions_expire_and_are_bounded():
     assert s.get(a) is None and s.get(b) == p and s.get(c) == p
     now[0] = 10.0
     assert s.get(b) is None and len(s) == 1
+
+
+def test_throttled_warnings(caplog):
+    now = [0.0]
+    t = Throttled(logging.getLogger("aifabric.view.test"), every_s=10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "aifabric.view.test"):
+        for _ in range(5):
+            t.warning("refused %s", "x")
+        now[0] = 10.0
+        t.warning("refused %s", "y")
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused x", "refused y (4 more like it not logged)"]
 
 
 def test_view_limits_and_config():

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -72,6 +73,28 @@ class HTTPLimits:
             raise ValueError(f"max_connections must be at least 1, got {self.max_connections}")
         if not (self.read_timeout_s > 0 and self.write_timeout_s > 0):
             raise ValueError("read_timeout_s and write_timeout_s must be positive")
+
+
+class Throttled:
+    """A warning a hostile client could repeat at will, logged at most once per ``every_s``
+    with the count of those not logged in between (so it cannot flood the log)."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.log = logger
+        self.every_s = every_s
+        self.clock = clock
+        self._last = -float("inf")
+        self.suppressed = 0
+
+    def warning(self, msg: str, *args: object) -> None:
+        now = self.clock()
+        if now - self._last < self.every_s:
+            self.suppressed += 1
+            return
+        more = f" ({self.suppressed} more like it not logged)" if self.suppressed else ""
+        self.log.warning(msg + more, *args)
+        self._last, self.suppressed = now, 0
 
 
 class HTTPError(Exception):
@@ -224,6 +247,7 @@ class HTTPServer:
         self.log = logger
         self.active = 0
         self.refused = 0
+        self._refused_log = Throttled(logger)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.port = 0
@@ -255,8 +279,9 @@ class HTTPServer:
         ex = Exchange(reader, writer, self.limits)
         if self.active >= self.limits.max_connections:
             self.refused += 1
-            self.log.warning("[%s] refused %s: %d connections open (limit %d)", self.name,
-                             ex.peer, self.active, self.limits.max_connections)
+            self._refused_log.warning("[%s] refused %s: %d connections open (limit %d)",
+                                      self.name, ex.peer, self.active,
+                                      self.limits.max_connections)
             with contextlib.suppress(Exception):
                 await ex.respond(503, _error_body(503, "too many connections"), "text/plain",
                                  (("Retry-After", "5"),))

@@ -54,7 +54,7 @@ from controller.resources import package_file
 from controller.security.tokens import Principal, Role, TokenTable
 from controller.telemetry.events import Event, SlowSubscriber, Subscription
 from controller.view import frames
-from controller.view.http import Exchange, HTTPError, HTTPServer, Request
+from controller.view.http import Exchange, HTTPError, HTTPServer, Request, Throttled
 from controller.view.limits import ViewLimits
 
 LOG = logging.getLogger("aifabric.view")
@@ -186,6 +186,7 @@ class ViewServer:
         self.push_interval_s = max(push_interval_s, 0.1)
         self.version = version
         self.sessions = Sessions()
+        self._refused_log = Throttled(LOG)
         self.http = HTTPServer(self._handle, limits.http, ssl_context)
         self._recent_source = recent
         self._static_dir = static_dir or package_file("controller.view", "static")
@@ -350,7 +351,7 @@ class ViewServer:
         form = dict(parse_qsl(req.body.decode("utf-8", "replace"), keep_blank_values=True))
         principal = self.tokens.lookup(form.get("token", "").strip())
         if principal is None:
-            LOG.warning("[view] sign-in refused from %s: unknown token", ex.peer)
+            self._refused_log.warning("[view] sign-in refused from %s: unknown token", ex.peer)
             return await self._login_page(ex, "Unknown token.")
         sid = self.sessions.open(principal)
         LOG.info("[view] %s (%s) signed in from %s", principal.name, principal.role.label,
