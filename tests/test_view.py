@@ -68,6 +68,9 @@ def test_layout_rows_by_tier_hosts_under_their_leaf():
     lay_big = frames.layout(big)
     assert not lay_big["hosts_drawn"] and all(n["kind"] == "switch" for n in lay_big["nodes"])
     assert len(lay_big["links"]) == 4 * 40  # the host links are left out with the hosts
+    assert len(frames.drawn_directions(lay_big)) == 2 * 4 * 40
+    assert "leaf1->spine1" in frames.drawn_directions(lay) and "h1->leaf1" in \
+        frames.drawn_directions(lay)
 
 
 def test_utilisation_colour_scale():
@@ -123,6 +126,8 @@ def test_state_frame_links_mastership_and_policy():
     assert f["cluster"] == {"replica": "r1", "replicas": ["r1", "r2"], "intent_generation": 11}
     assert f["alerts"][0]["age_s"] == 1.2
     json.dumps(f)  # JSON-ready
+    only = frames.state_frame(_status([ls, never, down]), frozenset({"leaf1->spine1"}))
+    assert set(only["links"]) == {"leaf1->spine1"}
     alone = frames.state_frame(_status())
     assert alone["cluster"] is None and alone["switches"][0]["master"] is None
 

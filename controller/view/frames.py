@@ -120,21 +120,29 @@ def utilisation_colour(utilisation: float, *, up: bool = True, measured: bool = 
 
 
 def link_frame(ls: LinkStatus) -> dict[str, Any]:
-    """One directed link now: utilisation (ratio), rate and capacity (bit/s), loss (ratio),
-    up, whether it was ever measured, its colour and its pinned flows."""
+    """One directed link now: utilisation (ratio), rate (bit/s), loss (ratio), up, whether it
+    was ever measured, its colour and its pinned flows (its capacity is in the layout)."""
     measured = ls.measured_at_s is not None
     return {"utilisation": round(ls.utilisation, 4), "rate_bps": round(ls.rate_bps),
-            "capacity_bps": ls.capacity_bps, "loss_ratio": round(ls.loss_ratio, 5),
-            "up": ls.up, "measured": measured, "pinned_flows": ls.pinned_flows,
+            "loss_ratio": round(ls.loss_ratio, 5), "up": ls.up, "measured": measured,
+            "pinned_flows": ls.pinned_flows,
             "colour": utilisation_colour(ls.utilisation, up=ls.up, measured=measured)}
 
 
-def state_frame(status: Mapping[str, Any]) -> dict[str, Any]:
+def drawn_directions(lay: Mapping[str, Any]) -> frozenset[str]:
+    """The directed links ``u->v`` a :func:`layout` draws (both directions of its links)."""
+    return frozenset(f"{u}->{v}" for ln in lay["links"]
+                     for u, v in ((ln["a"], ln["b"]), (ln["b"], ln["a"])))
+
+
+def state_frame(status: Mapping[str, Any],
+                directions: frozenset[str] | None = None) -> dict[str, Any]:
     """The live part of the page from ``status`` (the mapping :meth:`NorthboundService.status
     <controller.northbound.model.NorthboundService.status>` documents).
 
     Returns ``{"fabric", "routing_mode", "sample_interval_s", "plan_generation", "policy":
-    {"generation", "digest", "source", "applied_unix_s"}, "links": {"u->v": link_frame},
+    {"generation", "digest", "source", "applied_unix_s"}, "links": {"u->v": link_frame} (only
+    ``directions`` when given: what the page draws, e.g. no host links on a large fabric),
     "switches": [{"name", "connected", "southbound", "role", "master", "term"}],
     "collectives": [{"name", "source", "flows", "bytes_total", "collision_links"}],
     "alerts": [{"alert", "subject", "switch", "age_s", "message"}], "cluster": None |
@@ -157,7 +165,8 @@ def state_frame(status: Mapping[str, Any]) -> dict[str, Any]:
         "plan_generation": status["plan_generation"],
         "policy": {"generation": p["generation"], "digest": p["digest"], "source": p["source"],
                    "applied_unix_s": p["applied_unix_s"]},
-        "links": {ls.name: link_frame(ls) for ls in status.get("links", ())},
+        "links": {ls.name: link_frame(ls) for ls in status.get("links", ())
+                  if directions is None or ls.name in directions},
         "switches": switches,
         "collectives": [{k: c[k] for k in ("name", "source", "flows", "bytes_total",
                                            "collision_links")}

@@ -192,6 +192,7 @@ class ViewServer:
         self._static_dir = static_dir or package_file("controller.view", "static")
         self._static: dict[str, bytes] = {}
         self._layout = frames.layout(fabric)
+        self._drawn = frames.drawn_directions(self._layout)
         self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
         self._streams: set[_Stream] = set()
         self._state_msg: bytes = b""
@@ -261,7 +262,7 @@ class ViewServer:
         while True:
             if self._streams:
                 try:
-                    frame = frames.state_frame(await self.source.status())
+                    frame = frames.state_frame(await self.source.status(), self._drawn)
                 except Exception:  # noqa: BLE001 - the view must not stop the controller
                     LOG.exception("[view] computing the state failed")
                 else:
@@ -277,7 +278,7 @@ class ViewServer:
 
     async def snapshot(self, principal: Principal) -> dict[str, Any]:
         """The layout, the state now and the recent events (newest last)."""
-        return {"layout": self._layout, "state": frames.state_frame(await self.source.status()),
+        return {"layout": self._layout, "state": frames.state_frame(await self.source.status(), self._drawn),
                 "events": list(self._recent), "viewer": principal.name,
                 "role": principal.role.label, "version": self.version}
 

@@ -12,7 +12,7 @@ const MAX_EVENTS_SHOWN = 50;
 const LINK_OFFSET_PX = 3;   // each direction drawn this far to the right of its travel
 
 const view = { layout: null, state: null, nodes: new Map(), lines: new Map(), selected: "",
-               frames: 0, pathsAsked: 0 };
+               selectedBytes: undefined, frames: 0, pathsAsked: 0 };
 
 function $(id) { return document.getElementById(id); }
 
@@ -55,6 +55,7 @@ function drawLayout(layout) {
       const ox = -dy / len * LINK_OFFSET_PX, oy = dx / len * LINK_OFFSET_PX;
       const line = el("svg:line", { class: "link", "data-link": name, x1: u.x + ox, y1: u.y + oy,
                                     x2: v.x + ox, y2: v.y + oy, stroke: layout.colours.unmeasured });
+      line.dataset.capacity = String(ln.capacity_bps);
       line.append(el("svg:title", {}, name));
       g.append(line);
       view.lines.set(name, line);
@@ -105,7 +106,7 @@ function applyState(st) {
     line.dataset.utilisation = String(l.utilisation);
     line.classList.toggle("down", !l.up);
     line.firstChild.textContent = `${name}: ${l.up ? "" : "DOWN, "}${pct(l.utilisation)} of ` +
-      `${rate(l.capacity_bps)} (${rate(l.rate_bps)}), loss ${pct(l.loss_ratio)}, ` +
+      `${rate(Number(line.dataset.capacity))} (${rate(l.rate_bps)}), loss ${pct(l.loss_ratio)}, ` +
       `${l.pinned_flows} pinned flow(s)${l.measured ? "" : ", not measured yet"}`;
   }
   for (const s of st.switches) {
@@ -113,6 +114,10 @@ function applyState(st) {
     if (g) g.classList.toggle("disconnected", !s.connected);
   }
   drawCollectives(st);
+  // the flows table's byte counts follow the collective's (one request when they moved)
+  const sel = st.collectives.find(c => c.name === view.selected);
+  if (sel && view.selectedBytes !== undefined && sel.bytes_total !== view.selectedBytes) showPaths(view.selected);
+  view.selectedBytes = sel ? sel.bytes_total : undefined;
   drawAlerts(st.alerts);
   drawMastership(st);
 }
