@@ -492,3 +492,17 @@ def test_controller_process_serves_the_view_then_sigterm(tmp_path):
         p.send_signal(signal.SIGTERM)
         out, _ = p.communicate(timeout=30)
     assert p.returncode == 0, "".join(lines) + out
+
+
+def test_controller_exits_1_when_the_view_port_is_taken():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        p = subprocess.run(
+            [sys.executable, "-m", "controller.cli", "controller", "-t", str(MAIN_TOPOLOGY),
+             "-p", str(PINNED_POLICY), "--listen", f"127.0.0.1:{free_port()}", "--insecure",
+             "--view-listen", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"controller failed: live view on 127.0.0.1:{port}:" in p.stderr

@@ -7,7 +7,8 @@ P4Runtime targets file (if any), binds the OpenFlow socket, computes
 the initial placement, and runs one asyncio event loop that owns the runtime
 (:class:`~controller.runtime.controller.Controller`): the OpenFlow driver (os-ken in its own
 threads, behind a bounded accept stage), the P4Runtime driver (finsy, on the loop), the
-northbound gRPC server (``grpc.aio``, on the loop) and the Prometheus endpoint (a thread).
+northbound gRPC server (``grpc.aio``, on the loop), the live view (:mod:`controller.view`, on
+the loop) and the Prometheus endpoint (a thread).
 
 The OpenFlow socket is bound as early as possible — right after the input files are validated,
 before os-ken, the placement and the drivers — and os-ken takes connections at once (the
