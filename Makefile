@@ -9,7 +9,7 @@ VENV         ?= .venv
 PY           := $(VENV)/bin/python
 STAMP        := $(VENV)/.aifabric-installed
 DEBS         := mininet openvswitch-switch iperf3 ethtool iputils-ping iproute2 python3-venv etcd-server \
-                ns3 libns3-dev g++ make prometheus
+                ns3 libns3-dev g++ make prometheus chromium
 EXPERIMENT   ?= mininet_labs/experiments/ecmp_vs_pinned.yaml
 OUT          ?= results/ecmp_vs_pinned
 PYTEST_ARGS  ?=
@@ -98,7 +98,8 @@ dist: venv
 
 # The documentation site (mkdocs.yml; reference pages generated from the code at build time)
 # into build/site; `make test` builds it --strict too (tests/test_docs.py). prometheus (Debian)
-# brings promtool, which tests/test_prometheus_rules.py runs on deploy/prometheus/.
+# brings promtool, which tests/test_prometheus_rules.py runs on deploy/prometheus/. chromium
+# (Debian) is the headless browser tests/test_view_browser.py loads the live view in.
 docs: venv
 	PYTHONPATH=$(CURDIR) $(VENV)/bin/mkdocs build --strict
 

@@ -92,7 +92,9 @@ def test_the_wheel_holds_the_p4_outputs_and_lab_files_as_in_the_tree(installed):
                            ("policies/pinned_two_rings.yaml", "mininet_labs/policies/pinned_two_rings.yaml"),
                            ("mininet_labs/experiments/ecmp_vs_pinned.yaml",
                             "mininet_labs/experiments/ecmp_vs_pinned.yaml"),
-                           ("controller/northbound/aifabric.proto", "controller/northbound/aifabric.proto")):
+                           ("controller/northbound/aifabric.proto", "controller/northbound/aifabric.proto"),
+                           *(((f"controller/view/static/{n}",) * 2) for n in
+                             ("index.html", "login.html", "view.js", "view.css"))):
         assert packaged in names, packaged
         assert zipfile.ZipFile(installed[3]).read(packaged) == (ROOT / tree).read_bytes(), tree
     for shipped in ("experiments", "topologies", "policies"):
@@ -120,6 +122,9 @@ def test_the_program_runs_from_the_fresh_environment(installed):
     assert "pinned paths" in r.stdout and "entries per switch" in r.stdout
     r = _run(bindir / "aifabric", "p4", "pipeline", cwd=work, env=env)
     assert f"P4Info: {bindir.parent}" in r.stdout and "fabric.p4info.txtpb" in r.stdout
+    page = _py(installed, "from controller.resources import package_file as f; "
+                          "print(f('controller.view', 'static', 'view.js'))")
+    assert page.startswith(str(bindir.parent)) and Path(page).is_file(), page
     info = _py(installed, "from controller.drivers.p4runtime.pipeline import P4INFO_TXT, BMV2_JSON;"
                           " print(P4INFO_TXT.is_file() and BMV2_JSON.is_file())")
     assert info == "True"

@@ -187,6 +187,34 @@ class MetricsSection(Section):
         return v
 
 
+class ViewSection(Section):
+    """``view``: the live view, a web page of the fabric (link utilisation, a collective's
+    paths, events, mastership, the policy in force), off unless ``listen`` is set. It runs
+    over TLS with the controller's certificate (``tls``) and takes the northbound's bearer
+    tokens (``northbound.tokens_file``, any role); plain text and no token only with
+    ``tls.insecure``. Bounded: ``max_connections`` open at once (``max_streams`` of them live
+    event streams), ``read_timeout_s`` for a TLS handshake and for a whole request,
+    ``write_timeout_s`` for every write to a client (:mod:`controller.view.http`)."""
+
+    listen: str | None = None
+    max_connections: Annotated[int, Field(ge=2, le=10_000)] = 64
+    max_streams: Annotated[int, Field(ge=1, le=9_999)] = 16
+    read_timeout_s: Annotated[Seconds, Field(ge=0.1, le=600.0)] = 10.0
+    write_timeout_s: Annotated[Seconds, Field(ge=0.1, le=600.0)] = 10.0
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str | None) -> str | None:
+        return _host_port(v, allow_zero=True)
+
+    @model_validator(mode="after")
+    def _streams_below_connections(self) -> ViewSection:
+        if self.max_streams >= self.max_connections:
+            raise ValueError(f"max_streams ({self.max_streams}) must be below max_connections "
+                             f"({self.max_connections}): a page must still load")
+        return self
+
+
 class TelemetrySection(Section):
     """``telemetry``: statistics requests (``stats_interval_s``: 0 or 0.05..3600; default off,
     1 s when re-balancing, the metrics endpoint or the northbound is on) and what counts as a
@@ -287,6 +315,7 @@ class ServiceConfig(Section):
     tls: TlsSection = TlsSection()
     northbound: NorthboundSection = NorthboundSection()
     metrics: MetricsSection = MetricsSection()
+    view: ViewSection = ViewSection()
     telemetry: TelemetrySection = TelemetrySection()
     alerts: AlertsSection = AlertsSection()
     rebalance: RebalanceSection = RebalanceSection()

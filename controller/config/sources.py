@@ -92,6 +92,9 @@ FLAGS: tuple[Flag, ...] = (
     _f("--grpc-listen", "grpc_listen", "northbound.listen",
        "Serve the northbound gRPC API (aifabric.v1.Northbound) on HOST:PORT (enables "
        "telemetry)."),
+    _f("--view-listen", "view_listen", "view.listen",
+       "Serve the live view (a web page of the fabric, its link load, a collective's paths, "
+       "events) on HOST:PORT, over TLS with the northbound's tokens (enables telemetry)."),
     _f("--util-ceiling", "util_ceiling", "alerts.util_ceiling",
        "Alert when a link's mean utilisation over --util-window exceeds this."),
     _f("--util-window", "util_window_s", "alerts.util_window_s",

@@ -17,6 +17,9 @@ etcd (client)           TLS (``--etcd-ca``, ``--etcd-cert``/``--etcd-key`` for e
 metrics (HTTP)          loopback by default; HTTPS (``--metrics-tls``) and basic auth
                         (``--metrics-user`` with ``--metrics-password-file``) as options; a
                         non-loopback address needs TLS
+live view (HTTP)        HTTPS with the controller's certificate and a bearer token of the
+                        northbound's ``--tokens`` file (any role: it only reads), as the
+                        northbound; plain text and no token only with ``--insecure``
 =====================  =========================================================================
 
 :func:`secure_channels` checks all of them before anything listens, so a controller started
@@ -86,8 +89,10 @@ class Channels:
     etcd: Any = None                        # controller.cluster.etcd.EtcdTLS
     metrics_tls: TLSFiles | None = None
     metrics_auth: Any = None                # controller.security.metrics_http.BasicAuth
+    view_tls: ssl.SSLContext | None = None
+    view_tokens: Any = None                 # controller.security.tokens.TokenTable
     insecure: bool = False
-    #: the channels in use: "openflow", "northbound", "p4runtime", "etcd"
+    #: the channels in use: "openflow", "northbound", "p4runtime", "etcd", "view"
     used: frozenset[str] = frozenset()
 
     def lines(self) -> list[str]:
@@ -108,6 +113,9 @@ class Channels:
             out.append(say("P4Runtime", self.p4runtime))
         if "etcd" in self.used:
             out.append(say("etcd", self.etcd))
+        if "view" in self.used:
+            out.append(say("live view", self.view_tls) + (
+                ", bearer tokens" if self.view_tokens is not None else ", NO TOKENS (--insecure)"))
         return out
 
 
@@ -132,8 +140,18 @@ def openflow_context(files: TLSFiles) -> ssl.SSLContext:
     return ctx
 
 
+def view_context(files: TLSFiles) -> ssl.SSLContext:
+    """The live view's TLS server context: the controller's certificate, TLS 1.2 or later
+    (browsers present no client certificate: the token authenticates)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    assert files.cert is not None and files.key is not None
+    ctx.load_cert_chain(str(files.cert), str(files.key))
+    return ctx
+
+
 def secure_channels(opts: SecurityOptions, *, openflow: bool, northbound: bool, p4: bool,
-                    cluster: bool, metrics_host: str | None) -> Channels:
+                    cluster: bool, metrics_host: str | None, view: bool = False) -> Channels:
     """Build what every channel in use runs with (module docstring).
 
     Raises
@@ -146,7 +164,7 @@ def secure_channels(opts: SecurityOptions, *, openflow: bool, northbound: bool, 
     ins = opts.insecure
     files = _files(opts)
     used = {name for name, on in (("openflow", openflow), ("northbound", northbound),
-                                  ("p4runtime", p4), ("etcd", cluster)) if on}
+                                  ("p4runtime", p4), ("etcd", cluster), ("view", view)) if on}
     out: dict[str, Any] = {"insecure": ins, "used": frozenset(used)}
     if openflow:
         f = require_tls("OpenFlow listener", files, insecure=ins)
@@ -175,6 +193,22 @@ def secure_channels(opts: SecurityOptions, *, openflow: bool, northbound: bool, 
         else:
             LOG.warning("INSECURE: the gRPC northbound takes calls WITHOUT A TOKEN (--insecure):"
                         " anyone who reaches it can register, unregister and apply policies.")
+    if view:
+        f = require_tls("live view", files, insecure=ins)
+        out["view_tls"] = view_context(f) if f is not None else None
+        if opts.tokens is not None:
+            from controller.security.tokens import TokenTable
+
+            out["view_tokens"] = TokenTable.load(Path(opts.tokens))
+        elif not ins:
+            from controller.security.transport import InsecureChannelRefused
+
+            raise InsecureChannelRefused(
+                "live view: no --tokens file; refusing viewers without a token (pass "
+                "--insecure to allow them, e.g. in a lab on loopback)")
+        else:
+            LOG.warning("INSECURE: the live view shows the fabric WITHOUT A TOKEN (--insecure):"
+                        " anyone who reaches it can see it.")
     if p4:
         from controller.security.southbound import p4runtime_client_credentials
 

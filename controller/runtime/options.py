@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from controller.runtime.channels import SecurityOptions
     from controller.runtime.cluster import ClusterOptions
     from controller.runtime.process import ControllerOptions
+    from controller.view.limits import ViewLimits
 
 
 class OptionsError(ValueError):
@@ -79,6 +80,17 @@ def cluster_options(cfg: ServiceConfig) -> ClusterOptions | None:
                           advertise=adv, detector=detector)
 
 
+def view_limits(cfg: ServiceConfig) -> ViewLimits:
+    """The live view's bounds (``view.*``)."""
+    from controller.view.http import HTTPLimits
+    from controller.view.limits import ViewLimits
+
+    v = cfg.view
+    return ViewLimits(HTTPLimits(max_connections=v.max_connections,
+                                 read_timeout_s=v.read_timeout_s,
+                                 write_timeout_s=v.write_timeout_s), max_streams=v.max_streams)
+
+
 def controller_options(cfg: ServiceConfig) -> ControllerOptions:
     """The runtime's options for ``cfg``. Raises OptionsError."""
     from controller.runtime.process import ControllerOptions
@@ -108,6 +120,8 @@ def controller_options(cfg: ServiceConfig) -> ControllerOptions:
         fast_failover=cfg.runtime.fast_failover,
         metrics_listen=_host_port(cfg.metrics.listen) if cfg.metrics.listen else None,
         grpc_listen=_host_port(cfg.northbound.listen) if cfg.northbound.listen else None,
+        view_listen=_host_port(cfg.view.listen) if cfg.view.listen else None,
+        view_limits=view_limits(cfg),
         alert_rules=rules, microburst_threshold=t.microburst_threshold,
         p4_targets=p4.targets_file, p4_target=p4.target, p4_election_id=p4.election_id,
         tofino_build=p4.tofino_build, openflow_role=of.role, generation_id=of.generation_id,

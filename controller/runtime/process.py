@@ -7,7 +7,8 @@ P4Runtime targets file (if any), binds the OpenFlow socket, computes
 the initial placement, and runs one asyncio event loop that owns the runtime
 (:class:`~controller.runtime.controller.Controller`): the OpenFlow driver (os-ken in its own
 threads, behind a bounded accept stage), the P4Runtime driver (finsy, on the loop), the
-northbound gRPC server (``grpc.aio``, on the loop) and the Prometheus endpoint (a thread).
+northbound gRPC server (``grpc.aio``, on the loop), the live view (:mod:`controller.view`, on
+the loop) and the Prometheus endpoint (a thread).
 
 The OpenFlow socket is bound as early as possible — right after the input files are validated,
 before os-ken, the placement and the drivers — and os-ken takes connections at once (the
@@ -90,6 +91,8 @@ class ControllerOptions:
     fast_failover: bool = False
     metrics_listen: tuple[str, int] | None = None
     grpc_listen: tuple[str, int] | None = None
+    view_listen: tuple[str, int] | None = None
+    view_limits: Any = None                 # controller.view.limits.ViewLimits
     alert_rules: Any = None
     microburst_threshold: float | None = None
     p4_targets: str | None = None
@@ -319,7 +322,8 @@ def _channels(opts: ControllerOptions, southbound: Mapping[str, SouthboundKind],
             sec, openflow=any(k == "openflow" for k in southbound.values()),
             northbound=opts.grpc_listen is not None, p4=bool(p4_addresses),
             cluster=opts.cluster is not None,
-            metrics_host=opts.metrics_listen[0] if opts.metrics_listen else None)
+            metrics_host=opts.metrics_listen[0] if opts.metrics_listen else None,
+            view=opts.view_listen is not None)
     except (InsecureChannelRefused, TokenFileError, ValueError, OSError) as exc:
         raise _Invalid(str(exc)) from None
 
@@ -374,7 +378,8 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
         initial_state,
     )
 
-    telemetry = opts.metrics_listen is not None or opts.grpc_listen is not None
+    telemetry = (opts.metrics_listen is not None or opts.grpc_listen is not None
+                 or opts.view_listen is not None)
     stats = opts.stats_interval_s or (1.0 if telemetry else None)
     settings = RuntimeSettings(
         fast_failover=opts.fast_failover,
@@ -673,12 +678,13 @@ async def reload_policy(service: Any, path: str) -> None:
 
 
 class _Edges:
-    """The metrics endpoint (a thread) and the gRPC northbound (on the loop)."""
+    """The metrics endpoint (a thread), the gRPC northbound and the live view (on the loop)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.metrics: Any = None
         self.grpc: Any = None
+        self.view: Any = None
 
     async def start(self, ctl: Controller, service: Any, opts: ControllerOptions,
                     interval_s: float, channels: Channels) -> None:
@@ -711,8 +717,37 @@ class _Edges:
             how = "TLS" if channels.northbound is not None else "PLAIN TEXT"
             self.lines.append(f"northbound: gRPC aifabric.v1.Northbound on {h}:{self.grpc.port}"
                               f" ({how})")
+        if opts.view_listen is not None:
+            await self._start_view(ctl, service, opts, interval_s, channels)
+
+    async def _start_view(self, ctl: Controller, service: Any, opts: ControllerOptions,
+                          interval_s: float, channels: Channels) -> None:
+        from controller import __version__
+        from controller.view.limits import ViewLimits
+        from controller.view.server import ViewServer
+
+        assert opts.view_listen is not None
+        h, p = opts.view_listen
+        bus = ctl.events
+        self.view = ViewServer(service, ctl.state.fabric, tokens=channels.view_tokens,
+                               ssl_context=channels.view_tls,
+                               limits=opts.view_limits or ViewLimits(),
+                               push_interval_s=interval_s,
+                               recent=(lambda: tuple(bus.recent)) if bus is not None else tuple,
+                               version=__version__)
+        try:
+            await self.view.start(h, p)
+        except OSError as exc:
+            self.view = None
+            await self.stop()
+            raise OSError(f"live view on {h}:{p}: {exc}") from None
+        how = "TLS" if channels.view_tls is not None else "PLAIN TEXT"
+        self.lines.append(f"live view: {self.view.url} ({how})")
 
     async def stop(self) -> None:
+        if self.view is not None:
+            await self.view.close()
+            self.view = None
         if self.grpc is not None:
             await self.grpc.stop(1.0)
             self.grpc = None
