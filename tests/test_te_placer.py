@@ -98,7 +98,7 @@ LAB_CASES = _lab_cases()
 
 
 def test_every_lab_experiment_is_covered():
-    assert len(LAB_CASES) >= 15 and len({t for _, t, _ in LAB_CASES}) == 3
+    assert len(LAB_CASES) >= 18 and len({t for _, t, _ in LAB_CASES}) == 4
 
 
 @pytest.mark.parametrize(("topology", "policy"), sorted({(t, p) for _, t, p in LAB_CASES}),

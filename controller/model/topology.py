@@ -549,6 +549,8 @@ class SwitchDecl(_Strict):
     @field_validator("openflow_versions")
     @classmethod
     def _once(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("list at least one OpenFlow version")
         if len(set(v)) != len(v):
             raise ValueError("an OpenFlow version is listed twice")
         return tuple(sorted(v))
