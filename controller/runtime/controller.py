@@ -51,6 +51,7 @@ from controller.drivers.southbound import (
 )
 from controller.plan.model import PRIO_PINNED
 from controller.runtime import core
+from controller.runtime.collector import freeze_heap
 from controller.runtime.events import (
     AlertRound,
     Compute,
@@ -252,8 +253,13 @@ class Controller:
         now = self.clock()
         if isinstance(ev, CounterSample):
             self._record(ev)
+        before = self.state.placement
         st = core.step(self.state, ev, now)
         self.state = st.state
+        if st.state.placement is not before:
+            # a placement adopted: what survives of the computation is frozen, so a later
+            # collection traverses only what is allocated since (controller.runtime.collector)
+            freeze_heap()
         for fn in self.listeners:
             fn(ev, st)
         for fx in st.effects:

@@ -270,6 +270,9 @@ def run_controller(config: ServiceConfig, *, stop_event: threading.Event | None 
     from controller.runtime.logjson import configure_logging
 
     configure_logging(opts.log_level, opts.log_format, fabric)
+    from controller.runtime.collector import configure_collector
+
+    configure_collector()
     try:
         channels = _channels(opts, southbound, p4_addresses)
     except _Invalid as exc:
@@ -369,6 +372,7 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], opts: ControllerOptions,
                 failover_capable: frozenset[str]) -> RuntimeState:
     """The initial state (initial placement computed). Raises _Invalid on a bad plan."""
+    from controller.runtime.collector import freeze_heap
     from controller.runtime.intent import intended_plan
     from controller.runtime.placement import initial_placement
     from controller.runtime.state import (
@@ -396,6 +400,7 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
         placement = initial_placement(fabric, policy)
         state = initial_state(fabric, pif, settings, southbound, placement)
         intended_plan(state)
+        freeze_heap()  # the start-up placement and its plan (controller.runtime.collector)
     except (PlanInvariantError, ValueError) as exc:
         raise _Invalid(f"{source}: the plan for {fabric.name} breaks an invariant: "
                        f"{exc}") from None
