@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the counterexample is the result
         print(f"counterexample after {ran[0]} example(s) in {time.perf_counter() - t0:.0f} s:")
         print(exc)
+        for note in getattr(exc, "__notes__", ()):
+            print(note)
         return 1
     print(f"{ran[0]} example(s), {args.steps} steps each, no counterexample "
           f"({time.perf_counter() - t0:.0f} s)")

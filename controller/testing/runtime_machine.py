@@ -81,6 +81,15 @@ class RuntimeMachine(RuleBasedStateMachine):
     def mastership(self, name: str, master: bool) -> None:
         self.fab.mastership_change(name, master)
 
+    @rule(name=st.sampled_from(SWITCHES), how=st.integers(0, 3), back=st.booleans())
+    def interim_master(self, name: str, how: int, back: bool) -> None:
+        """We lose ``name`` to another replica, which writes it; then (``back``) we master it
+        again (a failover and a fail-back, as the HA lab's pause-master scenario)."""
+        self.fab.mastership_change(name, False)
+        self.fab.tamper(name, how)
+        if back:
+            self.fab.mastership_change(name, True)
+
     @rule(spine=st.sampled_from(SPINES), leaf=st.sampled_from(LEAVES), up=st.booleans())
     def port(self, spine: str, leaf: str, up: bool) -> None:
         self.fab.port(spine, leaf, up)

@@ -271,8 +271,9 @@ class ModelFabric:
         self.settle()
 
     def tamper(self, name: str, how: int) -> None:
-        """While ``name`` is disconnected, change what it holds (``how`` picks: drop one of our
-        entries, add a foreign one, add a stale one of ours, change one of ours)."""
+        """Change what ``name`` holds behind our back — while it is disconnected, or while
+        another master writes it (``how`` picks: drop one of our entries, add a foreign one,
+        add a stale one of ours, change one of ours)."""
         if name in self.of:
             t = self.ff.tables[name]
             ours = [f for f in t.flows if f.cookie == encode.COOKIE]
