@@ -279,3 +279,51 @@ def test_a_deposed_masters_write_is_refused_by_the_switch(inputs, etcd_cluster):
             await rs.close()
 
     asyncio.run(go())
+
+
+def test_a_write_while_etcd_has_lost_quorum_is_unavailable_saying_whether_it_may_land(
+        inputs, etcd_cluster, caplog):
+    """Issue 23 point 3: two of three etcd members stopped (the one left answers "context
+    deadline exceeded", gRPC UNKNOWN): a registration through the gRPC northbound answers
+    UNAVAILABLE saying whether the change may still land — not FAILED_PRECONDITION — and
+    nothing is logged with a traceback; the same request once quorum is back is in force."""
+    import grpc
+
+    from controller.northbound.server import start_northbound
+    from controller.northbound.v1 import aifabric_pb2 as pb
+    from controller.northbound.v1 import aifabric_pb2_grpc as pb_grpc
+
+    async def go() -> None:
+        rs = _replicas(inputs, etcd_cluster, commit_timeout_s=1.5)
+        server = None
+        try:
+            await _programmed(rs, ("r1",))
+            server = await start_northbound(rs.replicas["r1"].service, "127.0.0.1", 0)
+            leader = etcd_cluster.leader_index()
+            for i in range(3):
+                if i != leader:
+                    etcd_cluster.stop_member(i)
+            req = pb.RegisterCollectiveRequest(job="job", name="pair", algorithm="ring",
+                                               ranks=["h1", "h8"], dscp=10)
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+                stub = pb_grpc.NorthboundStub(ch)
+                with pytest.raises(grpc.aio.AioRpcError) as ei:
+                    await stub.RegisterCollective(req, timeout=10.0)
+                assert ei.value.code() == grpc.StatusCode.UNAVAILABLE, ei.value.details()
+                details = ei.value.details()
+                assert "etcd did not take the change" in details
+                assert "may still land" in details or "nothing changed" in details
+                assert not [r for r in caplog.records if r.exc_info], \
+                    [r.getMessage() for r in caplog.records if r.exc_info]
+                for i in range(3):
+                    if i != leader:
+                        etcd_cluster.restart_member(i)
+                await rs.until(rs.balanced, timeout_s=30.0, what="r1 masters again")
+                reply = await stub.RegisterCollective(req, timeout=20.0)
+                assert reply.confirmation.in_force
+        finally:
+            if server is not None:
+                await server.stop(0)
+            await rs.close()
+
+    asyncio.run(go())

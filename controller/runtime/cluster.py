@@ -102,6 +102,7 @@ class ClusterOptions:
     confirm_timeout_s: float = 10.0
     connect_wait_s: float = 10.0
     start_timeout_s: float = 15.0
+    commit_timeout_s: float = 5.0
     advertise: Mapping[str, str] = field(default_factory=dict)
     #: ``--failure-detector-ms``: revoke a silent replica's lease (None: leases alone)
     detector: DetectorSettings | None = None
@@ -234,7 +235,8 @@ class ClusterRuntime:
     async def commit(self, change: IntentChange, expected_generation: int) -> IntentSnapshot:
         """One intent commit (:meth:`~controller.cluster.store.IntentStore.commit`)."""
         return await self.store.commit(change, expected_generation=expected_generation,
-                                       now_unix_s=time.time())
+                                       now_unix_s=time.time(),
+                                       deadline_s=self.opts.commit_timeout_s)
 
     # -- start and stop ----------------------------------------------------------------------
     async def observe(self) -> None:
@@ -513,8 +515,10 @@ class EtcdIntent:
         try:
             snap = await self.cluster.commit(change, state.intent_generation)
         except StoreUnavailable as exc:
-            known = ("nothing changed" if exc.applied is False
-                     else "it may or may not be in the intent: GetStatus on any replica tells")
+            known = ("nothing changed; retry" if exc.applied is False
+                     else "the change may still land (etcd commits a proposal it took once "
+                     "its quorum is back): GetStatus on any replica tells; the same request "
+                     "again is safe")
             raise NotConfirmed(f"etcd did not take the change ({exc}); {known}") from None
         except UnknownCollective as exc:
             raise NotFound(str(exc)) from None
