@@ -327,3 +327,37 @@ def test_a_write_while_etcd_has_lost_quorum_is_unavailable_saying_whether_it_may
             await rs.close()
 
     asyncio.run(go())
+
+
+def test_a_replica_keeps_its_lease_through_hostile_policy_documents(inputs, etcd_cluster):
+    """Issue 23 point 2: the documents that stalled a replica's loop for seconds (its lease
+    ended, its switches moved to r2 and back) are refused INVALID_ARGUMENT naming a limit —
+    the 10 KB nesting at once, a 1 MiB policy of 12,000 collectives after max_check_s — while
+    both replicas (on this one loop) keep every lease and every switch: no role changes."""
+    from controller.northbound.model import FieldError
+    from tests.test_northbound_hostile import many_collectives
+
+    async def go() -> None:
+        rs = _replicas(inputs, etcd_cluster)
+        try:
+            await _programmed(rs, ("r1", "r2"))
+            before = rs.masters()
+            changes: list[object] = []
+            for r in rs.live():
+                r.cluster.service.add_listener(changes.append)
+            svc = rs.replicas["r1"].service
+            for doc, limit in (("[" * 5000 + "]" * 5000, "max_depth"),
+                               (many_collectives(12000), "max_check_s"),
+                               ("a: " + "[" * 2500, "max_depth")):
+                for dry_run in (True, False):
+                    with pytest.raises(FieldError, match=f"limit {limit}"):
+                        await svc.apply_policy(doc, "hostile.yaml", dry_run)
+            assert changes == [] and rs.masters() == before
+            assert rs.balanced()
+            assert all(r.ctl.state.policy.generation == 1 for r in rs.live())
+        finally:
+            await rs.close()
+            for r in rs.replicas.values():
+                r.service.checker.close()
+
+    asyncio.run(go())

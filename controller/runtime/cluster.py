@@ -40,7 +40,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,6 +168,7 @@ class ClusterRuntime:
                                          detector=opts.detector)
         self.mastership = ClusterMastership(self.service, southbound)
         self._resolve_policy = resolve_policy
+        self._check_policy: Callable[[str, str], Awaitable[Policy]] | None = None
         self._policies: dict[str, Policy] = {}
         self._ctl: Controller | None = None
         self._placement: object = None
@@ -197,6 +198,35 @@ class ClusterRuntime:
                 snap = await self.store.snapshot()
         self.last_snapshot = snap
         return snap
+
+    def use_checker(self, check: Callable[[str, str], Awaitable[Policy]]) -> None:
+        """Check the policy documents that come from etcd with ``check(document, source)``
+        (off the loop: :class:`~controller.runtime.policycheck.PolicyChecker`) instead of
+        ``resolve_policy`` (which then serves only the start, before the loop runs anything
+        else)."""
+        self._check_policy = check
+
+    def remember_policy(self, digest: str, policy: Policy) -> None:
+        """The policy of a document this replica checked and committed itself (sha256
+        ``digest``): its own commit coming back from the watch is not checked again."""
+        self._policies = {digest: policy}
+
+    async def _load_policy(self, snap: IntentSnapshot) -> None:
+        """Check a policy document from etcd not seen yet with the checker (off the loop),
+        so that :meth:`resolve` finds it. Raises IntentDecodeError."""
+        rec = snap.policy
+        if rec is None or rec.digest in self._policies or self._check_policy is None:
+            return
+        try:
+            policy = await self._check_policy(rec.document, rec.source)
+        except ConfigError as exc:
+            raise IntentDecodeError(
+                f"the policy of intent generation {snap.generation} ({rec.source}) is "
+                f"invalid here: " + "; ".join(map(str, exc.problems[:3]))) from None
+        except Exception as exc:  # noqa: BLE001 - the checker's own failure: say it, go on
+            raise IntentDecodeError(f"the policy of intent generation {snap.generation} "
+                                    f"({rec.source}) could not be checked: {exc}") from None
+        self._policies = {rec.digest: policy}
 
     def resolve(self, snap: IntentSnapshot, state: RuntimeState) -> IntentSynced:
         """The runtime event for a stored intent. Raises IntentDecodeError (the value named)."""
@@ -304,6 +334,7 @@ class ClusterRuntime:
         async for snap in self.store.watch(since):
             self.last_snapshot = snap
             try:
+                await self._load_policy(snap)
                 ev = self.resolve(snap, self.ctl.state)
             except IntentDecodeError as exc:
                 LOG.error("[cluster] intent generation %d not adopted: %s", snap.generation,
@@ -512,6 +543,8 @@ class EtcdIntent:
             else None,
             restore_policy=PolicyRecord(rp.document, rp.source, rp.digest, rp.generation,
                                         rp.applied_unix_s) if rp is not None else None)
+        if update.policy is not None:
+            self.cluster.remember_policy(update.policy.digest, update.policy.policy)
         try:
             snap = await self.cluster.commit(change, state.intent_generation)
         except StoreUnavailable as exc:
