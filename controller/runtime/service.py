@@ -385,6 +385,7 @@ class FabricService:
                                                            placement=placement), on, what)
             except (PlanInvariantError, ValueError, _Refused) as exc:
                 raise Unavailable(f"{what} failed: {exc}") from None
+            self.batches += 1
             gen = self.state.intent_generation
             for p in batch:
                 name = str(p.req)
