@@ -361,3 +361,46 @@ def test_a_replica_keeps_its_lease_through_hostile_policy_documents(inputs, etcd
                 r.service.checker.close()
 
     asyncio.run(go())
+
+
+def test_status_says_mastership_is_unknown_while_etcd_is_down(inputs, etcd_cluster):
+    """Issue 23 point 7: with every etcd member down the replica steps down everywhere and
+    `aifabric status` says mastership is unknown (no cached master, no token) instead of
+    showing the last masters; once etcd is back it shows them again."""
+    from click.testing import CliRunner
+
+    from controller.cli import main as cli
+    from controller.northbound.server import start_northbound
+
+    async def go() -> None:
+        rs = _replicas(inputs, etcd_cluster)
+        server = None
+        try:
+            await _programmed(rs, ("r1",))
+            r1 = rs.replicas["r1"]
+            server = await start_northbound(r1.service, "127.0.0.1", 0)
+            view = (await r1.service.status())["cluster"]
+            assert not view["mastership_unknown"] and set(view["masters"]) == set(rs.masters())
+            for i in range(3):
+                etcd_cluster.stop_member(i)
+            await rs.until(lambda: not r1.masters(), what="r1 stepped down")
+            view = (await r1.service.status())["cluster"]
+            assert view["mastership_unknown"] and view["masters"] == {}
+            assert view["replicas"] == []
+            assert "etcd has not answered this replica for" in view["mastership_note"]
+            out = await asyncio.to_thread(CliRunner().invoke, cli, [
+                "status", "--controller", f"127.0.0.1:{server.port}", "--insecure"])
+            assert out.exit_code == 0, out.output
+            assert "mastership unknown: etcd has not answered this replica" in out.output
+            rows = [ln for ln in out.output.splitlines() if "│ openflow" in ln]
+            assert rows and all("unknown" in ln and "r1" not in ln for ln in rows), rows
+            await asyncio.to_thread(etcd_cluster.restart_members, [0, 1, 2])
+            await rs.until(rs.balanced, timeout_s=40.0, what="r1 masters again")
+            await rs.until(lambda: not r1.cluster.view()["mastership_unknown"],
+                           what="the view is known again")
+        finally:
+            if server is not None:
+                await server.stop(0)
+            await rs.close()
+
+    asyncio.run(go())

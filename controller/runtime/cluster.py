@@ -514,11 +514,17 @@ class ClusterRuntime:
     # -- status ---------------------------------------------------------------------------------
     def view(self) -> dict[str, Any]:
         """Who masters which switch, the live replicas, and this replica's intent generation
-        (for ``aifabric status``)."""
-        masters = self.service.masters()
-        return {"replica": self.opts.replica, "replicas": list(self.service.replicas()),
+        (for ``aifabric status``). While etcd's view is not known now (:meth:`~controller.
+        cluster.mastership.MastershipService.view_known`: etcd unreachable from here) no master
+        and no replica is reported — the last ones seen may no longer write — and
+        ``mastership_unknown`` says why."""
+        known, why = self.service.view_known()
+        masters = self.service.masters() if known else {}
+        return {"replica": self.opts.replica,
+                "replicas": list(self.service.replicas()) if known else [],
                 "masters": {s: (t.replica, t.token) for s, t in masters.items()},
-                "intent_generation": self.ctl.state.intent_generation if self._ctl else 0}
+                "intent_generation": self.ctl.state.intent_generation if self._ctl else 0,
+                "mastership_unknown": not known, "mastership_note": why}
 
 
 class EtcdIntent:
