@@ -135,3 +135,35 @@ def test_a_client_certificate_caps_the_role_of_the_token(pki, tokens):
             assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
     finally:
         nb.close(0)
+
+
+def test_the_cli_says_a_client_certificate_is_required(pki, other_pki):
+    """Issue 23 point 10: against a controller with mutual TLS, the CLI without a client
+    certificate said "no controller answers"; it says what the TLS handshake refused."""
+    from click.testing import CliRunner
+
+    from controller.cli import main as cli
+
+    tls = TLSFiles.from_dir(pki.directory, "controller")
+    nb = NorthboundThread(FakeService(), "127.0.0.1", 0, credentials=server_credentials(tls))
+    target = f"127.0.0.1:{nb.port}"
+    try:
+        r = CliRunner().invoke(cli, ["status", "--controller", target, "--ca", str(pki.ca_cert)])
+        assert r.exit_code == 1, r.output
+        assert "requires a client certificate (mutual TLS) and none was given: give --cert " \
+               "and --key" in " ".join(r.output.split())
+        crt, key = other_pki.client_certs["operator"]
+        r = CliRunner().invoke(cli, ["status", "--controller", target, "--ca",
+                                     str(pki.ca_cert), "--cert", str(crt), "--key", str(key)])
+        assert "refused our client certificate" in " ".join(r.output.split()), r.output
+        crt, key = pki.client_certs["operator"]
+        r = CliRunner().invoke(cli, ["status", "--controller", target, "--ca",
+                                     str(other_pki.ca_cert), "--cert", str(crt), "--key",
+                                     str(key)])
+        assert "its certificate does not verify with the CA given" in " ".join(
+            r.output.split()), r.output
+        r = CliRunner().invoke(cli, ["status", "--controller", target, "--ca",
+                                     str(pki.ca_cert), "--cert", str(crt), "--key", str(key)])
+        assert r.exit_code == 0 and "fabric fake" in r.output, r.output
+    finally:
+        nb.close(0)
