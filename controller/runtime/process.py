@@ -38,6 +38,7 @@ switch error; a replica applies it to the whole cluster through etcd).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -526,6 +527,12 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         loop.add_signal_handler(signal.SIGINT, stop.set)
         loop.add_signal_handler(signal.SIGHUP, on_hup)
     await ctl.start()
+    # Everything loaded so far (modules, os-ken, the fabric, the first plan) lives as long as
+    # the process: out of the garbage collector's reach, a full collection (which stops every
+    # thread, the loop's too) scans only what came later. Measured with a 3,000-collective
+    # policy's preview in the executor: 1.04 s -> 0.24 s, the loop's worst stall 246 -> 13 ms
+    # (issue 23; Python docs, gc.freeze).
+    gc.freeze()
     ready.set()
     edge_tasks = _notify_tasks(notifier, ctl, cluster is not None, opts.ready_timeout_s)
     if of_handle is not None:

@@ -165,13 +165,16 @@ class FabricService:
 
     # -- the one write path ------------------------------------------------------------------------
     async def _propose(self, st: RuntimeState, update: IntentUpdate, switches: Collection[str],
-                       what: str) -> InForce:
-        """Preview ``update`` on ``st`` (its plan must pass every invariant), commit it, and
-        wait for the masters of ``switches``. A refusal puts ``st``'s intent back.
+                       what: str, previewed: bool = False) -> InForce:
+        """Preview ``update`` on ``st`` (its plan must pass every invariant; off the loop,
+        skipped when the caller ``previewed`` it), commit it, and wait for the masters of
+        ``switches``. A refusal puts ``st``'s intent back.
 
         Raises StaleGeneration, PlanInvariantError / ValueError (nothing committed),
         NotConfirmed (the store did not take it), _Refused."""
-        core.adopt(st, synced(st, update, st.intent_generation + 1, self.wall()), self.mono())
+        if not previewed:
+            await asyncio.get_running_loop().run_in_executor(
+                self.controller.executor, _preview, st, update, self.wall(), self.mono())
         gen = await self.store.commit(update, st)
         res = await self.store.wait_in_force(switches, gen)
         if res.refusal is None:
@@ -539,19 +542,19 @@ class FabricService:
             pif = PolicyInForce(policy, document, source_name, st.intent_generation + 1,
                                 digest_of(document), self.wall())
             update = IntentUpdate(policy=pif, placement=placement)
-            try:
-                preview = core.adopt(st, synced(st, update, st.intent_generation + 1,
-                                                pif.applied_unix_s), self.mono())
+            try:   # the plan of a large policy takes long: off the loop
+                changes, diff = await loop.run_in_executor(
+                    self.controller.executor, _preview, st, update, pif.applied_unix_s,
+                    self.mono())
             except (PlanInvariantError, ValueError) as exc:
                 return self._failed(source_name, dry_run, str(exc), ())
-            changes = core.plan_diff(st, preview)
-            diff = switch_diffs(changes)
             if dry_run:
                 LOG.info("[fabric %s] policy %s (dry run): %s", st.fabric.name, source_name,
                          _summary(diff))
                 return PolicyApplyResult(True, True, (), diff, cur.generation, cur.digest)
             try:
-                res = await self._propose(st, update, set(changes), f"policy {source_name}")
+                res = await self._propose(st, update, set(changes), f"policy {source_name}",
+                                          previewed=True)
             except (_Refused, NotConfirmed, PlanInvariantError, ValueError) as exc:
                 return self._failed(source_name, False, str(exc), diff)
             now_in = self.state.policy
@@ -604,6 +607,16 @@ class FabricService:
                                     f"generation {cur.generation} stays in force")
         return PolicyApplyResult(False, dry_run, probs, (), cur.generation, cur.digest,
                                  "the policy has problems; nothing changed")
+
+
+def _preview(st: RuntimeState, update: IntentUpdate, applied_unix_s: float, now_s: float
+             ) -> tuple[dict[str, SwitchChanges], tuple[SwitchDiff, ...]]:
+    """What committing ``update`` on ``st`` would change, per switch (pure; run in the
+    executor). Raises PlanInvariantError / ValueError when its plan breaks an invariant."""
+    preview = core.adopt(st, synced(st, update, st.intent_generation + 1, applied_unix_s),
+                         now_s)
+    changes = dict(core.plan_diff(st, preview))
+    return changes, switch_diffs(changes)
 
 
 def _place(fabric: Fabric, installed: Mapping[FlowDemand, Path], new: list[FlowDemand],
