@@ -29,6 +29,7 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.process
 import pickle
+import signal
 import time
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
@@ -131,7 +132,10 @@ def _answer(payload: bytes) -> Answer:
 
 
 def _worker(conn: Connection) -> None:
-    """The child: answer one request after another from ``conn`` until it closes."""
+    """The child: answer one request after another from ``conn`` until it closes. It ignores
+    SIGHUP: a reload signal sent to the controller's process group (``kill -HUP -PGID``) is
+    the controller's to handle, not a reason for its checker to die mid-reload."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     while True:
         try:
             payload = conn.recv_bytes()
@@ -228,12 +232,18 @@ class PolicyChecker:
             proc.close()
 
     def _run(self, payload: bytes, source: str) -> Answer:
-        """In the checker's thread: one request to the worker; its answer, or a kill."""
+        """In the checker's thread: one request to the worker; its answer, or a kill. A worker
+        found dead when the request is sent (it died while idle) is replaced once."""
         conn = self._ensure_worker()
         self.checks += 1
         t0 = time.monotonic()
         try:
-            conn.send_bytes(payload)
+            try:
+                conn.send_bytes(payload)
+            except OSError:
+                self._stop_worker()
+                conn = self._ensure_worker()
+                conn.send_bytes(payload)
             left = self.limits.max_check_s - (time.monotonic() - t0)
             if left > 0 and conn.poll(left):
                 answer: Answer = pickle.loads(conn.recv_bytes())
