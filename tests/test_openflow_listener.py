@@ -311,3 +311,43 @@ def test_an_unknown_source_gets_a_bounded_number_of_handshakes():
     finally:
         gate.close()
         th.join(2)
+
+
+def test_a_churning_client_does_not_keep_a_tls_switch_out(pki):
+    """Over TLS (the switch presents its certificate): churning clients on the switch's own
+    address and another never keep it out; connections silent since their accept are
+    evicted before a handshake that has received its ClientHello."""
+    import ssl
+
+    from controller.runtime.channels import openflow_context
+    from controller.security.transport import TLSFiles
+
+    handled: list[object] = []
+    gate = HelloGate(bind_listener("127.0.0.1", 0), lambda s, a: None,
+                     lambda fn, conn, addr: handled.append(addr),
+                     ListenerLimits(hello_timeout_s=5.0, handshake_timeout_s=5.0),
+                     tls=openflow_context(TLSFiles.from_dir(pki.directory, "controller")))
+    th = threading.Thread(target=gate.serve_forever, daemon=True)
+    th.start()
+    ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(str(pki.switch_cert), str(pki.switch_key))
+    churners = [_Churner(gate.port, "127.0.0.2"), _Churner(gate.port, "127.0.0.1")]
+    switch_conns: list[socket.socket] = []
+    try:
+        assert _wait(lambda: gate.stats.evicted_waiting >= 1000, 30), gate.stats
+        for _ in range(5):
+            raw = socket.create_connection(("127.0.0.1", gate.port), timeout=10)
+            sw = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+            sw.sendall(HELLO_13)
+            switch_conns.append(sw)
+            me = sw.getsockname()
+            assert _wait(lambda me=me: me in handled, 10), (gate.stats, me)
+        assert gate.stats.refused_over_cap == 0 and gate.stats.closed_tls_failed == 0
+    finally:
+        for c in churners:
+            c.stop()
+        for s in switch_conns:
+            s.close()
+        gate.close()
+        th.join(2)

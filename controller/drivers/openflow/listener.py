@@ -143,6 +143,7 @@ class HelloGate:
         self.sock = sock
         self.tls = tls
         self._tls_pending: dict[int, bytes | None] = {}  # fd -> None: handshaking; bytes: read
+        self._tls_active: set[int] = set()   # handshakes that have received bytes
         self.handle = handle
         self.spawn = spawn
         self.limits = limits
@@ -257,25 +258,28 @@ class HelloGate:
             self._sel.register(conn, selectors.EVENT_READ, addr)
             self._peek(conn, now)   # its HELLO (or ClientHello) is often there already
 
-    def _evictable(self, fd: int) -> bool:
-        """A waiting connection that may be closed for a newer one: not TLS-verified, and
-        (plain TCP) no HELLO header buffered — one that has it is taken instead."""
+    def _progress(self, fd: int) -> int:
+        """How far a waiting connection got: 0 silent (nothing ever received), 1 on its way
+        (part of a HELLO, or a TLS handshake that has received its ClientHello), 2 its HELLO
+        is buffered (take it), 3 TLS-verified (never evicted)."""
         if fd in self._tls_pending:
-            return self._tls_pending[fd] is None   # still in its TLS handshake
-        conn = self._waiting[fd][0]
+            if self._tls_pending[fd] is not None:
+                return 3
+            return 1 if fd in self._tls_active or _raw_pending(self._waiting[fd][0]) else 0
         try:
-            head = conn.recv(8, socket.MSG_PEEK)
+            head = self._waiting[fd][0].recv(8, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
-            return True
+            return 0
         except OSError:
-            return True   # broken: closing it costs nothing
-        return len(head) < 8
+            return 0   # broken: closing it costs nothing
+        return 2 if len(head) >= 8 else 1 if head else 0
 
     def _evict_one(self, now: float) -> bool:
-        """Close the oldest waiting connection of the source holding the most waiting
-        connections (sources of no known switch first), else the oldest of any; a connection
-        whose HELLO arrived is taken on the way. True when one was closed. Linear in the
-        connections held (at most ``max_unfinished``): ``_waiting`` is in accept order."""
+        """Close the oldest silent waiting connection of the source holding the most waiting
+        connections (sources of no known switch first), else the oldest silent one of any,
+        else one on its way; a connection whose HELLO arrived is taken on the way. True when
+        one was closed. Linear in the connections held (at most ``max_unfinished``):
+        ``_waiting`` is in accept order."""
         counts: dict[str, int] = {}
         for _, addr, _ in self._waiting.values():
             src = _source(addr)
@@ -287,16 +291,18 @@ class HelloGate:
         entries = list(self._waiting.items())
         ordered = ([e for e in entries if _source(e[1][1]) == top]
                    + [e for e in entries if _source(e[1][1]) != top])
-        for fd, (conn, _addr, _) in ordered:
-            if fd not in self._waiting:
-                continue
-            if self._evictable(fd):
-                self.stats.evicted_waiting += 1
-                self._drop(fd, "closed before its HELLO to admit a newer connection "
-                           f"(limit {self.limits.max_unfinished})", None)
-                return True
-            if fd not in self._tls_pending:   # its HELLO is there: take it, look further
-                self._peek(conn, now)
+        for most in (0, 1):   # silent ones first, then those on their way
+            for fd, (conn, _addr, _) in ordered:
+                if fd not in self._waiting:
+                    continue
+                got = self._progress(fd)
+                if got <= most:
+                    self.stats.evicted_waiting += 1
+                    self._drop(fd, "closed before its HELLO to admit a newer connection "
+                               f"(limit {self.limits.max_unfinished})", None)
+                    return True
+                if got == 2:   # its HELLO is there: take it, look further
+                    self._peek(conn, now)
         return False
 
     def _peek(self, conn: Any, now: float) -> None:
@@ -328,6 +334,7 @@ class HelloGate:
             return
         self._sel.unregister(conn)
         proven = fd in self._tls_pending   # a client certificate of our CA verified
+        self._tls_active.discard(fd)
         if proven:
             from controller.drivers.openflow.tls import TLSConnection
 
@@ -341,6 +348,8 @@ class HelloGate:
         """Advance the TLS handshake, then read up to the first 8 bytes; the bytes so far
         (b"": closed or failed), or None while waiting for the peer."""
         if self._tls_pending[fd] is None:
+            if fd not in self._tls_active and _raw_pending(conn):
+                self._tls_active.add(fd)   # its ClientHello (or more) arrived
             try:
                 conn.do_handshake()
             except ssl.SSLWantReadError:
@@ -433,6 +442,7 @@ class HelloGate:
 
     def _drop(self, fd: int, why: str, level: int | None) -> None:
         self._tls_pending.pop(fd, None)
+        self._tls_active.discard(fd)
         with self._lock:
             entry = self._waiting.pop(fd, None)
         if entry is None:
@@ -470,6 +480,16 @@ class HelloGate:
             self.sock.close()
         except OSError:
             pass
+
+
+def _raw_pending(conn: Any) -> bool:
+    """Bytes wait on the TCP connection under a TLS socket (peeked below the TLS layer)."""
+    try:
+        return bool(socket.socket.recv(conn, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except (BlockingIOError, InterruptedError):
+        return False
+    except (OSError, ValueError):
+        return False
 
 
 def _close(conn: socket.socket) -> None:
