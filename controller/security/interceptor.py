@@ -175,10 +175,12 @@ def _aio_refusing_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode,
 
 
 def _behavior(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
+    """The function a method handler runs (whichever of its four kinds it is)."""
     for b in (handler.unary_unary, handler.unary_stream, handler.stream_unary,
               handler.stream_stream):
-        if b is not None:
-            return b
+        if callable(b):
+            fn: Callable[..., Any] = b
+            return fn
     raise ValueError("a method handler without behavior")
 
 
