@@ -1,4 +1,5 @@
-"""Registration rate: N concurrent RegisterCollective calls over gRPC, end to end.
+"""Registration and unregistration rates: N concurrent RegisterCollective calls over gRPC, end
+to end, then (``--unregister``) N concurrent UnregisterCollective calls of the same collectives.
 
 The controller runs the one runtime with its OpenFlow driver; the switches are either the
 flow-table simulator behind fake connections that answer like Open vSwitch (default), or real
@@ -8,10 +9,10 @@ Every registration returns only once every switch on its paths confirmed the cha
 commit reply). Concurrent calls are batched by the runtime into one plan change and one
 transaction per batch.
 
-Prints the number confirmed, the wall time, the rate (registrations/s), the median and slowest
-call, and how many batches (plan changes) the runtime made.
+Prints the number confirmed, the wall time, the rate (calls/s), the median and slowest call,
+how many batches (plan changes) the runtime made, and the load average.
 
-    .venv/bin/python bench/register.py [--n 200] [--ovs]
+    .venv/bin/python bench/register.py [--n 200] [--unregister] [--ovs]
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def requests(n: int, hosts: list[str]) -> list[tuple[str, str, list[str], tuple[
     return out
 
 
-def run_calls(target: str, n: int, hosts: list[str], workers: int) -> tuple[float, list[float],
-                                                                           int, list[str]]:
+def run_calls(target: str, n: int, hosts: list[str], workers: int, unregister: bool = False
+              ) -> tuple[float, list[float], int, list[str]]:
+    """N concurrent calls (registrations, or unregistrations of the collectives they made):
+    (wall s, per-call latencies s, confirmed in force, errors)."""
     reqs = requests(n, hosts)
     clients = [FabricClient(target, timeout_s=60.0, insecure=True) for _ in range(workers)]
     lat: list[float] = []
@@ -63,7 +66,10 @@ def run_calls(target: str, n: int, hosts: list[str], workers: int) -> tuple[floa
         job, name, ranks, l4 = reqs[i]
         t0 = time.perf_counter()
         try:
-            r = clients[i % workers].register(job, name, ranks, l4=l4)
+            if unregister:
+                r = clients[i % workers].unregister(f"{job}.{name}")
+            else:
+                r = clients[i % workers].register(job, name, ranks, l4=l4)
             ok = r.confirmation.in_force
         except Exception as exc:  # noqa: BLE001 - counted and shown
             with lock:
@@ -87,7 +93,7 @@ def run_calls(target: str, n: int, hosts: list[str], workers: int) -> tuple[floa
     return wall, lat, confirmed, errors
 
 
-def simulated(n: int, workers: int) -> None:
+def simulated(n: int, workers: int, unregister: bool) -> None:
     from controller.northbound.server import start_northbound
     from controller.testing.rig import Rig
 
@@ -97,16 +103,22 @@ def simulated(n: int, workers: int) -> None:
     rig.connect()
     nb = rig.run(start_northbound(rig.service, "127.0.0.1", 0))
     try:
-        wall, lat, confirmed, errors = run_calls(f"127.0.0.1:{nb.port}", n,
-                                                 [h.name for h in fabric.hosts], workers)
-        report(n, wall, lat, confirmed, errors, rig.service.batches,
-               "simulated switches (flow-table simulator behind fake OpenFlow 1.3 connections)")
+        hosts = [h.name for h in fabric.hosts]
+        what = "simulated switches (flow-table simulator behind fake OpenFlow 1.3 connections)"
+        wall, lat, confirmed, errors = run_calls(f"127.0.0.1:{nb.port}", n, hosts, workers)
+        report(n, wall, lat, confirmed, errors, rig.service.batches, what)
+        if unregister:
+            b0 = rig.service.batches
+            wall, lat, confirmed, errors = run_calls(f"127.0.0.1:{nb.port}", n, hosts, workers,
+                                                     unregister=True)
+            report(n, wall, lat, confirmed, errors, rig.service.batches - b0, what,
+                   "UnregisterCollective")
     finally:
         rig.run(nb.stop(0))
         rig.close()
 
 
-def ovs(n: int, workers: int) -> None:
+def ovs(n: int, workers: int, unregister: bool) -> None:
     from mininet_labs.lab.processes import free_port
 
     fabric = load_topology(TOPO)
@@ -136,12 +148,19 @@ def ovs(n: int, workers: int) -> None:
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise SystemExit(f"controller not ready:\n{log.read_text()[-2000:]}")
             time.sleep(0.2)
-        wall, lat, confirmed, errors = run_calls(f"127.0.0.1:{grpc_port}", n,
-                                                 [h.name for h in fabric.hosts], workers)
+        hosts = [h.name for h in fabric.hosts]
+        wall, lat, confirmed, errors = run_calls(f"127.0.0.1:{grpc_port}", n, hosts, workers)
         batches = log.read_text().count("northbound: registered")
         report(n, wall, lat, confirmed, errors, None,
                f"Open vSwitch {ovs_version()} bridges (userspace datapath), controller process; "
                f"{batches} registrations logged")
+        if unregister:
+            wall, lat, confirmed, errors = run_calls(f"127.0.0.1:{grpc_port}", n, hosts,
+                                                     workers, unregister=True)
+            gone = log.read_text().count("northbound: unregistered")
+            report(n, wall, lat, confirmed, errors, None,
+                   f"Open vSwitch {ovs_version()} bridges, controller process; {gone} "
+                   "unregistrations logged", "UnregisterCollective")
     finally:
         if proc is not None:
             proc.terminate()
@@ -156,13 +175,13 @@ def ovs_version() -> str:
 
 
 def report(n: int, wall: float, lat: list[float], confirmed: int, errors: list[str],
-           batches: int | None, what: str) -> None:
+           batches: int | None, what: str, method: str = "RegisterCollective") -> None:
     print(f"{what}")
     print(f"load average {os.getloadavg()[0]:.2f} (1 min)")
-    print(f"{n} concurrent RegisterCollective calls: {len(lat)} answered, {confirmed} confirmed "
+    print(f"{n} concurrent {method} calls: {len(lat)} answered, {confirmed} confirmed "
           f"in force, {len(errors)} failed")
     if lat:
-        print(f"wall {wall:.2f} s: {len(lat) / wall:.0f} registrations/s; per call median "
+        print(f"wall {wall:.2f} s: {len(lat) / wall:.0f} calls/s; per call median "
               f"{statistics.median(lat) * 1e3:.0f} ms, slowest {max(lat) * 1e3:.0f} ms")
     if batches is not None:
         print(f"plan changes (batches): {batches}")
@@ -175,8 +194,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200, help="registrations (default 200)")
     ap.add_argument("--workers", type=int, default=200, help="concurrent callers")
     ap.add_argument("--ovs", action="store_true", help="real Open vSwitch bridges (root)")
+    ap.add_argument("--unregister", action="store_true",
+                    help="then unregister them all, concurrently")
     args = ap.parse_args()
-    (ovs if args.ovs else simulated)(args.n, min(args.workers, args.n))
+    (ovs if args.ovs else simulated)(args.n, min(args.workers, args.n), args.unregister)
 
 
 if __name__ == "__main__":

@@ -375,7 +375,12 @@ def status_cmd(target: str, all_links: bool, **sec: Any) -> None:
         console.print(f"policy generation {pol.generation}: {pol.source}, sha256 {pol.digest}, "
                       f"applied {when}", markup=False)
     cluster = st.cluster if st.HasField("cluster") else None
-    if cluster is not None:
+    unknown = cluster is not None and cluster.mastership_unknown
+    if cluster is not None and unknown:
+        console.print(f"cluster: answered by replica {cluster.replica}; intent generation "
+                      f"{cluster.intent_generation}; [red]mastership unknown[/]: "
+                      f"{cluster.mastership_note}")
+    elif cluster is not None:
         console.print(f"cluster: answered by replica {cluster.replica}; live replicas "
                       f"{', '.join(cluster.replicas) or 'none'}; intent generation "
                       f"{cluster.intent_generation}", markup=False)
@@ -391,7 +396,8 @@ def status_cmd(target: str, all_links: bool, **sec: Any) -> None:
                "yes" if s.connected else "[red]no[/]",
                "never" if s.last_sample_age_s < 0 else f"{s.last_sample_age_s:.1f} s ago"]
         if cluster is not None:
-            row[4:4] = [s.master or "[red]none[/]", str(s.master_token) if s.master else "-"]
+            row[4:4] = (["[red]unknown[/]", "-"] if unknown else
+                        [s.master or "[red]none[/]", str(s.master_token) if s.master else "-"])
         t.add_row(*row)
     console.print(t)
     console.print(_links_table(st, fabric_only=not all_links))

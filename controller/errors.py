@@ -43,6 +43,23 @@ class ConfigError(Exception):
         self.problems: tuple[ConfigProblem, ...] = tuple(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[object, ...]]:
+        # pickled with its problems (a policy checked in a child process comes back so)
+        return (type(self), (self.problems,))
+
+
+class DocumentLimitError(ConfigError):
+    """A document refused because it is beyond one of the bounds that keep parsing it cheap
+    (``limit`` names the bound: ``max_depth``, ``max_nodes``, ``max_bytes``, ``max_check_s``);
+    its one problem says where and by how much. Nothing of it was interpreted."""
+
+    def __init__(self, limit: str, problem: ConfigProblem):
+        self.limit = limit
+        super().__init__([problem])
+
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[object, ...]]:
+        return (DocumentLimitError, (self.limit, self.problems[0]))
+
 
 class PlanInvariantError(Exception):
     """Raised when a computed plan breaks an invariant (loop, dead end, valley, unknown link).

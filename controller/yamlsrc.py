@@ -20,8 +20,9 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
+from ruamel.yaml.scanner import RoundTripScanner
 
-from controller.errors import ConfigError, ConfigProblem
+from controller.errors import ConfigError, ConfigProblem, DocumentLimitError
 
 YamlPath = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -75,15 +76,55 @@ class Document:
 MAX_NODES = 200_000
 """The most YAML nodes a document may expand to (aliases included): guards against alias bombs."""
 
+MAX_DEPTH = 64
+"""The deepest nesting a document may have: block collections (one per indentation level,
+each ``- `` of a compact sequence too) plus flow collections (``[`` and ``{``) open at once;
+aliases expanded count too. Our documents need fewer than 10. Bounds the parser's recursion
+(ruamel's composer recurses per level: ``[`` x 700 overflowed Python's stack) and its time
+(its scanner revisits every open flow level per token: ``[`` x 5,000 took 4-7 s, issue 23)."""
+
 
 class _TooLarge(Exception):
     pass
 
 
-def _plain(node: Any, path: YamlPath, doc: Document) -> Any:
+class _TooDeep(Exception):
+    def __init__(self, line: int, column: int, depth: int) -> None:
+        super().__init__(line, column, depth)
+        self.line, self.column, self.depth = line, column, depth
+
+
+class _DepthLimitedScanner(RoundTripScanner):
+    """ruamel's round-trip scanner refusing to open a collection beyond ``max_depth`` (set
+    per parse by :func:`parse_document`): the tokenizer checks each ``[``/``{`` and each new
+    indentation level as it reads it, before the parser sees that level, so the parser never
+    nests deeper and the scanner's per-level work stays bounded."""
+
+    max_depth = MAX_DEPTH
+
+    def _open(self) -> None:
+        depth = len(self.indents) + self.flow_level + 1
+        if depth > self.max_depth:
+            mark = self.reader.get_mark()
+            raise _TooDeep(mark.line + 1, mark.column + 1, depth)
+
+    def add_indent(self, column: int) -> bool:
+        if self.indent < column:
+            self._open()
+        return bool(super().add_indent(column))
+
+    def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:  # noqa: N803
+        self._open()
+        super().fetch_flow_collection_start(TokenClass, to_push)
+
+
+def _plain(node: Any, path: YamlPath, doc: Document, depth: int = 1,
+           max_depth: int = MAX_DEPTH) -> Any:
     doc._nodes += 1
     if doc._nodes > MAX_NODES:
         raise _TooLarge
+    if depth > max_depth:   # aliases can nest what the text does not
+        raise _TooDeep(*doc.where(path), depth)
     if isinstance(node, CommentedMap):
         out: dict[Any, Any] = {}
         for k, v in node.items():
@@ -92,7 +133,8 @@ def _plain(node: Any, path: YamlPath, doc: Document) -> Any:
             vl = node.lc.value(k)
             doc.key_pos[kp] = (kl[0] + 1, kl[1] + 1)
             doc.value_pos[kp] = (vl[0] + 1, vl[1] + 1)
-            out[str(k) if not isinstance(k, str | int) else k] = _plain(v, kp, doc)
+            out[str(k) if not isinstance(k, str | int) else k] = _plain(v, kp, doc, depth + 1,
+                                                                         max_depth)
         return out
     if isinstance(node, CommentedSeq):
         items = []
@@ -100,7 +142,7 @@ def _plain(node: Any, path: YamlPath, doc: Document) -> Any:
             ip = path + (i,)
             il = node.lc.item(i)
             doc.value_pos[ip] = (il[0] + 1, il[1] + 1)
-            items.append(_plain(v, ip, doc))
+            items.append(_plain(v, ip, doc, depth + 1, max_depth))
         return items
     if hasattr(node, "__class__") and type(node).__module__.startswith("ruamel"):
         # ScalarFloat, ScalarInt, ScalarBoolean, TaggedScalar...: back to builtins.
@@ -132,12 +174,25 @@ def load_document(path: str | Path) -> Document:
     return parse_document(text, name)
 
 
-def parse_document(text: str, name: str = "<string>") -> Document:
-    """Parse YAML ``text`` (named ``name`` in messages) into a :class:`Document`."""
+def parse_document(text: str, name: str = "<string>", *, max_depth: int = MAX_DEPTH) -> Document:
+    """Parse YAML ``text`` (named ``name`` in messages) into a :class:`Document`.
+
+    Raises
+    ------
+    ConfigError
+        Not valid YAML, a duplicate key, not a mapping.
+    DocumentLimitError
+        Nested deeper than ``max_depth`` (``limit`` ``max_depth``: checked by the tokenizer
+        as each level opens, so the parser never recurses deeper), or expanding to more than
+        :data:`MAX_NODES` nodes (``max_nodes``).
+    """
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
+    yaml.Scanner = type("_Scanner", (_DepthLimitedScanner,), {"max_depth": max_depth})
     try:
         node = yaml.load(text)
+    except _TooDeep as exc:
+        raise _too_deep(name, exc, max_depth) from None
     except DuplicateKeyError as exc:
         mark = exc.problem_mark
         raise ConfigError(
@@ -167,15 +222,24 @@ def parse_document(text: str, name: str = "<string>") -> Document:
     if not isinstance(node, CommentedMap):
         raise ConfigError([ConfigProblem(name, 1, 1, "", "the document must be a YAML mapping")])
     try:
-        doc.data = _plain(node, (), doc)
+        doc.data = _plain(node, (), doc, 1, max_depth)
     except _TooLarge:
-        raise ConfigError([ConfigProblem(
+        raise DocumentLimitError("max_nodes", ConfigProblem(
             name, 1, 1, "", f"the document expands to more than {MAX_NODES} nodes "
-            "(aliases included); refusing it")]) from None
-    except RecursionError:
-        raise ConfigError([ConfigProblem(name, 1, 1, "", "the document nests too deeply "
-                                         "(or an alias refers to itself)")]) from None
+            f"(aliases included; limit max_nodes {MAX_NODES}); refusing it")) from None
+    except _TooDeep as exc:   # the text is within max_depth (the scanner saw to it)
+        raise _too_deep(name, exc, max_depth, " once its aliases are expanded") from None
+    except RecursionError:   # an alias that refers to itself
+        raise ConfigError([ConfigProblem(name, 1, 1, "", "an alias refers to the collection "
+                                         "that holds it")]) from None
     return doc
+
+
+def _too_deep(name: str, exc: _TooDeep, max_depth: int, how: str = "") -> DocumentLimitError:
+    return DocumentLimitError("max_depth", ConfigProblem(
+        name, exc.line, exc.column, "", f"nested deeper than {max_depth} levels{how} (limit "
+        f"max_depth {max_depth}; a collection opens here at level {exc.depth}); refusing "
+        "the document unparsed"))
 
 
 def _loc_to_path(loc: tuple[Any, ...], data: Any) -> YamlPath:

@@ -113,3 +113,36 @@ def test_cluster_url():
             parse_cluster_url(bad)
     with pytest.raises(ClusterURLError):
         grpc_target((("127.0.0.1", 1), ("::1", 2)))
+
+
+def _client_error(code, details: str) -> Exception:
+    """What aetcd raises for a gRPC error whose code it does not map: ClientError from it."""
+    import aetcd
+    import grpc.aio
+
+    rpc = grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+    try:
+        raise aetcd.ClientError(details) from rpc
+    except aetcd.ClientError as exc:
+        return exc
+
+
+def test_etcd_answers_that_mean_not_now_are_transient_and_refusals_are_not():
+    import aetcd
+    import grpc
+
+    from controller.cluster.etcd import is_transient
+
+    # quorum lost: the member's own context ends first (etcd answers UNKNOWN)
+    assert is_transient(_client_error(grpc.StatusCode.UNKNOWN, "context deadline exceeded"))
+    assert is_transient(_client_error(grpc.StatusCode.CANCELLED, "channel closed"))
+    assert is_transient(_client_error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                      "etcdserver: too many requests"))
+    assert is_transient(aetcd.ConnectionTimeoutError("Deadline Exceeded"))
+    assert is_transient(aetcd.ConnectionFailedError("etcdserver: request timed out"))
+    assert not is_transient(_client_error(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                          "trying to send message larger than max"))
+    assert not is_transient(_client_error(grpc.StatusCode.PERMISSION_DENIED, "denied"))
+    assert not is_transient(aetcd.InvalidArgumentError("etcdserver: request is too large"))
+    assert not is_transient(aetcd.ClientError("no cause"))
+    assert not is_transient(ValueError("x"))

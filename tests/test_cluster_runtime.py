@@ -279,3 +279,129 @@ def test_a_deposed_masters_write_is_refused_by_the_switch(inputs, etcd_cluster):
             await rs.close()
 
     asyncio.run(go())
+
+
+def test_a_write_while_etcd_has_lost_quorum_is_unavailable_saying_whether_it_may_land(
+        inputs, etcd_cluster, caplog):
+    """Issue 23 point 3: two of three etcd members stopped (the one left answers "context
+    deadline exceeded", gRPC UNKNOWN): a registration through the gRPC northbound answers
+    UNAVAILABLE saying whether the change may still land — not FAILED_PRECONDITION — and
+    nothing is logged with a traceback; the same request once quorum is back is in force."""
+    import grpc
+
+    from controller.northbound.server import start_northbound
+    from controller.northbound.v1 import aifabric_pb2 as pb
+    from controller.northbound.v1 import aifabric_pb2_grpc as pb_grpc
+
+    async def go() -> None:
+        rs = _replicas(inputs, etcd_cluster, commit_timeout_s=1.5)
+        server = None
+        try:
+            await _programmed(rs, ("r1",))
+            server = await start_northbound(rs.replicas["r1"].service, "127.0.0.1", 0)
+            leader = etcd_cluster.leader_index()
+            for i in range(3):
+                if i != leader:
+                    etcd_cluster.stop_member(i)
+            req = pb.RegisterCollectiveRequest(job="job", name="pair", algorithm="ring",
+                                               ranks=["h1", "h8"], dscp=10)
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+                stub = pb_grpc.NorthboundStub(ch)
+                with pytest.raises(grpc.aio.AioRpcError) as ei:
+                    await stub.RegisterCollective(req, timeout=10.0)
+                assert ei.value.code() == grpc.StatusCode.UNAVAILABLE, ei.value.details()
+                details = ei.value.details()
+                assert "etcd did not take the change" in details
+                assert "may still land" in details or "nothing changed" in details
+                ours = [r for r in caplog.records if r.name.startswith("aifabric")]
+                assert not [r for r in ours if r.exc_info], \
+                    [r.getMessage() for r in ours if r.exc_info]
+                for i in range(3):
+                    if i != leader:
+                        etcd_cluster.restart_member(i)
+                await rs.until(rs.balanced, timeout_s=30.0, what="r1 masters again")
+                reply = await stub.RegisterCollective(req, timeout=20.0)
+                assert reply.confirmation.in_force
+        finally:
+            if server is not None:
+                await server.stop(0)
+            await rs.close()
+
+    asyncio.run(go())
+
+
+def test_a_replica_keeps_its_lease_through_hostile_policy_documents(inputs, etcd_cluster):
+    """Issue 23 point 2: the documents that stalled a replica's loop for seconds (its lease
+    ended, its switches moved to r2 and back) are refused INVALID_ARGUMENT naming a limit —
+    the 10 KB nesting at once, a 1 MiB policy of 12,000 collectives after max_check_s — while
+    both replicas (on this one loop) keep every lease and every switch: no role changes."""
+    from controller.northbound.model import FieldError
+    from tests.test_northbound_hostile import many_collectives
+
+    async def go() -> None:
+        rs = _replicas(inputs, etcd_cluster)
+        try:
+            await _programmed(rs, ("r1", "r2"))
+            before = rs.masters()
+            changes: list[object] = []
+            for r in rs.live():
+                r.cluster.service.add_listener(changes.append)
+            svc = rs.replicas["r1"].service
+            for doc, limit in (("[" * 5000 + "]" * 5000, "max_depth"),
+                               (many_collectives(12000), "max_check_s"),
+                               ("a: " + "[" * 2500, "max_depth")):
+                for dry_run in (True, False):
+                    with pytest.raises(FieldError, match=f"limit {limit}"):
+                        await svc.apply_policy(doc, "hostile.yaml", dry_run)
+            assert changes == [] and rs.masters() == before
+            assert rs.balanced()
+            assert all(r.ctl.state.policy.generation == 1 for r in rs.live())
+        finally:
+            await rs.close()
+            for r in rs.replicas.values():
+                r.service.checker.close()
+
+    asyncio.run(go())
+
+
+def test_status_says_mastership_is_unknown_while_etcd_is_down(inputs, etcd_cluster):
+    """Issue 23 point 7: with every etcd member down the replica steps down everywhere and
+    `aifabric status` says mastership is unknown (no cached master, no token) instead of
+    showing the last masters; once etcd is back it shows them again."""
+    from click.testing import CliRunner
+
+    from controller.cli import main as cli
+    from controller.northbound.server import start_northbound
+
+    async def go() -> None:
+        rs = _replicas(inputs, etcd_cluster)
+        server = None
+        try:
+            await _programmed(rs, ("r1",))
+            r1 = rs.replicas["r1"]
+            server = await start_northbound(r1.service, "127.0.0.1", 0)
+            view = (await r1.service.status())["cluster"]
+            assert not view["mastership_unknown"] and set(view["masters"]) == set(rs.masters())
+            for i in range(3):
+                etcd_cluster.stop_member(i)
+            await rs.until(lambda: not r1.masters(), what="r1 stepped down")
+            view = (await r1.service.status())["cluster"]
+            assert view["mastership_unknown"] and view["masters"] == {}
+            assert view["replicas"] == []
+            assert "etcd has not answered this replica for" in view["mastership_note"]
+            out = await asyncio.to_thread(CliRunner().invoke, cli, [
+                "status", "--controller", f"127.0.0.1:{server.port}", "--insecure"])
+            assert out.exit_code == 0, out.output
+            assert "mastership unknown: etcd has not answered this replica" in out.output
+            rows = [ln for ln in out.output.splitlines() if "│ openflow" in ln]
+            assert rows and all("unknown" in ln and "r1" not in ln for ln in rows), rows
+            await asyncio.to_thread(etcd_cluster.restart_members, [0, 1, 2])
+            await rs.until(rs.balanced, timeout_s=40.0, what="r1 masters again")
+            await rs.until(lambda: not r1.cluster.view()["mastership_unknown"],
+                           what="the view is known again")
+        finally:
+            if server is not None:
+                await server.stop(0)
+            await rs.close()
+
+    asyncio.run(go())

@@ -84,7 +84,8 @@ def test_connect_programs_everything_then_reconnect_sends_nothing(caplog):
 
 
 @pytest.mark.parametrize("version", [4, 6], ids=["of13", "of15"])
-def test_foreign_entries_survive_start_restart_and_reload(version, tmp_path):
+def test_foreign_entries_survive_start_restart_and_reload(version, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
     ff = FakeFabric.empty(FABRIC)
     for t in ff.tables.values():
         _foreign(t)
@@ -92,6 +93,11 @@ def test_foreign_entries_survive_start_restart_and_reload(version, tmp_path):
     try:
         rig.connect()
         assert all(_foreign_intact(t) for t in ff.tables.values())
+        # the reconcile log counts them (issue 23: it said 0 while they were there)
+        for name in rig.switches:
+            assert any(f"[{name} dpid=" in r.getMessage() and "reconciled:" in r.getMessage()
+                       and "2 foreign entries and 1 foreign groups left alone" in r.getMessage()
+                       for r in caplog.records), name
         assert_full_reachability(ff)
     finally:
         rig.close()
@@ -313,5 +319,26 @@ def test_registrations_are_batched_and_confirmed():
         assert len(rig.ctl.state.registered) == 8
         with pytest.raises(Unavailable):
             rig.run(rig.service.unregister("ring-a"))
+    finally:
+        rig.close()
+
+
+@pytest.mark.parametrize("role, level", [("backup", logging.INFO), ("master", logging.WARNING)])
+def test_a_stale_role_request_during_a_take_over_is_not_an_error(caplog, role, level):
+    """Issue 23: a replica restating an older term to switches a newer master already holds
+    (the switch answers OFPRRFC_STALE) logged at ERROR on every routine take-over. A backup
+    says it at INFO, a deposed master at WARNING; both stay backup and write nothing."""
+    rig = _rig(mastership=StaticMastership(role, 4))
+    for a in rig.arbiters.values():
+        a.generation_id = 9   # a newer master's term, seen by every switch
+    try:
+        caplog.set_level(logging.INFO)
+        rig.connect()
+        stale = [r for r in caplog.records if "OFPRRFC_STALE" in r.getMessage()]
+        assert stale and all(r.levelno == level for r in stale), [
+            (r.levelname, r.getMessage()) for r in stale]
+        assert all("another controller holds a newer term" in r.getMessage() for r in stale)
+        assert rig.ctl.state.writable() == frozenset()
+        assert rig.writes() == dict.fromkeys(rig.switches, 0)
     finally:
         rig.close()

@@ -1,8 +1,10 @@
 """The bounded OpenFlow accept stage, attacked by hostile clients on loopback (bounded in count:
 500 connections, and in time: seconds): idle connections cost no thread and are closed after the
-HELLO deadline, connections beyond the cap are closed at once, a non-OpenFlow client is closed
-at its first bytes, a client that stalls after its HELLO is closed after the handshake deadline;
-and the same against the controller process, counting its threads."""
+HELLO deadline, a connection beyond the cap evicts the oldest still without its HELLO (and is
+refused only when every slot is past its HELLO), a non-OpenFlow client is closed at its first
+bytes, a client that stalls after its HELLO is closed after the handshake deadline, a churning
+client never keeps a switch out (issue 23), an unknown source gets a bounded number of
+handshakes; and the same against the controller process, counting its threads."""
 
 from __future__ import annotations
 
@@ -90,15 +92,30 @@ def test_idle_connections_cost_no_thread_and_close_after_the_hello_deadline():
 
 def test_cap_garbage_and_a_stalled_handshake():
     gate, th, handed = _gate(ListenerLimits(hello_timeout_s=5.0, handshake_timeout_s=0.5,
-                                            max_unfinished=20))
+                                            max_unfinished=20, max_handshakes_per_source=40))
     try:
         idle = _connect(gate.port, 20)
         assert _wait(lambda: gate.unfinished() == 20, 3)
-        extra = _connect(gate.port, 30)  # beyond the cap: closed on accept
-        assert _wait(lambda: all(_closed_by_peer(c) for c in extra), 3)
-        assert gate.stats.refused_over_cap == 30
-        for c in idle:
+        # beyond the cap a new connection closes the oldest still without its HELLO
+        extra = _connect(gate.port, 30)
+        assert _wait(lambda: all(_closed_by_peer(c) for c in idle + extra[:10]), 3)
+        assert not any(_closed_by_peer(c) for c in extra[10:])
+        assert gate.stats.evicted_waiting == 30 and gate.unfinished() == 20
+        for c in extra:
             c.close()
+        assert _wait(lambda: gate.unfinished() == 0, 3)
+        # connections past their HELLO are never closed for another: the new one is refused
+        stalled = _connect(gate.port, 20)
+        for c in stalled:
+            c.sendall(HELLO_13)
+        assert _wait(lambda: len(handed) == 20, 3)
+        late = _connect(gate.port, 1)
+        assert _wait(lambda: _closed_by_peer(late[0]), 3)
+        assert gate.stats.refused_over_cap == 1
+        assert _wait(lambda: gate.stats.closed_no_handshake == 20, 3)
+        for c in stalled + late:
+            c.close()
+        handed.clear()
         assert _wait(lambda: gate.unfinished() == 0, 3)
         junk = socket.create_connection(("127.0.0.1", gate.port))
         junk.sendall(b"GET / HTTP/1.1\r\n\r\n")
@@ -109,7 +126,7 @@ def test_cap_garbage_and_a_stalled_handshake():
         ok = socket.create_connection(("127.0.0.1", gate.port))
         ok.sendall(HELLO_13)
         assert _wait(lambda: len(handed) == 1, 3)
-        assert _wait(lambda: gate.stats.closed_no_handshake == 1, 3)
+        assert _wait(lambda: gate.stats.closed_no_handshake == 21, 3)
         ok.close()
         junk.close()
     finally:
@@ -137,7 +154,7 @@ def test_500_idle_connections_to_the_controller_leave_no_thread_behind(tmp_path)
         clients = _connect(port, 500)
         peak = max(_threads(proc.pid) for _ in range(5) if not time.sleep(0.1))
         assert peak <= base + 1, (base, peak)
-        # everything is closed: 436 beyond the cap at once, the rest at the HELLO deadline
+        # everything is closed: 436 evicted by newer ones at the cap, the rest at the HELLO deadline
         assert _wait(lambda: all(_closed_by_peer(c) for c in clients), 10)
         assert _threads(proc.pid) <= base + 1
         for c in clients:
@@ -196,3 +213,141 @@ def test_the_bridge_knows_its_gate_before_the_gate_serves_a_connection():
     r = subprocess.run([sys.executable, "-c", GATE_PROBE], capture_output=True, text=True,
                        timeout=60, cwd=Path(__file__).resolve().parent.parent)
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+
+
+class _Churner:
+    """Connects from ``source`` to the gate as fast as it can and keeps every connection
+    open (the oldest ``keep`` of its own at most): issue 23's attacker (247k connects in 23 s),
+    which kept a reconnecting switch out for 20 s when the gate refused new connections at
+    its cap."""
+
+    def __init__(self, port: int, source: str, keep: int = 300) -> None:
+        self.port, self.source, self.keep = port, source, keep
+        self.connects = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from collections import deque
+
+        held: deque[socket.socket] = deque()
+        while not self._stop.is_set():
+            s = socket.socket()
+            try:
+                s.bind((self.source, 0))
+                s.connect(("127.0.0.1", self.port))
+                self.connects += 1
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+            if len(held) > self.keep:
+                held.popleft().close()
+        for s in held:
+            s.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def test_a_churning_client_does_not_keep_a_switch_out():
+    """Two churning clients, one on the switch's own address: every one of the switch's
+    reconnects is handed over (its HELLO arrives with its connection; the churners only evict
+    their own connections), and a source of a known switch is evicted from last."""
+    handled: list[object] = []
+    gate = HelloGate(bind_listener("127.0.0.1", 0), lambda s, a: None,
+                     lambda fn, conn, addr: handled.append(addr),
+                     ListenerLimits(hello_timeout_s=5.0, handshake_timeout_s=5.0))
+    th = threading.Thread(target=gate.serve_forever, daemon=True)
+    th.start()
+    churners = [_Churner(gate.port, "127.0.0.2"), _Churner(gate.port, "127.0.0.1")]
+    switch_conns: list[socket.socket] = []
+    try:
+        # the attack in full swing: the 64 slots full, new connections evicting old ones
+        assert _wait(lambda: gate.stats.evicted_waiting >= 2000, 30), gate.stats
+        for _ in range(5):   # a switch on 127.0.0.1 reconnects, again and again
+            sw = socket.create_connection(("127.0.0.1", gate.port))
+            sw.sendall(HELLO_13)
+            switch_conns.append(sw)
+            me = sw.getsockname()
+            assert _wait(lambda me=me: me in handled, 10), (gate.stats, me)
+            gate.established(me, known=True)
+        assert gate.known_source(("127.0.0.1", 1)) and not gate.known_source(("127.0.0.2", 1))
+        assert gate.stats.refused_over_cap == 0
+        assert all(c.connects > 100 for c in churners)
+    finally:
+        for c in churners:
+            c.stop()
+        for s in switch_conns:
+            s.close()
+        gate.close()
+        th.join(2)
+
+
+def test_an_unknown_source_gets_a_bounded_number_of_handshakes():
+    """A source that sends HELLOs and stalls holds at most max_handshakes_per_source
+    handshakes (a thread each in os-ken); its other HELLOs wait without a thread. A known
+    source has no such bound."""
+    handled: list[object] = []
+    gate = HelloGate(bind_listener("127.0.0.1", 0), lambda s, a: None,
+                     lambda fn, conn, addr: handled.append(addr),
+                     ListenerLimits(hello_timeout_s=5.0, handshake_timeout_s=5.0,
+                                    max_unfinished=64, max_handshakes_per_source=4))
+    th = threading.Thread(target=gate.serve_forever, daemon=True)
+    th.start()
+    try:
+        stalls = _connect(gate.port, 10)
+        for c in stalls:
+            c.sendall(HELLO_13)
+        assert _wait(lambda: gate.unfinished() == 10 and len(handled) == 4, 5), gate.stats
+        time.sleep(0.3)
+        assert len(handled) == 4   # the 6 others wait without a thread
+        gate.established(handled[0], known=True)   # one finishes: a fabric datapath
+        assert _wait(lambda: len(handled) == 10, 5)  # the source is known: no bound
+        for c in stalls:
+            c.close()
+    finally:
+        gate.close()
+        th.join(2)
+
+
+def test_a_churning_client_does_not_keep_a_tls_switch_out(pki):
+    """Over TLS (the switch presents its certificate): churning clients on the switch's own
+    address and another never keep it out; connections silent since their accept are
+    evicted before a handshake that has received its ClientHello."""
+    import ssl
+
+    from controller.runtime.channels import openflow_context
+    from controller.security.transport import TLSFiles
+
+    handled: list[object] = []
+    gate = HelloGate(bind_listener("127.0.0.1", 0), lambda s, a: None,
+                     lambda fn, conn, addr: handled.append(addr),
+                     ListenerLimits(hello_timeout_s=5.0, handshake_timeout_s=5.0),
+                     tls=openflow_context(TLSFiles.from_dir(pki.directory, "controller")))
+    th = threading.Thread(target=gate.serve_forever, daemon=True)
+    th.start()
+    ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(str(pki.switch_cert), str(pki.switch_key))
+    churners = [_Churner(gate.port, "127.0.0.2"), _Churner(gate.port, "127.0.0.1")]
+    switch_conns: list[socket.socket] = []
+    try:
+        assert _wait(lambda: gate.stats.evicted_waiting >= 1000, 30), gate.stats
+        for _ in range(5):
+            raw = socket.create_connection(("127.0.0.1", gate.port), timeout=10)
+            sw = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+            sw.sendall(HELLO_13)
+            switch_conns.append(sw)
+            me = sw.getsockname()
+            assert _wait(lambda me=me: me in handled, 10), (gate.stats, me)
+        assert gate.stats.refused_over_cap == 0 and gate.stats.closed_tls_failed == 0
+    finally:
+        for c in churners:
+            c.stop()
+        for s in switch_conns:
+            s.close()
+        gate.close()
+        th.join(2)

@@ -114,3 +114,24 @@ def test_integer_key_is_located_at_its_line(tmp_path):
     with pytest.raises(ConfigError) as ei:
         load_policy(p)
     assert [str(x) for x in ei.value.problems] == [f"{p}:4:6: routing.7: Keys should be strings"]
+
+
+@pytest.mark.parametrize("text, where", [
+    ("[" * 5000 + "]" * 5000, "1:65"),                  # flow: a RecursionError before
+    ("a:\n" + "- " * 100 + "x\n", "2:129"),             # compact block sequences
+    ("a0: &a0 [x]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 80)),
+     r"1:10: nested deeper than 64 levels once its aliases are expanded"),
+])
+def test_nesting_beyond_max_depth_is_a_located_limit_error(tmp_path, text, where):
+    """Issue 23: the tokenizer refuses a level beyond MAX_DEPTH as it opens (aliases that
+    nest deeper are refused when expanded); the CLI exits 2 without a traceback."""
+    from controller.errors import DocumentLimitError
+    from controller.yamlsrc import MAX_DEPTH
+
+    p = tmp_path / "deep.yaml"
+    p.write_text(text)
+    with pytest.raises(DocumentLimitError, match=f"deep.yaml:{where}") as ei:
+        load_policy(p)
+    assert ei.value.limit == "max_depth" and f"limit max_depth {MAX_DEPTH}" in str(ei.value)
+    r = CliRunner().invoke(main, ["policy", "check", str(p)])
+    assert r.exit_code == 2 and "Traceback" not in r.output

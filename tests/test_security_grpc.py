@@ -221,7 +221,7 @@ def test_metrics_https_with_basic_auth(pki, other_pki):
 def test_metrics_default_is_loopback_and_off_loopback_needs_tls():
     srv = serve_metrics(_registry())
     try:
-        assert srv.httpd.server_address[0] == "127.0.0.1"
+        assert srv.host == "127.0.0.1"
         assert _get(srv.url, None)[0] == 200
     finally:
         srv.close()

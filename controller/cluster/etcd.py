@@ -38,6 +38,34 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     aetcd.ConnectionFailedError, aetcd.ConnectionTimeoutError, aetcd.InternalError,
     aetcd.WatchTimeoutError, asyncio.TimeoutError)
 
+#: gRPC codes that aetcd leaves as a plain ``ClientError`` and that say "not now": etcd answers
+#: UNKNOWN "context deadline exceeded" when its own context ends first (a proposal waiting for a
+#: quorum that is lost: the server's ``togRPCError`` maps only its own errors, see etcd
+#: ``api/v3rpc/rpctypes``); CANCELLED when the channel closes under a call; ABORTED when a
+#: member gives up a request (a leader change mid-call).
+TRANSIENT_CODES = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED,
+                             grpc.StatusCode.ABORTED})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` from an etcd call says the cluster could not answer now (a member
+    died, a call timed out, quorum is lost), so the same call may succeed later; False when the
+    request itself was refused (bad argument, authentication, a compacted revision...).
+
+    aetcd turns gRPC codes it does not know into a plain :class:`aetcd.ClientError` whose cause
+    is the gRPC error: its code decides (:data:`TRANSIENT_CODES`); etcd's "too many requests"
+    (RESOURCE_EXHAUSTED, its request queue full) is transient too."""
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return True
+    if type(exc) is not aetcd.ClientError:   # a subclass: aetcd knew the code (not transient)
+        return False
+    cause = exc.__cause__
+    if not isinstance(cause, grpc.aio.AioRpcError):
+        return False
+    code = cause.code()
+    return code in TRANSIENT_CODES or (code == grpc.StatusCode.RESOURCE_EXHAUSTED
+                                       and "too many requests" in (cause.details() or ""))
+
 
 class ClusterURLError(ValueError):
     """A ``--cluster`` URL that is not ``etcd://HOST:PORT[,HOST:PORT...]`` (the message says why)."""
@@ -196,8 +224,9 @@ class EtcdClient(aetcd.Client):
 
 async def retrying(call: Callable[[], Awaitable[T]], *, deadline_s: float,
                    what: str = "etcd call", pause_s: float = 0.05) -> T:
-    """Run ``call`` until it returns, retrying transient errors (a member died, a call timed out)
-    until ``deadline_s`` seconds have passed; then the last error is raised.
+    """Run ``call`` until it returns, retrying transient errors (:func:`is_transient`: a member
+    died, a call timed out, quorum is lost) until ``deadline_s`` seconds have passed; then the
+    last error is raised.
 
     Only for calls that are safe to repeat (reads, or writes whose effect the caller verifies).
     """
@@ -206,8 +235,8 @@ async def retrying(call: Callable[[], Awaitable[T]], *, deadline_s: float,
     while True:
         try:
             return await call()
-        except TRANSIENT_ERRORS as exc:
-            if loop.time() + pause_s >= end:
+        except (*TRANSIENT_ERRORS, aetcd.ClientError) as exc:
+            if not is_transient(exc) or loop.time() + pause_s >= end:
                 raise
             LOG.debug("%s failed (%s), retrying", what, exc)
             await asyncio.sleep(pause_s)

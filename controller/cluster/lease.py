@@ -119,6 +119,9 @@ class ReplicaLease:
         self.lease_id = 0
         self.granted_ttl_s = 0
         self.valid_until_s = 0.0
+        #: when (this replica's monotonic clock) the last answered keep-alive (or the grant) was
+        #: sent: etcd answered this replica at least then
+        self.answered_s = 0.0
         self.heartbeat_window_s = heartbeat_window_s
         #: the failure detector's deadline (module docstring); inf without the detector
         self.heartbeat_until_s = float("inf")
@@ -137,6 +140,7 @@ class ReplicaLease:
                         "ceil(1.5 x --election-timeout)); failover takes that much longer",
                         self.granted_ttl_s, self.settings.ttl_s)
         self.state = LeaseState.VALID
+        self.answered_s = t_send
         if self.heartbeat_window_s is not None:
             # no heartbeat can be older than the grant
             self.heartbeat_until_s = t_send + self.heartbeat_window_s - self.settings.margin_s
@@ -268,6 +272,7 @@ class ReplicaLease:
             # etcd renewed the lease after t_send: it lives until at least t_send + ttl, however
             # late this answer arrived
             self.valid_until_s = max(self.valid_until_s, t_send + ttl - self.settings.margin_s)
+            self.answered_s = max(self.answered_s, t_send)
             self._maybe_resume()
             if self.state is LeaseState.VALID:
                 if self.valid():

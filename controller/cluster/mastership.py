@@ -235,8 +235,27 @@ class MastershipService:
         return Role.MASTER if self.term(switch) is not None else Role.BACKUP
 
     def masters(self) -> dict[str, MastershipTerm]:
-        """Who masters which switch, as this replica sees etcd (for ``aifabric status``)."""
+        """Who masters which switch, as this replica last saw etcd (:meth:`view_known` says
+        whether that is etcd's view now)."""
         return dict(self._masters)
+
+    def view_known(self, now_s: float | None = None) -> tuple[bool, str]:
+        """(True, "") while what :meth:`masters` and :meth:`replicas` say is etcd's view now:
+        the view is loaded and this replica's lease is valid (a keep-alive answered within the
+        TTL: etcd has a leader and this replica reaches it, so its watch is live). Else
+        (False, why): during an etcd outage every master steps down, and the last view would
+        show masters that cannot write (issue 23)."""
+        now = self._clock() if now_s is None else now_s
+        if not self._synced.is_set():
+            return False, "this replica has not loaded the view of etcd yet"
+        lease = self._lease
+        if lease is None:
+            return False, ("this replica holds no lease (not registered with etcd, or "
+                           "registering again)")
+        if not lease.valid(now):
+            return False, (f"etcd has not answered this replica for {now - lease.answered_s:.1f}"
+                           f" s (its lease is {lease.state.value}): no replica may be writing")
+        return True, ""
 
     def replicas(self) -> tuple[str, ...]:
         """The live replicas, as this replica sees etcd."""

@@ -34,7 +34,7 @@ from typing import Any
 
 import aetcd
 
-from controller.cluster.etcd import TRANSIENT_ERRORS, retrying
+from controller.cluster.etcd import TRANSIENT_ERRORS, is_transient, retrying
 from controller.cluster.keys import ClusterKeys, prefix_range_end
 
 LOG = logging.getLogger("aifabric.cluster")
@@ -158,8 +158,11 @@ class IntentStore:
         try:
             rng = await retrying(lambda: self.client.get_prefix(self.keys.intent_prefix),
                                  deadline_s=self.deadline_s, what="intent read")
-        except TRANSIENT_ERRORS as exc:
-            raise StoreUnavailable(f"etcd did not answer the intent read: {exc}") from exc
+        except (*TRANSIENT_ERRORS, aetcd.ClientError) as exc:
+            if not is_transient(exc):
+                raise
+            raise StoreUnavailable(f"etcd did not answer the intent read: {_said(exc)}",
+                                   applied=False) from exc
         state = _State(self.keys)
         for kv in rng:
             state.put(kv.key, kv.value)
@@ -220,12 +223,15 @@ class IntentStore:
                                  expected_generation=expected_generation)
 
     async def commit(self, change: IntentChange, *, expected_generation: int,
-                     now_unix_s: float = 0.0) -> IntentSnapshot:
+                     now_unix_s: float = 0.0, deadline_s: float | None = None) -> IntentSnapshot:
         """Apply ``change`` if the intent generation is still ``expected_generation``; the new
         generation is ``expected_generation + 1``. Returns the intent right after the commit.
+        Transient etcd errors (:func:`~controller.cluster.etcd.is_transient`) are retried for
+        ``deadline_s`` (None: the store's ``deadline_s``).
 
         Raises StaleGeneration, UnknownCollective, StoreUnavailable (``applied`` False when it is
-        known that nothing changed)."""
+        known that nothing changed, None when the change may still land: a proposal that etcd
+        took before quorum was lost commits once it is back)."""
         if expected_generation < 0:
             raise ValueError(f"expected_generation must be >= 0, got {expected_generation}")
         k = self.keys
@@ -259,7 +265,8 @@ class IntentStore:
         failure = [tx.get(k.generation)]
 
         loop = asyncio.get_running_loop()
-        end = loop.time() + self.deadline_s
+        budget_s = self.deadline_s if deadline_s is None else deadline_s
+        end = loop.time() + budget_s
         sent = False
         while True:
             try:
@@ -268,10 +275,14 @@ class IntentStore:
                 sent = True
                 ok, responses = await self.client.transaction(compare=compare, success=ops,
                                                               failure=failure)
-            except TRANSIENT_ERRORS as exc:
+            except (*TRANSIENT_ERRORS, aetcd.ClientError) as exc:
+                if not is_transient(exc):
+                    raise
                 if loop.time() >= end:
-                    raise StoreUnavailable(f"etcd did not confirm the commit: {exc}",
-                                           applied=None if sent else False) from exc
+                    raise StoreUnavailable(
+                        f"etcd did not confirm the commit within {budget_s:g} s (last "
+                        f"answer: {_said(exc)})", applied=None if sent else False) from exc
+                LOG.debug("intent commit: etcd answered %s; retrying", _said(exc))
                 await asyncio.sleep(0.05)
                 continue
             if ok:
@@ -303,6 +314,13 @@ class IntentStore:
             state.put(kv.key, value)
             revision = max(revision, kv.mod_revision)
         return state.snapshot(revision)
+
+
+def _said(exc: BaseException) -> str:
+    """What etcd (or the channel) said, in a few words: the exception's class when it has no
+    message (a timeout)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _gen(raw: bytes) -> int:

@@ -201,8 +201,14 @@ class ApplyTimeout(SouthboundError):
 
 
 class RoleError(SouthboundError):
-    """The switch refused a role request (e.g. a stale ``generation_id``/``election_id``:
-    another controller holds a newer term)."""
+    """The switch refused a role request. ``stale``: because its ``generation_id`` /
+    ``election_id`` is older than one the switch saw (OpenFlow 1.3.5 §6.3.6
+    ``OFPRRFC_STALE``): another controller holds a newer term — routine while mastership moves
+    (a backup restating an old token, a deposed master), fencing at work."""
+
+    def __init__(self, switch: str, message: str, stale: bool = False) -> None:
+        super().__init__(switch, message)
+        self.stale = stale
 
 
 # -- the driver protocol ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ Errors come back as :class:`NorthboundError`, a ``grpc.RpcError`` with ``code()`
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -51,13 +52,16 @@ class NorthboundError(grpc.RpcError):
     it in words for a person."""
 
     def __init__(self, code: grpc.StatusCode, details: str, target: str,
-                 timeout_s: float | None) -> None:
+                 timeout_s: float | None, tls_problem: str | None = None) -> None:
         super().__init__(details)
         self._code = code
         self._details = details
         self.code_name: str = code.name
         self.target = target
         self.timeout_s = timeout_s
+        #: what a TLS handshake of our own found wrong (:func:`tls_problem`), when gRPC only
+        #: said UNAVAILABLE
+        self.tls_problem = tls_problem
 
     def code(self) -> grpc.StatusCode:
         return self._code
@@ -68,6 +72,8 @@ class NorthboundError(grpc.RpcError):
     def __str__(self) -> str:
         if self._code == grpc.StatusCode.UNAVAILABLE and self._details.startswith("cluster: "):
             return f"UNAVAILABLE: {self._details}"   # a cluster replica's own answer
+        if self._code == grpc.StatusCode.UNAVAILABLE and self.tls_problem:
+            return f"the controller at {self.target} refused the TLS connection: {self.tls_problem}"
         if self._code == grpc.StatusCode.UNAVAILABLE:
             return (f"no aifabric controller answers at {self.target} (is it running with "
                     f"--grpc-listen at that address? set it with --controller HOST:PORT; "
@@ -99,6 +105,7 @@ class FabricClient:
 
         self.target = target
         self.timeout_s = timeout_s
+        self.tls = tls
         self.channel = dial(target, tls, insecure=insecure, channel="northbound client",
                             options=[("grpc.max_receive_message_length",
                                       MAX_RECEIVE_MESSAGE_BYTES)])
@@ -119,7 +126,11 @@ class FabricClient:
         try:
             return method(request, timeout=t, metadata=self.metadata)
         except grpc.RpcError as exc:
-            raise NorthboundError(exc.code(), exc.details() or "", self.target, t) from None
+            why = (tls_problem(self.target, self.tls)
+                   if exc.code() == grpc.StatusCode.UNAVAILABLE and self.tls is not None
+                   else None)
+            raise NorthboundError(exc.code(), exc.details() or "", self.target, t,
+                                  why) from None
 
     def register(self, job: str, name: str, ranks: Sequence[str], *, algorithm: str = "ring",
                  bidirectional: bool = False, dscp: int | None = None,
@@ -164,6 +175,52 @@ class FabricClient:
         (``RESOURCE_EXHAUSTED "too slow: N events not read"`` for a reader that fell behind)."""
         return self.stub.WatchEvents(pb.WatchEventsRequest(kinds=list(kinds)),
                                      metadata=self.metadata)
+
+
+def tls_problem(target: str, tls: TLSFiles, timeout_s: float = 3.0) -> str | None:
+    """What is wrong with a TLS connection to ``target``, found by a handshake of our own
+    (gRPC reports a refused handshake as UNAVAILABLE "Socket closed" and no more): the server
+    requires a client certificate we do not present, or refused the one we do, or its own
+    certificate does not verify with ``tls.ca``. None: the handshake went through, or nothing
+    answers (the caller's own message stands)."""
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        ctx = ssl.create_default_context(cafile=str(tls.ca) if tls.ca else None)
+        ctx.check_hostname = False   # the name is gRPC's to check; this is about certificates
+        if tls.cert is not None and tls.key is not None:
+            ctx.load_cert_chain(str(tls.cert), str(tls.key))
+        ctx.set_alpn_protocols(["h2"])
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as raw, \
+                ctx.wrap_socket(raw, server_hostname=host) as conn:
+            conn.settimeout(1.0)
+            try:
+                # TLS 1.3: the server judges our certificate after the handshake; a gRPC server
+                # that accepts us sends its HTTP/2 SETTINGS at once, one that refuses closes
+                closed = conn.recv(1) == b""
+            except TimeoutError:
+                return None
+            if closed:
+                return _certificate_refused(tls)
+    except ssl.SSLCertVerificationError as exc:
+        return (f"its certificate does not verify with the CA given ({exc.verify_message}); "
+                "give the CA that signed it: --ca or AIFABRIC_CA")
+    except ssl.SSLError as exc:
+        reason = str(exc.reason or exc)
+        if any(k in reason.upper() for k in ("CERTIFICATE", "UNKNOWN_CA", "HANDSHAKE_FAILURE")):
+            return _certificate_refused(tls)
+        return None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _certificate_refused(tls: TLSFiles) -> str:
+    if tls.cert is None:
+        return ("it requires a client certificate (mutual TLS) and none was given: give "
+                "--cert and --key (or AIFABRIC_CERT and AIFABRIC_KEY)")
+    return (f"it refused our client certificate {tls.cert} (mutual TLS): give one signed by "
+            "the CA the controller trusts (its --ca)")
 
 
 def local_ipv4(towards: str = "10.255.255.255") -> str:

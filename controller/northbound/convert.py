@@ -102,8 +102,11 @@ def status_to_proto(st: Mapping[str, Any]) -> pb.GetStatusResponse:
             switches=[pb.SwitchTables(**t) for t in tab["switches"]], notes=tab["notes"],
             fallback_flows=tab["fallback_flows"]))
     if cl:
-        out.cluster.CopyFrom(pb.ClusterStatus(replica=cl["replica"], replicas=cl["replicas"],
-                                              intent_generation=cl["intent_generation"]))
+        out.cluster.CopyFrom(pb.ClusterStatus(
+            replica=cl["replica"], replicas=cl["replicas"],
+            intent_generation=cl["intent_generation"],
+            mastership_unknown=bool(cl.get("mastership_unknown", False)),
+            mastership_note=str(cl.get("mastership_note", ""))))
     return out
 
 

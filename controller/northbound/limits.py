@@ -39,6 +39,11 @@ class NorthboundLimits:
     max_streams : int
         Concurrent ``WatchEvents`` streams [64]; one more is refused with
         ``RESOURCE_EXHAUSTED``. Counted apart from unary calls.
+    operator_streams : int
+        Of ``max_streams``, the streams only an operator may open [8]: callers whose role is
+        read-only (their token's, capped by their client certificate's) hold at most
+        ``max_streams - operator_streams`` together, so they cannot lock an operator out
+        (issue 23). Without tokens every caller counts as an operator.
     max_unary_calls : int
         Concurrent unary calls (register, unregister, paths, status, apply) [512]; one more is
         refused with ``RESOURCE_EXHAUSTED``. A call whose client went away keeps its place until
@@ -67,6 +72,7 @@ class NorthboundLimits:
     """
 
     max_streams: int = 64
+    operator_streams: int = 8
     max_unary_calls: int = 512
     subscriber_queue_len: int = 1000
     max_write_wait_s: float = 30.0
@@ -83,6 +89,14 @@ class NorthboundLimits:
             v = getattr(self, f.name)
             if not v > 0:
                 raise ValueError(f"NorthboundLimits.{f.name} must be positive, got {v!r}")
+        if self.operator_streams >= self.max_streams:
+            raise ValueError(f"NorthboundLimits.operator_streams ({self.operator_streams}) must "
+                             f"be below max_streams ({self.max_streams})")
+
+    @property
+    def read_only_streams(self) -> int:
+        """The streams read-only callers may hold together."""
+        return self.max_streams - self.operator_streams
 
 
 DEFAULT_LIMITS = NorthboundLimits()

@@ -15,7 +15,10 @@ Resources (:class:`~controller.northbound.limits.NorthboundLimits`):
 
 * ``WatchEvents`` streams and unary calls are counted apart: open streams never make a
   registration fail, however many there are (at most ``max_streams``, then
-  ``RESOURCE_EXHAUSTED`` for streams only).
+  ``RESOURCE_EXHAUSTED`` for streams only). Read-only callers (the token interceptor's
+  :func:`~controller.security.interceptor.current_principal`) hold at most
+  ``max_streams - operator_streams`` of them together: an operator's stream always finds a
+  slot they cannot take.
 * A watcher is dropped with ``RESOURCE_EXHAUSTED "too slow: N events not read"`` when its queue
   of ``subscriber_queue_len`` events overflows (the event bus drops it without blocking the
   publisher or other watchers) or one event waited ``max_write_wait_s`` for it to read. The
@@ -58,6 +61,8 @@ from controller.northbound.model import (
     Unavailable,
 )
 from controller.northbound.v1 import aifabric_pb2 as pb
+from controller.security.interceptor import current_principal
+from controller.security.tokens import Role
 from controller.telemetry.events import SlowSubscriber, Subscription
 
 LOG = logging.getLogger("aifabric.northbound")
@@ -96,6 +101,7 @@ class _Handlers:
         self.limits = limits
         self.unary_active = 0
         self.streams_open = 0
+        self.read_only_streams_open = 0
         self.watchers_dropped_total = 0
         self.subscriptions: set[Subscription] = set()
 
@@ -161,10 +167,18 @@ class _Handlers:
     async def watch_events(self, data: bytes, context: grpc.aio.ServicerContext) -> None:
         """Stream events until the client leaves, the server stops (OK) or the watcher is too
         slow (``RESOURCE_EXHAUSTED``)."""
+        caller = current_principal()
+        read_only = caller is not None and caller.role < Role.OPERATOR
         if self.streams_open >= self.limits.max_streams:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"too many event streams: {self.streams_open} open, at most "
                                 f"{self.limits.max_streams}")
+        if read_only and self.read_only_streams_open >= self.limits.read_only_streams:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"too many read-only event streams: "
+                                f"{self.read_only_streams_open} open, at most "
+                                f"{self.limits.read_only_streams} ({self.limits.operator_streams}"
+                                f" of {self.limits.max_streams} are kept for operators)")
         try:
             req = parse_request(pb.WatchEventsRequest, data, self.limits)
             sub = self.service.subscribe(frozenset(req.kinds) or None)
@@ -174,11 +188,13 @@ class _Handlers:
                 LOG.exception("[northbound] WatchEvents failed")
             await context.abort(code, details)
         self.streams_open += 1
+        self.read_only_streams_open += read_only
         self.subscriptions.add(sub)
         try:
             slow = await self._stream(sub, context)
         finally:
             self.streams_open -= 1
+            self.read_only_streams_open -= read_only
             self.subscriptions.discard(sub)
             self.service.unsubscribe(sub)
         if slow is not None:
@@ -240,6 +256,10 @@ class NorthboundServer:
     @property
     def streams_open(self) -> int:
         return self._handlers.streams_open
+
+    @property
+    def read_only_streams_open(self) -> int:
+        return self._handlers.read_only_streams_open
 
     @property
     def watchers_dropped_total(self) -> int:

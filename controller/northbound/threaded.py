@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -89,7 +89,7 @@ class NorthboundThread:
 
     def __init__(self, service: NorthboundService, host: str, port: int,
                  limits: NorthboundLimits = DEFAULT_LIMITS, start_timeout_s: float = 10.0,
-                 credentials: Any = None) -> None:
+                 credentials: Any = None, interceptors: Sequence[Any] = ()) -> None:
         self.service = service
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="northbound-loop",
@@ -97,7 +97,8 @@ class NorthboundThread:
         self._thread.start()
         try:
             self.server: NorthboundServer = self.run(
-                start_northbound(service, host, port, limits=limits, credentials=credentials),
+                start_northbound(service, host, port, limits=limits, credentials=credentials,
+                                 interceptors=interceptors),
                 start_timeout_s)
         except BaseException:
             self._halt()

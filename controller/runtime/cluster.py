@@ -40,7 +40,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +102,7 @@ class ClusterOptions:
     confirm_timeout_s: float = 10.0
     connect_wait_s: float = 10.0
     start_timeout_s: float = 15.0
+    commit_timeout_s: float = 5.0
     advertise: Mapping[str, str] = field(default_factory=dict)
     #: ``--failure-detector-ms``: revoke a silent replica's lease (None: leases alone)
     detector: DetectorSettings | None = None
@@ -167,6 +168,7 @@ class ClusterRuntime:
                                          detector=opts.detector)
         self.mastership = ClusterMastership(self.service, southbound)
         self._resolve_policy = resolve_policy
+        self._check_policy: Callable[[str, str], Awaitable[Policy]] | None = None
         self._policies: dict[str, Policy] = {}
         self._ctl: Controller | None = None
         self._placement: object = None
@@ -196,6 +198,35 @@ class ClusterRuntime:
                 snap = await self.store.snapshot()
         self.last_snapshot = snap
         return snap
+
+    def use_checker(self, check: Callable[[str, str], Awaitable[Policy]]) -> None:
+        """Check the policy documents that come from etcd with ``check(document, source)``
+        (off the loop: :class:`~controller.runtime.policycheck.PolicyChecker`) instead of
+        ``resolve_policy`` (which then serves only the start, before the loop runs anything
+        else)."""
+        self._check_policy = check
+
+    def remember_policy(self, digest: str, policy: Policy) -> None:
+        """The policy of a document this replica checked and committed itself (sha256
+        ``digest``): its own commit coming back from the watch is not checked again."""
+        self._policies = {digest: policy}
+
+    async def _load_policy(self, snap: IntentSnapshot) -> None:
+        """Check a policy document from etcd not seen yet with the checker (off the loop),
+        so that :meth:`resolve` finds it. Raises IntentDecodeError."""
+        rec = snap.policy
+        if rec is None or rec.digest in self._policies or self._check_policy is None:
+            return
+        try:
+            policy = await self._check_policy(rec.document, rec.source)
+        except ConfigError as exc:
+            raise IntentDecodeError(
+                f"the policy of intent generation {snap.generation} ({rec.source}) is "
+                f"invalid here: " + "; ".join(map(str, exc.problems[:3]))) from None
+        except Exception as exc:  # noqa: BLE001 - the checker's own failure: say it, go on
+            raise IntentDecodeError(f"the policy of intent generation {snap.generation} "
+                                    f"({rec.source}) could not be checked: {exc}") from None
+        self._policies = {rec.digest: policy}
 
     def resolve(self, snap: IntentSnapshot, state: RuntimeState) -> IntentSynced:
         """The runtime event for a stored intent. Raises IntentDecodeError (the value named)."""
@@ -234,7 +265,8 @@ class ClusterRuntime:
     async def commit(self, change: IntentChange, expected_generation: int) -> IntentSnapshot:
         """One intent commit (:meth:`~controller.cluster.store.IntentStore.commit`)."""
         return await self.store.commit(change, expected_generation=expected_generation,
-                                       now_unix_s=time.time())
+                                       now_unix_s=time.time(),
+                                       deadline_s=self.opts.commit_timeout_s)
 
     # -- start and stop ----------------------------------------------------------------------
     async def observe(self) -> None:
@@ -302,6 +334,7 @@ class ClusterRuntime:
         async for snap in self.store.watch(since):
             self.last_snapshot = snap
             try:
+                await self._load_policy(snap)
                 ev = self.resolve(snap, self.ctl.state)
             except IntentDecodeError as exc:
                 LOG.error("[cluster] intent generation %d not adopted: %s", snap.generation,
@@ -481,11 +514,17 @@ class ClusterRuntime:
     # -- status ---------------------------------------------------------------------------------
     def view(self) -> dict[str, Any]:
         """Who masters which switch, the live replicas, and this replica's intent generation
-        (for ``aifabric status``)."""
-        masters = self.service.masters()
-        return {"replica": self.opts.replica, "replicas": list(self.service.replicas()),
+        (for ``aifabric status``). While etcd's view is not known now (:meth:`~controller.
+        cluster.mastership.MastershipService.view_known`: etcd unreachable from here) no master
+        and no replica is reported — the last ones seen may no longer write — and
+        ``mastership_unknown`` says why."""
+        known, why = self.service.view_known()
+        masters = self.service.masters() if known else {}
+        return {"replica": self.opts.replica,
+                "replicas": list(self.service.replicas()) if known else [],
                 "masters": {s: (t.replica, t.token) for s, t in masters.items()},
-                "intent_generation": self.ctl.state.intent_generation if self._ctl else 0}
+                "intent_generation": self.ctl.state.intent_generation if self._ctl else 0,
+                "mastership_unknown": not known, "mastership_note": why}
 
 
 class EtcdIntent:
@@ -510,11 +549,15 @@ class EtcdIntent:
             else None,
             restore_policy=PolicyRecord(rp.document, rp.source, rp.digest, rp.generation,
                                         rp.applied_unix_s) if rp is not None else None)
+        if update.policy is not None:
+            self.cluster.remember_policy(update.policy.digest, update.policy.policy)
         try:
             snap = await self.cluster.commit(change, state.intent_generation)
         except StoreUnavailable as exc:
-            known = ("nothing changed" if exc.applied is False
-                     else "it may or may not be in the intent: GetStatus on any replica tells")
+            known = ("nothing changed; retry" if exc.applied is False
+                     else "the change may still land (etcd commits a proposal it took once "
+                     "its quorum is back): GetStatus on any replica tells; the same request "
+                     "again is safe")
             raise NotConfirmed(f"etcd did not take the change ({exc}); {known}") from None
         except UnknownCollective as exc:
             raise NotFound(str(exc)) from None

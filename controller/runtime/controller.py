@@ -388,7 +388,12 @@ class Controller:
             got = await self.driver_of(fx.switch).set_role(fx.switch, role, token)
         except RoleError as exc:
             if self.state.session(fx.switch).role_request == fx.request:
-                LOG.error("%s %s; staying backup", self.tag(fx.switch), exc)
+                # a stale token is routine while mastership moves (the switch saw a newer
+                # term: fencing at work); anything else is not
+                level = (logging.INFO if exc.stale and role == "backup" else
+                         logging.WARNING if exc.stale else logging.ERROR)
+                LOG.log(level, "%s %s; staying backup%s", self.tag(fx.switch), exc,
+                        " (another controller holds a newer term)" if exc.stale else "")
             got = "backup"
         except SouthboundError as exc:
             LOG.warning("%s no role taken: %s", self.tag(fx.switch), exc)

@@ -39,6 +39,7 @@ switch error; a replica applies it to the whole cluster through etcd).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from controller.runtime.channels import Channels, SecurityOptions
     from controller.runtime.cluster import ClusterOptions
     from controller.runtime.controller import Controller, Mastership
+    from controller.runtime.service import FabricService
     from controller.runtime.state import RuntimeState
     from controller.te.reroute import Hysteresis
 
@@ -492,6 +494,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         cluster.attach(ctl)
     service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
                             policy_targets=policy_targets(southbound, opts), cluster=cluster)
+    service.checker.warm()   # the fork server starts now, not at the first ApplyPolicy
     qos = None
     if opts.apply_qos:
         from controller.drivers.ovs.qos import OvsQosApplier
@@ -534,6 +537,12 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         loop.add_signal_handler(signal.SIGINT, stop.set)
         loop.add_signal_handler(signal.SIGHUP, on_hup)
     await ctl.start()
+    # Everything loaded so far (modules, os-ken, the fabric, the first plan) lives as long as
+    # the process: out of the garbage collector's reach, a full collection (which stops every
+    # thread, the loop's too) scans only what came later. Measured with a 3,000-collective
+    # policy's preview in the executor: 1.04 s -> 0.24 s, the loop's worst stall 246 -> 13 ms
+    # (issue 23; Python docs, gc.freeze).
+    gc.freeze()
     ready.set()
     edge_tasks = _notify_tasks(notifier, ctl, cluster is not None, opts.ready_timeout_s)
     if of_handle is not None:
@@ -569,6 +578,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         if cluster is not None:
             await cluster.stop()
         await edges.stop()
+        service.checker.close()
         await ctl.stop()
         qos_stop.set()
         if qos is not None:
@@ -657,7 +667,7 @@ def _notify_tasks(notifier: Any, ctl: Controller, in_cluster: bool, ready_timeou
             asyncio.create_task(notifier.watchdog(), name="watchdog")]
 
 
-async def _reload_notified(service: Any, path: str, notifier: Any) -> None:
+async def _reload_notified(service: FabricService, path: str, notifier: Any) -> None:
     """SIGHUP under systemd: RELOADING=1, the reload, READY=1 (whatever its outcome: a bad
     policy leaves the running one in force)."""
     notifier.reloading(f"reloading the policy {path}")
@@ -667,17 +677,37 @@ async def _reload_notified(service: Any, path: str, notifier: Any) -> None:
         notifier.ready("running; policy reloaded" if notifier.enabled else "")
 
 
-async def reload_policy(service: Any, path: str) -> None:
-    """SIGHUP: read ``path`` and apply it live; problems are logged as FILE:LINE:COL."""
+async def reload_policy(service: FabricService, path: str) -> None:
+    """SIGHUP: read ``path`` and apply it live, under the same limits as ApplyPolicy
+    (:class:`~controller.runtime.policycheck.DocumentLimits`: a file larger than ``max_bytes``
+    is not even read; parsing runs in the checker's child process). Problems are logged as
+    FILE:LINE:COL, a limit by its name; the running policy stays in force."""
+    from controller.northbound.model import Busy, FieldError, Unavailable
+    from controller.runtime.policycheck import too_large
+
     LOG.info("[controller] SIGHUP: re-reading the policy %s", path)
+    max_bytes = service.checker.limits.max_bytes
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            raw = f.read(max_bytes + 1) if size <= max_bytes else b""
+        if size > max_bytes or len(raw) > max_bytes:
+            exc: Exception = too_large(path, max(size, len(raw)), max_bytes)
+            LOG.error("%s", exc)
+            service.controller.publish("apply-failed", f"policy {path} refused (limit "
+                                       f"max_bytes); the running policy stays in force")
+            return
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         prob = ConfigProblem(path, 1, 1, "", f"cannot read file: {exc}")
         LOG.error("%s", prob)
         service.controller.publish("apply-failed", f"policy {path} not read: {exc}")
         return
-    res = await service.apply_policy(text, path, False)
+    try:
+        res = await service.apply_policy(text, path, False)
+    except (FieldError, Busy, Unavailable) as exc:
+        LOG.error("[controller] policy %s not applied: %s", path, exc)
+        return
     if not res.ok and not res.problems:
         LOG.error("[controller] policy %s not applied: %s", path, res.error)
 

@@ -13,11 +13,15 @@ refuses is put back (the last good intent is committed again), so nothing stays 
   confirming it (bundle commit reply / P4Runtime write response). Each caller gets its
   collective's paths and whether the switches on them confirmed. A full queue answers
   :class:`~controller.northbound.model.Busy`.
-* **apply_policy** validates a policy document off the loop (every problem located
-  ``FILE:LINE:COL``; nothing changes), keeps the paths of flows that stay (same collective, hosts
-  and match) and places only new ones, and commits it (or only computes the per-switch
-  difference: dry run). The policy in force gets the commit's generation and the document's
-  sha256 digest; ``policy-applied``/``apply-failed`` events and log lines say what happened.
+* **apply_policy** parses and validates a policy document in a child process within
+  :class:`~controller.runtime.policycheck.DocumentLimits` (size, nesting depth, time: a
+  document beyond one is :class:`~controller.northbound.model.FieldError` ``document`` naming
+  the limit, INVALID_ARGUMENT; the loop never parses, :mod:`controller.runtime.policycheck`);
+  every problem is located ``FILE:LINE:COL`` and nothing changes; it keeps the paths of flows
+  that stay (same collective, hosts and match) and places only new ones (off the loop), and
+  commits it (or only computes the per-switch difference: dry run). The policy in force gets
+  the commit's generation and the document's sha256 digest; ``policy-applied``/``apply-failed``
+  events and log lines say what happened.
 * **paths**, **status**, **subscribe** read the state.
 """
 
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from controller.cluster.store import MAX_CHANGES, StaleGeneration
-from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
+from controller.errors import ConfigError, ConfigProblem, DocumentLimitError, PlanInvariantError
 from controller.model.topology import Fabric
 from controller.northbound.model import (
     Busy,
@@ -49,7 +53,6 @@ from controller.northbound.model import (
 from controller.plan.model import SwitchChanges
 from controller.plan.pinned import path_is_up, pinned_match
 from controller.policy.model import Collective, Policy
-from controller.qos.validate import check_policy_for_targets
 from controller.runtime import core
 from controller.runtime.cluster import ClusterRuntime, EtcdIntent
 from controller.runtime.controller import Controller
@@ -63,6 +66,13 @@ from controller.runtime.intentstore import (
     undo,
 )
 from controller.runtime.placement import pinned_demands_bps
+from controller.runtime.policycheck import (
+    DEFAULT_DOCUMENT_LIMITS,
+    CheckerBusy,
+    CheckerUnavailable,
+    DocumentLimits,
+    PolicyChecker,
+)
 from controller.runtime.registration import (
     collective_from_request,
     place_new_flows,
@@ -71,7 +81,6 @@ from controller.runtime.registration import (
 from controller.runtime.state import Path, PolicyInForce, Registered, RuntimeState, digest_of
 from controller.te.collectives import FlowDemand, expand_collective, expand_policy
 from controller.telemetry.events import Subscription
-from controller.yamlsrc import parse_document
 
 LOG = logging.getLogger("aifabric.northbound")
 
@@ -116,7 +125,10 @@ class FabricService:
     cluster : ClusterRuntime, optional
         A replica of a cluster: the intent lives in etcd (:class:`~controller.runtime.cluster.
         EtcdIntent`); ``status`` says who masters which switch. Alone, the intent lives in
-        memory (:class:`~controller.runtime.intentstore.MemoryIntent`).
+        memory (:class:`~controller.runtime.intentstore.MemoryIntent`). The cluster's policy
+        documents from etcd are checked by the same checker (off the loop).
+    document_limits : DocumentLimits
+        Bounds of a policy document (ApplyPolicy, SIGHUP); its checker is started here.
     """
 
     def __init__(self, controller: Controller, *, sample_interval_s: float = 0.0,
@@ -126,7 +138,8 @@ class FabricService:
                  wall: Callable[[], float] = time.time,
                  mono: Callable[[], float] = time.monotonic,
                  cluster: ClusterRuntime | None = None,
-                 confirm_timeout_s: float = 10.0) -> None:
+                 confirm_timeout_s: float = 10.0,
+                 document_limits: DocumentLimits = DEFAULT_DOCUMENT_LIMITS) -> None:
         self.controller = controller
         self.cluster = cluster
         self.store: IntentStore = (EtcdIntent(cluster) if cluster is not None
@@ -142,6 +155,9 @@ class FabricService:
         self._queue: list[_Pending] = []
         self._batcher: asyncio.Task[None] | None = None
         self.batches = 0
+        self.checker = PolicyChecker(document_limits)
+        if cluster is not None:
+            cluster.use_checker(self._check_document)
 
     @property
     def state(self) -> RuntimeState:
@@ -149,13 +165,16 @@ class FabricService:
 
     # -- the one write path ------------------------------------------------------------------------
     async def _propose(self, st: RuntimeState, update: IntentUpdate, switches: Collection[str],
-                       what: str) -> InForce:
-        """Preview ``update`` on ``st`` (its plan must pass every invariant), commit it, and
-        wait for the masters of ``switches``. A refusal puts ``st``'s intent back.
+                       what: str, previewed: bool = False) -> InForce:
+        """Preview ``update`` on ``st`` (its plan must pass every invariant; off the loop,
+        skipped when the caller ``previewed`` it), commit it, and wait for the masters of
+        ``switches``. A refusal puts ``st``'s intent back.
 
         Raises StaleGeneration, PlanInvariantError / ValueError (nothing committed),
         NotConfirmed (the store did not take it), _Refused."""
-        core.adopt(st, synced(st, update, st.intent_generation + 1, self.wall()), self.mono())
+        if not previewed:
+            await asyncio.get_running_loop().run_in_executor(
+                self.controller.executor, _preview, st, update, self.wall(), self.mono())
         gen = await self.store.commit(update, st)
         res = await self.store.wait_in_force(switches, gen)
         if res.refusal is None:
@@ -369,6 +388,7 @@ class FabricService:
                                                            placement=placement), on, what)
             except (PlanInvariantError, ValueError, _Refused) as exc:
                 raise Unavailable(f"{what} failed: {exc}") from None
+            self.batches += 1
             gen = self.state.intent_generation
             for p in batch:
                 name = str(p.req)
@@ -481,23 +501,29 @@ class FabricService:
             bus.unsubscribe(sub)
 
     # -- policy ---------------------------------------------------------------------------------------
-    def _validate(self, document: str, source_name: str) -> Policy:
-        """The policy of ``document`` checked for this fabric and its targets (off the loop).
-        Raises ConfigError."""
-        doc = parse_document(document, source_name)
-        return check_policy_for_targets(doc, self.state.fabric, self.policy_targets).policy
+    async def _check_document(self, document: str, source_name: str) -> Policy:
+        """The policy of ``document`` checked for this fabric and its targets, in the checker's
+        child process. Raises ConfigError (located problems), DocumentLimitError, CheckerBusy,
+        CheckerUnavailable."""
+        return await self.checker.check(document, source_name, self.state.fabric,
+                                        self.policy_targets)
 
     async def apply_policy(self, document: str, source_name: str,
                            dry_run: bool) -> PolicyApplyResult:
+        """Raises FieldError (``document`` beyond a limit of :class:`DocumentLimits`, the limit
+        named), Busy (too many documents being checked), Unavailable (no checker process)."""
         loop = asyncio.get_running_loop()
         try:
-            policy = await loop.run_in_executor(self.controller.executor, self._validate,
-                                                document, source_name)
+            policy = await self._check_document(document, source_name)
+        except DocumentLimitError as exc:
+            self._beyond_limit(exc, dry_run, source_name)
+            raise FieldError("document", str(exc.problems[0])) from None
         except ConfigError as exc:
             return self._refused(exc.problems, dry_run, source_name)
-        except RecursionError:
-            return self._refused([_problem(source_name, "", "the document nests too deeply "
-                                           "to be parsed")], dry_run, source_name)
+        except CheckerBusy as exc:
+            raise Busy(str(exc)) from None
+        except CheckerUnavailable as exc:
+            raise Unavailable(str(exc)) from None
         problems = _registration_problems(policy, self.state, source_name)
         if problems:
             return self._refused(problems, dry_run, source_name)
@@ -516,19 +542,19 @@ class FabricService:
             pif = PolicyInForce(policy, document, source_name, st.intent_generation + 1,
                                 digest_of(document), self.wall())
             update = IntentUpdate(policy=pif, placement=placement)
-            try:
-                preview = core.adopt(st, synced(st, update, st.intent_generation + 1,
-                                                pif.applied_unix_s), self.mono())
+            try:   # the plan of a large policy takes long: off the loop
+                changes, diff = await loop.run_in_executor(
+                    self.controller.executor, _preview, st, update, pif.applied_unix_s,
+                    self.mono())
             except (PlanInvariantError, ValueError) as exc:
                 return self._failed(source_name, dry_run, str(exc), ())
-            changes = core.plan_diff(st, preview)
-            diff = switch_diffs(changes)
             if dry_run:
                 LOG.info("[fabric %s] policy %s (dry run): %s", st.fabric.name, source_name,
                          _summary(diff))
                 return PolicyApplyResult(True, True, (), diff, cur.generation, cur.digest)
             try:
-                res = await self._propose(st, update, set(changes), f"policy {source_name}")
+                res = await self._propose(st, update, set(changes), f"policy {source_name}",
+                                          previewed=True)
             except (_Refused, NotConfirmed, PlanInvariantError, ValueError) as exc:
                 return self._failed(source_name, False, str(exc), diff)
             now_in = self.state.policy
@@ -552,6 +578,14 @@ class FabricService:
             return self._failed(source_name, dry_run, str(exc), diff)
         return out
 
+    def _beyond_limit(self, exc: DocumentLimitError, dry_run: bool, source: str) -> None:
+        cur = self.state.policy
+        LOG.error("[fabric %s] policy %s refused (limit %s), generation %d stays in force: %s",
+                  self.state.fabric.name, source, exc.limit, cur.generation, exc.problems[0])
+        if not dry_run:
+            self.controller.publish("apply-failed", f"policy {source} refused (limit "
+                                    f"{exc.limit}); generation {cur.generation} stays in force")
+
     def _failed(self, source: str, dry_run: bool, error: str,
                 diff: tuple[SwitchDiff, ...]) -> PolicyApplyResult:
         cur = self.state.policy
@@ -573,6 +607,16 @@ class FabricService:
                                     f"generation {cur.generation} stays in force")
         return PolicyApplyResult(False, dry_run, probs, (), cur.generation, cur.digest,
                                  "the policy has problems; nothing changed")
+
+
+def _preview(st: RuntimeState, update: IntentUpdate, applied_unix_s: float, now_s: float
+             ) -> tuple[dict[str, SwitchChanges], tuple[SwitchDiff, ...]]:
+    """What committing ``update`` on ``st`` would change, per switch (pure; run in the
+    executor). Raises PlanInvariantError / ValueError when its plan breaks an invariant."""
+    preview = core.adopt(st, synced(st, update, st.intent_generation + 1, applied_unix_s),
+                         now_s)
+    changes = dict(core.plan_diff(st, preview))
+    return changes, switch_diffs(changes)
 
 
 def _place(fabric: Fabric, installed: Mapping[FlowDemand, Path], new: list[FlowDemand],

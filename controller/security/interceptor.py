@@ -3,9 +3,14 @@ method needs (:mod:`controller.security.tokens`), for ``grpc`` and ``grpc.aio`` 
 
 * no ``authorization`` metadata, not ``Bearer ...``, or an unknown token → ``UNAUTHENTICATED``;
 * a known token whose role is below the method's → ``PERMISSION_DENIED``;
-* a method missing from the table → ``PERMISSION_DENIED`` (fail closed).
+* a method missing from the table → ``PERMISSION_DENIED`` (fail closed);
+* mutual TLS: a client certificate whose subject OU names a role (``aifabric certs init``
+  writes ``client-read-only`` with OU ``read-only``) caps the call at that role, whatever the
+  token says: an operator token sent over a read-only certificate is ``PERMISSION_DENIED``
+  for operator methods. A certificate without a role OU leaves the token's role.
 
-The handler of an allowed call runs unchanged. Use::
+The handler of an allowed call runs with :func:`current_principal` set to its caller (the
+northbound server counts event streams per role with it). Use::
 
     table = TokenTable.load(Path("tokens"))
     server = grpc.aio.server(interceptors=[AioTokenAuthInterceptor(table)])      # or
@@ -16,17 +21,57 @@ Tokens travel in clear text unless the channel is TLS: use both (see README).
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
 import grpc.aio
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from controller.security.tokens import NORTHBOUND_METHOD_ROLES, Principal, Role, TokenTable
 
 LOG = logging.getLogger("aifabric.security")
 Metadata = Sequence[tuple[str, str | bytes]]
+AuthContext = Mapping[str, Sequence[bytes]]
+
+_CALLER: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
+    "aifabric_caller", default=None)
+
+
+def current_principal() -> Principal | None:
+    """The caller of the call being handled (its token's principal, its role capped by its
+    client certificate's), as the token interceptor let it in; None when no interceptor
+    checks tokens."""
+    return _CALLER.get()
+
+
+@functools.lru_cache(maxsize=256)
+def certificate_role(pem: bytes) -> Role | None:
+    """The role a client certificate (PEM) names in its subject's OU, or None (no OU that is
+    a role label; unreadable). Cached by the certificate's bytes (one parse per client)."""
+    try:
+        cert = x509.load_pem_x509_certificate(pem)
+    except ValueError:
+        return None
+    for attr in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME):
+        value = attr.value if isinstance(attr.value, str) else attr.value.decode(errors="replace")
+        try:
+            return Role.parse(value)
+        except ValueError:
+            continue
+    return None
+
+
+def peer_certificate_role(auth: AuthContext) -> Role | None:
+    """The role of the client certificate in a call's ``auth_context()`` (None: no client
+    certificate, or one that names no role)."""
+    pems = auth.get("x509_pem_cert") or ()
+    return certificate_role(bytes(pems[0])) if pems else None
 
 
 def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
@@ -81,6 +126,20 @@ class AccessPolicy:
                                   f"{principal.role.label}")
         return AccessDecision(None, principal=principal)
 
+    def capped(self, method: str, principal: Principal, auth: AuthContext) -> AccessDecision:
+        """The decision for an allowed ``principal`` once its client certificate is known
+        (``auth``: the call's ``auth_context()``): its role capped by the certificate's."""
+        cert_role = peer_certificate_role(auth)
+        if cert_role is None or cert_role >= principal.role:
+            return AccessDecision(None, principal=principal)
+        needed = self.method_roles.get(method, Role.OPERATOR)
+        if cert_role < needed:
+            return AccessDecision(grpc.StatusCode.PERMISSION_DENIED,
+                                  f"{method[:128]} needs role {needed.label}; this client "
+                                  f"certificate is {cert_role.label} (its OU), whatever the "
+                                  "token")
+        return AccessDecision(None, principal=Principal(cert_role, principal.name))
+
 
 def _handler_like(handler: grpc.RpcMethodHandler,
                   behavior: Callable[..., Any]) -> grpc.RpcMethodHandler:
@@ -115,6 +174,16 @@ def _aio_refusing_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode,
     return _handler_like(handler, abort)
 
 
+def _behavior(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
+    """The function a method handler runs (whichever of its four kinds it is)."""
+    for b in (handler.unary_unary, handler.unary_stream, handler.stream_unary,
+              handler.stream_stream):
+        if callable(b):
+            fn: Callable[..., Any] = b
+            return fn
+    raise ValueError("a method handler without behavior")
+
+
 class TokenAuthInterceptor(grpc.ServerInterceptor):
     """Token check for a synchronous ``grpc.server`` (see the module docstring)."""
 
@@ -128,11 +197,24 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None:
             return None
-        decision = self.policy.decide(handler_call_details.method,
-                                      handler_call_details.invocation_metadata)
-        if decision.code is None:
-            return handler
-        return _refusing_handler(handler, decision.code, decision.details)
+        method = handler_call_details.method
+        decision = self.policy.decide(method, handler_call_details.invocation_metadata)
+        if decision.code is not None or decision.principal is None:
+            return _refusing_handler(handler, decision.code or grpc.StatusCode.INTERNAL,
+                                     decision.details)
+        inner, principal, policy = _behavior(handler), decision.principal, self.policy
+
+        def checked(request: Any, context: grpc.ServicerContext) -> Any:
+            capped = policy.capped(method, principal, context.auth_context())
+            if capped.code is not None:
+                context.abort(capped.code, capped.details)
+            token = _CALLER.set(capped.principal)
+            try:
+                return inner(request, context)
+            finally:
+                _CALLER.reset(token)
+
+        return _handler_like(handler, checked)
 
 
 class AioTokenAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -148,8 +230,31 @@ class AioTokenAuthInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        decision = self.policy.decide(handler_call_details.method,
-                                      handler_call_details.invocation_metadata)
-        if decision.code is None:
-            return handler
-        return _aio_refusing_handler(handler, decision.code, decision.details)
+        method = handler_call_details.method
+        decision = self.policy.decide(method, handler_call_details.invocation_metadata)
+        if decision.code is not None or decision.principal is None:
+            return _aio_refusing_handler(handler, decision.code or grpc.StatusCode.INTERNAL,
+                                         decision.details)
+        inner, principal, policy = _behavior(handler), decision.principal, self.policy
+
+        async def admit(context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
+            capped = policy.capped(method, principal, context.auth_context())
+            if capped.code is not None:
+                await context.abort(capped.code, capped.details)
+            assert capped.principal is not None
+            return capped.principal
+
+        if inspect.isasyncgenfunction(inner):
+            async def streamed(request: Any, context: grpc.aio.ServicerContext[Any, Any]
+                               ) -> AsyncIterator[Any]:
+                _CALLER.set(await admit(context))   # this call's own context
+                async for item in inner(request, context):
+                    yield item
+
+            return _handler_like(handler, streamed)
+
+        async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            _CALLER.set(await admit(context))   # this call's task and the tasks it starts
+            return await inner(request, context)
+
+        return _handler_like(handler, checked)

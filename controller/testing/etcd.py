@@ -213,12 +213,21 @@ class EtcdCluster:
 
     def restart_member(self, index: int, timeout_s: float = 30.0) -> None:
         """Start member ``index`` again with its data (it rejoins the cluster)."""
+        self.restart_members([index], timeout_s)
+
+    def restart_members(self, indices: list[int], timeout_s: float = 30.0) -> None:
+        """Start the members ``indices`` again with their data, all before waiting for any
+        (a member is healthy only once a quorum runs: after the whole cluster was down, one
+        alone never is)."""
         binary = etcd_binary()
         assert binary is not None
-        m = self.members[index]
-        self._terminate(m, signal.SIGKILL)
-        self._spawn(binary, m, state="existing")
-        self._wait_member(m, time.monotonic() + timeout_s)
+        for index in indices:
+            m = self.members[index]
+            self._terminate(m, signal.SIGKILL)
+            self._spawn(binary, m, state="existing")
+        deadline = time.monotonic() + timeout_s
+        for index in indices:
+            self._wait_member(self.members[index], deadline)
 
     # -- health ----------------------------------------------------------------------------------
     def wait_healthy(self, timeout_s: float = 30.0) -> None:

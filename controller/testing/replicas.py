@@ -79,6 +79,7 @@ class ReplicaSet:
     etcd_url: str
     lease: LeaseSettings = TEST_LEASE
     confirm_timeout_s: float = 10.0
+    commit_timeout_s: float = 5.0
     options: dict[str, Any] = field(default_factory=dict)
     ff: FakeFabric | None = None
     replicas: dict[str, Replica] = field(default_factory=dict)
@@ -100,6 +101,7 @@ class ReplicaSet:
                             frozenset({"openflow"}))
         copts = ClusterOptions(self.etcd_url, name, lease=self.lease,
                                confirm_timeout_s=self.confirm_timeout_s,
+                               commit_timeout_s=self.commit_timeout_s,
                                connect_wait_s=connect_wait_s)
         policy = self.policy
         cluster = ClusterRuntime(copts, self.fabric, state.southbound,

@@ -39,7 +39,10 @@ class ControllerConfig:
     ``args``: extra ``aifabric controller`` flags; ``southbound``: ``openflow`` (Open vSwitch) or
     ``p4runtime`` (``aifabric controller --p4-targets``, BMv2); ``telemetry``: serve the gRPC API and
     metrics (statistics every ``stats_interval_s``), for labs that measure through them;
-    ``wait_log``: log lines to wait for (e.g. ``"[leaf1] QoS applied"``) before the first run.
+    ``wait_log``: log lines to wait for (e.g. ``"[leaf1] QoS applied"``) before the first run;
+    ``tls``: OpenFlow (``ssl:`` targets) and the northbound over TLS with tokens, with the
+    development PKI of ``aifabric certs init`` (``OUT/pki``; Open vSwitch's ``set-ssl``
+    removed after the variant).
     """
 
     policy_text: str
@@ -48,6 +51,7 @@ class ControllerConfig:
     telemetry: bool = False
     stats_interval_s: float = 1.0
     wait_log: tuple[str, ...] = ()
+    tls: bool = False
 
 
 @dataclass(frozen=True)

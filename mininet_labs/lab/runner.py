@@ -193,10 +193,19 @@ def _start_variant_controller(lab: Lab, exp: Experiment, variant: Variant, net: 
     else:
         labnet.clear_switch_state(net)
         labnet.flush_arp(net)
+        security = None
+        if cfg.tls:
+            from controller.security.certs import init_dev_pki
+            from mininet_labs.lab.processes import ControllerSecurity
+
+            pki = init_dev_pki(out / "pki", force=True)
+            security = ControllerSecurity.dev(pki.directory)
+            labnet.set_switch_tls(pki.switch_key, pki.switch_cert, pki.ca_cert)
         ctl = start_controller(topology, policy, out / f"controller-{variant.name}.log",
                                exp.spec.lab.controller_start_timeout_s, cfg.args,
-                               telemetry=cfg.telemetry, stats_interval_s=cfg.stats_interval_s)
-        labnet.set_controller(net, ctl.port)
+                               telemetry=cfg.telemetry, stats_interval_s=cfg.stats_interval_s,
+                               security=security)
+        labnet.set_controller(net, ctl.port, tls=cfg.tls)
     vt["controller_start_s"] = round(time.monotonic() - t, 2)
     vt["controller_command"] = ctl.command
     try:
@@ -253,6 +262,8 @@ def _run_variants(lab: Lab, exp: Experiment, net: Any, ctx: RunContext, out: Pat
         finally:
             if ctl is not None:
                 vrec["controller_exit"] = ctl.stop()
+            if variant.controller is not None and variant.controller.tls:
+                labnet.clear_switch_tls()
 
 
 def _print(console: Console, item: Any) -> None:

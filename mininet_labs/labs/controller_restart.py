@@ -102,6 +102,8 @@ class Spec(FabricExperimentSpec):
     probes: Annotated[tuple[HostPair, ...], Field(min_length=1, max_length=8)]
     probe: ProbeSettings = ProbeSettings()
     restart_after: Annotated[Seconds, Field(ge=0, le=60)] = 3.0
+    #: OpenFlow (``ssl:``) and the northbound over TLS with tokens (``aifabric certs init``)
+    tls: bool = False
     expect: ExpectSpec = ExpectSpec()
 
 
@@ -155,12 +157,14 @@ class ControllerRestart(Lab):
     def describe(self, exp: Any) -> str:
         return (f"{exp.fabric.name}; probes on " + ", ".join(
             f"{d.label} ({' '.join(p)})" for d, p in exp.probe_flows)
-            + f"; kill -9 + restart after {exp.spec.restart_after:g} s, then SIGTERM + restart")
+            + f"; kill -9 + restart after {exp.spec.restart_after:g} s, then SIGTERM + restart"
+            + ("; OpenFlow and the northbound over TLS" if exp.spec.tls else ""))
 
     def variants(self, exp: Any) -> list[Variant]:
         return [Variant("restart", ControllerConfig(
             exp.policy_text, ("--apply-qos",), telemetry=True,
-            wait_log=tuple(f"[{s.name}] QoS applied" for s in exp.fabric.switches)))]
+            wait_log=tuple(f"[{s.name}] QoS applied" for s in exp.fabric.switches),
+            tls=exp.spec.tls))]
 
     def _restart(self, ctx: RunContext, sig: int, delay_s: float, n: int, name: str
                  ) -> dict[str, Any]:

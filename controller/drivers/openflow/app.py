@@ -119,8 +119,8 @@ class OsKenBridge(app_manager.OSKenApp):
             conn = DatapathConnection(dp, self.schedule)
             with self._lock:
                 self._conns[id(dp)] = conn
-            if self.gate is not None:
-                self.gate.established(dp.address)
+            if self.gate is not None:   # a datapath of the fabric: its source is known
+                self.gate.established(dp.address, known=dp.id in self.driver.names)
             self.driver.connection_up(conn)
         elif ev.state == DEAD_DISPATCHER:
             if self.gate is not None:

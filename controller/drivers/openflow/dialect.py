@@ -141,8 +141,9 @@ class Dialect:
     def packet_out(self, port: int, data: bytes) -> Any:
         raise NotImplementedError
 
-    def entries_request(self, cookie: int) -> Any:
-        """Every entry with ``cookie`` (exact), with instructions."""
+    def entries_request(self, cookie: int, cookie_mask: int = 0xFFFFFFFFFFFFFFFF) -> Any:
+        """Every entry whose cookie matches ``cookie`` under ``cookie_mask`` (default: exactly;
+        0: every entry of the switch, foreign ones too), with instructions."""
         raise NotImplementedError
 
     def entry_counters_request(self, cookie: int) -> Any:
@@ -254,13 +255,13 @@ class OF13(Dialect):
                                         in_port=o.OFPP_CONTROLLER,
                                         actions=[p.OFPActionOutput(port)], data=data))
 
-    def entries_request(self, cookie: int) -> Any:
+    def entries_request(self, cookie: int, cookie_mask: int = 0xFFFFFFFFFFFFFFFF) -> Any:
         p, o = self.parser, self.ofp
         return self._own(p.OFPFlowStatsRequest(self.desc, 0, o.OFPTT_ALL, o.OFPP_ANY,
-                                               o.OFPG_ANY, cookie, 0xFFFFFFFFFFFFFFFF,
-                                               p.OFPMatch()))
+                                               o.OFPG_ANY, cookie, cookie_mask, p.OFPMatch()))
 
-    entry_counters_request = entries_request
+    def entry_counters_request(self, cookie: int) -> Any:
+        return self.entries_request(cookie)
 
     def flow_records(self, body: list[Any]) -> list[FlowRecord]:
         return [FlowRecord(s.table_id, s.priority, s.cookie, s.match, tuple(s.instructions),
@@ -327,10 +328,10 @@ class OF15(Dialect):
                                         match=p.OFPMatch(in_port=o.OFPP_CONTROLLER),
                                         actions=[p.OFPActionOutput(port)], data=data))
 
-    def entries_request(self, cookie: int) -> Any:
+    def entries_request(self, cookie: int, cookie_mask: int = 0xFFFFFFFFFFFFFFFF) -> Any:
         p, o = self.parser, self.ofp
         return self._own(p.OFPFlowDescStatsRequest(self.desc, 0, o.OFPTT_ALL, o.OFPP_ANY,
-                                                   o.OFPG_ANY, cookie, 0xFFFFFFFFFFFFFFFF,
+                                                   o.OFPG_ANY, cookie, cookie_mask,
                                                    p.OFPMatch()))
 
     def entry_counters_request(self, cookie: int) -> Any:

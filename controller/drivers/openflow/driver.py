@@ -409,7 +409,9 @@ class OpenFlowDriver:
     async def read_state(self, switch: str) -> SwitchState:
         s = self.session(switch)
         d = s.dialect
-        req_f, req_g = d.entries_request(encode.COOKIE), d.groups_request()
+        # every entry, not only ours: the foreign ones are counted (and left alone), so the
+        # reconcile log says how many there are (issue 23: "0 foreign entries" with 5 present)
+        req_f, req_g = d.entries_request(0, cookie_mask=0), d.groups_request()
         x = self._send(s, [req_f, req_g])
         ff, fg = self._expect(s, x[0], "flows"), self._expect(s, x[1], "groups")
         try:
@@ -531,8 +533,10 @@ class OpenFlowDriver:
         try:
             reply = await self._wait(s, fut, "the role request")
         except _SwitchError as exc:
+            o = s.dialect.ofp
+            stale = (exc.type == o.OFPET_ROLE_REQUEST_FAILED and exc.code == o.OFPRRFC_STALE)
             raise RoleError(switch, f"role {role} with generation_id {token} refused: "
-                                    f"{exc}") from None
+                                    f"{exc}", stale=stale) from None
         s.role = s.dialect.role_of(reply.role)  # type: ignore[assignment]
         LOG.info("%s role %s (generation_id %s)", label(self.names, s.conn.dpid), s.role, token)
         return s.role

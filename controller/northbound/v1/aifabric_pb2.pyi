@@ -285,14 +285,18 @@ class SwitchTables(_message.Message):
     def __init__(self, switch: _Optional[str] = ..., pinned_needed: _Optional[int] = ..., pinned: _Optional[int] = ..., room: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("replica", "replicas", "intent_generation")
+    __slots__ = ("replica", "replicas", "intent_generation", "mastership_unknown", "mastership_note")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     INTENT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MASTERSHIP_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    MASTERSHIP_NOTE_FIELD_NUMBER: _ClassVar[int]
     replica: str
     replicas: _containers.RepeatedScalarFieldContainer[str]
     intent_generation: int
-    def __init__(self, replica: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., intent_generation: _Optional[int] = ...) -> None: ...
+    mastership_unknown: bool
+    mastership_note: str
+    def __init__(self, replica: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., intent_generation: _Optional[int] = ..., mastership_unknown: bool = ..., mastership_note: _Optional[str] = ...) -> None: ...
 
 class PolicyStatus(_message.Message):
     __slots__ = ("generation", "digest", "source", "applied_unix_s")
