@@ -28,6 +28,7 @@ KINDS: dict[str, str] = {
     "ecn-marking-p4": "mininet_labs.labs.ecn_marking_p4:LAB",
     "ina-allreduce": "mininet_labs.labs.ina_allreduce:LAB",
     "ha-failover": "mininet_labs.labs.ha_failover:LAB",
+    "no-controller": "mininet_labs.labs.no_controller:LAB",
 }
 
 
