@@ -24,6 +24,10 @@ driver wraps them in a bundle and sends them; tests apply the same objects to
   flows, delete flows, delete groups no entry uses any more — no entry ever points at a missing
   group, even without a bundle.
 
+* **ARP replies** (:class:`~controller.plan.model.ArpReply`) are the switch's own ARP responder:
+  set-field and field-copy actions, then ``output IN_PORT`` (:mod:`.arp`, which also decodes
+  every form Open vSwitch reports them in).
+
 Statistics: :func:`decode_match` turns a reply's match back into a plan :class:`Match`.
 """
 
