@@ -1,5 +1,6 @@
 """``aifabric doctor [--config FILE]``: check that the controller configured by FILE (and the
-AIFABRIC_* environment) can run here: configuration, certificates, etcd, every switch, clocks
+AIFABRIC_* environment) can run here: configuration, certificates, etcd, every switch, the
+local Open vSwitch bridges, clocks
 (:mod:`controller.runtime.doctor`). One line per check; exit 0 when none failed, 1 otherwise."""
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from controller.cli_config import CONFIG_OPTION, effective
 def doctor(config_file: str | None) -> None:
     """Check the configuration, the certificates (present, matching, issued by the CA, not
     expiring within 30 days), etcd (reachable, its version, healthy), every switch (reachable,
-    speaking the protocol the topology declares) and the clock. One line per check (PASS, WARN,
-    FAIL, SKIP); exit 1 if any failed."""
+    speaking the protocol the topology declares), the local Open vSwitch bridges of the
+    topology (a bridge without a controller loses every entry it holds when it gets its first
+    one; fail_mode must be secure) and the clock. One line per check (PASS, WARN, FAIL, SKIP);
+    exit 1 if any failed."""
     from controller.runtime.doctor import run_checks
 
     lines = run_checks(config_file, lambda: effective(config_file))

@@ -22,12 +22,14 @@ from controller.plan.model import (
     ETH_TYPE_IPV4,
     PRIO_PINNED,
     Action,
+    ArpReply,
     EcmpHash,
     FlowIntent,
     Match,
     NextHopSet,
     SwitchChanges,
     SwitchPlan,
+    arp_request_match,
 )
 from controller.testing import FakeOFTable
 from controller.testing.fakeswitch import FakeSwitch
@@ -179,6 +181,8 @@ def test_read_back_decodes_to_the_plan_and_leaves_foreign_entries(version):
                    Action.via(NextHopSet("failover", (40, 3)))),
         FlowIntent(0, 1000, Match(eth_type=ETH_TYPE_ARP), Action("controller")),
         FlowIntent(0, 1, Match(eth_type=ETH_TYPE_IPV4), Action("drop")),
+        FlowIntent(0, 1100, arp_request_match("10.0.0.3"),
+                   Action.answer(ArpReply("10.0.0.3", "02:00:00:00:00:03"))),
     }))
     t = FakeOFTable("leaf1")
     t.apply(encode.encode_full(plan, d))

@@ -44,6 +44,10 @@ pytestmark = [pytest.mark.mininet,
               pytest.mark.skipif(REASON is not None, reason=f"Open vSwitch unavailable: {REASON}")]
 TAG = f"i12x{os.getpid() % 100000}"
 FOREIGN = 0xBEEF
+#: leaf1's entries under the ECMP policy: 1 LLDP punt, 8 ARP replies (one per host), 8 routes;
+#: under the pinned policy 4 pinned entries more
+LEAF_ECMP = 17
+LEAF_PINNED = 21
 
 
 def _sh(*args: str, check: bool = True) -> str:
@@ -180,19 +184,19 @@ def test_no_wipe_foreign_entries_survive_restart_and_reload(tmp_path, policy_fil
         _foreign(b)
         a = Controller(tmp_path, policy_file, port, name="a")
         try:
-            a.wait(r"\[leaf1 dpid=0x3\] reconciled: read 0 entries of ours, sent \+14")
-            assert len(_ours(b)) == 14 and _foreign_intact(b)
-            assert a.sent("leaf1", "flow-mod") == 14 and a.sent("leaf1", "bundle") == 1
+            a.wait(rf"\[leaf1 dpid=0x3\] reconciled: read 0 entries of ours, sent \+{LEAF_PINNED}")
+            assert len(_ours(b)) == LEAF_PINNED and _foreign_intact(b)
+            assert a.sent("leaf1", "flow-mod") == LEAF_PINNED and a.sent("leaf1", "bundle") == 1
             first = _durations(b)
         finally:
             a.stop(signal.SIGKILL)  # kill -9: no goodbye
         t_kill = time.monotonic()
         # the switch keeps forwarding (fail_mode=secure) with everything in place
-        assert len(_ours(b)) == 14 and _foreign_intact(b)
+        assert len(_ours(b)) == LEAF_PINNED and _foreign_intact(b)
         c = Controller(tmp_path, policy_file, port, name="b")
         try:
-            c.wait(r"\[leaf1 dpid=0x3\] reconciled: read 14 entries of ours, all as intended: "
-                   "nothing sent")
+            c.wait(rf"\[leaf1 dpid=0x3\] reconciled: read {LEAF_PINNED} entries of ours, all as "
+                   "intended: nothing sent")
             # no flow-mod, no group-mod at the reconnect; entries were not re-added (their age
             # runs on from the first controller's install)
             assert c.sent("leaf1", "flow-mod") == 0 and c.sent("leaf1", "group-mod") == 0
@@ -204,7 +208,7 @@ def test_no_wipe_foreign_entries_survive_restart_and_reload(tmp_path, policy_fil
             policy_file.write_text(ECMP_POLICY.read_text())
             os.killpg(c.proc.pid, signal.SIGHUP)
             c.wait(r"policy generation 2 applied")
-            assert len(_ours(b)) == 10 and _foreign_intact(b)
+            assert len(_ours(b)) == LEAF_ECMP and _foreign_intact(b)
             assert not [ln for ln in _ours(b) if "priority=500" in ln]
             # a broken policy: located problem, an apply-failed event, nothing changes
             policy_file.write_text("version: 1\nrouting:\n  mode: teleport\n")
@@ -217,7 +221,7 @@ def test_no_wipe_foreign_entries_survive_restart_and_reload(tmp_path, policy_fil
             assert c.stop() == 0  # SIGTERM: a clean exit
         finally:
             c.stop(signal.SIGKILL)
-        assert len(_ours(b)) == 10 and _foreign_intact(b)
+        assert len(_ours(b)) == LEAF_ECMP and _foreign_intact(b)
 
 
 def test_a_refused_change_rolls_back_every_switch(tmp_path, policy_file):
@@ -232,7 +236,7 @@ def test_a_refused_change_rolls_back_every_switch(tmp_path, policy_file):
             c.wait(r"reconciled: read 0 entries of ours, sent", count=2)
             before = {sw: sorted(re.sub(r"duration=\S+ |n_packets=\S+ |n_bytes=\S+ ", "", x)
                                  for x in _ours(b)) for sw, b in br.items()}
-            assert len(before["leaf1"]) == len(before["leaf2"]) == 10
+            assert len(before["leaf1"]) == len(before["leaf2"]) == LEAF_ECMP
             # leaf2's table 0 is full now (the ECMP plan and the switch's own hidden entries):
             # the pinned entries will be refused (OFPFMFC_TABLE_FULL)
             active = int(re.search(r"table 0:.*?active=(\d+)", _sh(
@@ -272,7 +276,7 @@ def test_ovs_refuses_a_stale_generation_id_and_the_backup_never_writes(tmp_path,
                                                                              "bundle") == 0
             finally:
                 stale.stop()
-            assert len(_ours(b)) == 14
+            assert len(_ours(b)) == LEAF_PINNED
         finally:
             a.stop()
 

@@ -237,8 +237,18 @@ def test_packets_go_where_the_model_says(bmv2, leaf1, fabric):
     asyncio.run(go())
 
 
-def test_arp_packet_in_and_packet_out(bmv2, leaf1):
-    assert forward(leaf1, Packet(0x0806)) == CONTROLLER
+def test_arp_answered_by_the_switch_and_lldp_packet_in_and_packet_out(bmv2, leaf1, fabric):
+    """An ARP request for a fabric host comes back out of its port as the reply, made by the
+    switch (arp_responder), exactly as the model says; one for an unknown address goes
+    nowhere; LLDP reaches the controller; a packet-out leaves by its port."""
+    from controller.drivers import frames
+    from controller.drivers.p4runtime.model import arp_reply
+
+    h3 = fabric.host_by_name["h3"]
+    asked = Packet(0x0806, arp_op=1, arp_tpa=_ip(h3.ipv4), in_port=1)
+    assert forward(leaf1, asked) == frozenset({1}) and arp_reply(leaf1, asked) == _mac(h3.mac)
+    assert forward(leaf1, Packet(0x0806, arp_op=1, arp_tpa=_ip("10.9.9.9"), in_port=1)) == DROP
+    assert forward(leaf1, Packet(0x88CC)) == CONTROLLER
     assert forward(leaf1, Packet(0x0800, _ip("10.0.0.1"), _ip("10.9.9.9"))) == DROP
 
     async def go():
@@ -247,11 +257,24 @@ def test_arp_packet_in_and_packet_out(bmv2, leaf1):
             ports = Ports(bmv2)
             await asyncio.sleep(0.3)
             ports.drain()
-            req = arp_request("10.0.0.1", "10.0.0.3")
+            ports.send(1, arp_request("10.0.0.1", h3.ipv4))
+            got = await asyncio.to_thread(ports.recv_all, 0.6)
+            assert [len(f) > 0 for f in got[1]] == [True] and not got[2] and not got[3], got
+            reply = got[1][0]
+            assert reply[:6] == bytes.fromhex("020000000001")           # to the requester
+            assert reply[6:12] == bytes.fromhex(h3.mac.replace(":", ""))
+            a = frames.parse_arp(reply)
+            assert a is not None and (a.oper, a.sender_mac, a.sender_ip, a.target_mac,
+                                      a.target_ip) == (frames.ARP_REPLY, h3.mac, h3.ipv4,
+                                                       "02:00:00:00:00:01", "10.0.0.1")
+            ports.send(1, arp_request("10.0.0.1", "10.9.9.9"))
+            got = await asyncio.to_thread(ports.recv_all, 0.4)
+            assert not any(got.values())
+            lldp = b"\x01\x80\xc2\x00\x00\x0e" + b"\x02" * 6 + b"\x88\xcc" + bytes(46)
             it = sw.packets_in()
-            ports.send(1, req)
+            ports.send(1, lldp)
             port, frame = await asyncio.wait_for(it.__anext__(), 5)
-            assert port == 1 and frame[:len(req)] == req
+            assert port == 1 and frame[:len(lldp)] == lldp
             await sw.packet_out(2, b"\x02" * 6 + b"\x02" * 6 + b"\x88\xb5" + bytes(46))
             got = await asyncio.to_thread(ports.recv_all, 0.6)
             assert [len(f) for f in got[2]] == [60] and not got[1] and not got[3]

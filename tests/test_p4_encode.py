@@ -12,7 +12,7 @@ import pytest
 
 from controller.drivers.p4runtime import encode as enc
 from controller.drivers.p4runtime.entities import Exact, Lpm, Ternary, lpm, ternary
-from controller.drivers.p4runtime.model import CONTROLLER, DROP, Packet, forward
+from controller.drivers.p4runtime.model import CONTROLLER, DROP, Packet, arp_reply, forward
 from controller.model import load_topology
 from controller.plan.build import build_plan
 from controller.plan.model import (
@@ -99,10 +99,21 @@ def test_pinned_flows_follow_the_planned_paths_and_others_still_use_ecmp(fabric)
         pkt = Packet(ETH_TYPE_IPV4, _ip(src.ipv4), _ip(dst.ipv4), demand.ip_proto or 6,
                      demand.dscp or 0, demand.l4_src or 40000, demand.l4_dst or 5001)
         assert trace(fabric, ents, demand.src, demand.dst, pkt) == {tuple(path)}
-    # ARP and LLDP go to the controller on every switch
-    for e in ents.values():
-        assert forward(e, Packet(ETH_TYPE_ARP)) == CONTROLLER
+    # LLDP goes to the controller on every switch; ARP never does: an edge switch answers a
+    # request for a fabric host itself (back out of the asking port), the rest is dropped
+    edges = {h.leaf for h in fabric.hosts}
+    for name, e in ents.items():
+        assert forward(e, Packet(ETH_TYPE_ARP)) == DROP
         assert forward(e, Packet(ETH_TYPE_LLDP)) == CONTROLLER
+        for h in fabric.hosts:
+            req = Packet(ETH_TYPE_ARP, arp_op=1, arp_tpa=_ip(h.ipv4), in_port=7)
+            if name in edges:
+                assert forward(e, req) == frozenset({7})
+                assert arp_reply(e, req) == int(h.mac.replace(":", ""), 16)
+            else:
+                assert forward(e, req) == DROP and arp_reply(e, req) is None
+            assert arp_reply(e, dataclasses.replace(req, arp_op=2)) is None  # not a request
+        assert arp_reply(e, Packet(ETH_TYPE_ARP, arp_op=1, arp_tpa=_ip("10.9.9.9"))) is None
         assert forward(e, Packet(0x86DD)) == DROP
         assert forward(e, Packet(ETH_TYPE_IPV4, _ip("10.0.0.1"), _ip("10.9.9.9"))) == DROP
 
@@ -239,3 +250,22 @@ def test_a_protected_pinned_hop_encodes_its_backup_and_timeout_and_decodes_back(
     assert decode_entry(e) == dataclasses.replace(fi, origin="")
     with pytest.raises(enc.EncodeError, match="liveness timeout 0"):
         enc.encode_flow("leaf1", fi, timeout_us=0)
+
+
+def test_an_arp_reply_encodes_to_the_responder_table_and_decodes_back():
+    from controller.drivers.p4runtime.decode import decode_entry
+    from controller.drivers.p4runtime.entities import TableEntry
+    from controller.plan.model import PRIO_ARP_REPLY, ArpReply, arp_request_match
+
+    fi = FlowIntent(0, PRIO_ARP_REPLY, arp_request_match("10.0.0.3"),
+                    Action.answer(ArpReply("10.0.0.3", "02:00:00:00:00:03")), "arp h3")
+    e = enc.encode_flow("leaf1", fi)
+    assert (e.table, e.match, e.priority, e.action, e.params) == (
+        "arp_responder", (("arp_tpa", Exact(_ip("10.0.0.3"))),), 0, "arp_reply",
+        (("mac", 0x020000000003),))
+    assert decode_entry(e) == dataclasses.replace(fi, origin="")
+    for bad in (dataclasses.replace(e, action="send_to_cpu"),
+                dataclasses.replace(e, params=()),
+                dataclasses.replace(e, match=(("arp_tpa", Ternary(1, 0xFF)),)),
+                TableEntry("arp_responder", (), 0, "arp_reply", (("mac", 1 << 48),))):
+        assert decode_entry(bad) is None

@@ -8,16 +8,19 @@ from controller.plan.model import (
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
     ETH_TYPE_LLDP,
+    PRIO_ARP_REPLY,
     PRIO_CONTROL,
     PRIO_PINNED,
     PRIO_ROUTE,
     Action,
+    ArpReply,
     EcmpHash,
     FlowIntent,
     Match,
     NextHopSet,
     SwitchChanges,
     SwitchPlan,
+    arp_request_match,
     diff_plans,
     diff_switch,
 )
@@ -65,8 +68,15 @@ def _common_checks(fabric, res):
     for name, sp in plan.switches.items():
         assert sp.dpid == fabric.switch_by_name[name].dpid
         ctl = {f.match.eth_type: f for f in sp.flows if f.priority == PRIO_CONTROL}
-        assert set(ctl) == {ETH_TYPE_ARP, ETH_TYPE_LLDP}
+        assert set(ctl) == {ETH_TYPE_LLDP}   # ARP is never punted: the edge switches answer it
         assert all(f.action == Action("controller") for f in ctl.values())
+        arp = {f.match.arp_tpa: f.action.arp for f in sp.flows if f.priority == PRIO_ARP_REPLY}
+        if any(h.leaf == name for h in fabric.hosts):
+            assert arp == {h.ipv4: ArpReply(h.ipv4, h.mac) for h in fabric.hosts}
+        else:
+            assert arp == {}
+        assert all(f.priority in (PRIO_ARP_REPLY, PRIO_CONTROL, PRIO_PINNED, PRIO_ROUTE)
+                   for f in sp.flows)
         for nhs in sp.next_hop_sets():  # by value: ports of this switch, no ids
             assert len(nhs.ports) > 1
             assert all((name, p) in fabric.port_map for p in nhs.ports)
@@ -228,3 +238,45 @@ def test_changes_apply_and_invert(fabric):
     with pytest.raises(KeyError):
         SwitchChanges("leaf1", delete_flows=(FlowIntent(0, 1, Match(), Action("drop")),)).apply_to(
             SwitchPlan("leaf1", 3, frozenset()))
+
+
+def test_arp_reply_is_a_value_checked_against_its_match():
+    r = ArpReply("10.0.0.3", "02:00:00:00:00:0A")
+    assert r.mac == "02:00:00:00:00:0a" and str(r) == "arp-reply(10.0.0.3 is-at 02:00:00:00:00:0a)"
+    for ip, mac in (("10.0.0", "02:00:00:00:00:03"), ("10.0.0.300", "02:00:00:00:00:03"),
+                    ("10.0.0.3", "02:00:00:00:03"), ("10.0.0.3", "02:00:00:00:00:zz")):
+        with pytest.raises(ValueError):
+            ArpReply(ip, mac)
+    with pytest.raises(ValueError, match="exactly when its kind is 'arp_reply'"):
+        Action("arp_reply")
+    fi = FlowIntent(0, PRIO_ARP_REPLY, arp_request_match("10.0.0.3"), Action.answer(r), "arp h3")
+    assert fi.match == Match(eth_type=ETH_TYPE_ARP, arp_op=1, arp_tpa="10.0.0.3")
+    assert str(fi) == ("table=0 priority=1100 eth_type=0x0806,arp_op=1,arp_tpa=10.0.0.3 -> "
+                       "arp-reply(10.0.0.3 is-at 02:00:00:00:00:0a)")
+    # a reply only answers the request for its own address
+    with pytest.raises(ValueError, match="answers only the ARP request for 10.0.0.3"):
+        FlowIntent(0, PRIO_ARP_REPLY, arp_request_match("10.0.0.4"), Action.answer(r))
+    with pytest.raises(ValueError, match="answers only"):
+        FlowIntent(0, PRIO_ARP_REPLY, Match(eth_type=ETH_TYPE_ARP), Action.answer(r))
+
+
+def test_a_moved_host_changes_only_its_arp_entries(fabric):
+    """The ARP responder is part of the plan like routes: a changed MAC is one modify per
+    edge switch, nothing else."""
+    import dataclasses
+
+    from controller.model.topology import Fabric
+
+    policy = load_policy(ECMP_POLICY, fabric)
+    before = build_plan(fabric, policy).plan
+    hosts = tuple(dataclasses.replace(h, mac="02:00:00:00:00:99") if h.name == "h3" else h
+                  for h in fabric.hosts)
+    moved = Fabric(fabric.name, fabric.kind, fabric.switches, hosts, fabric.links, fabric.source)
+    changes = diff_plans(before, build_plan(moved, policy).plan)
+    edges = {h.leaf for h in fabric.hosts}
+    assert set(changes) == edges
+    for ch in changes.values():
+        assert not ch.add_flows and not ch.delete_flows
+        (m,) = ch.modify_flows
+        assert m.match == arp_request_match("10.0.0.3")
+        assert m.action.arp == ArpReply("10.0.0.3", "02:00:00:00:00:99")

@@ -119,13 +119,18 @@ def _apply(ff, changes):
 
 
 @pytest.mark.parametrize("kind", PLANNERS)
-def test_initial_plan_reaches_everyone_and_traps_arp_lldp(kind):
+def test_initial_plan_reaches_everyone_traps_lldp_and_answers_arp(kind):
     ff = _load(intended_plan(_state(kind)))
     assert_full_reachability(ff)
     for sw in FABRIC.switches:
         t = ff.tables[sw.name]
-        assert t.lookup({"eth_type": ETH_TYPE_ARP, "in_port": 1}) == {"controller"}
+        assert t.lookup({"eth_type": ETH_TYPE_ARP, "in_port": 1}) == set()  # never punted
         assert t.lookup({"eth_type": ETH_TYPE_LLDP, "in_port": 1}) == {"controller"}
+    for src in FABRIC.hosts:  # the edge switches answer, with no controller
+        for dst in FABRIC.hosts:
+            reply = ff.arp(src.name, dst.ipv4)
+            assert reply is not None and (reply["arp_sha"], reply["eth_dst"]) == (dst.mac,
+                                                                                  src.mac)
 
 
 @pytest.mark.parametrize("kind", PLANNERS)

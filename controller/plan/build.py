@@ -2,7 +2,15 @@
 
 Every switch gets, in table :data:`TABLE`:
 
-* two :data:`~controller.plan.model.PRIO_CONTROL` entries sending ARP and LLDP to the controller;
+* one :data:`~controller.plan.model.PRIO_CONTROL` entry sending LLDP to the controller (link
+  discovery: the one thing the controller must learn from the data plane);
+* on every edge switch (one a host hangs off), one :data:`~controller.plan.model.PRIO_ARP_REPLY`
+  entry per fabric host: an ARP request for the host's IPv4 address is answered by the switch
+  itself, from the topology's host table (:class:`~controller.plan.model.ArpReply`,
+  :func:`arp_reply_flows`), so hosts resolve each other with no controller at all. Other ARP
+  (requests for addresses the fabric does not hold, replies, announcements) matches nothing and
+  is dropped: the controller answered nothing else either, and nothing is flooded. Switches no
+  host hangs off never see a host's ARP and get no such entry;
 * one :data:`~controller.plan.model.PRIO_ROUTE` entry per reachable destination host
   (``eth_type=IPv4, ipv4_dst``): ``output`` when one shortest path leaves the switch, otherwise
   an ECMP :class:`~controller.plan.model.NextHopSet` over every shortest-path port
@@ -38,19 +46,21 @@ from controller.plan.capacity import (
     fit_tables,
 )
 from controller.plan.model import (
-    ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
     ETH_TYPE_LLDP,
+    PRIO_ARP_REPLY,
     PRIO_CONTROL,
     PRIO_PINNED,
     PRIO_ROUTE,
     Action,
+    ArpReply,
     EcmpHash,
     FabricPlan,
     FlowIntent,
     Match,
     NextHopSet,
     SwitchPlan,
+    arp_request_match,
 )
 from controller.plan.pinned import TABLE, pinned_match, with_pinned
 from controller.policy.model import Policy
@@ -60,8 +70,8 @@ from controller.te.invariants import check_routes
 from controller.te.links import normalise_down_links
 from controller.te.placer import LoadPinning, format_link_flows, place_policy
 
-__all__ = ["TABLE", "PlanResult", "RoutePlan", "build_plan", "build_routes", "ecmp_hashes",
-           "format_link_flows", "pinned_match"]
+__all__ = ["TABLE", "PlanResult", "RoutePlan", "arp_reply_flows", "build_plan", "build_routes",
+           "control_flows", "ecmp_hashes", "format_link_flows", "pinned_match"]
 
 
 @dataclass(frozen=True)
@@ -105,14 +115,27 @@ def ecmp_hashes(fabric: Fabric, policy: Policy,
     return hashing.ecmp_hashes(fabric, policy.routing.ecmp, unhashed)
 
 
-def control_flows() -> tuple[FlowIntent, FlowIntent]:
-    """The two entries every switch holds: ARP and LLDP to the controller."""
+def control_flows() -> tuple[FlowIntent, ...]:
+    """The entries every switch holds to reach the controller: LLDP (link discovery)."""
     return (
-        FlowIntent(TABLE, PRIO_CONTROL, Match(eth_type=ETH_TYPE_ARP), Action("controller"),
-                   "control arp"),
         FlowIntent(TABLE, PRIO_CONTROL, Match(eth_type=ETH_TYPE_LLDP), Action("controller"),
                    "control lldp"),
     )
+
+
+def arp_reply_flows(fabric: Fabric) -> tuple[FlowIntent, ...]:
+    """The ARP responder of an edge switch: per fabric host (sorted by name), the request for
+    its IPv4 address → :class:`~controller.plan.model.ArpReply` with its MAC (module
+    docstring). The same entries on every edge switch: a host may ask for any other."""
+    return tuple(
+        FlowIntent(TABLE, PRIO_ARP_REPLY, arp_request_match(h.ipv4),
+                   Action.answer(ArpReply(h.ipv4, h.mac)), f"arp {h.name}")
+        for h in sorted(fabric.hosts, key=lambda h: h.name))
+
+
+def edge_switches(fabric: Fabric) -> frozenset[str]:
+    """Names of the switches some host hangs off (the ones that answer ARP)."""
+    return frozenset(h.leaf for h in fabric.hosts)
 
 
 def build_routes(fabric: Fabric, policy: Policy,
@@ -134,6 +157,8 @@ def build_routes(fabric: Fabric, policy: Policy,
     check_routes(fabric, next_hops, down)
     hashes = ecmp_hashes(fabric, policy, unhashed)
     control = control_flows()
+    arp = arp_reply_flows(fabric)
+    edges = edge_switches(fabric)
     route_match = {h.name: Match(eth_type=ETH_TYPE_IPV4, ipv4_dst=h.ipv4) for h in fabric.hosts}
     # Intents carry no switch name, so one object serves every switch with the same
     # (destination, ports, hash), and one action every entry with the same (ports, hash):
@@ -145,7 +170,7 @@ def build_routes(fabric: Fabric, policy: Policy,
     actions: dict[tuple[tuple[int, ...], EcmpHash | None], Action] = {}
     switches: dict[str, SwitchPlan] = {}
     for sw in fabric.switches:
-        flows = list(control)
+        flows = list(control) + (list(arp) if sw.name in edges else [])
         h = hashes[sw.name]
         own = users[h] == 1
         for host, ports in next_hops[sw.name].items():
@@ -224,8 +249,11 @@ def fit_plan_tables(fabric: Fabric, policy: Policy, plan: FabricPlan,
     pinned = {name: {f.match: f for f in sp.flows if f.priority == PRIO_PINNED}
               for name, sp in plan.switches.items()}
     caps = capacities(fabric, per_switch=capacity, policy_tables=policy.tables)
+    control = {name: sum(1 for f in sp.flows if f.priority not in (PRIO_PINNED, PRIO_ROUTE))
+               for name, sp in plan.switches.items()}
     fitted, report = fit_tables(
         fabric, paths, pinned, next_hops, caps, lambda d: pinned_match(fabric, d),
+        control_entries=control,
         headroom=policy.tables.headroom if policy.tables else DEFAULT_HEADROOM,
         importance=[c.name for c in policy.collectives])
     if fitted == pinned:

@@ -233,7 +233,7 @@ def fit_tables(
     capacity: Mapping[str, TableCapacity],
     match_of: Callable[[FlowDemand], Match],
     *,
-    control_entries: int = 2,
+    control_entries: int | Mapping[str, int] = 1,
     headroom: int = DEFAULT_HEADROOM,
     importance: Sequence[str] = (),
 ) -> tuple[dict[str, dict[Match, FlowIntent]], CapacityReport]:
@@ -252,8 +252,10 @@ def fit_tables(
         Every switch's capacity (:func:`capacities`).
     match_of : callable
         A flow's pinned match (:func:`controller.plan.build.pinned_match`).
-    control_entries : int
-        Entries every switch holds besides routes and pinned flows.
+    control_entries : int or mapping of str to int
+        Entries every switch holds besides routes and pinned flows (LLDP to the controller;
+        on an edge switch also its ARP responder, one entry per host): one number for every
+        switch, or per switch (a switch left out: 1).
     headroom : int
         Entries kept free for make-before-break moves.
     importance : sequence of str
@@ -277,7 +279,9 @@ def fit_tables(
     order = {d: (rank.get(d.collective, len(rank)), d.collective, d.index, d.subflow)
              for d in paths}
     needed = {sw: len(out.get(sw, {})) for sw in capacity}
-    room = {sw: capacity[sw].pinned_room(len(route_ports.get(sw, {})), control_entries)
+    control = {sw: control_entries if isinstance(control_entries, int)
+               else control_entries.get(sw, 1) for sw in capacity}
+    room = {sw: capacity[sw].pinned_room(len(route_ports.get(sw, {})), control[sw])
             for sw in capacity}
     room = {sw: None if r is None else max(r - headroom, 0) for sw, r in room.items()}
     notes: list[str] = []
@@ -344,7 +348,7 @@ def fit_tables(
         notes.append(msg)
     switches = {
         sw: SwitchTables(sw, needed[sw], len(out.get(sw, {})), len(route_ports.get(sw, {})),
-                         control_entries, capacity[sw], room[sw])
+                         control[sw], capacity[sw], room[sw])
         for sw in capacity
     }
     return out, CapacityReport(switches, tuple(fallback), tuple(notes), merged)

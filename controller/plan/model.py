@@ -2,7 +2,8 @@
 
 A :class:`FabricPlan` maps each switch name to a :class:`SwitchPlan`: a set of
 :class:`FlowIntent` (match → one action). An action sends to a port, to the controller, drops,
-or forwards by a :class:`NextHopSet` carried **by value**: "ECMP over ports (3, 4) hashing these
+answers an ARP request in the data plane (:class:`ArpReply`), or forwards by a
+:class:`NextHopSet` carried **by value**: "ECMP over ports (3, 4) hashing these
 fields with this seed", or "fast failover: port 3, else 4". Nothing here names a group id,
 a member id or a port bitmask, and no port number is too large: drivers allocate their own ids
 for each distinct next-hop set (an OpenFlow group, a P4 action-profile group) and rebuild that
@@ -12,9 +13,10 @@ allocation from what they read back.
 recomputation reprograms only what changed; :meth:`SwitchChanges.inverse` undoes a change (a
 transaction's rollback) and :meth:`SwitchChanges.apply_to` replays it on a plan.
 
-Priorities (higher wins): :data:`PRIO_CONTROL` (ARP/LLDP to the controller) >
-:data:`PRIO_PINNED` (per-collective pinned flows) > :data:`PRIO_ROUTE` (per-destination
-ECMP/route) > table-miss (drop).
+Priorities (higher wins): :data:`PRIO_ARP_REPLY` (ARP requests for fabric hosts, answered by
+the switch) > :data:`PRIO_CONTROL` (LLDP to the controller) > :data:`PRIO_PINNED`
+(per-collective pinned flows) > :data:`PRIO_ROUTE` (per-destination ECMP/route) > table-miss
+(drop).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+PRIO_ARP_REPLY = 1100
 PRIO_CONTROL = 1000
 PRIO_PINNED = 500
 PRIO_ROUTE = 100
@@ -32,6 +35,8 @@ ETH_TYPE_ARP = 0x0806
 ETH_TYPE_LLDP = 0x88CC
 IP_PROTO_TCP = 6
 IP_PROTO_UDP = 17
+ARP_OP_REQUEST = 1
+ARP_OP_REPLY = 2
 
 HASH_FIELD_NAMES = ("eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
 """Header fields an ECMP hash may cover (the policy's ``routing.ecmp.hash_fields``)."""
@@ -45,7 +50,9 @@ measured by the ``ecmp_spread`` lab), so the plan asks for the hash explicitly."
 @dataclass(frozen=True, order=True)
 class Match:
     """Header fields to match; ``None`` means wildcard. IPv4 addresses are dotted strings,
-    ``ip_dscp`` is the 6-bit DSCP (0–63), ``l4_src``/``l4_dst`` need ``ip_proto`` (6 or 17)."""
+    ``ip_dscp`` is the 6-bit DSCP (0–63), ``l4_src``/``l4_dst`` need ``ip_proto`` (6 or 17);
+    ``arp_op`` (1 request, 2 reply) and ``arp_tpa`` (the target protocol address, dotted) need
+    ``eth_type`` 0x0806 (RFC 826)."""
 
     eth_type: int | None = None
     ipv4_src: str | None = None
@@ -54,6 +61,8 @@ class Match:
     ip_dscp: int | None = None
     l4_src: int | None = None
     l4_dst: int | None = None
+    arp_op: int | None = None
+    arp_tpa: str | None = None
 
     def fields(self) -> dict[str, int | str]:
         """The non-wildcard fields as a dict (for encoders and printing)."""
@@ -139,26 +148,73 @@ class NextHopSet:
 
 
 @dataclass(frozen=True, order=True)
+class ArpReply:
+    """The answer a switch gives, by itself, to an ARP request for ``ipv4``: "``ipv4`` is at
+    ``mac``" (RFC 826 "Packet Reception": the request turned into a reply — operation 2,
+    sender = (``mac``, ``ipv4``), target = the requester's sender addresses — sent back out of
+    the port it came in by, Ethernet destination the requester's source, source ``mac``).
+    Values from the topology's host table; a switch answers with no controller.
+
+    Raises
+    ------
+    ValueError
+        ``ipv4`` not a dotted IPv4 address, ``mac`` not six colon-separated hex bytes.
+    """
+
+    ipv4: str
+    mac: str
+
+    def __post_init__(self) -> None:
+        parts = self.ipv4.split(".")
+        if len(parts) != 4 or not all(p.isdigit() and 0 <= int(p) <= 255 for p in parts):
+            raise ValueError(f"ARP reply: {self.ipv4!r} is not a dotted IPv4 address")
+        octets = self.mac.split(":")
+        if len(octets) != 6 or not all(len(o) == 2 and all(c in "0123456789abcdefABCDEF"
+                                                            for c in o) for o in octets):
+            raise ValueError(f"ARP reply: {self.mac!r} is not a MAC address (aa:bb:cc:dd:ee:ff)")
+        object.__setattr__(self, "mac", self.mac.lower())
+
+    def __str__(self) -> str:
+        return f"arp-reply({self.ipv4} is-at {self.mac})"
+
+
+def arp_request_match(ipv4: str) -> Match:
+    """The match of an ARP request for ``ipv4`` (what :class:`ArpReply` answers)."""
+    return Match(eth_type=ETH_TYPE_ARP, arp_op=ARP_OP_REQUEST, arp_tpa=ipv4)
+
+
+@dataclass(frozen=True, order=True)
 class Action:
     """One forwarding action: ``output`` to ``port``, ``next_hops`` (an ECMP or failover
-    :class:`NextHopSet`), ``controller`` (packet-in) or ``drop``."""
+    :class:`NextHopSet`), ``controller`` (packet-in), ``drop``, or ``arp_reply`` (answer the
+    ARP request in the data plane, :class:`ArpReply`; only on :func:`arp_request_match`)."""
 
-    kind: Literal["output", "next_hops", "controller", "drop"]
+    kind: Literal["output", "next_hops", "controller", "drop", "arp_reply"]
     port: int = 0
     next_hops: NextHopSet | None = None
+    arp: ArpReply | None = None
 
     def __post_init__(self) -> None:
         if (self.kind == "next_hops") != (self.next_hops is not None):
             raise ValueError("an action forwards by a next-hop set exactly when its kind is "
                              "'next_hops'")
+        if (self.kind == "arp_reply") != (self.arp is not None):
+            raise ValueError("an action carries an ARP reply exactly when its kind is "
+                             "'arp_reply'")
 
     @staticmethod
     def via(nhs: NextHopSet) -> Action:
         """Forward by ``nhs``."""
         return Action("next_hops", 0, nhs)
 
+    @staticmethod
+    def answer(reply: ArpReply) -> Action:
+        """Answer an ARP request with ``reply`` out of the port it came in by."""
+        return Action("arp_reply", 0, None, reply)
+
     def ports(self) -> tuple[int, ...]:
-        """Every port this action may send to (empty for controller/drop)."""
+        """Every port this action may send to (empty for controller/drop, and for an ARP reply,
+        which leaves by the port the request came in by)."""
         if self.kind == "output":
             return (self.port,)
         if self.next_hops is not None:
@@ -170,6 +226,8 @@ class Action:
             return f"output:{self.port}"
         if self.next_hops is not None:
             return str(self.next_hops)
+        if self.arp is not None:
+            return str(self.arp)
         return self.kind
 
 
@@ -186,6 +244,12 @@ class FlowIntent:
     match: Match
     action: Action
     origin: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        arp = self.action.arp
+        if arp is not None and self.match != arp_request_match(arp.ipv4):
+            raise ValueError(f"{self.origin or 'an entry'}: {arp} answers only the ARP request "
+                             f"for {arp.ipv4} ({arp_request_match(arp.ipv4)}), not {self.match}")
 
     @property
     def key(self) -> tuple[int, int, Match]:

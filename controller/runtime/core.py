@@ -30,9 +30,12 @@ Rules per event:
   one computed for an older generation is dropped (a repair is computed again). A
   re-optimisation is applied in batches (:func:`controller.runtime.writes.
   begin_reoptimisation`). **TeFormReady** — the placement's te form, for the next repair.
-* **PacketIn** — an aifabric LLDP probe is a :class:`~controller.drivers.southbound.LinkSeen`;
-  an ARP request for a fabric host is answered from the address plan out of the port it came
-  in by; nothing is ever flooded.
+* **PacketIn** — an aifabric LLDP probe is a :class:`~controller.drivers.southbound.LinkSeen`.
+  The switches answer ARP themselves (the plan's ARP responder, :func:`controller.plan.build.
+  arp_reply_flows`) and never punt it; an ARP request that reaches the controller anyway (a
+  switch still holding an older release's punt entry until it converges, or another
+  application's entry) is answered from the address plan out of the port it came in by;
+  nothing is ever flooded.
 * **Tick** — LLDP rounds (check, then probes), counter requests and re-balancing rounds, and a
   retry of switches that did not take the last change, each on its own interval.
 * **IntentSynced** — the intent committed to the intent store (etcd in a cluster, memory

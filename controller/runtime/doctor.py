@@ -15,6 +15,12 @@ found); only FAIL fails the run. The checks, in order:
   BRIDGE.mgmt`` or ``ptcp:``) answers HELLO and FEATURES_REQUEST with its datapath id
   (OpenFlow 1.3 §7.3.1); an OpenFlow switch without one connects to the controller and is
   not probed;
+* ``bridge NAME``: for every OpenFlow switch of the topology that is a bridge of a local Open
+  vSwitch (matched by datapath id): a bridge without a controller that already holds flow
+  entries or groups is a warning (Open vSwitch deletes them all when the bridge gets its first
+  Controller row: :mod:`controller.drivers.ovs.bridges`), and so is one not in
+  ``fail_mode=secure`` (it would flood once no controller answers); skipped without a local
+  Open vSwitch;
 * ``clock``: the kernel's synchronisation state (adjtimex(2): TIME_ERROR = unsynchronised, a
   warning) and, with a cluster, the skew against each etcd member's HTTP ``Date`` header (more
   than :data:`MAX_SKEW_S` fails: the clocks of certificate checks and audit times disagree).
@@ -31,7 +37,7 @@ import struct
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -318,6 +324,34 @@ def check_switches(cfg: ServiceConfig, fabric: Any) -> list[Check]:
     return out
 
 
+def check_bridges(fabric: Any, kinds: Mapping[str, str], bridges: list[Any] | None
+                  ) -> list[Check]:
+    """One line per OpenFlow switch that is a local bridge (module docstring); ``bridges``:
+    :func:`controller.drivers.ovs.bridges.read_bridges` (None: no local Open vSwitch)."""
+    from controller.drivers.ovs.bridges import fail_mode_risk, flush_risk
+
+    if bridges is None:
+        return [Check("SKIP", "bridges", "no local Open vSwitch (ovs-vsctl absent or not "
+                      "answering): bridges not inspected")]
+    by_dpid = {b.dpid: b for b in bridges if b.dpid is not None}
+    out = []
+    for sw in fabric.switches:
+        b = by_dpid.get(sw.dpid)
+        if kinds.get(sw.name) != "openflow" or b is None:
+            continue
+        name = f"bridge {b.name}"
+        risks = [r for r in (flush_risk(b), fail_mode_risk(b)) if r is not None]
+        out += [Check("WARN", name, f"switch {sw.name}: {r}") for r in risks]
+        if not risks:
+            ctl = ", ".join(b.targets) if b.targets else "none yet (it holds nothing to lose)"
+            out.append(Check("PASS", name, f"switch {sw.name}: fail_mode secure, controller(s) "
+                             f"{ctl}; {b.flows} flow entries, {b.groups} group(s)"))
+    if not out:
+        out.append(Check("SKIP", "bridges", f"none of the {len(bridges)} local bridge(s) is a "
+                         "switch of the topology (no datapath id matches)"))
+    return out
+
+
 TIME_ERROR = 5
 
 
@@ -349,10 +383,28 @@ def check_clock(skews: Iterable[tuple[str, float]], state: int | None) -> list[C
     return out
 
 
+def _bridge_lines(cfg: ServiceConfig, fabric: Any,
+                  read: Callable[[], list[Any] | None]) -> list[Check]:
+    from controller.runtime.process import load_southbound
+
+    try:
+        kinds, _ = load_southbound(fabric, cfg.p4runtime.targets_file)
+    except ConfigError:
+        return []  # check_switches reported it
+    if "openflow" not in kinds.values():
+        return []
+    return check_bridges(fabric, kinds, read())
+
+
 def run_checks(config_file: str | None, load: Callable[[], ServiceConfig],
                now: dt.datetime | None = None, clock_state: Callable[[], int | None] =
-               kernel_clock_state) -> list[Check]:
-    """Every check, in the module docstring's order (later ones skipped without a config)."""
+               kernel_clock_state, bridges: Callable[[], list[Any] | None] | None = None
+               ) -> list[Check]:
+    """Every check, in the module docstring's order (later ones skipped without a config);
+    ``bridges`` reads the local Open vSwitch's bridges (default
+    :func:`controller.drivers.ovs.bridges.read_bridges`)."""
+    from controller.drivers.ovs.bridges import read_bridges
+
     lines, cfg, fabric = check_config(config_file, load)
     if cfg is None:
         return lines
@@ -361,5 +413,6 @@ def run_checks(config_file: str | None, load: Callable[[], ServiceConfig],
     lines += etcd
     if fabric is not None:
         lines += check_switches(cfg, fabric)
+        lines += _bridge_lines(cfg, fabric, bridges or read_bridges)
     lines += check_clock(skews, clock_state())
     return lines

@@ -229,6 +229,17 @@ class EtcdCluster:
         for index in indices:
             self._wait_member(self.members[index], deadline)
 
+    def restart_all(self, timeout_s: float = 30.0) -> None:
+        """Start every member that is not running again with its data, then wait until each is
+        healthy (after a quorum was lost no member is healthy alone: :meth:`restart_member`
+        one by one would wait in vain)."""
+        binary = etcd_binary()
+        assert binary is not None
+        for m in self.members:
+            if m.proc is None or m.proc.poll() is not None:
+                self._spawn(binary, m, state="existing")
+        self.wait_healthy(timeout_s)
+
     # -- health ----------------------------------------------------------------------------------
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
         """Wait until every running member reports healthy (raises EtcdUnavailable)."""

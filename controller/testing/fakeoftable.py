@@ -29,6 +29,12 @@ Semantics follow OpenFlow 1.3.5 where our encoders rely on them:
   bucket chosen by a deterministic hash of those packet fields and ``seed``; a fast-failover
   group (``OFPGT_FF``) yields the first bucket whose ``watch_port`` is up (§5.6.1). A packet is
   never sent back out of its ``in_port`` (plain output to the in-port is dropped, as on OVS).
+* Header rewrites: ``OFPAT_SET_FIELD`` and a whole-field copy (Nicira ``NXAST_REG_MOVE``,
+  OpenFlow 1.5 ``OFPAT_COPY_FIELD``) are applied in order to the packet dict, and an output to
+  ``OFPP_IN_PORT`` sends the packet back out of the port it came in by: the ARP responder
+  (:mod:`controller.drivers.openflow.arp`). :meth:`FakeOFTable.execute` returns every output
+  with the packet as it leaves; :meth:`FakeFabric.arp` asks a host's edge switch for an address
+  and returns the reply the host gets.
 * Multipart (statistics) requests are recorded in ``stats_requests`` and otherwise ignored.
 * Counters: :meth:`FakeOFTable.forward` (and :meth:`FakeFabric.send` across the fabric) counts
   a packet's bytes and frames on the entry it hits and on its in- and out-ports;
@@ -38,7 +44,9 @@ Semantics follow OpenFlow 1.3.5 where our encoders rely on them:
   as Open vSwitch does without ``OFPFF_RESET_COUNTS``).
 
 Packets are dicts with any of: ``eth_type``, ``ipv4_src``, ``ipv4_dst``, ``ip_proto``,
-``ip_dscp``, ``l4_src``, ``l4_dst`` (and optionally ``in_port``).
+``ip_dscp``, ``l4_src``, ``l4_dst``, ``eth_src``, ``eth_dst`` and the ARP fields ``arp_op``,
+``arp_spa``, ``arp_tpa``, ``arp_sha``, ``arp_tha`` (MACs as lower-case strings, IPv4 addresses
+dotted; and optionally ``in_port``).
 
 Messages of either version are recognised by class name, so the 1.3 and 1.5 parsers' objects
 both apply.
@@ -64,7 +72,11 @@ Output = int | str  # a port number, or CONTROLLER
 
 _L4 = {"tcp_src": (6, "l4_src"), "tcp_dst": (6, "l4_dst"),
        "udp_src": (17, "l4_src"), "udp_dst": (17, "l4_dst")}
-_DIRECT = ("eth_type", "ipv4_src", "ipv4_dst", "ip_proto", "ip_dscp", "in_port")
+_DIRECT = ("eth_type", "ipv4_src", "ipv4_dst", "ip_proto", "ip_dscp", "in_port", "eth_src",
+           "eth_dst", "arp_op", "arp_spa", "arp_tpa", "arp_sha", "arp_tha")
+#: Actions that rewrite the packet (applied by :meth:`FakeOFTable.execute`, ignored by lookups).
+_REWRITES = ("OFPActionSetField", "NXActionRegMove", "OFPActionCopyField")
+BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
 
 
 class FakeOFError(Exception):
@@ -99,6 +111,8 @@ class _Flow:
                         ports.append(act.port)
                     elif akind == "OFPActionGroup":
                         groups.append(act.group_id)
+                    elif akind in _REWRITES:
+                        continue
                     else:
                         raise FakeOFError(f"unsupported action {act!r}")
             else:
@@ -155,6 +169,28 @@ def _packet_matches(match: Mapping[str, Any], pkt: Mapping[str, Any]) -> bool:
         else:
             raise FakeOFError(f"match field {k!r} is not simulated")
     return True
+
+
+#: Field widths (bits) a copy may move between (the ARP responder's fields).
+_WIDTHS = {"eth_src": 48, "eth_dst": 48, "arp_sha": 48, "arp_tha": 48, "arp_spa": 32,
+           "arp_tpa": 32, "ipv4_src": 32, "ipv4_dst": 32}
+
+
+def _copy_fields(act: Any) -> tuple[str, str]:
+    """(source, destination) packet keys of a whole-field copy action (Nicira reg-move or
+    OpenFlow 1.5 copy-field). Raises :class:`FakeOFError` for a partial copy or unequal
+    widths."""
+    if type(act).__name__ == "NXActionRegMove":
+        src, dst, ofs = act.src_field, act.dst_field, (act.src_ofs, act.dst_ofs)
+    else:
+        src, dst = act.oxm_ids[0].type, act.oxm_ids[1].type
+        ofs = (act.src_offset, act.dst_offset)
+    src, dst = (f[:-4] if f.endswith("_nxm") else f for f in (src, dst))
+    width = _WIDTHS.get(src)
+    if width is None or _WIDTHS.get(dst) != width or act.n_bits != width or ofs != (0, 0):
+        raise FakeOFError(f"copy {src}->{dst} of {act.n_bits} bits at offsets {ofs} is not "
+                          "simulated (whole fields of equal width only)")
+    return src, dst
 
 
 def _covers(general: Mapping[str, Any], specific: Mapping[str, Any]) -> bool:
@@ -359,6 +395,7 @@ class FakeOFTable:
         out: set[Output] = set()
         table_id: int | None = 0
         in_port = packet.get("in_port")
+        back = False  # an output to OFPP_IN_PORT
         seen_tables: set[int] = set()
         while table_id is not None:
             if table_id in seen_tables:
@@ -369,12 +406,64 @@ class FakeOFTable:
                 break
             ports, groups, gotos = flow.outputs()
             for p in ports:
-                out.add(self._port_name(p))
+                if p == ofp.OFPP_IN_PORT:
+                    back = True
+                else:
+                    out.add(self._port_name(p))
             for g in groups:
                 out |= self._group_outputs(g, packet)
             table_id = gotos[0] if gotos else None
         if in_port is not None:
             out.discard(in_port)
+            if back:
+                out.add(in_port)
+        return out
+
+    def execute(self, packet: Mapping[str, Any]) -> list[tuple[Output, dict[str, Any]]]:
+        """Every output of ``packet`` (table 0's entry), each with the packet as it leaves:
+        set-field and whole-field copies applied in action order (module docstring). An output
+        to ``OFPP_IN_PORT`` leaves by ``packet['in_port']``; a plain output to the in-port is
+        dropped, as in :meth:`lookup`.
+
+        Raises
+        ------
+        FakeOFError
+            A goto-table entry (not simulated here), a copy between fields of different widths
+            or from a field the packet lacks, or an ``OFPP_IN_PORT`` output without
+            ``in_port``.
+        """
+        flow = self.match_flow(packet)
+        if flow is None:
+            return []
+        pkt = dict(packet)
+        in_port = packet.get("in_port")
+        out: list[tuple[Output, dict[str, Any]]] = []
+        for ins in flow.instructions:
+            if type(ins).__name__ != "OFPInstructionActions":
+                raise FakeOFError(f"[{self.name}] execute: {type(ins).__name__} not simulated")
+            for act in ins.actions:
+                kind = type(act).__name__
+                if kind == "OFPActionSetField":
+                    v = act.value
+                    pkt[act.key] = v.lower() if isinstance(v, str) else v
+                elif kind in ("NXActionRegMove", "OFPActionCopyField"):
+                    src, dst = _copy_fields(act)
+                    if src not in pkt:
+                        raise FakeOFError(f"[{self.name}] copy from {src}, which the packet "
+                                          f"lacks: {dict(packet)}")
+                    pkt[dst] = pkt[src]
+                elif kind == "OFPActionOutput":
+                    if act.port == ofp.OFPP_IN_PORT:
+                        if in_port is None:
+                            raise FakeOFError(f"[{self.name}] output IN_PORT without in_port")
+                        out.append((in_port, dict(pkt)))
+                    elif act.port != in_port:
+                        out.append((self._port_name(act.port), dict(pkt)))
+                elif kind == "OFPActionGroup":
+                    out += [(p, dict(pkt)) for p in sorted(
+                        self._group_outputs(act.group_id, pkt), key=str) if p != in_port]
+                else:
+                    raise FakeOFError(f"[{self.name}] unsupported action {act!r}")
         return out
 
     @staticmethod
@@ -592,6 +681,32 @@ class FakeFabric:
             if node in path[:-1]:
                 raise ForwardingLoop(f"loop at {node}", path)
             switch = node
+
+    def arp(self, src_host: str, target_ip: str) -> dict[str, Any] | None:
+        """The reply ``src_host`` gets to the ARP request it broadcasts for ``target_ip``, as
+        its edge switch sends it back (a packet dict, no ``in_port``), or None when the switch
+        drops the request.
+
+        Raises
+        ------
+        TraceError
+            The request leaves by a port other than the host's, or to the controller (a
+            switch must answer it itself, and nothing is flooded).
+        """
+        host = self.fabric.host_by_name[src_host]
+        request = {"eth_type": 0x0806, "eth_src": host.mac, "eth_dst": BROADCAST_MAC,
+                   "arp_op": 1, "arp_sha": host.mac, "arp_spa": host.ipv4,
+                   "arp_tha": "00:00:00:00:00:00", "arp_tpa": target_ip, "in_port": host.port}
+        outs = self.tables[host.leaf].execute(request)
+        if not outs:
+            return None
+        if [p for p, _ in outs] != [host.port]:
+            raise TraceError(f"{host.leaf} sends {src_host}'s ARP request for {target_ip} out "
+                             f"of {[p for p, _ in outs]}, not back to port {host.port}",
+                             (src_host, host.leaf))
+        reply = dict(outs[0][1])
+        reply.pop("in_port", None)
+        return reply
 
     def trace_all(self, src_host: str, packet: Mapping[str, Any]) -> TraceResult:
         """Follow ``packet`` sent by ``src_host`` along every possible output. Never raises for

@@ -29,6 +29,7 @@ KINDS: dict[str, str] = {
     "ina-allreduce": "mininet_labs.labs.ina_allreduce:LAB",
     "ha-failover": "mininet_labs.labs.ha_failover:LAB",
     "ecmp-spread": "mininet_labs.labs.ecmp_spread:LAB",
+    "no-controller": "mininet_labs.labs.no_controller:LAB",
 }
 
 

@@ -503,10 +503,25 @@ def controller_rows(switches: Iterable[str], port: int | Sequence[int],
     return args
 
 
+def flush_warnings(switches: Iterable[str]) -> list[str]:
+    """One warning per bridge of ``switches`` that has no controller yet and holds flow entries
+    or groups: Open vSwitch deletes them all when the bridge gets its first Controller row
+    (:mod:`controller.drivers.ovs.bridges`)."""
+    from controller.drivers.ovs.bridges import flush_risk, read_bridges
+
+    names = set(switches)
+    return [w for b in read_bridges(names) or [] if (w := flush_risk(b)) is not None]
+
+
 def set_controller(net: Any, port: int | Sequence[int], tls: bool = False) -> None:
     """Point every switch of ``net`` at the controller(s) on ``port`` (:func:`controller_rows`;
-    ``tls``: ``ssl:`` targets, after :func:`set_switch_tls`)."""
-    _sh(["ovs-vsctl", *controller_rows([s.name for s in net.switches], port, tls)], check=True)
+    ``tls``: ``ssl:`` targets, after :func:`set_switch_tls`). A bridge that gets its first
+    controller loses every entry it held: each one that held some is logged as a warning
+    first (:func:`flush_warnings`)."""
+    names = [s.name for s in net.switches]
+    for w in flush_warnings(names):
+        LOG.warning("%s", w)
+    _sh(["ovs-vsctl", *controller_rows(names, port, tls)], check=True)
 
 
 def set_switch_tls(key: Path, cert: Path, ca: Path) -> None:

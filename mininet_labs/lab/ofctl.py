@@ -20,12 +20,14 @@ OFCTL = ["ovs-ofctl", "-O", "OpenFlow13"]
 @dataclass(frozen=True)
 class FlowEntry:
     """One entry: ``priority``, ``cookie``, ``match`` (field → value; flags like ``ip`` map to
-    ``""``) and ``actions`` (``["output:3"]``, ``["group:7"]``)."""
+    ``""``), ``actions`` (``["output:3"]``, ``["group:7"]``) and ``n_packets`` (the packets
+    it matched)."""
 
     priority: int
     cookie: int
     match: dict[str, str] = field(default_factory=dict)
     actions: tuple[str, ...] = ()
+    n_packets: int = 0
 
 
 def _split_actions(text: str) -> tuple[str, ...]:
@@ -67,7 +69,7 @@ def parse_flows(text: str) -> list[FlowEntry]:
         entries.append(FlowEntry(int(fields.get("priority", "32768")),
                                  int(fields.get("cookie", "0"), 0),
                                  {k: v for k, v in fields.items() if k and k not in meta},
-                                 _split_actions(actions)))
+                                 _split_actions(actions), int(fields.get("n_packets", "0"))))
     return entries
 
 

@@ -5,7 +5,8 @@
  * encoder, controller/drivers/p4runtime/pipeline.py, and the QoS rendering,
  * controller/render/bmv2.py, use the short names on the left):
  *
- *   ingress  punt              ternary eth_type                       -> send_to_cpu
+ *   ingress  arp_responder     exact arp_tpa                          -> arp_reply(mac)
+ *            punt              ternary eth_type                       -> send_to_cpu
  *            dscp_to_priority  exact dscp                             -> set_priority(priority)
  *            pinned            ternary ipv4_src ipv4_dst ip_proto     -> set_egress(port)
  *                                      dscp l4_src l4_dst                   | drop
@@ -52,9 +53,17 @@
  * The switch flips the liveness bit itself, within timeout_us of the last probe, before the
  * controller re-pins. failover_used[port] counts the packets sent to the backup of a dead port.
  *
+ * ARP responder: the switch answers an ARP request (IPv4 over Ethernet) for a fabric host by
+ * itself, with no controller. arp_responder holds one entry per host, written by the controller
+ * from the topology's host table (arp_tpa = the host's address); its action arp_reply(mac) turns
+ * the request into the reply (RFC 826 "Packet Reception": operation 2, sender = (mac, the address
+ * asked for), target = the requester's sender addresses, Ethernet destination the requester's
+ * source, source mac) and sends it back out of the port it came in by. Only a request is
+ * answered; other ARP, and a request for an address without an entry, goes on to punt.
+ *
  * Forwarding leaves Ethernet addresses and TTL alone, as the OpenFlow driver does (hosts learn
- * each other's real MAC from the controller's ARP replies). The only header rewrite is ECN CE,
- * after which the IPv4 checksum is recomputed.
+ * each other's real MAC from the switches' ARP replies). Header rewrites: ECN CE, after which
+ * the IPv4 checksum is recomputed, and the ARP reply.
  *
  * Packet I/O (P4Runtime spec v1.3, section 16.1): packets to the controller leave through
  * CPU_PORT with a packet_in header carrying the ingress port; packet-out carries the egress
@@ -70,6 +79,9 @@ const bit<9>  CPU_PORT       = 255;
 const bit<16> ETH_TYPE_IPV4  = 0x0800;
 const bit<16> ETH_TYPE_ARP   = 0x0806;
 const bit<16> ETH_TYPE_LLDP  = 0x88cc;
+const bit<16> ARP_HTYPE_ETH  = 1;
+const bit<16> ARP_OP_REQUEST = 1;
+const bit<16> ARP_OP_REPLY   = 2;
 const bit<8>  IP_PROTO_TCP   = 6;
 const bit<8>  IP_PROTO_UDP   = 17;
 const bit<16> INA_UDP_PORT   = 48864;   /* SwitchML's UDP port, reserved for issue 5 */
@@ -279,6 +291,28 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
         standard_metadata.priority = priority;
     }
 
+    /* The ARP responder (header comment). */
+    action arp_reply(bit<48> mac) {
+        bit<32> requester_ip = hdr.arp.spa;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = mac;
+        hdr.arp.oper = ARP_OP_REPLY;
+        hdr.arp.tha = hdr.arp.sha;
+        hdr.arp.sha = mac;
+        hdr.arp.spa = hdr.arp.tpa;
+        hdr.arp.tpa = requester_ip;
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
+    }
+
+    table arp_responder {
+        key = {
+            hdr.arp.tpa : exact @name("arp_tpa");
+        }
+        actions = { arp_reply; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 4096;
+    }
+
     table punt {
         key = {
             hdr.ethernet.ether_type : ternary @name("eth_type");
@@ -355,6 +389,13 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
         if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
             port_heard_us.write((bit<32>) standard_metadata.ingress_port,
                                 standard_metadata.ingress_global_timestamp);
+        }
+        if (hdr.arp.isValid() && hdr.arp.htype == ARP_HTYPE_ETH
+                && hdr.arp.ptype == ETH_TYPE_IPV4 && hdr.arp.hlen == 6 && hdr.arp.plen == 4
+                && hdr.arp.oper == ARP_OP_REQUEST) {
+            if (arp_responder.apply().hit) {
+                exit;
+            }
         }
         if (punt.apply().hit) {
             if (hdr.ethernet.ether_type == ETH_TYPE_ARP) {

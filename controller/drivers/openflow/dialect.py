@@ -21,6 +21,8 @@ The driver offers OpenFlow 1.3 and 1.5; the switch picks the highest both speak 
 * **Read-back**: entries with their instructions come from 1.3 flow statistics, from 1.5 flow
   *descriptions* (``OFPMP_FLOW_DESC``); 1.5 statistics carry OXS counters.
 * **Packet-out**: 1.5 carries the in-port in a match.
+* **Copying a field** (the ARP responder's moves): 1.5 ``OFPAT_COPY_FIELD``; 1.3 Nicira's
+  ``NXAST_REG_MOVE``, which Open vSwitch refuses on 1.5 (``OFPBAC_BAD_EXP_TYPE``).
 """
 
 from __future__ import annotations
@@ -127,6 +129,10 @@ class Dialect:
     def barrier(self) -> Any:
         return self._own(self.parser.OFPBarrierRequest(self.desc))
 
+    def copy_field(self, src: str, dst: str, n_bits: int) -> Any:
+        """An action copying the whole field ``src`` into ``dst`` (OXM names, ``n_bits`` wide)."""
+        raise NotImplementedError
+
     def bundle_ctrl(self, bundle_id: int, kind: str) -> Any:
         """``kind``: open, commit, discard (flags ATOMIC|ORDERED)."""
         raise NotImplementedError
@@ -229,6 +235,11 @@ class OF13(Dialect):
                           actions=[p.OFPActionOutput(port)]) for port, w in buckets]
         return self._own(p.OFPGroupMod(self.desc, command, gtype, group_id, bs))
 
+    def copy_field(self, src: str, dst: str, n_bits: int) -> Any:
+        """Nicira's ``NXAST_REG_MOVE`` (OpenFlow 1.3 has no copy action; Open vSwitch takes
+        this one up to OpenFlow 1.4 and refuses it on 1.5, ``OFPBAC_BAD_EXP_TYPE``)."""
+        return self.parser.NXActionRegMove(src_field=src, dst_field=dst, n_bits=n_bits)
+
     def bundle_ctrl(self, bundle_id: int, kind: str) -> Any:
         o = self.ofp
         t = {"open": o.ONF_BCT_OPEN_REQUEST, "commit": o.ONF_BCT_COMMIT_REQUEST,
@@ -301,6 +312,11 @@ class OF15(Dialect):
         props = [] if selection is None else [selection_property(selection)]
         return self._own(p.OFPGroupMod(self.desc, command, gtype, group_id,
                                        o.OFPG_BUCKET_ALL, bs, props))
+
+    def copy_field(self, src: str, dst: str, n_bits: int) -> Any:
+        """``OFPAT_COPY_FIELD`` (OpenFlow 1.5.1 §7.2.3.8)."""
+        p = self.parser
+        return p.OFPActionCopyField(n_bits=n_bits, oxm_ids=[p.OFPOxmId(src), p.OFPOxmId(dst)])
 
     def bundle_ctrl(self, bundle_id: int, kind: str) -> Any:
         o = self.ofp
@@ -501,6 +517,34 @@ def _bucket_parser_15(cls: Any, buf: bytes, offset: int) -> Any:
 
 
 ofproto_v1_5_parser.OFPBucket.parser = classmethod(_bucket_parser_15)
+
+
+def _copy_field_parser_15(cls: Any, buf: bytes, offset: int) -> Any:
+    """os-ken's ``OFPActionCopyField.parser`` (OpenFlow 1.5) with its bounds fixed.
+
+    os-ken 4.x reads the OXM ids from ``buf[offset:offset + len]`` with ``offset`` already past
+    the 12-byte head, so it runs into the padding and the next actions and fails
+    (``AssertionError``: not two ids) on every entry Open vSwitch reports with a ``move`` over
+    OpenFlow 1.5 (the ARP responder, :mod:`.arp`): the whole flow description reply was lost.
+    Its constructor also leaves ``len`` at the head's 12 bytes, so the actions after it were
+    parsed from the wrong offset.
+    The ids are exactly two OXM headers, source then destination, after the head (OpenFlow
+    1.5.1 §7.2.3.8, ``ofp_action_copy_field``), then zero padding to 8 bytes.
+    """
+    o, p = ofproto_v1_5, ofproto_v1_5_parser
+    (type_, len_, n_bits, src_offset, dst_offset) = struct.unpack_from(
+        o.OFP_ACTION_COPY_FIELD_PACK_STR, buf, offset)
+    rest = bytes(buf[offset + o.OFP_ACTION_COPY_FIELD_SIZE:offset + len_])
+    oxm_ids = []
+    for _ in range(2):
+        oxm_id, rest = p.OFPOxmId.parse(rest)
+        oxm_ids.append(oxm_id)
+    action = cls(n_bits, src_offset, dst_offset, oxm_ids, type_, len_)
+    action.len = len_  # the constructor keeps the 12-byte head size: the next action's offset
+    return action
+
+
+ofproto_v1_5_parser.OFPActionCopyField.parser = classmethod(_copy_field_parser_15)
 
 DIALECTS: dict[int, Dialect] = {d.version: d for d in (OF13(), OF15())}
 """Every dialect by wire version."""

@@ -27,6 +27,10 @@ driver wraps them in a bundle and sends them; tests apply the same objects to
   flows, delete flows, delete groups no entry uses any more — no entry ever points at a missing
   group, even without a bundle.
 
+* **ARP replies** (:class:`~controller.plan.model.ArpReply`) are the switch's own ARP responder:
+  set-field and field-copy actions, then ``output IN_PORT`` (:mod:`.arp`, which also decodes
+  every form Open vSwitch reports them in).
+
 Statistics: :func:`decode_match` turns a reply's match back into a plan :class:`Match`.
 """
 
@@ -36,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.drivers.openflow.arp import decode_reply, reply_actions
 from controller.drivers.openflow.dialect import (
     CAP_ECMP_HASH,
     DIALECTS,
@@ -45,6 +50,7 @@ from controller.drivers.openflow.dialect import (
     GroupRecord,
 )
 from controller.plan.model import (
+    ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
     IP_PROTO_TCP,
     IP_PROTO_UDP,
@@ -82,7 +88,8 @@ def encode_match(match: Match, dialect: Dialect = DEFAULT_DIALECT) -> Any:
     """An ``OFPMatch`` for ``match``.
 
     IPv4 fields and ``ip_dscp``/``ip_proto`` need ``eth_type`` 0x0800; ``l4_src``/``l4_dst`` become
-    ``tcp_*`` or ``udp_*`` according to ``ip_proto`` (OpenFlow 1.3.5 §7.2.3.6, prerequisites).
+    ``tcp_*`` or ``udp_*`` according to ``ip_proto``; ``arp_op``/``arp_tpa`` need ``eth_type``
+    0x0806 (OpenFlow 1.3.5 §7.2.3.6, prerequisites).
 
     Raises
     ------
@@ -93,6 +100,9 @@ def encode_match(match: Match, dialect: Dialect = DEFAULT_DIALECT) -> Any:
     ip_fields = (match.ipv4_src, match.ipv4_dst, match.ip_proto, match.ip_dscp)
     if any(v is not None for v in ip_fields) and match.eth_type != ETH_TYPE_IPV4:
         raise EncodeError(f"{match}: IPv4 fields need eth_type 0x0800, got {match.eth_type!r}")
+    if (match.arp_op is not None or match.arp_tpa is not None) and \
+            match.eth_type != ETH_TYPE_ARP:
+        raise EncodeError(f"{match}: ARP fields need eth_type 0x0806, got {match.eth_type!r}")
     if match.eth_type is not None:
         _width(match, "eth_type", match.eth_type, 16)
         f["eth_type"] = match.eth_type
@@ -116,6 +126,11 @@ def encode_match(match: Match, dialect: Dialect = DEFAULT_DIALECT) -> Any:
         if match.l4_dst is not None:
             _width(match, "l4_dst", match.l4_dst, 16)
             f[f"{prefix}_dst"] = match.l4_dst
+    if match.arp_op is not None:
+        _width(match, "arp_op", match.arp_op, 16)
+        f["arp_op"] = match.arp_op
+    if match.arp_tpa is not None:
+        f["arp_tpa"] = match.arp_tpa
     return dialect.parser.OFPMatch(**f)
 
 
@@ -127,7 +142,7 @@ def _width(match: Match, name: str, value: int, bits: int) -> None:
 def encode_instructions(action: Action, group_id: int | None = None,
                         dialect: Dialect = DEFAULT_DIALECT) -> list[Any]:
     """Apply-actions for ``action`` (``group_id``: the id of its next-hop set's group);
-    ``drop`` is an empty instruction list."""
+    ``drop`` is an empty instruction list; ``arp_reply``: :func:`.arp.reply_actions`."""
     p, o = dialect.parser, dialect.ofp
     if action.kind == "output":
         if not 1 <= action.port <= o.OFPP_MAX:
@@ -141,6 +156,8 @@ def encode_instructions(action: Action, group_id: int | None = None,
         actions = [p.OFPActionOutput(o.OFPP_CONTROLLER, o.OFPCML_NO_BUFFER)]
     elif action.kind == "drop":
         return []
+    elif action.arp is not None:
+        actions = reply_actions(action.arp, dialect)
     else:  # pragma: no cover - Action.kind is a Literal
         raise EncodeError(f"unknown action kind {action.kind!r}")
     return [p.OFPInstructionActions(o.OFPIT_APPLY_ACTIONS, actions)]
@@ -354,7 +371,8 @@ def encode_full(plan: SwitchPlan, dialect: Dialect = DEFAULT_DIALECT) -> list[OF
 # -- read-back -----------------------------------------------------------------------------------
 _DECODE = {"eth_type": "eth_type", "ipv4_src": "ipv4_src", "ipv4_dst": "ipv4_dst",
            "ip_proto": "ip_proto", "ip_dscp": "ip_dscp", "tcp_src": "l4_src",
-           "tcp_dst": "l4_dst", "udp_src": "l4_src", "udp_dst": "l4_dst"}
+           "tcp_dst": "l4_dst", "udp_src": "l4_src", "udp_dst": "l4_dst", "arp_op": "arp_op",
+           "arp_tpa": "arp_tpa"}
 
 
 def decode_match(match: Any) -> Match | None:
@@ -402,8 +420,11 @@ def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
     if not ins:
         return Action("drop")
     if len(ins) != 1 or not isinstance(ins[0], p.OFPInstructionActions) or \
-            ins[0].type != o.OFPIT_APPLY_ACTIONS or len(ins[0].actions) != 1:
+            ins[0].type != o.OFPIT_APPLY_ACTIONS:
         return None
+    if len(ins[0].actions) != 1:
+        reply = decode_reply(ins[0].actions, dialect)
+        return None if reply is None else Action.answer(reply)
     a = ins[0].actions[0]
     memo = cache if cache is not None else {}
     if isinstance(a, p.OFPActionOutput):
@@ -474,7 +495,10 @@ def decode_state(switch: str, dpid: int, flows: Iterable[FlowRecord],
         if m is None or a is None:
             stale.append(r)
             continue
-        intents.append(FlowIntent(r.table, r.priority, m, a))
+        try:
+            intents.append(FlowIntent(r.table, r.priority, m, a))
+        except ValueError:  # an ARP reply on another match: not an entry we write
+            stale.append(r)
     plan = SwitchPlan(switch, dpid, frozenset(intents))
     used = plan.next_hop_sets()
     for nhs in [s for s in alloc if s not in used]:

@@ -1,13 +1,15 @@
 """A P4 switch read back → plan intents (the inverse of :mod:`.encode`). Pure.
 
-aifabric owns the tables it writes (:data:`OWNED_TABLES`: ``punt``, ``routes``, ``pinned``,
-``ecmp_hash``) and the ``ecmp_selector`` action profile; entries of other tables (QoS tables
-written by a lab or another client) are neither read back as ours nor ever deleted.
-:func:`decode_entities` turns our entities into a :class:`~controller.plan.model.SwitchPlan`:
-routes to a member or an ECMP group, pinned entries (plan priority = P4 priority //
-:data:`~.encode.PRIORITY_SCALE`; ``pin_egress_protected`` as a failover next-hop set of the
-planned port and its backup), punts; the ``ecmp_hash`` entry gives the ECMP sets' hash; the
-group ids of the read-back groups are kept (the driver's allocation: port set → id).
+aifabric owns the tables it writes (:data:`OWNED_TABLES`: ``arp_responder``, ``punt``,
+``routes``, ``pinned``, ``ecmp_hash``) and the ``ecmp_selector`` action profile; entries of
+other tables (QoS tables written by a lab or another client) are neither read back as ours nor
+ever deleted. :func:`decode_entities` turns our entities into a
+:class:`~controller.plan.model.SwitchPlan`: routes to a member or an ECMP group, pinned entries
+(plan priority = P4 priority // :data:`~.encode.PRIORITY_SCALE`; ``pin_egress_protected`` as a
+failover next-hop set of the planned port and its backup), punts, ARP replies
+(``arp_reply(mac)`` on ``arp_tpa``: the reply for that address); the ``ecmp_hash`` entry gives
+the ECMP sets' hash; the group ids of the read-back groups are kept (the driver's allocation:
+port set → id).
 """
 
 from __future__ import annotations
@@ -18,8 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.drivers.p4runtime.encode import PRIORITY_SCALE
-from controller.drivers.p4runtime.entities import Lpm, SwitchEntities, TableEntry, Ternary
+from controller.drivers.p4runtime.entities import (
+    Exact,
+    Lpm,
+    SwitchEntities,
+    TableEntry,
+    Ternary,
+)
 from controller.drivers.p4runtime.pipeline import (
+    ARP_RESPONDER,
     ECMP_HASH,
     ECMP_SELECTOR,
     HASH_FIELD_BITS,
@@ -29,17 +38,21 @@ from controller.drivers.p4runtime.pipeline import (
 )
 from controller.plan.model import (
     ETH_TYPE_IPV4,
+    PRIO_ARP_REPLY,
     PRIO_ROUTE,
     Action,
+    ArpReply,
     EcmpHash,
     FlowIntent,
     Match,
     NextHopSet,
     SwitchPlan,
+    arp_request_match,
 )
 from controller.plan.pinned import TABLE
 
-OWNED_TABLES = frozenset({PUNT.name, ROUTES.name, PINNED.name, ECMP_HASH.name})
+OWNED_TABLES = frozenset({ARP_RESPONDER.name, PUNT.name, ROUTES.name, PINNED.name,
+                          ECMP_HASH.name})
 _PINNED_FIELDS = {"ipv4_src": "ipv4_src", "ipv4_dst": "ipv4_dst", "ip_proto": "ip_proto",
                   "dscp": "ip_dscp", "l4_src": "l4_src", "l4_dst": "l4_dst"}
 _PINNED_BITS = {k: w for k, _, w in PINNED.keys}
@@ -106,6 +119,15 @@ def decode_entry(e: TableEntry, ports: Mapping[int, int | None] | None = None,
     """The plan intent of one of our entries (None: not one the encoder writes). ``ports``:
     member id → port, ``groups``: group id → next-hop set (for routes)."""
     m = dict(e.match)
+    if e.table == ARP_RESPONDER.name:
+        tpa, mac = m.get("arp_tpa"), dict(e.params).get("mac")
+        if not isinstance(tpa, Exact) or e.action != "arp_reply" or mac is None or \
+                not 0 <= mac < 1 << 48 or not 0 <= tpa.value < 1 << 32:
+            return None
+        ip = str(ipaddress.IPv4Address(tpa.value))
+        text = ":".join(f"{(mac >> s) & 0xFF:02x}" for s in range(40, -8, -8))
+        return FlowIntent(TABLE, PRIO_ARP_REPLY, arp_request_match(ip),
+                          Action.answer(ArpReply(ip, text)))
     if e.table == PUNT.name:
         et = m.get("eth_type")
         if isinstance(et, Ternary) and et.mask == 0xFFFF and e.action == "send_to_cpu":

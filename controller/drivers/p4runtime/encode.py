@@ -5,6 +5,9 @@ one table of the program (names in :mod:`.pipeline`):
 
 * action ``controller`` on an ``eth_type``-only match → ``punt`` (ternary ``eth_type``) →
   ``send_to_cpu``; the packet reaches the controller as packet-in;
+* an :class:`~controller.plan.model.ArpReply` (on the match of an ARP request for its address)
+  → ``arp_responder`` (exact ``arp_tpa``) → ``arp_reply(mac)``: the switch answers the request
+  itself (fabric.p4's header comment);
 * a route (match exactly ``eth_type=IPv4, ipv4_dst``) to a port or an ECMP
   :class:`~controller.plan.model.NextHopSet` → ``routes`` (LPM /32) pointing at a member or
   group of the ``ecmp_selector`` action selector. Member ids are port numbers (one
@@ -55,6 +58,7 @@ from controller.drivers.p4runtime.entities import (
     ternary,
 )
 from controller.drivers.p4runtime.pipeline import (
+    ARP_RESPONDER,
     BMV2,
     ECMP_HASH,
     ECMP_HASH_PRIORITY,
@@ -96,6 +100,10 @@ def _port(switch: str, what: object, port: int, cpu_port: int = BMV2.cpu_port) -
 
 def _ipv4(value: str) -> int:
     return int(ipaddress.IPv4Address(value))
+
+
+def _mac(value: str) -> int:
+    return int(value.replace(":", ""), 16)
 
 
 def _member(port: int) -> ProfileMember:
@@ -234,6 +242,10 @@ def encode_flow(switch: str, flow: FlowIntent, target: P4Target = BMV2,
     m = flow.match
     fields = m.fields()
     what = flow.origin or str(flow)
+    if flow.action.arp is not None:  # FlowIntent checked the match: the request for this IP
+        reply = flow.action.arp
+        return TableEntry(ARP_RESPONDER.name, (("arp_tpa", Exact(_ipv4(reply.ipv4))),), 0,
+                          "arp_reply", (("mac", _mac(reply.mac)),), origin=flow.origin)
     if flow.action.kind == "controller":
         if set(fields) != {"eth_type"}:
             raise EncodeError(f"{switch}: {what}: punt matches eth_type only, got {sorted(fields)}")

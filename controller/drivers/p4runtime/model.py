@@ -5,7 +5,9 @@ and ask where a packet goes, then trace every host pair across the fabric. The B
 the same packets through the real program and check it agrees with this model, so the model is
 itself tested against the target.
 
-Semantics (fabric.p4 ``FabricIngress.apply``): ``punt`` hit → controller; non-IPv4 → drop;
+Semantics (fabric.p4 ``FabricIngress.apply``): an ARP request whose ``arp_tpa`` has an
+``arp_responder`` entry → back out of its ingress port, as the reply (:func:`arp_reply`);
+``punt`` hit → controller; non-IPv4 → drop;
 ``pinned`` (highest priority matching entry) → its port or drop; else ``routes`` (longest
 prefix) → its member's port, or the set of its group's members' ports (the action selector's
 hash picks one; :func:`forward` returns all, :func:`forward_hashed` the one fabric.p4's hash
@@ -53,6 +55,9 @@ class Packet:
     l4_dst: int = 0
     eth_src: int = 0
     eth_dst: int = 0
+    arp_op: int = 0
+    arp_tpa: int = 0
+    in_port: int = 0
 
 
 def _hits(fm: FieldMatch, width: int, v: int) -> bool:
@@ -66,7 +71,21 @@ def _hits(fm: FieldMatch, width: int, v: int) -> bool:
 
 
 _WIDTH = {"eth_type": 16, "eth_src": 48, "eth_dst": 48, "ipv4_src": 32, "ipv4_dst": 32,
-          "ip_proto": 8, "dscp": 6, "l4_src": 16, "l4_dst": 16}
+          "ip_proto": 8, "dscp": 6, "l4_src": 16, "l4_dst": 16, "arp_tpa": 32}
+ETH_TYPE_ARP = 0x0806
+ARP_OP_REQUEST = 1
+
+
+def arp_reply(state: SwitchEntities, pkt: Packet) -> int | None:
+    """The MAC (48-bit integer) the switch answers the ARP request ``pkt`` with, or None when
+    ``pkt`` is not a request or no ``arp_responder`` entry holds its ``arp_tpa``. The reply
+    leaves by ``pkt.in_port`` (fabric.p4's ``arp_reply``)."""
+    if pkt.eth_type != ETH_TYPE_ARP or pkt.arp_op != ARP_OP_REQUEST:
+        return None
+    for e in state.entries:
+        if e.table == "arp_responder" and _matches(e, pkt):
+            return int(dict(e.params)["mac"])
+    return None
 
 
 def _matches(e: TableEntry, pkt: Packet) -> bool:
@@ -81,6 +100,8 @@ def forward(state: SwitchEntities, pkt: Packet) -> str | frozenset[int]:
     LookupError
         A route points at a member or group the state lacks (the switch would refuse it).
     """
+    if arp_reply(state, pkt) is not None:
+        return frozenset([pkt.in_port])
     by_table: dict[str, list[TableEntry]] = {}
     for e in state.entries:
         by_table.setdefault(e.table, []).append(e)

@@ -49,6 +49,9 @@ class TableSpec:
 
 
 PUNT = TableSpec("punt", (("eth_type", "ternary", 16),), ("send_to_cpu",))
+#: The ARP responder: a request for ``arp_tpa`` is answered by the switch (fabric.p4's header
+#: comment); one entry per fabric host on an edge switch.
+ARP_RESPONDER = TableSpec("arp_responder", (("arp_tpa", "exact", 32),), ("arp_reply",))
 DSCP_TO_PRIORITY = TableSpec("dscp_to_priority", (("dscp", "exact", 6),), ("set_priority",))
 PINNED = TableSpec(
     "pinned",
@@ -62,12 +65,14 @@ ECN_THRESHOLD = TableSpec(
     "ecn_threshold", (("egress_port", "exact", 9), ("priority", "exact", 3)), ("mark_ecn",)
 )
 TABLES: dict[str, TableSpec] = {
-    t.name: t for t in (PUNT, DSCP_TO_PRIORITY, PINNED, ROUTES, ECMP_HASH, ECN_THRESHOLD)
+    t.name: t for t in (ARP_RESPONDER, PUNT, DSCP_TO_PRIORITY, PINNED, ROUTES, ECMP_HASH,
+                        ECN_THRESHOLD)
 }
 
 #: action → ((param, bitwidth), ...)
 ACTIONS: dict[str, tuple[tuple[str, int], ...]] = {
     "send_to_cpu": (),
+    "arp_reply": (("mac", 48),),
     "drop": (),
     "set_egress": (("port", 9),),
     "pin_egress_protected": (("port", 9), ("backup_port", 9), ("timeout_us", 32)),

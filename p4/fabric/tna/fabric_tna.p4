@@ -6,7 +6,8 @@
  * P4Info aliases; bf-p4c prefixes full names with the pipe ("pipe.FabricIngress.pinned"), and
  * the driver addresses entities by alias, so both programs answer to the same names:
  *
- *   ingress  punt              ternary eth_type                       -> send_to_cpu
+ *   ingress  arp_responder     exact arp_tpa                          -> arp_reply(mac)
+ *            punt              ternary eth_type                       -> send_to_cpu
  *            dscp_to_priority  exact dscp                             -> set_priority(priority)
  *            pinned            ternary ipv4_src ipv4_dst ip_proto     -> set_egress(port) | drop
  *                                      dscp l4_src l4_dst
@@ -38,6 +39,12 @@
  *     packets and packet-outs bypass egress, as in fabric.p4 they skip the egress counters.
  *   - Drops set drop_ctl; mark_to_drop does not exist in TNA.
  *
+ * The ARP responder follows fabric.p4: a request (IPv4 over Ethernet) for an address with an
+ * arp_responder entry is turned into the reply and sent back out of the port it came in by,
+ * with no controller; anything else goes on to punt. (Written by hand to mirror fabric.p4;
+ * bf-p4c was not available to compile it, and the P4Info entries for it were added by hand
+ * with the ids p4c assigns: see README.md.)
+ *
  * ECN marking follows fabric.p4: an ECT packet (ECN 01 or 10) leaving a queue whose enq_qdepth
  * is at least the threshold is marked CE (11), counted in ecn_marked, and the IPv4 checksum is
  * recomputed in the egress deparser (RFC 3168 section 6.1.1.1 marking; Alizadeh et al.,
@@ -56,6 +63,9 @@
 const bit<16> ETH_TYPE_IPV4  = 0x0800;
 const bit<16> ETH_TYPE_ARP   = 0x0806;
 const bit<16> ETH_TYPE_LLDP  = 0x88cc;
+const bit<16> ARP_HTYPE_ETH  = 1;
+const bit<16> ARP_OP_REQUEST = 1;
+const bit<16> ARP_OP_REPLY   = 2;
 const bit<8>  IP_PROTO_TCP   = 6;
 const bit<8>  IP_PROTO_UDP   = 17;
 const bit<32> PORTS          = 512;     /* 9-bit port numbers */
@@ -244,6 +254,28 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
         ig_tm_md.ingress_cos = priority;
     }
 
+    /* The ARP responder (header comment; fabric.p4 has the same). */
+    action arp_reply(bit<48> mac) {
+        bit<32> requester_ip = hdr.arp.spa;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = mac;
+        hdr.arp.oper = ARP_OP_REPLY;
+        hdr.arp.tha = hdr.arp.sha;
+        hdr.arp.sha = mac;
+        hdr.arp.spa = hdr.arp.tpa;
+        hdr.arp.tpa = requester_ip;
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+    }
+
+    table arp_responder {
+        key = {
+            hdr.arp.tpa : exact @name("arp_tpa");
+        }
+        actions = { arp_reply; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 4096;
+    }
+
     table punt {
         key = {
             hdr.ethernet.ether_type : ternary @name("eth_type");
@@ -333,7 +365,17 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
             hdr.packet_out.setInvalid();
         } else {
             port_rx.count(ig_intr_md.ingress_port);
-            if (punt.apply().hit) {
+            bool answered = false;
+            if (hdr.arp.isValid() && hdr.arp.htype == ARP_HTYPE_ETH
+                    && hdr.arp.ptype == ETH_TYPE_IPV4 && hdr.arp.hlen == 6
+                    && hdr.arp.plen == 4 && hdr.arp.oper == ARP_OP_REQUEST) {
+                if (arp_responder.apply().hit) {
+                    answered = true;
+                }
+            }
+            if (answered) {
+                /* the reply leaves by its ingress port */
+            } else if (punt.apply().hit) {
                 if (hdr.ethernet.ether_type == ETH_TYPE_ARP) {
                     punted.count(0);
                 } else if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
