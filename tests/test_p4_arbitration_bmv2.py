@@ -27,7 +27,7 @@ from controller.drivers.p4runtime.client import (
 )
 from controller.drivers.p4runtime.encode import encode_flow
 from controller.drivers.p4runtime.reconcile import Update
-from controller.plan.model import ETH_TYPE_IPV4, Action, FlowIntent, Match
+from controller.plan.model import ETH_TYPE_IPV4, Action, FlowIntent, Match, empty_plan
 from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason
 
 _why = bmv2_missing_reason()
@@ -211,7 +211,8 @@ def test_the_driver_runs_as_backup_says_so_and_takes_primary_only_with_a_higher_
             fi = FlowIntent(0, 500, Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1",
                                           ipv4_dst="10.0.0.9"), Action("output", 1), "pin z")
             with pytest.raises(NotMaster):
-                await drv.apply("leaf1", SwitchChanges("leaf1", add_flows=(fi,)), 5.0)
+                await drv.apply("leaf1", SwitchChanges("leaf1", add_flows=(fi,)),
+                                empty_plan("leaf1", 3), 5.0)
             assert not drv.messages_sent()  # nothing was sent
         finally:
             await other.__aexit__(None, None, None)
@@ -223,7 +224,8 @@ def test_the_driver_runs_as_backup_says_so_and_takes_primary_only_with_a_higher_
         await wait(lambda: drv.role_of("leaf1") == "primary")
         assert drv.role_of("leaf1") == "primary"
         assert await drv.set_role("leaf1", "master", 7) == "master"
-        await drv.apply("leaf1", SwitchChanges("leaf1", add_flows=(fi,)), 5.0)
+        held = (await drv.read_state("leaf1")).plan
+        await drv.apply("leaf1", SwitchChanges("leaf1", add_flows=(fi,)), held, 5.0)
         st = await drv.read_state("leaf1")
         assert fi.match in {f.match for f in st.plan.flows}
         assert master_election_id(7) == 7 << 64

@@ -8,7 +8,7 @@ unconnected):
   removes exactly those entries again;
 * SIGHUP with a broken policy logs FILE:LINE:COL, publishes nothing new, and writes nothing to
   BMv2 (its tables read back identical);
-* SIGHUP with ring-a's ranks re-ordered applies generation 2 and changes leaf1's tables
+* SIGHUP with ring-a's ranks re-ordered applies a new generation and changes leaf1's tables
   (``pinned`` entries differ), as the same change does on Open vSwitch
   (tests/test_lab_policy_reload.py).
 
@@ -96,12 +96,12 @@ def test_northbound_and_sighup_reload_on_a_bmv2_leaf(tmp_path: Path) -> None:
             assert c.sent("leaf1", "p4-update") == updates
             assert asyncio.run(_tables(bmv2.grpc_address)) == before
 
-            # SIGHUP with ring-a re-ordered: generation 2, leaf1's pinned entries change
+            # SIGHUP with ring-a re-ordered: a new generation, leaf1's pinned entries change
             policy.write_text(original.replace("ranks: [h1, h3, h5, h7]",
                                                "ranks: [h1, h5, h3, h7]"))
             assert policy.read_text() != original
             c.proc.send_signal(signal.SIGHUP)
-            c.wait(r"policy generation 2 applied")
+            c.wait(r"policy generation \d+ applied")
             after = _wait_tables(bmv2.grpc_address,
                                  lambda t: t.get("pinned") != before["pinned"])
             assert after["pinned"] != before["pinned"]

@@ -78,8 +78,9 @@ def test_tofino_pipeline_push_and_entries_through_the_runtime_driver():
             assert any(isinstance(e, SwitchConnected) for e in events)
             assert drv.role_of("leaf1") == "primary"
             assert await drv.set_role("leaf1", "master", None) == "master"
+            held = (await drv.read_state("leaf1")).plan
             receipt = await drv.apply("leaf1", SwitchChanges("leaf1", add_flows=tuple(
-                sorted(plan.flows, key=lambda f: f.sort_key()))), 10.0)
+                sorted(plan.flows, key=lambda f: f.sort_key()))), held, 10.0)
             await drv.stop()
             return server, receipt
 
