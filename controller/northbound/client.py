@@ -173,8 +173,9 @@ class FabricClient:
         """Events as they happen (``call.cancel()`` on the returned iterator stops it). No
         deadline; iterating raises ``grpc.RpcError`` when the stream ends with an error
         (``RESOURCE_EXHAUSTED "too slow: N events not read"`` for a reader that fell behind)."""
-        return self.stub.WatchEvents(pb.WatchEventsRequest(kinds=list(kinds)),
-                                     metadata=self.metadata)
+        stream: Iterator[Any] = self.stub.WatchEvents(pb.WatchEventsRequest(kinds=list(kinds)),
+                                                      metadata=self.metadata)
+        return stream
 
 
 def tls_problem(target: str, tls: TLSFiles, timeout_s: float = 3.0) -> str | None:

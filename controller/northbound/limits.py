@@ -181,7 +181,8 @@ def _raw_pool() -> descriptor_pool.DescriptorPool:
 _RAW = _raw_pool()
 
 
-def _locate_decode_error(desc: Descriptor, data: bytes, limits: NorthboundLimits) -> FieldError:
+def _locate_decode_error(desc: Any, data: bytes, limits: NorthboundLimits) -> FieldError:
+    """``desc``: the message's descriptor (a pure-Python or upb Descriptor)."""
     raw_cls = message_factory.GetMessageClass(
         _RAW.FindMessageTypeByName(f"{_RAW_PACKAGE}.{desc.name}"))
     try:
@@ -209,7 +210,7 @@ def _first_non_utf8(raw: Message, desc: Descriptor, prefix: str,
                     item.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     return FieldError(where, f"not valid UTF-8 (byte {exc.start} of {len(item)})")
-            elif real.type == FieldDescriptor.TYPE_MESSAGE:
+            elif real.type == FieldDescriptor.TYPE_MESSAGE and real.message_type is not None:
                 found = _first_non_utf8(item, real.message_type, where + ".", limits)
                 if found is not None:
                     return found

@@ -108,11 +108,11 @@ class _Handlers:
     # -- unary calls -----------------------------------------------------------------------------
     def unary(self, method: str, req_cls: type[Message],
               work: Callable[[Any], Awaitable[Message]]
-              ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Message]]:
+              ) -> Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Awaitable[Message]]:
         """A handler: count the call against ``max_unary_calls``, parse the request, await
         ``work(request)`` shielded from the client's cancellation, map errors."""
 
-        async def handle(data: bytes, context: grpc.aio.ServicerContext) -> Message:
+        async def handle(data: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
             if self.unary_active >= self.limits.max_unary_calls:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                     f"busy: {self.unary_active} calls in progress, at most "
@@ -122,7 +122,8 @@ class _Handlers:
             task.add_done_callback(self._unary_done)
             code, details = await asyncio.shield(task)
             if code is None:
-                return details
+                done: Message = details
+                return done
             await context.abort(code, details)
 
         return handle
@@ -164,7 +165,7 @@ class _Handlers:
         return apply_result_to_proto(res, self.limits)
 
     # -- the event stream ------------------------------------------------------------------------
-    async def watch_events(self, data: bytes, context: grpc.aio.ServicerContext) -> None:
+    async def watch_events(self, data: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """Stream events until the client leaves, the server stops (OK) or the watcher is too
         slow (``RESOURCE_EXHAUSTED``)."""
         caller = current_principal()
@@ -202,7 +203,7 @@ class _Handlers:
             LOG.warning("[northbound] event watcher %s dropped: %s", context.peer(), slow)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(slow))
 
-    async def _stream(self, sub: Subscription, context: grpc.aio.ServicerContext
+    async def _stream(self, sub: Subscription, context: grpc.aio.ServicerContext[Any, Any]
                       ) -> SlowSubscriber | None:
         """Write ``sub``'s events; the reason to drop the watcher, or None when ``sub`` ended.
         A write waits for the watcher's HTTP/2 window at most ``max_write_wait_s``, and no
@@ -291,7 +292,7 @@ async def start_northbound(service: NorthboundService, host: str, port: int, *,
     h = _Handlers(service, limits)
 
     def unary(method: str, req_cls: type[Message], resp_cls: type[Message],
-              work: Callable[[Any], Awaitable[Message]]) -> grpc.RpcMethodHandler:
+              work: Callable[[Any], Awaitable[Message]]) -> grpc.RpcMethodHandler[Any, Any]:
         return grpc.unary_unary_rpc_method_handler(
             h.unary(method, req_cls, work), request_deserializer=None,
             response_serializer=resp_cls.SerializeToString)
