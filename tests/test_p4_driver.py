@@ -6,6 +6,7 @@ the program itself when simple_switch_grpc is present."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -57,6 +58,7 @@ class Mixed:
                                      client_factory=factory(self.p4), reconnect_s=0.01)
         self.ofdrv = OpenFlowDriver({s.dpid: s.name for s in SPINES})
         self.ctl = Controller(state, {"openflow": self.ofdrv, "p4runtime": self.p4drv},
+                              executor=ThreadPoolExecutor(2),
                               tick_s=3600)
         self.ff = FakeFabric.empty(FABRIC)
         self.of = {s.name: FakeSwitch(self.ofdrv, s.dpid, self.ff.tables[s.name])

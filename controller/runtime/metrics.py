@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -340,10 +341,10 @@ def registry_for(source: MetricsSource, sample_interval_s: float,
     return reg
 
 
-def start_metrics_server(source: MetricsSource, sample_interval_s: float, host: str, port: int,
-                         *, tls: Any = None, basic_auth: Any = None,
-                         insecure: bool = False,
-                         certificates: Mapping[str, str] | None = None) -> Any:
+async def start_metrics_server(source: MetricsSource, sample_interval_s: float, host: str,
+                               port: int, *, render: Executor, tls: Any = None,
+                               basic_auth: Any = None, insecure: bool = False,
+                               certificates: Mapping[str, str] | None = None) -> Any:
     """Serve ``/metrics`` on ``host:port`` (0: a free port) with
     :func:`controller.security.metrics_http.serve_metrics` (``tls``: HTTPS; ``basic_auth``:
     answer 401 without it; a non-loopback address needs TLS or ``insecure``; ``certificates``:
@@ -361,5 +362,6 @@ def start_metrics_server(source: MetricsSource, sample_interval_s: float, host: 
     """
     from controller.security.metrics_http import serve_metrics
 
-    return serve_metrics(registry_for(source, sample_interval_s, certificates), host=host,
-                         port=port, tls=tls, basic_auth=basic_auth, insecure=insecure)
+    return await serve_metrics(registry_for(source, sample_interval_s, certificates),
+                               render=render, host=host, port=port, tls=tls,
+                               basic_auth=basic_auth, insecure=insecure)

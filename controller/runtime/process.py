@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -487,7 +488,9 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
                 of_handle.stop()
             raise
         mastership = cluster.mastership
-    ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership)
+    compute = ThreadPoolExecutor(2, thread_name_prefix="aifabric-compute")
+    ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership,
+                     executor=compute)
     from controller.runtime.service import FabricService
 
     if cluster is not None:
@@ -718,6 +721,7 @@ class _Edges:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.metrics: Any = None
+        self.render: ThreadPoolExecutor | None = None
         self.grpc: Any = None
         self.view: Any = None
 
@@ -731,11 +735,12 @@ class _Edges:
 
             h, p = opts.metrics_listen
             sec = opts.security
-            self.metrics = start_metrics_server(ctl, interval_s, h, p, tls=channels.metrics_tls,
-                                                basic_auth=channels.metrics_auth,
-                                                insecure=channels.insecure,
-                                                certificates=sec.certificate_files() if sec
-                                                else None)
+            # the exposition text is rendered off the loop, by threads the edge owns
+            self.render = ThreadPoolExecutor(2, thread_name_prefix="metrics-render")
+            self.metrics = await start_metrics_server(
+                ctl, interval_s, h, p, render=self.render, tls=channels.metrics_tls,
+                basic_auth=channels.metrics_auth, insecure=channels.insecure,
+                certificates=sec.certificate_files() if sec else None)
             auth = " (basic auth)" if channels.metrics_auth is not None else ""
             self.lines.append(f"metrics: {self.metrics.url}{auth}")
         if opts.grpc_listen is not None:
@@ -787,5 +792,8 @@ class _Edges:
             await self.grpc.stop(1.0)
             self.grpc = None
         if self.metrics is not None:
-            self.metrics.close()
+            await self.metrics.aclose()
             self.metrics = None
+        if self.render is not None:
+            self.render.shutdown(wait=False, cancel_futures=True)
+            self.render = None

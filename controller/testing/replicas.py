@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,7 +113,7 @@ class ReplicaSet:
         await cluster.observe()
         driver = OpenFlowDriver({s.dpid: s.name for s in self.fabric.switches})
         ctl = Controller(state, {"openflow": driver}, mastership=cluster.mastership,
-                         tick_s=0.1)
+                         tick_s=0.1, executor=ThreadPoolExecutor(2))
         cluster.attach(ctl)
         service = FabricService(ctl, cluster=cluster)
         await ctl.start()
