@@ -69,6 +69,10 @@ class NorthboundLimits:
         says how many more there were (the counts are always complete).
     max_problems : int
         Problems sent back by ``ApplyPolicy`` [200]; then one saying how many more.
+    max_audit_records : int
+        Records of one ``ListAudit`` reply [500] (a client pages with ``after_sequence``).
+        ``CheckDrift`` lists at most ``max_diff_lines`` entries per switch (its counts are
+        whole).
     """
 
     max_streams: int = 64
@@ -83,6 +87,7 @@ class NorthboundLimits:
     max_repeated: int = 4096
     max_diff_lines: int = 1000
     max_problems: int = 200
+    max_audit_records: int = 500
 
     def __post_init__(self) -> None:
         for f in fields(self):

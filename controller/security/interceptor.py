@@ -25,7 +25,7 @@ import contextvars
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -67,6 +67,22 @@ def certificate_role(pem: bytes) -> Role | None:
         except ValueError:
             continue
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def certificate_subject(pem: bytes) -> str:
+    """The subject of a client certificate (PEM) as RFC 4514 text (``CN=alice,OU=operator``),
+    "" when it cannot be read. Cached by the certificate's bytes."""
+    try:
+        return x509.load_pem_x509_certificate(pem).subject.rfc4514_string()
+    except ValueError:
+        return ""
+
+
+def peer_certificate_subject(auth: Mapping[str, Iterable[bytes]]) -> str:
+    """The subject of the client certificate in a call's ``auth_context()`` ("" none)."""
+    pem = next(iter(auth.get("x509_pem_cert") or ()), None)
+    return certificate_subject(bytes(pem)) if pem else ""
 
 
 def peer_certificate_role(auth: AuthContext) -> Role | None:

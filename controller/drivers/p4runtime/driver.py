@@ -356,7 +356,7 @@ class P4RuntimeDriver:
         return s
 
     # -- requests ------------------------------------------------------------------------------
-    async def read_state(self, switch: str) -> SwitchState:
+    async def read_state(self, switch: str, *, adopt: bool = True) -> SwitchState:
         s = self._session(switch)
         assert s.client is not None
         try:
@@ -365,13 +365,15 @@ class P4RuntimeDriver:
             raise ApplyError(switch, f"read-back failed: {exc}") from None
         ours = owned(ents)
         dec = decode_entities(ours)
+        foreign = ents.count - ours.count - len(ents.multicast)
+        if not adopt:
+            return SwitchState(dec.plan, foreign, 0)
         s.group_ids = dict(dec.group_ids)
         try:
             canon = self._encode(s, dec.plan, s.group_ids)
             s.extra, s.missing = _minus(ours, canon), _minus(canon, ours)
         except (EncodeError, KeyError):
             s.extra, s.missing = ours, None
-        foreign = ents.count - ours.count - len(ents.multicast)
         return SwitchState(dec.plan, foreign, 0)
 
     def _allocate(self, s: _Session, plan: SwitchPlan) -> dict[tuple[int, ...], int]:
