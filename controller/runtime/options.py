@@ -131,4 +131,5 @@ def controller_options(cfg: ServiceConfig) -> ControllerOptions:
         p4_liveness_interval_s=p4.liveness.interval_s,
         p4_liveness_misses=p4.liveness.misses, p4_liveness_hold_s=p4.liveness.hold_s,
         ready_timeout_s=cfg.runtime.ready_timeout_s,
+        audit_file=cfg.audit.file, audit_retention=cfg.audit.retention_records,
         security=security_options(cfg), cluster=cluster_options(cfg))

@@ -113,6 +113,8 @@ class ControllerOptions:
     p4_liveness_hold_s: float = 10.0
     security: SecurityOptions | None = None
     cluster: ClusterOptions | None = None
+    audit_file: str | None = None
+    audit_retention: int = 10_000
 
 
 def summary_lines(state: RuntimeState) -> list[str]:
@@ -491,12 +493,20 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
     compute = ThreadPoolExecutor(2, thread_name_prefix="aifabric-compute")
     ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership,
                      executor=compute)
+    from controller.runtime.auditlog import open_audit_log
     from controller.runtime.service import FabricService
 
     if cluster is not None:
         cluster.attach(ctl)
+    try:
+        audit = open_audit_log(opts.audit_file, opts.audit_retention, compute, cluster)
+    except OSError as exc:
+        if of_handle is not None:
+            of_handle.stop()
+        raise _Failed(f"audit.file {opts.audit_file}: {exc.strerror or exc}") from None
     service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
-                            policy_targets=policy_targets(southbound, opts), cluster=cluster)
+                            policy_targets=policy_targets(southbound, opts), cluster=cluster,
+                            audit=audit)
     service.checker.warm()   # the fork server starts now, not at the first ApplyPolicy
     qos = None
     if opts.apply_qos:
@@ -518,6 +528,9 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         print(qos.summary(), flush=True)
     for line in channels.lines():
         print(line, flush=True)
+    print(f"audit trail: {audit.where}, the newest {audit.retention} records kept"
+          + (" (audit.file is not used in a cluster)" if cluster is not None
+             and opts.audit_file else ""), flush=True)
     edges = _Edges()
     try:
         await edges.start(ctl, service, opts, state.settings.stats_interval_s or 1.0, channels)
@@ -540,6 +553,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         loop.add_signal_handler(signal.SIGINT, stop.set)
         loop.add_signal_handler(signal.SIGHUP, on_hup)
     await ctl.start()
+    await service.trail.start()
     # Everything loaded so far (modules, os-ken, the fabric, the first plan) lives as long as
     # the process: out of the garbage collector's reach, a full collection (which stops every
     # thread, the loop's too) scans only what came later. Measured with a 3,000-collective
@@ -578,6 +592,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
                 loop.remove_signal_handler(sig)
         if joining is not None:
             joining.cancel()
+        await service.trail.stop()
         if cluster is not None:
             await cluster.stop()
         await edges.stop()
@@ -685,7 +700,7 @@ async def reload_policy(service: FabricService, path: str) -> None:
     (:class:`~controller.runtime.policycheck.DocumentLimits`: a file larger than ``max_bytes``
     is not even read; parsing runs in the checker's child process). Problems are logged as
     FILE:LINE:COL, a limit by its name; the running policy stays in force."""
-    from controller.northbound.model import Busy, FieldError, Unavailable
+    from controller.northbound.model import Busy, Caller, FieldError, Unavailable
     from controller.runtime.policycheck import too_large
 
     LOG.info("[controller] SIGHUP: re-reading the policy %s", path)
@@ -707,7 +722,7 @@ async def reload_policy(service: FabricService, path: str) -> None:
         service.controller.publish("apply-failed", f"policy {path} not read: {exc}")
         return
     try:
-        res = await service.apply_policy(text, path, False)
+        res = await service.apply_policy(text, path, False, Caller("signal", peer="SIGHUP"))
     except (FieldError, Busy, Unavailable) as exc:
         LOG.error("[controller] policy %s not applied: %s", path, exc)
         return
