@@ -60,6 +60,7 @@ class FakeService:
         self.started = 0  # register calls that entered the service
         self.finished = 0  # ... and completed
         self.callers: list[tuple[str, Caller]] = []  # (method, who asked) of every change
+        self.audit_reads: list[int] = []  # the after_sequence of every ListAudit
         self.records: list[AuditRecord] = [
             AuditRecord(i + 1, 1_700_000_000.0 + i, "register", "in-force",
                         (AuditSubject(f"job.c{i}", Caller("grpc", "alice", "operator")),),
@@ -148,6 +149,7 @@ class FakeService:
                                  confirmation=Confirmation(True, time.time(), 2.0, ("leaf1",)))
 
     async def audit(self, after: int, limit: int) -> AuditPage:
+        self.audit_reads.append(after)
         got = tuple(r for r in self.records if r.sequence > after)[:limit]
         return AuditPage(got, self.records[0].sequence if self.records else 0,
                          self.records[-1].sequence if self.records else 0)

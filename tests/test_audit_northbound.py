@@ -8,6 +8,7 @@ the client certificate's subject, the address), ``CheckDrift`` needs an operator
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import grpc
@@ -153,6 +154,33 @@ def test_aifabric_audit_prints_records_json_and_after(fake):
     assert [json.loads(x)["sequence"] for x in r.output.splitlines()] == ["6", "7"]
     r = run("audit", "-c", fake.target, "--kind", "policy")
     assert r.exit_code == 0 and "job.c" not in r.output
+
+
+def test_aifabric_audit_follow_prints_new_records_until_the_stream_ends(fake):
+    import threading
+    import time
+
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(
+        run("audit", "-c", fake.target, "--last", "1", "--follow", "--json")), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 20
+    while not fake.svc.bus.subscribers:
+        assert time.monotonic() < deadline, "audit --follow never watched the events"
+        time.sleep(0.02)
+    new = replace(fake.svc.records[-1], sequence=8, kind="unregister")
+    fake.svc.records.append(new)
+    reads = len(fake.svc.audit_reads)
+    fake.svc.bus.publish("audit", "#8 unregister", audit_sequence=8)
+    while len(fake.svc.audit_reads) == reads:   # it read the trail again after the event
+        assert time.monotonic() < deadline, fake.svc.audit_reads
+        time.sleep(0.02)
+    fake.nb.run(fake.nb.server.stop(0))      # the stream ends: the command returns
+    t.join(20)
+    assert out and out[0].exit_code == 0, out
+    seqs = [json.loads(x)["sequence"] for x in out[0].output.splitlines()
+            if x.startswith("{")]
+    assert seqs == ["7", "8"]
 
 
 def test_aifabric_drift_exits_3_on_drift_1_unread_2_unknown(fake):

@@ -126,20 +126,24 @@ class AuditTrail:
         with its sequence, or None when the log did not take it (logged; kept in memory and
         tried again with the next record)."""
         async with self._order:
-            batch = [*self.unwritten, replace(rec, replica=self.replica)]
-            try:
-                kept = await self.log.append(batch)
-            except (OSError, StoreUnavailable) as exc:
-                self.failed_total += 1
-                self.unwritten.append(batch[-1])
-                LOG.error("[audit] record not kept (%s; %d waiting): %s", exc,
-                          len(self.unwritten), batch[-1].summary())
-                return None
-            self.unwritten.clear()
+            if len(self.unwritten) == MAX_UNWRITTEN:
+                LOG.error("[audit] %d records wait for the log: the oldest is dropped: %s",
+                          MAX_UNWRITTEN, self.unwritten[0].summary())
+            self.unwritten.append(replace(rec, replica=self.replica))
+            kept: list[AuditRecord] = []
+            while self.unwritten:   # one at a time: a failure keeps what is not kept, once
+                try:
+                    kept += await self.log.append([self.unwritten[0]])
+                except (OSError, StoreUnavailable) as exc:
+                    self.failed_total += 1
+                    LOG.error("[audit] record not kept (%s; %d waiting): %s", exc,
+                              len(self.unwritten), self.unwritten[-1].summary())
+                    break
+                self.unwritten.popleft()
         self.written_total += len(kept)
         for r in kept:
             self._announce(r)
-        return kept[-1]
+        return kept[-1] if kept and not self.unwritten else None
 
     async def proposed(self, ask: Proposal, outcome: AuditOutcome, *,
                        diff: Sequence[SwitchDiff] = (), intent_generation: int = 0,

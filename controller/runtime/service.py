@@ -39,7 +39,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controller.cluster.auditlog import EtcdAuditLog
+from controller.cluster.auditlog import DEFAULT_RETENTION
 from controller.cluster.store import MAX_CHANGES, StaleGeneration
 from controller.errors import ConfigError, ConfigProblem, DocumentLimitError, PlanInvariantError
 from controller.model.topology import Fabric
@@ -66,7 +66,7 @@ from controller.plan.pinned import path_is_up, pinned_match
 from controller.policy.model import Collective, Policy
 from controller.runtime import core
 from controller.runtime.audit import AuditTrail, Proposal, registrations_digest
-from controller.runtime.auditlog import AuditLog, ClusterAuditLog, MemoryAuditLog
+from controller.runtime.auditlog import AuditLog, open_audit_log
 from controller.runtime.cluster import ClusterRuntime, EtcdIntent
 from controller.runtime.clustercodec import registered_spec
 from controller.runtime.controller import Controller
@@ -179,9 +179,7 @@ class FabricService:
         if cluster is not None:
             cluster.use_checker(self._check_document)
         if audit is None:
-            audit = (ClusterAuditLog(EtcdAuditLog(cluster.client, cluster.keys,
-                                                  deadline_s=cluster.opts.commit_timeout_s))
-                     if cluster is not None else MemoryAuditLog())
+            audit = open_audit_log(None, DEFAULT_RETENTION, controller.executor, cluster)
         self.replica = cluster.opts.replica if cluster is not None else ""
         self.trail = AuditTrail(audit, replica=self.replica, publish=controller.publish,
                                 wall=wall)
