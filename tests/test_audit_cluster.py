@@ -107,11 +107,13 @@ def test_the_audit_trail_survives_a_failover_and_a_restart(inputs, etcd_cluster)
                 CollectiveRequest("job", "pair", "ring", ("h1", "h8"), dscp=10), BOB)
             assert reg.confirmation.in_force
 
-            async def both_kept() -> bool:
+            async def all_kept() -> bool:
                 kinds = {(r.kind, r.replica) for r in await _trail(rs, "r3")}
-                return {("policy", "r1"), ("register", "r2")} <= kinds
+                return {("policy", "r1"), ("register", "r2"), ("role", "r1"), ("role", "r2"),
+                        ("role", "r3")} <= kinds
 
-            await _until(both_kept, "the policy and the registration in r3's trail")
+            await _until(all_kept, "the policy, the registration and every replica's roles "
+                                   "in r3's trail")
             # r3 announces what r1 and r2 kept (it follows etcd)
             got = []
             while len({"p2.yaml", "job.pair"} & {m for m in got}) < 2:

@@ -12,13 +12,13 @@ holds that many (``FILE`` → ``FILE.1``, the previous ``FILE.1`` removed), so b
 
     {"sequence": 17, "id": "9f1c…", "time_unix_s": 1718000000.25, "kind": "policy",
      "outcome": "in-force", "subjects": [{"name": "policy.yaml", "caller": {"via": "grpc",
-     "token": "alice", "role": "operator", "certificate": "", "peer": "ipv4:10.0.0.5:41234"}}],
-     "replica": "", "digest": "…", "intent_generation": 4, "policy_generation": 4,
-     "switches": [{"switch": "leaf1", "flows_added": 2, "flows_modified": 0,
-     "flows_deleted": 1, "role": "", "token": null}], "detail": ""}
+     "token": "alice", "role": "operator", "peer": "ipv4:10.0.0.5:41234"}}],
+     "digest": "…", "intent_generation": 4, "policy_generation": 4,
+     "switches": [{"switch": "leaf1", "flows_added": 2, "flows_deleted": 1}]}
 
-``id`` is random (an append whose answer etcd lost is recognised by it); ``sequence`` is the
-key's in etcd. The file is only ever appended to (``O_APPEND``, ``fsync`` after each append): a
+A key whose value is empty ("", 0, null, []) is left out (``certificate``, ``replica``,
+``detail``, a switch's ``role`` and ``token`` above), and read back as empty. ``id`` is random
+(an append whose answer etcd lost is recognised by it); ``sequence`` is the key's in etcd. The file is only ever appended to (``O_APPEND``, ``fsync`` after each append): a
 line torn by a crash is skipped when read (and logged), the next append starts a new line.
 """
 
@@ -61,11 +61,27 @@ class AuditDecodeError(ValueError):
 
 
 # -- the JSON of a record ------------------------------------------------------------------------
+#: keys written even when empty (the others are left out when "", 0 or null: smaller records)
+_ALWAYS = frozenset({"sequence", "id", "time_unix_s", "kind", "outcome", "name", "via",
+                     "switch"})
+
+
+def _lean(value: Any) -> Any:
+    """``value`` without the empty keys of its objects (but :data:`_ALWAYS`)."""
+    if isinstance(value, dict):
+        return {k: _lean(v) for k, v in value.items()
+                if k in _ALWAYS or v not in ("", 0, None, [], ())}
+    if isinstance(value, list | tuple):
+        return [_lean(v) for v in value]
+    return value
+
+
 def record_to_json(rec: AuditRecord, record_id: str | None = None) -> bytes:
-    """The record's JSON (module docstring), with ``record_id`` (a new random one when None)."""
+    """The record's JSON (module docstring), with ``record_id`` (a new random one when None);
+    keys whose value is empty ("", 0, null, []) are left out, and read back as such."""
     body = asdict(rec)
     seq = body.pop("sequence")
-    out = {"sequence": seq, "id": record_id or uuid.uuid4().hex, **body}
+    out = {"sequence": seq, "id": record_id or uuid.uuid4().hex, **_lean(body)}
     return json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode()
 
 

@@ -101,7 +101,8 @@ class NorthboundServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def WatchEvents(self, request, context):
-        """Server stream: link-down/up, repin, replan-failed, alert-raised/cleared, (un)registered.
+        """Server stream: link-down/up, repin, replan-failed, alert-raised/cleared, (un)registered,
+        policy-applied, apply-failed, table-overflow, audit (a new audit record).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
