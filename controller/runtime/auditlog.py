@@ -18,8 +18,9 @@ holds that many (``FILE`` → ``FILE.1``, the previous ``FILE.1`` removed), so b
 
 A key whose value is empty ("", 0, null, []) is left out (``certificate``, ``replica``,
 ``detail``, a switch's ``role`` and ``token`` above), and read back as empty. ``id`` is random
-(an append whose answer etcd lost is recognised by it); ``sequence`` is the key's in etcd. The file is only ever appended to (``O_APPEND``, ``fsync`` after each append): a
-line torn by a crash is skipped when read (and logged), the next append starts a new line.
+(an append whose answer etcd lost is recognised by it); ``sequence`` is the key's in etcd.
+The file is only ever appended to (``O_APPEND``, ``fsync`` after each append): a line torn by a
+crash is skipped when read (and logged), the next append starts a new line.
 """
 
 from __future__ import annotations
