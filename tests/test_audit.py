@@ -259,6 +259,8 @@ def test_drift_finds_missing_extra_and_modified_and_changes_nothing(rig):
                    and f is not extra and f.outputs()[0] != other.outputs()[0])
     twisted.instructions = copy.deepcopy(other.instructions)     # another action
     writes = rig.writes()
+    sess = rig.driver.session("leaf1")
+    ids = (sess.groups, sess.stale, sess.orphans)     # the driver's ids, as its read-back left
     rep = rig.run(rig.service.drift(("leaf1", "spine1")))
     assert [s.switch for s in rep.switches] == ["leaf1", "spine1"]
     d = rep.switches[0]
@@ -272,6 +274,7 @@ def test_drift_finds_missing_extra_and_modified_and_changes_nothing(rig):
     assert d.entries_read == d.entries_intended and d.note == ""
     # nothing was written, and the runtime still believes what it believed
     assert rig.writes() == writes and rig.ctl.state.holdings() == held
+    assert all(a is b for a, b in zip((sess.groups, sess.stale, sess.orphans), ids, strict=True))
     assert rig.run(rig.service.drift(("leaf1",))).drifted == ("leaf1",)
 
 
