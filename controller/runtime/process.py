@@ -57,15 +57,25 @@ from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
 # The runtime, the planner (scipy) and os-ken are imported once the OpenFlow socket is bound
 # (module docstring): only what validating the input needs is imported at the top.
 if TYPE_CHECKING:
+    import socket
+
+    from controller.cluster.store import IntentSnapshot
     from controller.config.model import ServiceConfig
-    from controller.drivers.southbound import SouthboundKind
+    from controller.drivers.southbound import SouthboundDriver, SouthboundKind
     from controller.model.topology import Fabric
+    from controller.northbound.server import NorthboundServer
+    from controller.policy.model import Policy
     from controller.runtime.channels import Channels, SecurityOptions
-    from controller.runtime.cluster import ClusterOptions
+    from controller.runtime.cluster import ClusterOptions, ClusterRuntime
     from controller.runtime.controller import Controller, Mastership
+    from controller.runtime.notify import Notifier
     from controller.runtime.service import FabricService
     from controller.runtime.state import RuntimeState
+    from controller.security.metrics_http import MetricsServer
     from controller.te.reroute import Hysteresis
+    from controller.telemetry.alerts import AlertRules
+    from controller.view.limits import ViewLimits
+    from controller.view.server import ViewServer
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -95,8 +105,8 @@ class ControllerOptions:
     metrics_listen: tuple[str, int] | None = None
     grpc_listen: tuple[str, int] | None = None
     view_listen: tuple[str, int] | None = None
-    view_limits: Any = None                 # controller.view.limits.ViewLimits
-    alert_rules: Any = None
+    view_limits: ViewLimits | None = None
+    alert_rules: AlertRules | None = None
     microburst_threshold: float | None = None
     p4_targets: str | None = None
     p4_target: str = "bmv2"
@@ -373,7 +383,7 @@ class _Failed(Exception):
     pass
 
 
-def build_state(fabric: Fabric, policy: Any, document: str, source: str,
+def build_state(fabric: Fabric, policy: Policy, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], opts: ControllerOptions,
                 failover_capable: frozenset[str]) -> RuntimeState:
     """The initial state (initial placement computed). Raises _Invalid on a bad plan."""
@@ -412,9 +422,9 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
     return state
 
 
-async def _main(fabric: Fabric, policy: Any, document: str, source: str,
+async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], p4_addresses: Mapping[str, str],
-                opts: ControllerOptions, sock: Any, early: _EarlySignals,
+                opts: ControllerOptions, sock: socket.socket | None, early: _EarlySignals,
                 channels: Channels) -> int:
     from controller.runtime.controller import Controller, StaticMastership
     from controller.runtime.notify import Notifier
@@ -422,7 +432,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
     notifier = Notifier.from_env()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    drivers: dict[str, Any] = {}
+    drivers: dict[str, SouthboundDriver] = {}
     of_handle = None
     ready = threading.Event()
     if sock is not None:
@@ -607,7 +617,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
 
 async def _join_cluster(fabric: Fabric, southbound: Mapping[str, SouthboundKind],
                         opts: ControllerOptions, channels: Channels, state: RuntimeState
-                        ) -> tuple[Any, Any, RuntimeState]:
+                        ) -> tuple[ClusterRuntime, IntentSnapshot, RuntimeState]:
     """Connect to etcd, read (or seed) the intent and adopt it, load the mastership view.
     Returns (ClusterRuntime, the snapshot read, the state holding it); raises _Failed."""
     from dataclasses import replace
@@ -623,7 +633,7 @@ async def _join_cluster(fabric: Fabric, southbound: Mapping[str, SouthboundKind]
     copts = replace(opts.cluster, etcd_tls=channels.etcd)
     targets = policy_targets(southbound, opts)
 
-    def resolve_policy(document: str, source: str) -> Any:
+    def resolve_policy(document: str, source: str) -> Policy:
         return check_policy_for_targets(parse_document(document, source), fabric,
                                         targets).policy
 
@@ -665,7 +675,7 @@ def _stopped_while_starting(of_handle: Any) -> int:
     return EXIT_OK
 
 
-def _notify_tasks(notifier: Any, ctl: Controller, in_cluster: bool, ready_timeout_s: float
+def _notify_tasks(notifier: Notifier, ctl: Controller, in_cluster: bool, ready_timeout_s: float
                   ) -> list[asyncio.Task[Any]]:
     """systemd's READY (every switch this process writes reconciled, or the deadline) and the
     watchdog (:mod:`controller.runtime.notify`)."""
@@ -685,7 +695,7 @@ def _notify_tasks(notifier: Any, ctl: Controller, in_cluster: bool, ready_timeou
             asyncio.create_task(notifier.watchdog(), name="watchdog")]
 
 
-async def _reload_notified(service: FabricService, path: str, notifier: Any) -> None:
+async def _reload_notified(service: FabricService, path: str, notifier: Notifier) -> None:
     """SIGHUP under systemd: RELOADING=1, the reload, READY=1 (whatever its outcome: a bad
     policy leaves the running one in force)."""
     notifier.reloading(f"reloading the policy {path}")
@@ -735,12 +745,12 @@ class _Edges:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.metrics: Any = None
+        self.metrics: MetricsServer | None = None
         self.render: ThreadPoolExecutor | None = None
-        self.grpc: Any = None
-        self.view: Any = None
+        self.grpc: NorthboundServer | None = None
+        self.view: ViewServer | None = None
 
-    async def start(self, ctl: Controller, service: Any, opts: ControllerOptions,
+    async def start(self, ctl: Controller, service: FabricService, opts: ControllerOptions,
                     interval_s: float, channels: Channels) -> None:
         if ctl.telemetry is not None:
             self.lines.append(f"telemetry: port, queue and flow counters every {interval_s:g} "
@@ -775,7 +785,8 @@ class _Edges:
         if opts.view_listen is not None:
             await self._start_view(ctl, service, opts, interval_s, channels)
 
-    async def _start_view(self, ctl: Controller, service: Any, opts: ControllerOptions,
+    async def _start_view(self, ctl: Controller, service: FabricService,
+                          opts: ControllerOptions,
                           interval_s: float, channels: Channels) -> None:
         from controller import __version__
         from controller.view.limits import ViewLimits

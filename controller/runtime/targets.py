@@ -13,10 +13,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.errors import ConfigError, ConfigProblem
 from controller.model.topology import Fabric
+
+if TYPE_CHECKING:
+    from finsy.grpcutil import GRPCCredentialsTLS
+
+    from controller.drivers.p4runtime.driver import P4RuntimeDriver
+    from controller.runtime.process import ControllerOptions
 
 
 def load_targets(path: str | Path, fabric: Fabric) -> dict[str, str]:
@@ -83,8 +89,8 @@ def p4_pipeline(target: str, tofino_build: str | Path | None) -> tuple[Any, Any]
     return p4t, (p4t.p4info, blob)
 
 
-def p4_driver(fabric: Fabric, addresses: Mapping[str, str], opts: Any,
-              credentials: Any = None) -> Any:
+def p4_driver(fabric: Fabric, addresses: Mapping[str, str], opts: ControllerOptions,
+              credentials: GRPCCredentialsTLS | None = None) -> P4RuntimeDriver:
     """The P4Runtime driver for the switches of ``addresses`` (options: ``p4_target``,
     ``tofino_build``, ``p4_election_id``, ``p4_liveness_interval_s``, ``p4_liveness_misses``:
     protected pinned hops fail over in the data plane after ``misses × interval`` without a
@@ -95,10 +101,9 @@ def p4_driver(fabric: Fabric, addresses: Mapping[str, str], opts: Any,
     p4t, (p4info, blob) = p4_pipeline(opts.p4_target, opts.tofino_build)
     ports = {n: sorted(p for sw, p in fabric.port_map if sw == n) for n in addresses}
     kw: dict[str, Any] = {}
-    interval_s = getattr(opts, "p4_liveness_interval_s", 0.0)
+    interval_s = opts.p4_liveness_interval_s
     if interval_s:  # the data plane's timeout of protected hops = the controller's own bound
-        kw["liveness_timeout_us"] = max(1, round(getattr(opts, "p4_liveness_misses", 3)
-                                                 * interval_s * 1e6))
+        kw["liveness_timeout_us"] = max(1, round(opts.p4_liveness_misses * interval_s * 1e6))
     return P4RuntimeDriver({n: (a, fabric.switch_by_name[n].p4_device_id)
                             for n, a in addresses.items()},
                            target=p4t, p4info=p4info, p4blob=blob,

@@ -60,6 +60,7 @@ from controller.drivers.p4runtime.client import (
     NotPrimaryError,
     P4Switch,
     P4SwitchError,
+    Pipeline,
     WriteError,
 )
 from controller.drivers.p4runtime.decode import (
@@ -252,12 +253,16 @@ class P4RuntimeDriver:
         self._stopping = False
 
     def _default_factory(self, p4info: Path, p4blob: Any) -> ClientFactory:
+        pipeline: list[Pipeline] = []  # parsed at the first connection, for every switch
+
         def make(name: str, address: str, device_id: int, election_id: int, *,
                  on_role: Any = None, highest_seen: int | None = None) -> P4Client:
+            if not pipeline:
+                pipeline.append(Pipeline.load(p4info, p4blob))
             return P4Switch(name, address, device_id, election_id=election_id, p4info=p4info,
                             p4blob=p4blob, role_name=self.role_name,
                             credentials=self.credentials, backup_ok=True, on_role=on_role,
-                            highest_seen=highest_seen)
+                            highest_seen=highest_seen, pipeline=pipeline[0])
         return make
 
     # -- lifecycle -----------------------------------------------------------------------------
