@@ -395,7 +395,7 @@ def test_ecmp_hash_through_openflow_15_and_a_13_only_switch_works_unseeded(tmp_p
             assert "[leaf2 dpid=0x4] cannot hash" not in text and "refused" not in text
             g1 = _sh("ovs-ofctl", "-O", "OpenFlow13", "dump-groups", br["leaf1"])
             assert "type=select" in g1 and "selection_method" not in g1, g1
-            assert len(_ours(br["leaf1"])) == len(_ours(br["leaf2"])) == 10
+            assert len(_ours(br["leaf1"])) == len(_ours(br["leaf2"])) == LEAF_ECMP
             g2 = _sh("ovs-ofctl", "-O", "OpenFlow15", "dump-groups", br["leaf2"])
             # ovs-ofctl(8) Group Syntax: what the switch itself reports for the group
             m = re.search(r"type=select,selection_method=hash,selection_method_param=(\d+),"
