@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 from finsy.proto import p4r
 
-from controller.drivers.p4runtime.client import _codec, _schema
+from controller.drivers.p4runtime.client import Pipeline
 from controller.drivers.p4runtime.encode import encode_fabric
 from controller.drivers.p4runtime.pipeline import BMV2_JSON, P4INFO_TXT
 from controller.drivers.p4runtime.reconcile import Update
@@ -22,7 +22,7 @@ from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
 
 @pytest.mark.parametrize("policy", [PINNED_POLICY, ECMP_POLICY], ids=["pinned", "ecmp"])
 def test_in_place_encoding_equals_the_constructor_encoding(policy):
-    codec = _codec(_schema(P4INFO_TXT, BMV2_JSON))
+    codec = Pipeline.load(P4INFO_TXT, BMV2_JSON).codec
     fabric = load_topology(MAIN_TOPOLOGY)
     ents = encode_fabric(build_plan(fabric, load_policy(policy)).plan)
     n = 0
@@ -37,7 +37,7 @@ def test_in_place_encoding_equals_the_constructor_encoding(policy):
 
 
 def test_a_value_too_wide_is_refused_naming_the_entity():
-    codec = _codec(_schema(P4INFO_TXT, BMV2_JSON))
+    codec = Pipeline.load(P4INFO_TXT, BMV2_JSON).codec
     fabric = load_topology(MAIN_TOPOLOGY)
     sw = encode_fabric(build_plan(fabric, load_policy(PINNED_POLICY)).plan)["leaf1"]
     e = next(e for e in sorted(sw.entries) if e.action == "set_egress")
