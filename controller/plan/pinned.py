@@ -120,7 +120,11 @@ def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Pat
             at[match] = fi
     out: dict[str, SwitchPlan] = {}
     for name, sp in base.switches.items():
-        flows = {f for f in sp.flows if f.priority != PRIO_PINNED}
-        flows |= set(entries.get(name, {}).values())
-        out[name] = SwitchPlan(sp.switch, sp.dpid, frozenset(flows))
+        flows = sp.flows
+        if any(f.priority == PRIO_PINNED for f in flows):
+            flows = frozenset(f for f in flows if f.priority != PRIO_PINNED)
+        mine = entries.get(name)
+        # a union copies the base's hashes: a route plan's entries are not hashed again
+        out[name] = sp if not mine and flows is sp.flows else SwitchPlan(
+            sp.switch, sp.dpid, flows.union(mine.values()) if mine else flows)
     return FabricPlan(out)

@@ -10,7 +10,8 @@ Rules per event:
 
 * **SwitchConnected** — record the session and features, forget its counters, take a role
   (:class:`~controller.runtime.events.TakeRole`, numbered: only the latest request's answer
-  counts); a table capacity that changes the fit of the plan makes every switch converge.
+  counts); a table capacity that changes the fit of the plan makes every switch converge (one
+  its entries fit in changes nothing: :func:`controller.runtime.intent.fits_as_before`).
   **RoleAssigned** master → read the switch back (:class:`~controller.runtime.events.ReadBack`)
   and send the difference; backup → stay connected, never write, forget what it holds.
   **MastershipChanged** — the coordination service moved the switch: a master that lost it
@@ -34,7 +35,9 @@ Rules per event:
   an ARP request for a fabric host is answered from the address plan out of the port it came
   in by; nothing is ever flooded.
 * **Tick** — LLDP rounds (check, then probes), counter requests and re-balancing rounds, and a
-  retry of switches that did not take the last change, each on its own interval.
+  retry of switches that did not take the last change, each on its own interval; LLDP and
+  counters yield to programming and counter requests are spread over their round
+  (:func:`_tick`).
 * **IntentSynced** — the intent committed to the intent store (etcd in a cluster, memory
   alone: every operator decision — a policy, registrations, an unregistration — goes through
   it) replaces the state's; the masters converge to it. LLDP links are checked only between
@@ -87,7 +90,12 @@ from controller.runtime.events import (
     Tick,
     WriteAnswered,
 )
-from controller.runtime.intent import intended_plan, plan_tables, switch_capacity
+from controller.runtime.intent import (
+    fits_as_before,
+    intended_plan,
+    plan_tables,
+    switch_capacity,
+)
 from controller.runtime.placement import PlacementDecision
 from controller.runtime.rebalance import RebalanceOutcome
 from controller.runtime.state import RebalanceMemory, RuntimeState, SwitchSession, TeForm
@@ -262,7 +270,13 @@ def _connected(state: RuntimeState, ev: SwitchConnected, now_s: float,
             new = _sessions(new, ev.switch, replace(s, features=replace(
                 ev.features, tables=old.features.tables if old.features else ())))
         return new
-    # the plan may fit differently now (table capacity): every switch converges to it
+    try:
+        same_fit = fits_as_before(state, new)
+    except (PlanInvariantError, ValueError, KeyError):
+        same_fit = False
+    if same_fit:  # its entries fit: nothing of the plan depends on this capacity
+        return new
+    # the plan fits differently now (table capacity): every switch converges to it
     new = new.bump(plan_generation=new.plan_generation + 1)
     fx.append(Log("info", ev.switch, f"table capacity {_capacity_text(cap_new)}"))
     return _changed(state, new, "table capacity reported", fx)
@@ -541,44 +555,123 @@ def _liveness(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeSta
     return replace(state, liveness=mem)
 
 
+ENTRY_COUNTERS_PER_S = 20_000
+"""Entry counters the telemetry asks the fabric for per second at most: a statistics round
+lasts the configured interval or as long as this budget needs for the entries polled (the
+flow statistics of the leaves at k = 16 are ~140,000 entries; decoding them costs the loop
+~10 µs each)."""
+
+
+def programming(state: RuntimeState) -> bool:
+    """Whether the switches are being programmed: a transaction in flight or due, or a switch we
+    write whose holdings are not known yet (being read back) or that never held its plan.
+    Telemetry yields to it (:func:`_tick`)."""
+    if state.txn is not None or state.converge:
+        return True
+    return any(s.connected and s.role == "master"
+               and (s.held is None or n not in state.programmed)
+               for n, s in state.switches.items())
+
+
 def _tick(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
+    """The timers (module docstring). Telemetry — LLDP rounds and counter requests — yields to
+    programming (:func:`programming`): nothing is asked of a switch while the fabric is being
+    written, and the LLDP check after such a pause waits for one round of probes. Counter
+    requests are spread over the statistics round (a slice of the switches every tick), whose
+    length grows with the fabric (:data:`ENTRY_COUNTERS_PER_S`); entry counters are asked
+    only of switches with hosts (where the telemetry counts them) unless the re-balancer needs
+    them everywhere."""
     cfg = state.settings
     timers = dict(state.timers)
     new = state
+    busy = programming(state)
     if _due(state, "lldp", cfg.lldp_interval_s, now_s, timers):
-        connected_at = {state.fabric.switch_by_name[n].dpid: s.connected_at_s
-                        for n, s in state.switches.items() if s.connected and s.role == "master"}
-        mem, _report, lines = lldp.check_round(state.lldp, state.fabric, connected_at, now_s,
-                                               cfg.lldp_interval_s, cfg.lldp_grace_s)
-        new = replace(new, lldp=mem)
-        for ln in lines:
-            sw = state.fabric.switch_by_dpid.get(ln.dpid)
-            fx.append(Log(ln.level, sw.name if sw else "", ln.text))  # type: ignore[arg-type]
-        ports = lldp.probe_ports(state.fabric)
-        for name in sorted(state.writable()):
-            dpid = state.fabric.switch_by_name[name].dpid
-            for p in ports.get(name, ()):
-                fx.append(SendPacket(name, p, frames.build_lldp(dpid, p)))
+        if busy:
+            timers["lldp_paused"] = 1.0
+        else:
+            if not timers.pop("lldp_paused", 0.0):
+                new = _lldp_check(new, now_s, fx)
+            ports = lldp.probe_ports(state.fabric)
+            for name in sorted(state.writable()):
+                dpid = state.fabric.switch_by_name[name].dpid
+                for p in ports.get(name, ()):
+                    fx.append(SendPacket(name, p, frames.build_lldp(dpid, p)))
     if cfg.liveness_interval_s and _due(state, "liveness", cfg.liveness_interval_s, now_s,
                                         timers):
         new = _liveness(new, now_s, fx)
-    if cfg.stats_interval_s and _due(state, "stats", cfg.stats_interval_s, now_s, timers):
-        if cfg.rebalance is not None and state.placement:
-            fx.append(Compute("rebalance", state.generation))
-        if cfg.telemetry:
-            fx.append(AlertRound(now_s))
-        kinds = frozenset({"ports", "entries", "queues"} if cfg.telemetry
-                          else {"ports", "entries"})
-        # the re-balancer reads queue depth where a switch counts it (P4)
-        depth = cfg.rebalance is not None and cfg.standing_depth is not None
-        for name in sorted(state.connected()):
-            feats = state.switches[name].features
-            k = kinds | {"queues"} if depth and feats is not None \
-                and "queue_depth" in feats.capabilities else kinds
-            fx.append(RequestCounters(name, k))  # type: ignore[arg-type]
+    if cfg.stats_interval_s:
+        if _due(state, "stats", cfg.stats_interval_s, now_s, timers):
+            if cfg.rebalance is not None and state.placement:
+                fx.append(Compute("rebalance", state.generation))
+            if cfg.telemetry:
+                fx.append(AlertRound(now_s))
+        if not busy:
+            _counter_slice(new, now_s, timers, fx)
     if _due(state, "retry", cfg.retry_interval_s, now_s, timers):
         new = _retry(new, fx)
     return replace(new, timers=timers)
+
+
+def _lldp_check(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
+    cfg = state.settings
+    connected_at = {state.fabric.switch_by_name[n].dpid: s.connected_at_s
+                    for n, s in state.switches.items() if s.connected and s.role == "master"}
+    mem, _report, lines = lldp.check_round(state.lldp, state.fabric, connected_at, now_s,
+                                           cfg.lldp_interval_s, cfg.lldp_grace_s)
+    for ln in lines:
+        sw = state.fabric.switch_by_dpid.get(ln.dpid)
+        fx.append(Log(ln.level, sw.name if sw else "", ln.text))  # type: ignore[arg-type]
+    return replace(state, lldp=mem)
+
+
+def _counter_slice(state: RuntimeState, now_s: float, timers: dict[str, float],
+                   fx: list[Effect]) -> None:
+    """The counter requests due at ``now_s``: the connected switches in name order, spread
+    evenly over a round of ``max(stats interval, entries polled / ENTRY_COUNTERS_PER_S)``
+    seconds (``timers``: ``counters_round`` its start, ``counters_sent`` how many were asked).
+    """
+    cfg = state.settings
+    assert cfg.stats_interval_s
+    names = sorted(state.connected())
+    if not names:
+        return
+    start = timers.get("counters_round")
+    sent = int(timers.get("counters_sent", 0))
+    entries = _entry_switches(state)
+    if start is None or (sent >= len(names) and now_s - start >= _round_s(state, entries)):
+        start, sent = now_s, 0
+    length = _round_s(state, entries)
+    due = len(names) if length <= 0 else min(
+        len(names), int(len(names) * (now_s - start) / length) + 1)
+    kinds = frozenset({"ports", "queues"} if cfg.telemetry else {"ports"})
+    depth = cfg.rebalance is not None and cfg.standing_depth is not None
+    for name in names[sent:due]:
+        feats = state.switches[name].features
+        k = kinds | {"entries"} if name in entries else kinds
+        if depth and feats is not None and "queue_depth" in feats.capabilities:
+            k = k | {"queues"}
+        fx.append(RequestCounters(name, k))  # type: ignore[arg-type]
+    timers["counters_round"], timers["counters_sent"] = start, float(max(sent, due))
+
+
+def _entry_switches(state: RuntimeState) -> frozenset[str]:
+    """The switches whose entry counters are read: those with hosts (the telemetry counts a
+    pinned flow and a route at the source's leaf), every switch for the re-balancer."""
+    fab = state.fabric
+    if state.settings.rebalance is not None:
+        return frozenset(s.name for s in fab.switches)
+    return frozenset(h.leaf for h in fab.hosts)
+
+
+def _round_s(state: RuntimeState, entries: frozenset[str]) -> float:
+    cfg = state.settings
+    assert cfg.stats_interval_s
+    try:
+        plan = intended_plan(state).switches
+    except (PlanInvariantError, ValueError):
+        return cfg.stats_interval_s
+    polled = sum(len(plan[n].flows) for n in entries if n in plan)
+    return max(cfg.stats_interval_s, polled / ENTRY_COUNTERS_PER_S)
 
 
 def _retry(state: RuntimeState, fx: list[Effect]) -> RuntimeState:

@@ -35,6 +35,7 @@ from os_ken.ofproto import (
     ofproto_v1_5_parser,
 )
 
+from controller.drivers.openflow import wire
 from controller.plan.model import EcmpHash
 from controller.telemetry.samples import PortCounters, QueueCounters
 
@@ -64,10 +65,20 @@ class FlowRecord:
     table: int
     priority: int
     cookie: int
-    match: Any  # OFPMatch
-    instructions: tuple[Any, ...]
+    match: Any  # OFPMatch, or a plan Match when read from the wire
+    instructions: tuple[Any, ...]  # os-ken instructions, or one wire.WireAction
     byte_count: int = 0
     packet_count: int = 0
+
+
+@dataclass
+class WireFlowStatsReply:
+    """A flow statistics reply part decoded without os-ken (:meth:`OF13.wire_flow_stats`):
+    ``flags`` (``OFPMPF_REPLY_MORE``) and the entries as records."""
+
+    xid: int
+    flags: int
+    body: list[Any]
 
 
 @dataclass(frozen=True)
@@ -261,8 +272,25 @@ class OF13(Dialect):
     entry_counters_request = entries_request
 
     def flow_records(self, body: list[Any]) -> list[FlowRecord]:
-        return [FlowRecord(s.table_id, s.priority, s.cookie, s.match, tuple(s.instructions),
+        return [s if isinstance(s, FlowRecord) else
+                FlowRecord(s.table_id, s.priority, s.cookie, s.match, tuple(s.instructions),
                            s.byte_count, s.packet_count) for s in body]
+
+    def wire_flow_stats(self, xid: int, frame: bytes) -> WireFlowStatsReply:
+        """A flow statistics reply (``OFPMP_FLOW``) read straight from its bytes: each entry
+        of a shape the plan writes as a :class:`FlowRecord` with a plan ``Match`` and a
+        :class:`~.wire.WireAction` (:func:`~.wire.flow_stats_entries`: a few µs instead of
+        os-ken's ~60 µs per entry), any other by os-ken's parser."""
+        (flags,) = struct.unpack_from("!H", frame, 10)
+        body: list[Any] = []
+        parse = self.parser.OFPFlowStats.parser
+        for table, prio, cookie, nbytes, packets, match, action, off in \
+                wire.flow_stats_entries(frame, 16, len(frame)):
+            if match is None or action is None:
+                body.append(parse(frame, off))
+            else:
+                body.append(FlowRecord(table, prio, cookie, match, (action,), nbytes, packets))
+        return WireFlowStatsReply(xid, flags, body)
 
     def group_records(self, body: list[Any]) -> list[GroupRecord]:
         out = []
