@@ -10,7 +10,8 @@ message a switch gets is an effect the core emitted, and every outcome comes bac
   retries).
 * **Effects that talk to switches** (:class:`~controller.runtime.events.TakeRole`,
   :class:`~controller.runtime.events.ReadBack`, :class:`~controller.runtime.events.Write`,
-  packet-outs, counter requests) run as tasks; their outcomes are posted back as
+  packet-outs, counter requests) run as tasks (writes and read-backs a window at a time:
+  :data:`WRITE_WINDOW`, :data:`READ_WINDOW`); their outcomes are posted back as
   :class:`~controller.runtime.events.RoleAssigned`, :class:`~controller.runtime.events.
   ReadBackDone` and :class:`~controller.runtime.events.WriteAnswered` events. Right before a
   write the mastership is asked again: a deposed master sends nothing (the write is answered
@@ -94,6 +95,16 @@ from controller.telemetry import EventBus, Telemetry
 from controller.telemetry.alerts import Alert
 
 LOG = logging.getLogger("aifabric.runtime")
+
+WRITE_WINDOW = 16
+"""Writes (one bundle or batch per switch) in flight at once. A switch answers a bundle only
+after the ones queued before it: Open vSwitch handles every bridge's OpenFlow in one thread, so
+320 bundles sent at once (a k = 16 fat-tree's cold start) were confirmed all together at the
+end, and the switches whose bundle open waited longer than the confirmation timeout failed
+("no reply to the bundle open within 5 s"). With a window, a bundle waits for at most this many
+others; the switch's thread stays busy all the same."""
+READ_WINDOW = 32
+"""Read-backs in flight at once (each switch dumps its entries: ~100 kB per switch at k = 16)."""
 
 
 class Mastership(Protocol):
@@ -180,6 +191,8 @@ class Controller:
         self.meter = TrafficMeter()
         self.stats = ControllerStats()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._writes = asyncio.Semaphore(WRITE_WINDOW)
+        self._reads = asyncio.Semaphore(READ_WINDOW)
         self._tasks: set[asyncio.Future[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self.listeners: list[StepListener] = []
@@ -395,6 +408,10 @@ class Controller:
                                  fx.session, fx.request))
 
     async def _read_back(self, fx: ReadBack) -> None:
+        async with self._reads:  # READ_WINDOW
+            await self._read_back_now(fx)
+
+    async def _read_back_now(self, fx: ReadBack) -> None:
         t0 = time.perf_counter()
         try:
             got = await self.driver_of(fx.switch).read_state(fx.switch)
@@ -407,6 +424,10 @@ class Controller:
                                  (time.perf_counter() - t0) * 1e3))
 
     async def _write(self, fx: Write) -> None:
+        async with self._writes:  # WRITE_WINDOW
+            await self._write_now(fx)
+
+    async def _write_now(self, fx: Write) -> None:
         role, _ = self.mastership.role_for(fx.switch)
         if role == "backup":
             # asked right before the write: a replica whose lease ended sends nothing

@@ -40,8 +40,8 @@ from controller.plan.capacity import (
     TableCapacity,
     capacities,
 )
-from controller.plan.model import PRIO_PINNED, FabricPlan
-from controller.plan.pinned import TABLE, path_is_up, with_pinned
+from controller.plan.model import PRIO_PINNED, FabricPlan, Match
+from controller.plan.pinned import TABLE, path_is_up, pinned_match, with_pinned
 from controller.policy.model import Policy
 from controller.runtime.placement import pinned_demands_bps
 from controller.runtime.state import DownLinks, Path, RuntimeState
@@ -198,7 +198,7 @@ def _memo(state: RuntimeState) -> tuple[FabricPlan, CapacityReport | None]:
             plan, report = fit_plan_tables(state.fabric, policy, plan, live, rp.next_hops,
                                            dict(binding))
         memo.plan = (_keep_equal(plan, previous), report)
-        memo.demands = None
+        memo.demands = memo.matches = memo.by_collective = None
         memo.report = None
     fitted: tuple[FabricPlan, CapacityReport | None] = memo.plan
     return fitted
@@ -274,6 +274,28 @@ def pinned_demands(state: RuntimeState) -> dict[FlowDemand, float]:
     if memo.demands is None:
         memo.demands = pinned_demands_bps(state.fabric, state.placement)
     return memo.demands
+
+
+def placed_by_match(state: RuntimeState) -> dict[Match, FlowDemand]:
+    """Each placed flow by its match (what a registration's new flows must not repeat),
+    computed once per generation."""
+    _memo(state)
+    memo = state.memo
+    if memo.matches is None:
+        memo.matches = {pinned_match(state.fabric, d): d for d in state.placement}
+    return memo.matches
+
+
+def placed_by_collective(state: RuntimeState) -> dict[str, dict[FlowDemand, Path]]:
+    """The placed flows of each collective, computed once per generation."""
+    _memo(state)
+    memo = state.memo
+    if memo.by_collective is None:
+        out: dict[str, dict[FlowDemand, Path]] = {}
+        for d, p in state.placement.items():
+            out.setdefault(d.collective, {})[d] = p
+        memo.by_collective = out
+    return memo.by_collective
 
 
 def stranded(state: RuntimeState) -> tuple[FlowDemand, ...]:

@@ -202,8 +202,8 @@ class PlanMemo:
     (carried over by :meth:`RuntimeState.bump`: equal routes and equal switch plans are
     reused)."""
 
-    __slots__ = ("binding", "demands", "generation", "key", "pinned", "plan", "previous",
-                 "report", "routes")
+    __slots__ = ("binding", "by_collective", "demands", "generation", "key", "matches",
+                 "pinned", "plan", "previous", "report", "routes")
 
     def __init__(self, routes: tuple[Any, Any] | None = None, previous: Any = None) -> None:
         self.generation = -1
@@ -213,6 +213,8 @@ class PlanMemo:
         self.plan: Any = None
         self.report: Any = None
         self.demands: dict[FlowDemand, float] | None = None
+        self.matches: Any = None  # placed flows by match (intent.placed_by_match)
+        self.by_collective: Any = None  # placed flows by collective
         #: (route inputs, route plan): carried over to the next generation, which reuses it
         #: when its route inputs (ECMP hash settings, down links) are equal
         self.routes = routes

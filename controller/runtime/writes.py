@@ -10,7 +10,10 @@ Every message that changes a switch comes from here, as an effect of a step
   written to a switch whose holdings are unknown, so a master back from a pause reads back
   before it writes.
 * **A converge** (:func:`drive`) compares every switch we may write and whose holdings are known
-  with the intended plan, once nothing is in flight and something asked for it
+  with the intended plan (a switch found holding its target holds that very object from then
+  on, so the next comparison is one identity check while the target stays the same object:
+  :func:`controller.runtime.intent.intended_plan` keeps unchanged switch plans across
+  generations), once nothing is in flight and something asked for it
   (:attr:`~controller.runtime.state.RuntimeState.converge`: a plan change, a read-back that
   differs, the retry timer after a refusal); the differences become one
   :class:`~controller.runtime.transaction.Transaction` (make-before-break across switches),
@@ -114,6 +117,8 @@ def read_back_done(state: RuntimeState, ev: ReadBackDone, fx: list[Effect]) -> R
         fx.append(Log("info", ev.switch, f"reconciled: read {found[0]} entries of ours, all as "
                                          f"intended: nothing sent{_foreign(*found[1:])} "
                                          f"({ev.elapsed_ms:.1f} ms)"))
+        # holds the target itself (equal): compared by identity from now on
+        new = _session(new, ev.switch, replace(new.session(ev.switch), held=want))
         return programmed(new, (ev.switch,), fx)
     new = _session(new, ev.switch, replace(new.session(ev.switch), reconciling=found))
     return replace(new, converge=new.converge or f"reconcile {ev.switch}")
@@ -156,20 +161,28 @@ def drive(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
         return state
     changes: dict[str, SwitchChanges] = {}
     same: list[str] = []
+    canonical: dict[str, SwitchSession] = {}
     waiting = False
     for name in sorted(state.switches):
         s = state.switches[name]
         if not s.connected or s.role != "master" or s.held is None:
             continue
         want = target.get(name) or empty_plan(name, state.fabric.switch_by_name[name].dpid)
-        if s.held == want:
+        if s.held is want:
             same.append(name)
+            continue
+        if s.held == want:
+            # hold the target itself: the next comparison is by identity, not entry by entry
+            same.append(name)
+            canonical[name] = replace(s, held=want)
             continue
         r = s.refused
         if r is not None and r.target == want and now_s < r.until_s:
             waiting = True
             continue
         changes[name] = diff_switch(s.held, want)
+    if canonical:
+        state = replace(state, switches={**state.switches, **canonical})
     state = programmed(state, tuple(same), fx)
     if not changes:
         return replace(state, unsettled=waiting)
