@@ -626,11 +626,6 @@ def run_one(args: argparse.Namespace, k: int) -> dict[str, Any]:
     try:
         b.setup()
         b.phase_a(args.timeout)
-        if args.profile:
-            for r in b.replicas:
-                if r.proc is not None:
-                    r.proc.stop(120)
-            return b.results
         if "a" not in phases or b.results["a_cold_start"]["all_programmed_s"] is None:
             return b.results
         if "c" in phases:
@@ -650,6 +645,10 @@ def run_one(args: argparse.Namespace, k: int) -> dict[str, Any]:
         b.results["error"] = f"{type(exc).__name__}: {exc}"
         say(f"stopped: {b.results['error']}")
     finally:
+        if args.profile:  # a clean stop writes the profiles
+            for r in b.live():
+                assert r.proc is not None
+                r.proc.stop(120)
         b.teardown()
         (out / "results.json").write_text(json.dumps(b.results, indent=1))
         say(f"results: {out / 'results.json'}")
@@ -704,8 +703,8 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--timeout", type=float, default=1800.0, help="per phase, s")
     ap.add_argument("--profile", action="store_true",
-                    help="run the controllers under cProfile (their loop's thread; each "
-                         "stopped with SIGTERM after the cold start, profile in the out dir)")
+                    help="run the controllers under cProfile (their loop's thread; stopped "
+                         "with SIGTERM after the last phase; profiles in the out dir)")
     ap.add_argument("--out-dir", default=str(ROOT / "results" / "fabric_scale"))
     args = ap.parse_args()
     if os.geteuid() != 0:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 PRIO_CONTROL = 1000
@@ -223,6 +224,11 @@ class SwitchPlan:
         return frozenset(f.action.next_hops for f in self.flows if f.action.next_hops is not None)
 
     def by_key(self) -> dict[tuple[int, int, Match], FlowIntent]:
+        return dict(self._keys)
+
+    @cached_property
+    def _keys(self) -> dict[tuple[int, int, Match], FlowIntent]:
+        """The entries by key, built once per plan (read-only: :meth:`by_key` copies it)."""
         return {f.key: f for f in self.flows}
 
 
@@ -282,20 +288,28 @@ class SwitchChanges:
             An added entry exists already, or a modified/deleted one is missing (the changes
             were not computed from ``plan``).
         """
-        cur = plan.by_key()
+        cur = plan._keys  # noqa: SLF001 - read only
+        over: dict[tuple[int, int, Match], FlowIntent | None] = {}
+
+        def get(k: tuple[int, int, Match]) -> FlowIntent | None:
+            return over[k] if k in over else cur.get(k)
+
         for f in self.delete_flows:
-            if f.key not in cur:
+            if get(f.key) is None:
                 raise KeyError(f"{self.switch}: delete of missing entry {f}")
-            del cur[f.key]
+            over[f.key] = None
         for f in self.modify_flows:
-            if f.key not in cur:
+            if get(f.key) is None:
                 raise KeyError(f"{self.switch}: modify of missing entry {f}")
-            cur[f.key] = f
+            over[f.key] = f
         for f in self.add_flows:
-            if f.key in cur:
+            if get(f.key) is not None:
                 raise KeyError(f"{self.switch}: add of existing entry {f}")
-            cur[f.key] = f
-        return SwitchPlan(plan.switch, plan.dpid, frozenset(cur.values()))
+            over[f.key] = f
+        # set operations reuse the entries' stored hashes: the cost is the change, not the plan
+        flows = plan.flows.difference([cur[k] for k in over if k in cur]).union(
+            [f for f in over.values() if f is not None])
+        return SwitchPlan(plan.switch, plan.dpid, flows)
 
     def lines(self) -> tuple[str, ...]:
         """Human-readable ``+``/``~``/``-`` lines, one per entry touched."""
@@ -311,8 +325,11 @@ def diff_switch(old: SwitchPlan | None, new: SwitchPlan | None) -> SwitchChanges
     base = new or old
     if base is None:
         raise ValueError("diff_switch needs at least one plan")
-    of = old.by_key() if old else {}
-    nf = new.by_key() if new else {}
+    # only the entries that differ (a set difference reuses the stored hashes), by key
+    old_f = old.flows if old else frozenset()
+    new_f = new.flows if new else frozenset()
+    of = {f.key: f for f in old_f - new_f}
+    nf = {f.key: f for f in new_f - old_f}
     mod = sorted((nf[k] for k in nf.keys() & of.keys() if nf[k].action != of[k].action),
                  key=FlowIntent.sort_key)
     return SwitchChanges(

@@ -127,7 +127,11 @@ def _pinned_plan(state: RuntimeState) -> None:
         memo.routes = (route_key, build_routes(state.fabric, policy, down))
     rp = _route_plan(state)
     live = {d: p for d, p in state.placement.items() if path_is_up(p, down)}
-    plan = with_pinned(state.fabric, rp.plan, live, down, rp.next_hops, ff)
+    # entries of the flows placed before, valid while the routes and failover switches stay
+    key = (memo.routes[0], ff)
+    cache = memo.entries[1] if memo.entries is not None and memo.entries[0] == key else {}
+    plan = with_pinned(state.fabric, rp.plan, live, down, rp.next_hops, ff, cache)
+    memo.entries = (key, {k: cache[k] for k in live.items()})
     memo.pinned = (plan, live, {n: sum(1 for f in sp.flows if f.priority == PRIO_PINNED)
                                 for n, sp in plan.switches.items()})
 

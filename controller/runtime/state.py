@@ -202,10 +202,11 @@ class PlanMemo:
     (carried over by :meth:`RuntimeState.bump`: equal routes and equal switch plans are
     reused)."""
 
-    __slots__ = ("binding", "by_collective", "demands", "generation", "key", "matches",
-                 "pinned", "plan", "previous", "report", "routes")
+    __slots__ = ("binding", "by_collective", "demands", "entries", "generation", "key",
+                 "matches", "pinned", "plan", "previous", "report", "routes")
 
-    def __init__(self, routes: tuple[Any, Any] | None = None, previous: Any = None) -> None:
+    def __init__(self, routes: tuple[Any, Any] | None = None, previous: Any = None,
+                 entries: tuple[Any, Any] | None = None) -> None:
         self.generation = -1
         self.key: tuple[Any, ...] = ()
         self.pinned: Any = None
@@ -219,10 +220,14 @@ class PlanMemo:
         #: when its route inputs (ECMP hash settings, down links) are equal
         self.routes = routes
         self.previous = previous
+        #: (route inputs and failover switches, flow entries by (flow, path)): carried over
+        #: while those inputs stay (controller.plan.pinned.with_pinned's cache)
+        self.entries = entries
 
     def carried(self) -> PlanMemo:
         """A memo for the next generation: the routes and the plan of this one carried over."""
-        return PlanMemo(self.routes, self.plan[0] if self.plan is not None else self.previous)
+        return PlanMemo(self.routes, self.plan[0] if self.plan is not None else self.previous,
+                        self.entries)
 
 
 @dataclass(frozen=True)

@@ -505,7 +505,7 @@ class OpenFlowDriver:
             except KeyError as exc:
                 raise ApplyError(switch, f"the change does not fit what the switch holds: "
                                          f"{exc.args[0]}") from None
-            if not enc.messages:
+            if not enc.ops:
                 return ApplyReceipt(switch, {}, 0.0)
             t0 = time.perf_counter()
             bid = next(self._bundle_ids) & 0xFFFFFFFF
