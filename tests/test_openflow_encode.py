@@ -197,6 +197,13 @@ def test_wire_bytes_are_os_kens_byte_for_byte(version):
     assert encode.bundle_wire(enc, 42, xids) == want
 
 
+def test_wire_packet_out_is_os_kens_byte_for_byte():
+    from controller.drivers.openflow import wire
+
+    frame = bytes(range(60))
+    assert wire.packet_out(9, 17, frame) == D13.serialize(D13.packet_out(17, frame), 9)
+
+
 @pytest.mark.parametrize("version", [4, 6], ids=["of13", "of15"])
 def test_read_back_decodes_to_the_plan_and_leaves_foreign_entries(version):
     d = {4: D13, 6: D15}[version]

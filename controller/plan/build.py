@@ -23,7 +23,7 @@ returned (nothing is half-built).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.model.topology import Fabric
 from controller.plan.capacity import (
@@ -87,10 +87,15 @@ class PlanResult:
 @dataclass(frozen=True)
 class RoutePlan:
     """The control and route entries of every switch (no pinned entries), and the ECMP next
-    hops they were built from (``next_hops[switch][host]`` → ports)."""
+    hops they were built from (``next_hops[switch][host]`` → ports); ``hashes``: each
+    switch's ECMP hash, and ``intents`` the entries built, by (destination host, ports, hash):
+    what :func:`build_routes` reuses from a previous route plan."""
 
     plan: FabricPlan
     next_hops: NextHops
+    hashes: Mapping[str, EcmpHash | None] = field(default_factory=dict, compare=False)
+    intents: Mapping[tuple[str, tuple[int, ...], EcmpHash | None], FlowIntent] = field(
+        default_factory=dict, compare=False, repr=False)
 
 
 def ecmp_hashes(fabric: Fabric, policy: Policy) -> dict[str, EcmpHash | None]:
@@ -115,8 +120,14 @@ def control_flows() -> tuple[FlowIntent, FlowIntent]:
 
 
 def build_routes(fabric: Fabric, policy: Policy,
-                 down_links: Iterable[frozenset[str]] = frozenset()) -> RoutePlan:
+                 down_links: Iterable[frozenset[str]] = frozenset(),
+                 previous: RoutePlan | None = None) -> RoutePlan:
     """Control and route entries of every switch with ``down_links`` down.
+
+    ``previous``: a route plan of the same fabric (other down links, say): a switch whose next
+    hops and hash are those it had there keeps that very switch plan, and entries equal to
+    one built there are that very object (a link going down changes the routes of a few
+    switches: the rest costs a comparison, not a rebuild).
 
     Raises
     ------
@@ -133,11 +144,17 @@ def build_routes(fabric: Fabric, policy: Policy,
     route_match = {h.name: Match(eth_type=ETH_TYPE_IPV4, ipv4_dst=h.ipv4) for h in fabric.hosts}
     # Intents carry no switch name, so one object serves every switch with the same
     # (destination, ports, hash): most switches of a Clos share them.
-    cache: dict[tuple[str, tuple[int, ...], EcmpHash | None], FlowIntent] = {}
+    cache: dict[tuple[str, tuple[int, ...], EcmpHash | None], FlowIntent] = \
+        dict(previous.intents) if previous is not None else {}
+    old = previous.plan.switches if previous is not None else {}
     switches: dict[str, SwitchPlan] = {}
     for sw in fabric.switches:
-        flows = list(control)
         h = hashes[sw.name]
+        if sw.name in old and previous is not None and previous.hashes.get(sw.name) == h \
+                and previous.next_hops.get(sw.name) == next_hops[sw.name]:
+            switches[sw.name] = old[sw.name]
+            continue
+        flows = list(control)
         for host, ports in next_hops[sw.name].items():
             key = (host, ports, h if len(ports) > 1 else None)
             fi = cache.get(key)
@@ -148,7 +165,7 @@ def build_routes(fabric: Fabric, policy: Policy,
                                              f"route {host}")
             flows.append(fi)
         switches[sw.name] = SwitchPlan(sw.name, sw.dpid, frozenset(flows))
-    return RoutePlan(FabricPlan(switches), next_hops)
+    return RoutePlan(FabricPlan(switches), next_hops, hashes, cache)
 
 
 def build_plan(

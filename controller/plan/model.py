@@ -42,6 +42,9 @@ select method, ``dp_hash`` over its symmetric L3/L4 hash with basis 0, ovs-ofctl
 Syntax"; fabric.p4's ``ecmp_hash`` default action)."""
 
 
+_MATCH_FIELDS = ("eth_type", "ipv4_src", "ipv4_dst", "ip_proto", "ip_dscp", "l4_src", "l4_dst")
+
+
 @dataclass(frozen=True, order=True)
 class Match:
     """Header fields to match; ``None`` means wildcard. IPv4 addresses are dotted strings,
@@ -57,11 +60,30 @@ class Match:
 
     def fields(self) -> dict[str, int | str]:
         """The non-wildcard fields as a dict (for encoders and printing)."""
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        return {k: v for k in _MATCH_FIELDS if (v := getattr(self, k)) is not None}
 
     def sort_key(self) -> tuple[tuple[int, int | str], ...]:
         """A total order over matches (wildcards first in each field)."""
-        return tuple((0, 0) if v is None else (1, v) for v in self.__dict__.values())
+        return tuple((0, 0) if v is None else (1, v)
+                     for v in (getattr(self, k) for k in _MATCH_FIELDS))
+
+    def __hash__(self) -> int:
+        """The hash of the fields, computed once per object and kept in its ``__dict__``
+        (entries are keyed and set-ed by match hundreds of thousands of times at k = 16; the
+        dataclass's own hash re-hashes seven fields on every call). Not pickled
+        (:meth:`__getstate__`): string hashes differ between processes."""
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            got = self.__dict__["_hash"] = hash((
+                self.eth_type, self.ipv4_src, self.ipv4_dst, self.ip_proto, self.ip_dscp,
+                self.l4_src, self.l4_dst))
+            return got
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
 
     def __str__(self) -> str:
         return ",".join(f"{k}={v:#06x}" if k == "eth_type" and isinstance(v, int) else f"{k}={v}"
@@ -199,8 +221,25 @@ class FlowIntent:
     action: Action
     origin: str = field(default="", compare=False)
 
-    @property
+    def __hash__(self) -> int:
+        """The hash of table, priority, match and action (not ``origin``), computed once per
+        object and kept in its ``__dict__``, as :meth:`Match.__hash__`."""
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            got = self.__dict__["_hash"] = hash((self.table, self.priority, self.match,
+                                                 self.action))
+            return got
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        state.pop("key", None)
+        return state
+
+    @cached_property
     def key(self) -> tuple[int, int, Match]:
+        """(table, priority, match): what identifies the entry on a switch (computed once)."""
         return (self.table, self.priority, self.match)
 
     def sort_key(self) -> tuple[int, int, tuple[tuple[int, int | str], ...]]:
@@ -221,7 +260,17 @@ class SwitchPlan:
 
     def next_hop_sets(self) -> frozenset[NextHopSet]:
         """Every distinct next-hop set the entries use (a driver's groups)."""
-        return frozenset(f.action.next_hops for f in self.flows if f.action.next_hops is not None)
+        return frozenset(self._sets)
+
+    @cached_property
+    def _sets(self) -> dict[NextHopSet, int]:
+        """Entries per next-hop set, counted once per plan (read-only)."""
+        out: dict[NextHopSet, int] = {}
+        for f in self.flows:
+            nhs = f.action.next_hops
+            if nhs is not None:
+                out[nhs] = out.get(nhs, 0) + 1
+        return out
 
     def by_key(self) -> dict[tuple[int, int, Match], FlowIntent]:
         return dict(self._keys)
@@ -307,9 +356,29 @@ class SwitchChanges:
                 raise KeyError(f"{self.switch}: add of existing entry {f}")
             over[f.key] = f
         # set operations reuse the entries' stored hashes: the cost is the change, not the plan
-        flows = plan.flows.difference([cur[k] for k in over if k in cur]).union(
-            [f for f in over.values() if f is not None])
-        return SwitchPlan(plan.switch, plan.dpid, flows)
+        gone = [cur[k] for k in over if k in cur]
+        came = [f for f in over.values() if f is not None]
+        out = SwitchPlan(plan.switch, plan.dpid, plan.flows.difference(gone).union(came))
+        # the new plan's indexes from the old one's (a copy keeps the stored hashes)
+        keys = dict(cur)
+        for k, v in over.items():
+            if v is None:
+                del keys[k]
+            else:
+                keys[k] = v
+        out.__dict__["_keys"] = keys
+        if "_sets" in plan.__dict__:
+            sets = dict(plan._sets)  # noqa: SLF001
+            for f, d in [(f, -1) for f in gone] + [(f, 1) for f in came]:
+                nhs = f.action.next_hops
+                if nhs is not None:
+                    n = sets.get(nhs, 0) + d
+                    if n:
+                        sets[nhs] = n
+                    else:
+                        del sets[nhs]
+            out.__dict__["_sets"] = sets
+        return out
 
     def lines(self) -> tuple[str, ...]:
         """Human-readable ``+``/``~``/``-`` lines, one per entry touched."""
@@ -347,7 +416,10 @@ def diff_plans(old: FabricPlan | None, new: FabricPlan) -> dict[str, SwitchChang
     out: dict[str, SwitchChanges] = {}
     old_sw = old.switches if old else {}
     for name in sorted(set(old_sw) | set(new.switches)):
-        ch = diff_switch(old_sw.get(name), new.switches.get(name))
+        a, b = old_sw.get(name), new.switches.get(name)
+        if a is b:  # the same object: nothing changed (plans keep unchanged switches' objects)
+            continue
+        ch = diff_switch(a, b)
         if not ch.empty:
             out[name] = ch
     return out

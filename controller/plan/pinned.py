@@ -70,7 +70,8 @@ links, one route plan's next hops and one set of failover switches."""
 
 def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Path],
                 down_links: DownLinks = frozenset(), next_hops: NextHopMap | None = None,
-                failover: Collection[str] = (), cache: PinnedCache | None = None) -> FabricPlan:
+                failover: Collection[str] = (), cache: PinnedCache | None = None,
+                routes_only: bool = False) -> FabricPlan:
     """``base`` (control and route entries) plus the pinned entries of ``paths``.
 
     Parameters
@@ -93,6 +94,8 @@ def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Pat
         Entries of flows computed before with the same fabric, down links, next hops and
         failover switches (read, and added to): a flow found there is neither checked nor
         built again (a registration batch changes a few flows of thousands).
+    routes_only : bool
+        ``base`` holds no pinned entry (a route plan): its entries are not scanned for them.
 
     Returns
     -------
@@ -126,7 +129,7 @@ def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Pat
     out: dict[str, SwitchPlan] = {}
     for name, sp in base.switches.items():
         flows = sp.flows
-        if any(f.priority == PRIO_PINNED for f in flows):
+        if not routes_only and any(f.priority == PRIO_PINNED for f in flows):
             flows = frozenset(f for f in flows if f.priority != PRIO_PINNED)
         mine = entries.get(name)
         # a union copies the base's hashes: a route plan's entries are not hashed again

@@ -124,15 +124,23 @@ def _pinned_plan(state: RuntimeState) -> None:
     route_key = (tuple(sorted(ecmp_hashes(state.fabric, policy).items(),
                               key=lambda kv: kv[0])), down)
     if memo.routes is None or memo.routes[0] != route_key:
-        memo.routes = (route_key, build_routes(state.fabric, policy, down))
+        memo.routes = (route_key, build_routes(state.fabric, policy, down, previous=(
+            memo.routes[1] if memo.routes is not None else None)))
     rp = _route_plan(state)
     live = {d: p for d, p in state.placement.items() if path_is_up(p, down)}
     # entries of the flows placed before, valid while the routes and failover switches stay
-    key = (memo.routes[0], ff)
+    # (a pinned entry depends on the next hops only through fast failover: without it, the
+    # entries stay valid when links go down; the flows crossing them are not live)
+    key = (memo.routes[0] if ff else None, ff)
     cache = memo.entries[1] if memo.entries is not None and memo.entries[0] == key else {}
-    plan = with_pinned(state.fabric, rp.plan, live, down, rp.next_hops, ff, cache)
+    plan = with_pinned(state.fabric, rp.plan, live, down, rp.next_hops, ff, cache,
+                       routes_only=True)
     memo.entries = (key, {k: cache[k] for k in live.items()})
-    memo.pinned = (plan, live, {n: sum(1 for f in sp.flows if f.priority == PRIO_PINNED)
+    # a switch's pinned entries: its entries beyond the route plan's (with_pinned adds them
+    # to the route entries, which have another priority)
+    routes = rp.plan.switches
+    memo.pinned = (plan, live, {n: len(sp.flows) - len(routes[n].flows) if n in routes
+                                else sum(1 for f in sp.flows if f.priority == PRIO_PINNED)
                                 for n, sp in plan.switches.items()})
 
 

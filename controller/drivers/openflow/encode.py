@@ -379,10 +379,20 @@ def encode_changes(changes: SwitchChanges, installed: SwitchPlan, groups: GroupI
         ``changes`` do not apply to ``installed``.
     """
     stale = tuple(stale)
-    after = changes.apply_to(installed)
-    needed = after.next_hop_sets()
-    alloc, new_sets = groups.with_sets(needed)
-    gone = [s for s in groups.ids if s not in needed]
+    touched = {f.action.next_hops for f in (*changes.add_flows, *changes.modify_flows,
+                                            *changes.delete_flows, *changes.modified_from)
+               if f.action.next_hops is not None}
+    if touched or orphans:
+        after = changes.apply_to(installed)
+        needed = after.next_hop_sets()
+        alloc, new_sets = groups.with_sets(needed)
+        gone = [s for s in groups.ids if s not in needed]
+    else:
+        # no changed entry uses a next-hop set: the switch needs the sets it has (the
+        # allocation is what the installed entries use: built from each read-back, kept by
+        # each change), and the plan of thousands of entries is not scanned for them
+        changes.apply_to(installed)  # raises KeyError when the change does not fit
+        alloc, new_sets, gone = groups, [], []
     first_user: dict[NextHopSet, FlowIntent] = {}
     for f in (*changes.add_flows, *changes.modify_flows):
         if f.action.next_hops is not None:

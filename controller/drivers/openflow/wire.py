@@ -142,6 +142,18 @@ def flow_mod(version: int, xid: int, command: int, table: int, priority: int, ma
         + match + instructions
 
 
+_PACKET_OUT = struct.Struct("!BBHIIIH6x")
+OFPT_PACKET_OUT = 13
+
+
+def packet_out(xid: int, port: int, data: bytes) -> bytes:
+    """An OpenFlow 1.3 ``OFPT_PACKET_OUT`` (§7.3.7) of ``data`` out of ``port``: no buffer,
+    in-port ``OFPP_CONTROLLER``, one output action (max_len ``OFPCML_MAX``)."""
+    act = _OUTPUT.pack(OFPAT_OUTPUT, 16, port, OFPCML_MAX)
+    return _PACKET_OUT.pack(4, OFPT_PACKET_OUT, _PACKET_OUT.size + len(act) + len(data), xid,
+                            OFP_NO_BUFFER, OFPP_CONTROLLER, len(act)) + act + data
+
+
 def with_xid(message: bytes, xid: int) -> bytes:
     """``message`` (wire bytes) with its header's xid set to ``xid``."""
     return message[:4] + xid.to_bytes(4, "big") + message[8:]
@@ -290,4 +302,4 @@ def flow_stats_entries(buf: bytes, off: int, end: int) -> list[tuple[int, int, i
 
 
 __all__ = ["WireAction", "bundle_add", "decode_oxm_match", "flow_mod", "flow_stats_entries",
-           "instructions_bytes", "match_bytes", "with_xid"]
+           "instructions_bytes", "match_bytes", "packet_out", "with_xid"]
