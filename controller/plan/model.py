@@ -63,9 +63,14 @@ class Match:
         return {k: v for k in _MATCH_FIELDS if (v := getattr(self, k)) is not None}
 
     def sort_key(self) -> tuple[tuple[int, int | str], ...]:
-        """A total order over matches (wildcards first in each field)."""
-        return tuple((0, 0) if v is None else (1, v)
-                     for v in (getattr(self, k) for k in _MATCH_FIELDS))
+        """A total order over matches (wildcards first in each field); computed once per
+        object, like the hash."""
+        try:
+            return self.__dict__["_sort"]
+        except KeyError:
+            got = self.__dict__["_sort"] = tuple(
+                (0, 0) if v is None else (1, v) for v in (getattr(self, k) for k in _MATCH_FIELDS))
+            return got
 
     def __hash__(self) -> int:
         """The hash of the fields, computed once per object and kept in its ``__dict__``
@@ -83,6 +88,7 @@ class Match:
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
         state.pop("_hash", None)
+        state.pop("_sort", None)
         return state
 
     def __str__(self) -> str:

@@ -376,7 +376,8 @@ class Controller:
         return self.state.writable()
 
     async def _send_packet(self, fx: SendPacket) -> None:
-        if fx.switch not in self.writable():
+        s = self.state.switches.get(fx.switch)
+        if s is None or not s.connected or s.role != "master":
             return  # a backup answers nothing (OpenFlow SLAVE / P4Runtime backup may not send)
         try:
             await self.driver_of(fx.switch).packet_out(fx.switch, fx.port, fx.data)

@@ -93,8 +93,8 @@ from controller.runtime.events import (
 from controller.runtime.intent import (
     fits_as_before,
     intended_plan,
-    plan_tables,
     switch_capacity,
+    table_notes,
 )
 from controller.runtime.placement import PlacementDecision
 from controller.runtime.rebalance import RebalanceOutcome
@@ -130,22 +130,19 @@ def _changed(old: RuntimeState, new: RuntimeState, reason: str, fx: list[Effect]
 
 def _table_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
     """A switch whose pinned entries do not fit its table (:func:`controller.runtime.intent.
-    plan_tables`): one warning per note and a ``table-overflow`` event, when the notes differ
+    table_notes`): one warning per note and a ``table-overflow`` event, when the notes differ
     from the old state's (each overflow is reported once, and again when it changes)."""
-    rep = plan_tables(new)
-    notes = rep.notes if rep is not None else ()
-    before = plan_tables(old)
-    if not notes or notes == (before.notes if before is not None else ()):
+    notes, fallback = table_notes(new)
+    if not notes or notes == table_notes(old)[0]:
         return []
     out: list[Effect] = []
     for note in notes:
         sw = note.split(":", 1)[0].removeprefix("switch ")
         out.append(Log("warning", sw if sw in new.fabric.switch_by_name else "",
                        f"table capacity: {note}"))
-    assert rep is not None
-    fell = ", ".join(d.label for d in rep.fallback[:5]) + (" …" if len(rep.fallback) > 5 else "")
+    fell = ", ".join(d.label for d in fallback[:5]) + (" …" if len(fallback) > 5 else "")
     out.append(Publish("table-overflow", f"{len(notes)} switch(es) over table capacity; "
-                       f"{len(rep.fallback)} pinned flow(s) fall back to ECMP"
+                       f"{len(fallback)} pinned flow(s) fall back to ECMP"
                        + (f": {fell}" if fell else ""),
                        (("switch", notes[0].split(":", 1)[0].removeprefix("switch ")),)))
     return out

@@ -248,8 +248,10 @@ def _report(state: RuntimeState) -> CapacityReport | None:
         for name, cap in caps.items():
             room = cap.pinned_room(len(rp.next_hops.get(name, {})), CONTROL_ENTRIES)
             room = None if room is None else max(room - headroom, 0)
-            sp = final.get(name)
-            pinned = sum(1 for f in sp.flows if f.priority == PRIO_PINNED) if sp else 0
+            sp, base = final.get(name), rp.plan.switches.get(name)
+            # pinned entries: beyond the route plan's (fitting only removes pinned ones)
+            pinned = 0 if sp is None else len(sp.flows) - len(base.flows) if base else sum(
+                1 for f in sp.flows if f.priority == PRIO_PINNED)
             rows[name] = SwitchTables(name, needed.get(name, 0), pinned,
                                       len(rp.next_hops.get(name, {})), CONTROL_ENTRIES, cap,
                                       room)
@@ -269,6 +271,13 @@ def intended_plan(state: RuntimeState) -> FabricPlan:
         an invariant.
     """
     return _memo(state)[0]
+
+
+def table_notes(state: RuntimeState) -> tuple[tuple[str, ...], tuple[FlowDemand, ...]]:
+    """The notes and the fallen-back flows of the table fit of :func:`intended_plan` (what
+    :func:`plan_tables` reports beyond each switch's use), without building that report."""
+    fitted = _memo(state)[1]
+    return (fitted.notes, fitted.fallback) if fitted is not None else ((), ())
 
 
 def plan_tables(state: RuntimeState) -> CapacityReport | None:

@@ -71,7 +71,7 @@ from controller.drivers.southbound import (
     SwitchState,
     TableCapacity,
 )
-from controller.plan.model import FlowIntent, SwitchChanges, SwitchPlan
+from controller.plan.model import SwitchChanges, SwitchPlan
 from controller.plan.pinned import TABLE
 from controller.telemetry.samples import EntryCounters
 
@@ -137,6 +137,8 @@ class _Session:
     orphans: tuple[int, ...] = ()
     pending: dict[int, _Pending] = field(default_factory=dict)
     bundle_errors: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    #: bundle id → (first, last) xid of its adds while it is in flight (xids wrap at 2**32)
+    bundle_adds: dict[int, tuple[int, int]] = field(default_factory=dict)
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -414,12 +416,12 @@ class OpenFlowDriver:
     def _error(self, s: _Session, msg: Any) -> None:
         d = s.dialect
         text = error_text(d, msg)
-        p = s.pending.get(msg.xid)
-        if p is not None:
-            if p.kind.startswith("bundle-add:"):
-                bid = int(p.kind.split(":")[1])
+        for bid, (lo, hi) in s.bundle_adds.items():
+            if lo <= msg.xid <= hi or (hi < lo and (msg.xid >= lo or msg.xid <= hi)):
                 s.bundle_errors.setdefault(bid, []).append((msg.xid, text))
                 return
+        p = s.pending.get(msg.xid)
+        if p is not None:
             del s.pending[msg.xid]
             if not p.future.done():
                 p.future.set_exception(_SwitchError(msg.type, msg.code, text))
@@ -516,11 +518,9 @@ class OpenFlowDriver:
             for k, n in kinds.items():
                 self._sent[(switch, k)] += n
             f_open = self._expect(s, xids[0], "bundle-open")
-            entry_of: dict[int, FlowIntent | None] = {}
-            for x, e in zip(xids[1:-1], enc.entries, strict=True):
-                s.pending[x] = _Pending(asyncio.get_running_loop().create_future(),
-                                        f"bundle-add:{bid}")
-                entry_of[x] = e
+            # an add's error names its xid: one range per bundle (not a future per add)
+            s.bundle_adds[bid] = (xids[1], xids[-2])  # enc.ops is not empty
+            entry_of = dict(zip(xids[1:-1], enc.entries, strict=True))
             f_commit = self._expect(s, xids[-1], "bundle-commit")
             try:
                 await self._wait(s, f_open, "the bundle open", timeout_s)
@@ -528,20 +528,13 @@ class OpenFlowDriver:
                                  timeout_s + len(enc.ops) * COMMIT_S_PER_MESSAGE)
             except _SwitchError as exc:
                 errs = s.bundle_errors.pop(bid, [])
-                for x in xids[1:-1]:
-                    s.pending.pop(x, None)
                 if errs:
                     x, why = errs[0]
                     raise ApplyError(switch, why, entry_of.get(x)) from None
                 raise ApplyError(switch, str(exc)) from None
-            except ApplyTimeout:
-                for x in xids[1:-1]:
-                    s.pending.pop(x, None)
-                raise
             finally:
+                s.bundle_adds.pop(bid, None)
                 errs = s.bundle_errors.pop(bid, [])
-            for x in xids[1:-1]:
-                s.pending.pop(x, None)
             if errs:
                 # an add refused while the commit went through (the bundle then lacked it):
                 # what the switch holds is unknown until read back
