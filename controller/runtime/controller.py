@@ -11,7 +11,7 @@ message a switch gets is an effect the core emitted, and every outcome comes bac
 * **Effects that talk to switches** (:class:`~controller.runtime.events.TakeRole`,
   :class:`~controller.runtime.events.ReadBack`, :class:`~controller.runtime.events.Write`,
   packet-outs, counter requests) run as tasks (writes and read-backs a window at a time:
-  :data:`WRITE_WINDOW`, :data:`READ_WINDOW`); their outcomes are posted back as
+  :data:`WRITE_WINDOW` entries, :data:`READ_WINDOW` switches); their outcomes are posted back as
   :class:`~controller.runtime.events.RoleAssigned`, :class:`~controller.runtime.events.
   ReadBackDone` and :class:`~controller.runtime.events.WriteAnswered` events. Right before a
   write the mastership is asked again: a deposed master sends nothing (the write is answered
@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -96,15 +97,55 @@ from controller.telemetry.alerts import Alert
 
 LOG = logging.getLogger("aifabric.runtime")
 
-WRITE_WINDOW = 16
-"""Writes (one bundle or batch per switch) in flight at once. A switch answers a bundle only
-after the ones queued before it: Open vSwitch handles every bridge's OpenFlow in one thread, so
-320 bundles sent at once (a k = 16 fat-tree's cold start) were confirmed all together at the
-end, and the switches whose bundle open waited longer than the confirmation timeout failed
-("no reply to the bundle open within 5 s"). With a window, a bundle waits for at most this many
-others; the switch's thread stays busy all the same."""
+WRITE_WINDOW = 16_000
+"""Entries being written at once (the messages of the writes in flight: one bundle or batch per
+switch; a write larger than the window goes alone). A switch answers a bundle only after the
+ones queued before it: Open vSwitch handles every bridge's OpenFlow in one thread, so 320
+bundles of ~1,000 entries sent at once (a k = 16 fat-tree's cold start) were confirmed all
+together at the end, and the switches whose bundle open waited longer than the confirmation
+timeout failed ("no reply to the bundle open within 5 s"). With a window, a bundle waits for
+at most ~16 such others (Open vSwitch commits ~3,000 entries a second per bridge on this
+machine: bench/fabric_scale.py phase b), while the small bundles of a registration (a few
+entries on each of a hundred switches) all go at once."""
 READ_WINDOW = 32
 """Read-backs in flight at once (each switch dumps its entries: ~100 kB per switch at k = 16)."""
+
+
+class _Window:
+    """A weighted semaphore: acquires of total weight up to ``capacity`` at once, in order of
+    arrival; one heavier than the capacity goes when nothing else is in."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    async def acquire(self, weight: int) -> None:
+        if not self._waiters and self._fits(weight):
+            self.used += weight
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((weight, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(weight)  # granted meanwhile: give it back
+            elif (weight, fut) in self._waiters:
+                self._waiters.remove((weight, fut))
+            raise
+
+    def _fits(self, weight: int) -> bool:
+        return self.used == 0 or self.used + weight <= self.capacity
+
+    def release(self, weight: int) -> None:
+        self.used -= weight
+        while self._waiters and self._fits(self._waiters[0][0]):
+            w, fut = self._waiters.popleft()
+            if fut.done():
+                continue
+            self.used += w
+            fut.set_result(None)
 
 
 class Mastership(Protocol):
@@ -191,7 +232,7 @@ class Controller:
         self.meter = TrafficMeter()
         self.stats = ControllerStats()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._writes = asyncio.Semaphore(WRITE_WINDOW)
+        self._writes = _Window(WRITE_WINDOW)
         self._reads = asyncio.Semaphore(READ_WINDOW)
         self._tasks: set[asyncio.Future[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
@@ -425,8 +466,12 @@ class Controller:
                                  (time.perf_counter() - t0) * 1e3))
 
     async def _write(self, fx: Write) -> None:
-        async with self._writes:  # WRITE_WINDOW
+        weight = fx.part.count + 1
+        await self._writes.acquire(weight)  # WRITE_WINDOW
+        try:
             await self._write_now(fx)
+        finally:
+            self._writes.release(weight)
 
     async def _write_now(self, fx: Write) -> None:
         role, _ = self.mastership.role_for(fx.switch)
