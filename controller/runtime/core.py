@@ -48,6 +48,7 @@ After every event, :func:`controller.runtime.writes.drive` starts what is due.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import assert_never
 
@@ -90,12 +91,7 @@ from controller.runtime.events import (
     Tick,
     WriteAnswered,
 )
-from controller.runtime.intent import (
-    fits_as_before,
-    intended_plan,
-    switch_capacity,
-    table_notes,
-)
+from controller.runtime.intent import fits_as_before, intended_plan, switch_capacity
 from controller.runtime.placement import PlacementDecision
 from controller.runtime.rebalance import RebalanceOutcome
 from controller.runtime.state import RebalanceMemory, RuntimeState, SwitchSession, TeForm
@@ -118,34 +114,14 @@ def plan_diff(old: RuntimeState, new: RuntimeState) -> dict[str, SwitchChanges]:
 
 
 def _changed(old: RuntimeState, new: RuntimeState, reason: str, fx: list[Effect]) -> RuntimeState:
-    """``new`` after a change of what the plan depends on: the switches converge to it, and a
-    table overflow it brings is reported."""
+    """``new`` after a change of what the plan depends on: the switches converge to it (a
+    table overflow it brings is reported when the converge computes it:
+    :func:`controller.runtime.writes.table_lines`)."""
     if new.generation == old.generation:
         return new
-    fx += _table_lines(old, new)
     if new.placement and (new.te_form is None or new.te_form.placement is not new.placement):
         fx.append(ComputeTeForm(new.placement))
     return replace(new, converge=new.converge or reason)
-
-
-def _table_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
-    """A switch whose pinned entries do not fit its table (:func:`controller.runtime.intent.
-    table_notes`): one warning per note and a ``table-overflow`` event, when the notes differ
-    from the old state's (each overflow is reported once, and again when it changes)."""
-    notes, fallback = table_notes(new)
-    if not notes or notes == table_notes(old)[0]:
-        return []
-    out: list[Effect] = []
-    for note in notes:
-        sw = note.split(":", 1)[0].removeprefix("switch ")
-        out.append(Log("warning", sw if sw in new.fabric.switch_by_name else "",
-                       f"table capacity: {note}"))
-    fell = ", ".join(d.label for d in fallback[:5]) + (" …" if len(fallback) > 5 else "")
-    out.append(Publish("table-overflow", f"{len(notes)} switch(es) over table capacity; "
-                       f"{len(fallback)} pinned flow(s) fall back to ECMP"
-                       + (f": {fell}" if fell else ""),
-                       (("switch", notes[0].split(":", 1)[0].removeprefix("switch ")),)))
-    return out
 
 
 def step(state: RuntimeState, event: Event, now_s: float) -> Step:
@@ -356,11 +332,15 @@ def _port(state: RuntimeState, ev: PortStatus, now_s: float, fx: list[Effect]) -
     went_down, came_up = after - before, before - after
     lost = {d: p for d, p in state.placement.items()
             if any(frozenset(e) in went_down for e in zip(p, p[1:], strict=False))}
+    changed = ", ".join(f"{'-'.join(sorted(ln))} {'down' if ln in went_down else 'up'}"
+                        for ln in sorted(went_down | came_up, key=sorted))
+    # the plan without (or with) the link is computed when the switches converge to it: link
+    # events arriving meanwhile (every port of a failed switch) are folded into one converge
     fx.append(Log("info", ev.switch,
-                  f"port {ev.port} (to {peer[0]} port {peer[1]}) {word}: "
-                  f"{len(plan_diff(state, new))} switch(es) to update"
-                  + (f"; {len(lost)} pinned flow(s) fall back to ECMP until repaired"
-                     if lost else "")))
+                  f"port {ev.port} (to {peer[0]} port {peer[1]}) {word}: link {changed}; the "
+                  "switches converge to the plan" + (
+                      f"; {len(lost)} pinned flow(s) fall back to ECMP until repaired"
+                      if lost else "")))
     fx.append(TelemetryLinks(after, lost, now_s))
     for kind, links in (("link-down", went_down), ("link-up", came_up)):
         for ln in sorted(links, key=sorted):
@@ -624,32 +604,36 @@ def _lldp_check(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeS
 
 def _counter_slice(state: RuntimeState, now_s: float, timers: dict[str, float],
                    fx: list[Effect]) -> None:
-    """The counter requests due at ``now_s``: the connected switches in name order, spread
-    evenly over a round of ``max(stats interval, entries polled / ENTRY_COUNTERS_PER_S)``
-    seconds (``timers``: ``counters_round`` its start, ``counters_sent`` how many were asked).
-    """
+    """The counter requests due at ``now_s``: the connected switches in name order, taken in
+    turn from a cursor (``timers["counters_cursor"]``), as many per tick as a round of
+    ``max(stats interval, entries polled / ENTRY_COUNTERS_PER_S)`` seconds needs for the time
+    since the last tick (``timers["counters_tick"]``): ticks of 0.1 s spread a round over ten
+    of them; a tick a whole round after the last asks every switch."""
     cfg = state.settings
     assert cfg.stats_interval_s
     names = sorted(state.connected())
     if not names:
         return
-    start = timers.get("counters_round")
-    sent = int(timers.get("counters_sent", 0))
+    last = timers.get("counters_tick")
+    timers["counters_tick"] = now_s
     entries = _entry_switches(state)
-    if start is None or (sent >= len(names) and now_s - start >= _round_s(state, entries)):
-        start, sent = now_s, 0
     length = _round_s(state, entries)
-    due = len(names) if length <= 0 else min(
-        len(names), int(len(names) * (now_s - start) / length) + 1)
+    if last is None:
+        count = 1
+    else:
+        share = min(1.0, (now_s - last) / length) if length > 0 else 1.0
+        count = min(len(names), max(1, math.ceil(len(names) * share - 1e-9)))
+    start = int(timers.get("counters_cursor", 0)) % len(names)
     kinds = frozenset({"ports", "queues"} if cfg.telemetry else {"ports"})
     depth = cfg.rebalance is not None and cfg.standing_depth is not None
-    for name in names[sent:due]:
+    for i in range(count):
+        name = names[(start + i) % len(names)]
         feats = state.switches[name].features
         k = kinds | {"entries"} if name in entries else kinds
         if depth and feats is not None and "queue_depth" in feats.capabilities:
             k = k | {"queues"}
         fx.append(RequestCounters(name, k))  # type: ignore[arg-type]
-    timers["counters_round"], timers["counters_sent"] = start, float(max(sent, due))
+    timers["counters_cursor"] = float((start + count) % len(names))
 
 
 def _entry_switches(state: RuntimeState) -> frozenset[str]:

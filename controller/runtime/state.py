@@ -248,7 +248,8 @@ class RuntimeState:
     retry timer compares again; ``programmed``: the switches that held the plan at least
     once (the start-up line "all N switches programmed"); ``last_refusal``: the last
     transaction that a switch refused (intent generation, switch, error), for the service that
-    proposed it.
+    proposed it; ``tables_reported``: the table-capacity notes last reported (each overflow is
+    reported once).
     """
 
     fabric: Fabric
@@ -274,6 +275,7 @@ class RuntimeState:
     programmed: frozenset[str] = frozenset()
     last_refusal: Refusal | None = None
     reopt: Reoptimisation | None = None
+    tables_reported: tuple[str, ...] = ()
     te_form: TeForm | None = None
     memo: PlanMemo = field(default_factory=lambda: PlanMemo(), compare=False, repr=False)
 

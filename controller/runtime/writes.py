@@ -51,7 +51,7 @@ from controller.runtime.events import (
     WriteAnswered,
     Written,
 )
-from controller.runtime.intent import intended_plan
+from controller.runtime.intent import intended_plan, table_notes
 from controller.runtime.placement import apply_moves, move_batches
 from controller.runtime.state import (
     Path,
@@ -142,6 +142,31 @@ def programmed(state: RuntimeState, switches: tuple[str, ...] | frozenset[str],
     return replace(state, programmed=new)
 
 
+def table_lines(state: RuntimeState) -> tuple[RuntimeState, list[Effect]]:
+    """A switch whose pinned entries do not fit its table (:func:`controller.runtime.intent.
+    table_notes`): one warning per note and a ``table-overflow`` event, when the notes differ
+    from those reported last (``tables_reported``: each overflow is reported once, and again
+    when it changes). Called when the plan is computed to converge to it
+    (:func:`drive`)."""
+    notes, fallback = table_notes(state)
+    if notes == state.tables_reported:
+        return state, []
+    new = replace(state, tables_reported=notes)
+    if not notes:
+        return new, []
+    out: list[Effect] = []
+    for note in notes:
+        sw = note.split(":", 1)[0].removeprefix("switch ")
+        out.append(Log("warning", sw if sw in state.fabric.switch_by_name else "",
+                       f"table capacity: {note}"))
+    fell = ", ".join(d.label for d in fallback[:5]) + (" …" if len(fallback) > 5 else "")
+    out.append(Publish("table-overflow", f"{len(notes)} switch(es) over table capacity; "
+                       f"{len(fallback)} pinned flow(s) fall back to ECMP"
+                       + (f": {fell}" if fell else ""),
+                       (("switch", notes[0].split(":", 1)[0].removeprefix("switch ")),)))
+    return new, out
+
+
 # -- converging ------------------------------------------------------------------------------------
 def drive(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
     """Start what is due when nothing is in flight: a converge, else the next batch of a
@@ -159,6 +184,8 @@ def drive(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
     except (PlanInvariantError, ValueError) as exc:
         fx.append(Log("error", "", f"intended plan invalid, nothing sent: {exc}"))
         return state
+    state, lines = table_lines(state)
+    fx += lines
     changes: dict[str, SwitchChanges] = {}
     same: list[str] = []
     canonical: dict[str, SwitchSession] = {}
@@ -382,4 +409,4 @@ def repins(before: Mapping[FlowDemand, tuple[str, ...]],
 
 
 __all__ = ["answered", "begin_reoptimisation", "drive", "finish", "forget",
-           "programmed", "read_back", "read_back_done", "repins", "target_of"]
+           "programmed", "read_back", "read_back_done", "repins", "table_lines", "target_of"]
