@@ -604,14 +604,16 @@ def _lldp_check(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeS
 
 def _counter_slice(state: RuntimeState, now_s: float, timers: dict[str, float],
                    fx: list[Effect]) -> None:
-    """The counter requests due at ``now_s``: the connected switches in name order, taken in
+    """The counter requests due at ``now_s``: the switches we write in name order, taken in
     turn from a cursor (``timers["counters_cursor"]``), as many per tick as a round of
     ``max(stats interval, entries polled / ENTRY_COUNTERS_PER_S)`` seconds needs for the time
     since the last tick (``timers["counters_tick"]``): ticks of 0.1 s spread a round over ten
     of them; a tick a whole round after the last asks every switch."""
     cfg = state.settings
     assert cfg.stats_interval_s
-    names = sorted(state.connected())
+    # the switches we write: a replica of a cluster polls its own share (its telemetry covers
+    # them; every replica polling every switch tripled the load on the switches and the loops)
+    names = sorted(state.writable())
     if not names:
         return
     last = timers.get("counters_tick")
