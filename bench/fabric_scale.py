@@ -113,6 +113,8 @@ class Bench:
     batch: int
     ofctl_workers: int
     profile: bool = False
+    lease_ttl_s: int | None = None
+    etcd_election_ms: int = 1000
     fabric: Fabric = field(init=False)
     ovs: OvsFabric = field(init=False)
     replicas: list[Replica] = field(default_factory=list)
@@ -136,6 +138,8 @@ class Bench:
         self.plan = expected_plan(self.fabric, self.out / "policy.yaml")
         flows = sum(f for f, _ in self.plan.values())
         groups = sum(g for _, g in self.plan.values())
+        self.results["cluster"] = {"lease_ttl_s": self.lease_ttl_s or 1,
+                                   "etcd_election_ms": self.etcd_election_ms}
         self.results["fabric"] = {"k": self.k, "topology": self.topology,
                                   "switches": len(self.fabric.switches),
                                   "hosts": len(self.fabric.hosts),
@@ -156,7 +160,8 @@ class Bench:
         if self.replicas_n > 1:
             from controller.testing.etcd import EtcdCluster
 
-            self.etcd = EtcdCluster(3, heartbeat_ms=50, election_ms=500, client_tls=(
+            self.etcd = EtcdCluster(3, heartbeat_ms=self.etcd_election_ms // 10,
+                                    election_ms=self.etcd_election_ms, client_tls=(
                 self.pki.controller_cert, self.pki.controller_key, self.pki.ca_cert))
             self.etcd.start()
         self.ovs = OvsFabric(self.fabric, f"k28s{self.k}x", batch=self.batch)
@@ -192,6 +197,8 @@ class Bench:
             args += ["--cluster", self.etcd.url, "--replica", r.name, "--etcd-ca",
                      str(self.pki.ca_cert), "--etcd-cert", str(self.pki.controller_cert),
                      "--etcd-key", str(self.pki.controller_key)]
+            if self.lease_ttl_s is not None:
+                args += ["--lease-ttl", str(self.lease_ttl_s)]
         r.starts += 1
         prof = ["-m", "cProfile", "-o", str(self.out / f"{r.name}-{r.starts}.prof")] \
             if self.profile else []
@@ -621,7 +628,7 @@ def run_one(args: argparse.Namespace, k: int) -> dict[str, Any]:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out_dir) / f"{args.topology}-k{k}-r{args.replicas}-{stamp}"
     b = Bench(k, args.topology, args.replicas, out, args.batch, args.ofctl_workers,
-              args.profile)
+              args.profile, args.lease_ttl, args.etcd_election_ms)
     phases = set(args.phases)
     try:
         b.setup()
@@ -702,6 +709,11 @@ def main() -> None:
     ap.add_argument("--registrations", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--timeout", type=float, default=1800.0, help="per phase, s")
+    ap.add_argument("--lease-ttl", type=int, default=None,
+                    help="replicas: their etcd lease TTL, s (default: the controller's, 1 s)")
+    ap.add_argument("--etcd-election-ms", type=int, default=1000,
+                    help="etcd's election timeout (heartbeat a tenth; etcd grants no lease "
+                         "shorter than 1.5 x this; default 1000, etcd's own)")
     ap.add_argument("--profile", action="store_true",
                     help="run the controllers under cProfile (their loop's thread; stopped "
                          "with SIGTERM after the last phase; profiles in the out dir)")

@@ -107,6 +107,8 @@ timeout failed ("no reply to the bundle open within 5 s"). With a window, a bund
 at most ~16 such others (Open vSwitch commits ~3,000 entries a second per bridge on this
 machine: bench/fabric_scale.py phase b), while the small bundles of a registration (a few
 entries on each of a hundred switches) all go at once."""
+LOOP_LATE_S = 0.5
+"""A tick this late is logged (at most every 10 s): the loop was busy that long at once."""
 READ_WINDOW = 32
 """Read-backs in flight at once (each switch dumps its entries: ~100 kB per switch at k = 16)."""
 
@@ -269,9 +271,18 @@ class Controller:
         return bool(self._tasks) or self.state.txn is not None or bool(self.state.converge)
 
     async def _tick_loop(self) -> None:
+        late_s, said = 0.0, self.clock()
         while True:
+            due = self.clock() + self.tick_s
             await asyncio.sleep(self.tick_s)
-            self.handle(Tick(self.clock()))
+            now = self.clock()
+            late_s = max(late_s, now - due)
+            if late_s >= LOOP_LATE_S and now - said >= 10.0:
+                # what a replica's lease keep-alive (same loop) suffers too
+                LOG.warning("[controller] the event loop ran up to %.2f s late in the last "
+                            "%.0f s", late_s, now - said)
+                late_s, said = 0.0, now
+            self.handle(Tick(now))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         assert self._loop is not None, "start() first"
