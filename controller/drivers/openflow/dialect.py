@@ -71,6 +71,29 @@ class FlowRecord:
     packet_count: int = 0
 
 
+class WireRecord:
+    """A :class:`FlowRecord` read straight from the wire (:meth:`OF13.wire_flow_stats`): the
+    same attributes, a plan ``Match`` and one :class:`~.wire.WireAction`; a plain slotted
+    object (a frozen dataclass costs several times as much to build, per entry of a read-back)."""
+
+    __slots__ = ("byte_count", "cookie", "instructions", "match", "packet_count", "priority",
+                 "table")
+
+    def __init__(self, table: int, priority: int, cookie: int, match: Any,
+                 instructions: tuple[Any, ...], byte_count: int, packet_count: int) -> None:
+        self.table = table
+        self.priority = priority
+        self.cookie = cookie
+        self.match = match
+        self.instructions = instructions
+        self.byte_count = byte_count
+        self.packet_count = packet_count
+
+
+Record = FlowRecord | WireRecord
+"""An entry as read back: decoded by os-ken, or straight from the wire."""
+
+
 @dataclass
 class WireFlowStatsReply:
     """A flow statistics reply part decoded without os-ken (:meth:`OF13.wire_flow_stats`):
@@ -196,7 +219,7 @@ class Dialect:
                 o.OFPCR_ROLE_EQUAL: "equal"}.get(code, "equal")
 
     # -- decoding ------------------------------------------------------------------------------
-    def flow_records(self, body: list[Any]) -> list[FlowRecord]:
+    def flow_records(self, body: list[Any]) -> list[Record]:
         raise NotImplementedError
 
     def group_records(self, body: list[Any]) -> list[GroupRecord]:
@@ -271,8 +294,8 @@ class OF13(Dialect):
 
     entry_counters_request = entries_request
 
-    def flow_records(self, body: list[Any]) -> list[FlowRecord]:
-        return [s if isinstance(s, FlowRecord) else
+    def flow_records(self, body: list[Any]) -> list[Record]:
+        return [s if isinstance(s, (FlowRecord, WireRecord)) else
                 FlowRecord(s.table_id, s.priority, s.cookie, s.match, tuple(s.instructions),
                            s.byte_count, s.packet_count) for s in body]
 
@@ -289,7 +312,7 @@ class OF13(Dialect):
             if match is None or action is None:
                 body.append(parse(frame, off))
             else:
-                body.append(FlowRecord(table, prio, cookie, match, (action,), nbytes, packets))
+                body.append(WireRecord(table, prio, cookie, match, (action,), nbytes, packets))
         return WireFlowStatsReply(xid, flags, body)
 
     def group_records(self, body: list[Any]) -> list[GroupRecord]:
@@ -365,8 +388,8 @@ class OF15(Dialect):
                                                o.OFPG_ANY, cookie, 0xFFFFFFFFFFFFFFFF,
                                                p.OFPMatch()))
 
-    def flow_records(self, body: list[Any]) -> list[FlowRecord]:
-        out = []
+    def flow_records(self, body: list[Any]) -> list[Record]:
+        out: list[Record] = []
         for s in body:
             # OXS statistics as a dict once (os-ken's OFPStats lookup scans its fields)
             st = dict(getattr(s.stats, "fields", None) or ())

@@ -39,8 +39,8 @@ from controller.drivers.openflow.dialect import (
     DIALECTS,
     OF13,
     Dialect,
-    FlowRecord,
     GroupRecord,
+    Record,
 )
 from controller.plan.model import (
     ETH_TYPE_IPV4,
@@ -193,7 +193,7 @@ def flow_delete(flow: FlowIntent, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
                             encode_match(flow.match, dialect), [], COOKIE, COOKIE_MASK)
 
 
-def record_delete(rec: FlowRecord, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
+def record_delete(rec: Record, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
     """Strict, cookie-masked delete of an entry of ours as read back (one we cannot decode)."""
     match = encode_match(rec.match, dialect) if isinstance(rec.match, Match) else rec.match
     return dialect.flow_mod(dialect.ofp.OFPFC_DELETE_STRICT, rec.table, rec.priority, match,
@@ -294,7 +294,7 @@ class Op:
     flow: FlowIntent | None = None
     group_id: int | None = None
     nhs: NextHopSet | None = None
-    record: FlowRecord | None = None
+    record: Record | None = None
 
 
 @dataclass(frozen=True)
@@ -364,7 +364,7 @@ def bundle_wire(enc: Encoded, bundle_id: int, xids: Sequence[int]) -> bytes:
 
 def encode_changes(changes: SwitchChanges, installed: SwitchPlan, groups: GroupIds,
                    dialect: Dialect = DEFAULT_DIALECT,
-                   stale: Iterable[FlowRecord] = (), orphans: Iterable[int] = ()) -> Encoded:
+                   stale: Iterable[Record] = (), orphans: Iterable[int] = ()) -> Encoded:
     """The messages that turn a switch holding ``installed`` (with ``groups`` allocated) into
     ``changes.apply_to(installed)``, in the safe order (module docstring).
 
@@ -559,13 +559,13 @@ class Decoded:
 
     plan: SwitchPlan
     groups: GroupIds
-    stale: tuple[FlowRecord, ...] = ()
+    stale: tuple[Record, ...] = ()
     orphan_groups: tuple[int, ...] = ()
     foreign_flows: int = 0
     foreign_groups: int = 0
 
 
-def decode_state(switch: str, dpid: int, flows: Iterable[FlowRecord],
+def decode_state(switch: str, dpid: int, flows: Iterable[Record],
                  groups: Iterable[GroupRecord], dialect: Dialect = DEFAULT_DIALECT) -> Decoded:
     """Decode what a switch reported (flows: those with our cookie; groups: all) into intents.
 
@@ -588,7 +588,7 @@ def decode_state(switch: str, dpid: int, flows: Iterable[FlowRecord],
         by_id[g.group_id] = nhs
         alloc[nhs] = g.group_id
     intents: list[FlowIntent] = []
-    stale: list[FlowRecord] = []
+    stale: list[Record] = []
     foreign = 0
     memo: dict[tuple[str, int], Action] = {}
     for r in flows:
