@@ -61,6 +61,7 @@ from controller.testing.fabricrun import (  # noqa: E402
     pid_of,
     policy_yaml,
     process_cpu_s,
+    reconciled_by_master,
     ring_groups,
     topology_yaml,
 )
@@ -69,9 +70,6 @@ from controller.testing.ovsfabric import OvsFabric, run  # noqa: E402
 WRITES = ("flow-mod", "group-mod")
 _SENT = re.compile(r"^\S+ \S+ \S+ \S+ \[(\S+) dpid=\S+\] sent (\d+) messages \(flows \+(\d+) "
                    r"~(\d+) -(\d+)")
-_RECONCILED = re.compile(r"\[(\S+) dpid=\S+\] reconciled: .*(all as intended|, sent )")
-_MASTER = re.compile(r"\[(\S+) dpid=\S+\] master \(token")
-_MASTER_TOKEN = re.compile(r"\[(\S+) dpid=\S+\] master \(token (\d+)\)")
 
 
 def loadavg() -> str:
@@ -116,6 +114,7 @@ class Bench:
     profile: bool = False
     lease_ttl_s: int | None = None
     etcd_election_ms: int = 1000
+    extra_args: list[str] = field(default_factory=list)
     fabric: Fabric = field(init=False)
     ovs: OvsFabric = field(init=False)
     replicas: list[Replica] = field(default_factory=list)
@@ -140,7 +139,8 @@ class Bench:
         flows = sum(f for f, _ in self.plan.values())
         groups = sum(g for _, g in self.plan.values())
         self.results["cluster"] = {"lease_ttl_s": self.lease_ttl_s or 1,
-                                   "etcd_election_ms": self.etcd_election_ms}
+                                   "etcd_election_ms": self.etcd_election_ms,
+                                   "controller_args": self.extra_args}
         self.results["fabric"] = {"k": self.k, "topology": self.topology,
                                   "switches": len(self.fabric.switches),
                                   "hosts": len(self.fabric.hosts),
@@ -200,6 +200,7 @@ class Bench:
                      "--etcd-key", str(self.pki.controller_key)]
             if self.lease_ttl_s is not None:
                 args += ["--lease-ttl", str(self.lease_ttl_s)]
+        args += self.extra_args
         r.starts += 1
         prof = ["-m", "cProfile", "-o", str(self.out / f"{r.name}-{r.starts}.prof")] \
             if self.profile else []
@@ -235,20 +236,6 @@ class Bench:
         return FabricClient(f"127.0.0.1:{r.grpc_port}", 120.0,
                             tls=TLSFiles(crt, key, self.pki.ca_cert),
                             token=self.tokens["operator"])
-
-    def masters_logged(self, marks: dict[str, int]) -> dict[str, str]:
-        """switch → the replica that logged its mastership with the highest token (since
-        ``marks``; a replica restarted since counts from its new log); alone: the one."""
-        if self.replicas_n == 1:
-            return {sw: self.replicas[0].name for sw in self.ovs.bridges}
-        best: dict[str, tuple[int, str]] = {}
-        for r in self.live():
-            assert r.proc is not None
-            for ln in r.proc.since(marks.get(r.name, 0)):
-                m = _MASTER_TOKEN.search(ln.text)
-                if m and int(m.group(2)) >= best.get(m.group(1), (-1, ""))[0]:
-                    best[m.group(1)] = (int(m.group(2)), r.name)
-        return {sw: name for sw, (_, name) in best.items()}
 
     def masters(self) -> dict[str, str]:
         """switch → the replica mastering it (a live replica's GetStatus)."""
@@ -310,30 +297,14 @@ class Bench:
     def wait_reconciled(self, switches: set[str], marks: dict[str, int], t0_unix: float,
                         timeout_s: float, what: str) -> float | None:
         """Until each of ``switches`` was reconciled (read back, sent what differed or found it
-        all as intended) by the replica mastering it now, after ``marks``; seconds after
+        all as intended) by the replica mastering it now (the highest token logged: polling
+        GetStatus would load the loops it measures), after ``marks``; seconds after
         ``t0_unix`` (the last one's log time)."""
         deadline = time.monotonic() + timeout_s
         done: dict[str, float] = {}
         while time.monotonic() < deadline:
-            # the master of each switch from the replicas' logs (the highest token claimed):
-            # polling GetStatus would load the loops it measures (at k = 16 it builds every
-            # link's status)
-            masters = self.masters_logged(marks)
-            per: dict[str, dict[str, float]] = {}
-            for r in self.live():
-                assert r.proc is not None
-                seen: dict[str, float] = {}
-                for ln in r.proc.since(marks.get(r.name, 0)):
-                    m = _MASTER.search(ln.text)
-                    if m and m.group(1) in switches:
-                        seen.pop(m.group(1), None)  # a newer mastership: reconciled again
-                        continue
-                    m = _RECONCILED.search(ln.text)
-                    if m and m.group(1) in switches and ln.at_unix_s is not None:
-                        seen[m.group(1)] = ln.at_unix_s
-                per[r.name] = seen
-            done = {sw: per.get(masters.get(sw, ""), {}).get(sw) for sw in switches
-                    if per.get(masters.get(sw, ""), {}).get(sw) is not None}  # type: ignore[misc]
+            procs = {r.name: r.proc for r in self.live() if r.proc is not None}
+            done = reconciled_by_master(procs, marks, switches)
             if len(done) == len(switches):
                 return max(done.values()) - t0_unix
             time.sleep(1.0)
@@ -646,7 +617,8 @@ def run_one(args: argparse.Namespace, k: int) -> dict[str, Any]:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out_dir) / f"{args.topology}-k{k}-r{args.replicas}-{stamp}"
     b = Bench(k, args.topology, args.replicas, out, args.batch, args.ofctl_workers,
-              args.profile, args.lease_ttl, args.etcd_election_ms)
+              args.profile, args.lease_ttl, args.etcd_election_ms,
+              [a for arg in args.controller_arg for a in arg.split()])
     phases = set(args.phases)
     try:
         b.setup()
@@ -732,6 +704,9 @@ def main() -> None:
     ap.add_argument("--etcd-election-ms", type=int, default=1000,
                     help="etcd's election timeout (heartbeat a tenth; etcd grants no lease "
                          "shorter than 1.5 x this; default 1000, etcd's own)")
+    ap.add_argument("--controller-arg", action="append", default=[],
+                    help="more flags for every controller (repeatable; split on spaces), e.g. "
+                         "'--failure-detector-ms 800 --heartbeat-interval-ms 100'")
     ap.add_argument("--profile", action="store_true",
                     help="run the controllers under cProfile (their loop's thread; stopped "
                          "with SIGTERM after the last phase; profiles in the out dir)")

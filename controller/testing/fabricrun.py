@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -261,6 +261,52 @@ class ControllerProcess:
         return self.proc.returncode
 
 
+_MASTER_TOKEN = re.compile(r"\[(\S+) dpid=\S+\] master \(token (\d+)\)")
+_RECONCILED = re.compile(r"\[(\S+) dpid=\S+\] reconciled: .*(all as intended|, sent )")
+
+
+def logged_masters(procs: Mapping[str, ControllerProcess], marks: Mapping[str, int] | None = None
+                   ) -> dict[str, str]:
+    """switch → the replica that logged its mastership (``master (token N)``) with the highest
+    token, from the logs after ``marks``."""
+    best: dict[str, tuple[int, str]] = {}
+    for name, proc in procs.items():
+        for ln in proc.since((marks or {}).get(name, 0)):
+            m = _MASTER_TOKEN.search(ln.text)
+            if m and int(m.group(2)) >= best.get(m.group(1), (-1, ""))[0]:
+                best[m.group(1)] = (int(m.group(2)), name)
+    return {sw: name for sw, (_, name) in best.items()}
+
+
+def reconciled_by_master(procs: Mapping[str, ControllerProcess], marks: Mapping[str, int],
+                         switches: Collection[str]) -> dict[str, float]:
+    """switch → when (Unix s, the controller's log) the replica that masters it now reconciled
+    it (read it back and sent what differed, or found it as intended), from the logs after
+    ``marks``. The master of a switch is the replica that logged it with the highest token
+    (``master (token N)``); a controller alone logs none and masters everything. A switch
+    reconciled before its latest mastership does not count."""
+    best = logged_masters(procs, marks)
+    done: dict[str, dict[str, float]] = {}
+    for name, proc in procs.items():
+        seen: dict[str, float] = {}
+        for ln in proc.since(marks.get(name, 0)):
+            m = _MASTER_TOKEN.search(ln.text)
+            if m and m.group(1) in switches:
+                seen.pop(m.group(1), None)  # a newer mastership: reconciled again
+                continue
+            m = _RECONCILED.search(ln.text)
+            if m and m.group(1) in switches and ln.at_unix_s is not None:
+                seen[m.group(1)] = ln.at_unix_s
+        done[name] = seen
+    out = {}
+    alone = next(iter(procs)) if len(procs) == 1 else None
+    for sw in switches:
+        master = best.get(sw, alone)
+        if master is not None and sw in done.get(master, {}):
+            out[sw] = done[master][sw]
+    return out
+
+
 def messages_by_kind(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float],
                      switches: set[str] | None = None) -> dict[str, int]:
     """``aifabric_southbound_messages_total`` summed by ``kind`` (only ``switches`` when
@@ -281,4 +327,5 @@ def metric_sum(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], na
 
 
 __all__ = ["ControllerProcess", "LogLine", "Usage", "messages_by_kind", "metric_sum", "pid_of",
-           "policy_yaml", "process_cpu_s", "ring_groups", "topology_yaml"]
+           "logged_masters", "policy_yaml", "process_cpu_s", "reconciled_by_master",
+           "ring_groups", "topology_yaml"]
