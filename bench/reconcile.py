@@ -219,8 +219,7 @@ async def _ovs(plan: SwitchPlan, runs: int) -> None:
     drv.bind_loop(loop)
     ready = threading.Event()
     ready.set()
-    handle = start_openflow(drv, sock, ready, lambda d, fn: loop.call_soon_threadsafe(
-        loop.call_later, d, fn))
+    handle = start_openflow(drv, sock, ready, loop)
     await drv.start(lambda ev: up.set() if type(ev).__name__ == "SwitchConnected" else None)
     try:
         subprocess.run(["ovs-vsctl", "--may-exist", "add-br", bridge, "--", "set", "bridge",

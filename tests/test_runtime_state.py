@@ -14,16 +14,23 @@ import pytest
 from controller.drivers import frames
 from controller.drivers.openflow import encode
 from controller.drivers.openflow.dialect import DIALECTS, OF15
-from controller.drivers.southbound import PacketIn, PortStatus, SwitchConnected, SwitchFeatures
+from controller.drivers.southbound import (
+    PacketIn,
+    PortStatus,
+    SwitchConnected,
+    SwitchFeatures,
+    SwitchState,
+)
 from controller.model.topology import load_topology
 from controller.plan.model import ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_LLDP, diff_plans
 from controller.policy import load_policy
-from controller.runtime import core
+from controller.runtime import core, writes
 from controller.runtime.events import (
     Compute,
     Log,
     PlacementReady,
     Publish,
+    ReadBackDone,
     RoleAssigned,
     SendPacket,
     Tick,
@@ -282,6 +289,9 @@ def test_lldp_round_probes_writable_switches_and_reports_plainly():
         s = core.step(s, SwitchConnected(sw.name, SwitchFeatures("openflow", sw.dpid, "x"), 1),
                       0.0).state
         s = core.step(s, RoleAssigned(sw.name, "master", 1), 0.0).state
+        # read back holding its plan (LLDP waits while a switch is being programmed)
+        s = core.step(s, ReadBackDone(sw.name, 1, SwitchState(writes.target_of(s, sw.name))),
+                      0.0).state
     s = core.step(s, Tick(0.0), 0.0).state  # arms the timers
     st = core.step(s, Tick(5.0), 5.0)
     probes = [e for e in st.effects if isinstance(e, SendPacket)]

@@ -436,8 +436,9 @@ def test_a_queue_without_background_moves_nothing(tmp_path):
 
 
 def test_rebalancing_asks_p4_switches_for_queue_counters(tmp_path):
-    from controller.drivers.southbound import SwitchConnected, SwitchFeatures
-    from controller.runtime.events import RequestCounters, Tick
+    from controller.drivers.southbound import SwitchConnected, SwitchFeatures, SwitchState
+    from controller.runtime import writes
+    from controller.runtime.events import ReadBackDone, RequestCounters, RoleAssigned, Tick
 
     for depth, want in ((8, {"ports", "entries", "queues"}), (None, {"ports", "entries"})):
         rt = RT(_one_ring_policy(tmp_path), Hysteresis(), stats_interval_s=1.0,
@@ -448,6 +449,11 @@ def test_rebalancing_asks_p4_switches_for_queue_counters(tmp_path):
             st = core.step(st, SwitchConnected(sw.name, SwitchFeatures(
                 "p4runtime" if sw.name == "leaf1" else "openflow", sw.dpid, "x",
                 capabilities=caps)), 0.0).state
+            # ours to write, holding its plan: counters are asked of the switches we write,
+            # once they are programmed
+            st = core.step(st, RoleAssigned(sw.name, "master"), 0.0).state
+            st = core.step(st, ReadBackDone(sw.name, 0, SwitchState(
+                writes.target_of(st, sw.name))), 0.0).state
         st = core.step(st, Tick(0.0), 0.0).state
         fx = core.step(st, Tick(1.5), 1.5).effects
         kinds = {r.switch: set(r.kinds) for r in fx if isinstance(r, RequestCounters)}

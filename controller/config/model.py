@@ -77,11 +77,13 @@ class LogSection(Section):
 
 
 class OpenFlowLimits(Section):
-    """``openflow.limits``: what an unfinished OpenFlow connection may cost the listener."""
+    """``openflow.limits``: what an unfinished OpenFlow connection may cost the listener.
+    ``max_unfinished`` None: the fabric's OpenFlow switches + 64 (every switch may be in its
+    handshake at once when the controller starts; 64 more for anything else)."""
 
     hello_timeout_s: Annotated[Seconds, Field(ge=0.1, le=600.0)] = 5.0
     handshake_timeout_s: Annotated[Seconds, Field(ge=0.1, le=600.0)] = 10.0
-    max_unfinished: Annotated[int, Field(ge=1, le=100_000)] = 64
+    max_unfinished: Annotated[int, Field(ge=1, le=100_000)] | None = None
 
 
 class OpenFlowSection(Section):

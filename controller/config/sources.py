@@ -129,8 +129,9 @@ FLAGS: tuple[Flag, ...] = (
     _f("--handshake-timeout", "handshake_timeout_s", "openflow.limits.handshake_timeout_s",
        "Seconds an OpenFlow switch may take to finish the handshake."),
     _f("--max-unfinished", "max_unfinished", "openflow.limits.max_unfinished",
-       "OpenFlow connections that may be unfinished at once; a new one beyond closes the "
-       "oldest without its HELLO (of the busiest source), or is refused when none is."),
+        "OpenFlow connections that may be unfinished at once (default: the fabric's OpenFlow "
+        "switches + 64); a new one beyond closes the oldest without its HELLO (of the busiest "
+        "source), or is refused when none is."),
     _f("--certs", "certs", "tls.certs_dir",
        "Directory of `aifabric certs init`: controller.crt/.key, ca.crt and tokens (single "
        "files override it)."),

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.model.topology import Fabric
 from controller.plan import hashing
@@ -101,10 +101,15 @@ class PlanResult:
 @dataclass(frozen=True)
 class RoutePlan:
     """The control and route entries of every switch (no pinned entries), and the ECMP next
-    hops they were built from (``next_hops[switch][host]`` → ports)."""
+    hops they were built from (``next_hops[switch][host]`` → ports); ``hashes``: each
+    switch's ECMP hash, and ``intents`` the entries built, by (destination host, ports, hash):
+    what :func:`build_routes` reuses from a previous route plan."""
 
     plan: FabricPlan
     next_hops: NextHops
+    hashes: Mapping[str, EcmpHash | None] = field(default_factory=dict, compare=False)
+    intents: Mapping[tuple[str, tuple[int, ...], EcmpHash | None], FlowIntent] = field(
+        default_factory=dict, compare=False, repr=False)
 
 
 def ecmp_hashes(fabric: Fabric, policy: Policy,
@@ -140,10 +145,16 @@ def edge_switches(fabric: Fabric) -> frozenset[str]:
 
 def build_routes(fabric: Fabric, policy: Policy,
                  down_links: Iterable[frozenset[str]] = frozenset(),
-                 unhashed: Mapping[str, str] | None = None) -> RoutePlan:
+                 unhashed: Mapping[str, str] | None = None,
+                 previous: RoutePlan | None = None) -> RoutePlan:
     """Control and route entries of every switch with ``down_links`` down; ``unhashed``:
     switches that cannot hash as asked, with why (their ECMP sets carry no hash:
     :mod:`controller.plan.hashing`).
+
+    ``previous``: a route plan of the same fabric (other down links, say): a switch whose next
+    hops and hash are those it had there keeps that very switch plan, and entries equal to
+    one built there are that very object (a link going down changes the routes of a few
+    switches: the rest costs a comparison, not a rebuild).
 
     Raises
     ------
@@ -166,12 +177,18 @@ def build_routes(fabric: Fabric, policy: Policy,
     # (the default: a seed per switch) are not kept for sharing (hundreds of thousands of keys
     # at k=16 that nothing would hit, and that Python's collector would walk).
     users = Counter(hashes.values())
-    cache: dict[tuple[str, tuple[int, ...], EcmpHash | None], FlowIntent] = {}
+    cache: dict[tuple[str, tuple[int, ...], EcmpHash | None], FlowIntent] = \
+        dict(previous.intents) if previous is not None else {}
     actions: dict[tuple[tuple[int, ...], EcmpHash | None], Action] = {}
+    old = previous.plan.switches if previous is not None else {}
     switches: dict[str, SwitchPlan] = {}
     for sw in fabric.switches:
-        flows = list(control) + (list(arp) if sw.name in edges else [])
         h = hashes[sw.name]
+        if sw.name in old and previous is not None and previous.hashes.get(sw.name) == h \
+                and previous.next_hops.get(sw.name) == next_hops[sw.name]:
+            switches[sw.name] = old[sw.name]
+            continue
+        flows = list(control) + (list(arp) if sw.name in edges else [])
         own = users[h] == 1
         for host, ports in next_hops[sw.name].items():
             ecmp = len(ports) > 1
@@ -188,7 +205,7 @@ def build_routes(fabric: Fabric, policy: Policy,
                     cache[key] = fi
             flows.append(fi)
         switches[sw.name] = SwitchPlan(sw.name, sw.dpid, frozenset(flows))
-    return RoutePlan(FabricPlan(switches), next_hops)
+    return RoutePlan(FabricPlan(switches), next_hops, hashes, cache)
 
 
 def build_plan(

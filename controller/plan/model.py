@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 PRIO_ARP_REPLY = 1100
@@ -47,6 +48,10 @@ DEFAULT_HASH_FIELDS = ("ipv4_src", "ipv4_dst", "ip_proto", "l4_src", "l4_dst")
 measured by the ``ecmp_spread`` lab), so the plan asks for the hash explicitly."""
 
 
+_MATCH_FIELDS = ("eth_type", "ipv4_src", "ipv4_dst", "ip_proto", "ip_dscp", "l4_src", "l4_dst",
+                 "arp_op", "arp_tpa")
+
+
 @dataclass(frozen=True, order=True)
 class Match:
     """Header fields to match; ``None`` means wildcard. IPv4 addresses are dotted strings,
@@ -66,11 +71,36 @@ class Match:
 
     def fields(self) -> dict[str, int | str]:
         """The non-wildcard fields as a dict (for encoders and printing)."""
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        return {k: v for k in _MATCH_FIELDS if (v := getattr(self, k)) is not None}
 
     def sort_key(self) -> tuple[tuple[int, int | str], ...]:
-        """A total order over matches (wildcards first in each field)."""
-        return tuple((0, 0) if v is None else (1, v) for v in self.__dict__.values())
+        """A total order over matches (wildcards first in each field); computed once per
+        object, like the hash."""
+        try:
+            return self.__dict__["_sort"]
+        except KeyError:
+            got = self.__dict__["_sort"] = tuple(
+                (0, 0) if v is None else (1, v) for v in (getattr(self, k) for k in _MATCH_FIELDS))
+            return got
+
+    def __hash__(self) -> int:
+        """The hash of the fields, computed once per object and kept in its ``__dict__``
+        (entries are keyed and set-ed by match hundreds of thousands of times at k = 16; the
+        dataclass's own hash re-hashes nine fields on every call). Not pickled
+        (:meth:`__getstate__`): string hashes differ between processes."""
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            got = self.__dict__["_hash"] = hash((
+                self.eth_type, self.ipv4_src, self.ipv4_dst, self.ip_proto, self.ip_dscp,
+                self.l4_src, self.l4_dst, self.arp_op, self.arp_tpa))
+            return got
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        state.pop("_sort", None)
+        return state
 
     def __str__(self) -> str:
         return ",".join(f"{k}={v:#06x}" if k == "eth_type" and isinstance(v, int) else f"{k}={v}"
@@ -251,8 +281,25 @@ class FlowIntent:
             raise ValueError(f"{self.origin or 'an entry'}: {arp} answers only the ARP request "
                              f"for {arp.ipv4} ({arp_request_match(arp.ipv4)}), not {self.match}")
 
-    @property
+    def __hash__(self) -> int:
+        """The hash of table, priority, match and action (not ``origin``), computed once per
+        object and kept in its ``__dict__``, as :meth:`Match.__hash__`."""
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            got = self.__dict__["_hash"] = hash((self.table, self.priority, self.match,
+                                                 self.action))
+            return got
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        state.pop("key", None)
+        return state
+
+    @cached_property
     def key(self) -> tuple[int, int, Match]:
+        """(table, priority, match): what identifies the entry on a switch (computed once)."""
         return (self.table, self.priority, self.match)
 
     def sort_key(self) -> tuple[int, int, tuple[tuple[int, int | str], ...]]:
@@ -273,9 +320,24 @@ class SwitchPlan:
 
     def next_hop_sets(self) -> frozenset[NextHopSet]:
         """Every distinct next-hop set the entries use (a driver's groups)."""
-        return frozenset(f.action.next_hops for f in self.flows if f.action.next_hops is not None)
+        return frozenset(self._sets)
+
+    @cached_property
+    def _sets(self) -> dict[NextHopSet, int]:
+        """Entries per next-hop set, counted once per plan (read-only)."""
+        out: dict[NextHopSet, int] = {}
+        for f in self.flows:
+            nhs = f.action.next_hops
+            if nhs is not None:
+                out[nhs] = out.get(nhs, 0) + 1
+        return out
 
     def by_key(self) -> dict[tuple[int, int, Match], FlowIntent]:
+        return dict(self._keys)
+
+    @cached_property
+    def _keys(self) -> dict[tuple[int, int, Match], FlowIntent]:
+        """The entries by key, built once per plan (read-only: :meth:`by_key` copies it)."""
         return {f.key: f for f in self.flows}
 
 
@@ -335,20 +397,48 @@ class SwitchChanges:
             An added entry exists already, or a modified/deleted one is missing (the changes
             were not computed from ``plan``).
         """
-        cur = plan.by_key()
+        cur = plan._keys  # noqa: SLF001 - read only
+        over: dict[tuple[int, int, Match], FlowIntent | None] = {}
+
+        def get(k: tuple[int, int, Match]) -> FlowIntent | None:
+            return over[k] if k in over else cur.get(k)
+
         for f in self.delete_flows:
-            if f.key not in cur:
+            if get(f.key) is None:
                 raise KeyError(f"{self.switch}: delete of missing entry {f}")
-            del cur[f.key]
+            over[f.key] = None
         for f in self.modify_flows:
-            if f.key not in cur:
+            if get(f.key) is None:
                 raise KeyError(f"{self.switch}: modify of missing entry {f}")
-            cur[f.key] = f
+            over[f.key] = f
         for f in self.add_flows:
-            if f.key in cur:
+            if get(f.key) is not None:
                 raise KeyError(f"{self.switch}: add of existing entry {f}")
-            cur[f.key] = f
-        return SwitchPlan(plan.switch, plan.dpid, frozenset(cur.values()))
+            over[f.key] = f
+        # set operations reuse the entries' stored hashes: the cost is the change, not the plan
+        gone = [cur[k] for k in over if k in cur]
+        came = [f for f in over.values() if f is not None]
+        out = SwitchPlan(plan.switch, plan.dpid, plan.flows.difference(gone).union(came))
+        # the new plan's indexes from the old one's (a copy keeps the stored hashes)
+        keys = dict(cur)
+        for k, v in over.items():
+            if v is None:
+                del keys[k]
+            else:
+                keys[k] = v
+        out.__dict__["_keys"] = keys
+        if "_sets" in plan.__dict__:
+            sets = dict(plan._sets)  # noqa: SLF001
+            for f, d in [(f, -1) for f in gone] + [(f, 1) for f in came]:
+                nhs = f.action.next_hops
+                if nhs is not None:
+                    n = sets.get(nhs, 0) + d
+                    if n:
+                        sets[nhs] = n
+                    else:
+                        del sets[nhs]
+            out.__dict__["_sets"] = sets
+        return out
 
     def lines(self) -> tuple[str, ...]:
         """Human-readable ``+``/``~``/``-`` lines, one per entry touched."""
@@ -364,8 +454,11 @@ def diff_switch(old: SwitchPlan | None, new: SwitchPlan | None) -> SwitchChanges
     base = new or old
     if base is None:
         raise ValueError("diff_switch needs at least one plan")
-    of = old.by_key() if old else {}
-    nf = new.by_key() if new else {}
+    # only the entries that differ (a set difference reuses the stored hashes), by key
+    old_f = old.flows if old else frozenset()
+    new_f = new.flows if new else frozenset()
+    of = {f.key: f for f in old_f - new_f}
+    nf = {f.key: f for f in new_f - old_f}
     mod = sorted((nf[k] for k in nf.keys() & of.keys() if nf[k].action != of[k].action),
                  key=FlowIntent.sort_key)
     return SwitchChanges(
@@ -383,7 +476,10 @@ def diff_plans(old: FabricPlan | None, new: FabricPlan) -> dict[str, SwitchChang
     out: dict[str, SwitchChanges] = {}
     old_sw = old.switches if old else {}
     for name in sorted(set(old_sw) | set(new.switches)):
-        ch = diff_switch(old_sw.get(name), new.switches.get(name))
+        a, b = old_sw.get(name), new.switches.get(name)
+        if a is b:  # the same object: nothing changed (plans keep unchanged switches' objects)
+            continue
+        ch = diff_switch(a, b)
         if not ch.empty:
             out[name] = ch
     return out

@@ -63,9 +63,15 @@ def path_is_up(path: Path, down_links: DownLinks) -> bool:
     return not any(frozenset(e) in down_links for e in zip(path, path[1:], strict=False))
 
 
+PinnedCache = dict[tuple[FlowDemand, Path], tuple[tuple[str, FlowIntent], ...]]
+"""(flow, path) → the flow's entries (switch, entry), valid for one fabric, one set of down
+links, one route plan's next hops and one set of failover switches."""
+
+
 def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Path],
                 down_links: DownLinks = frozenset(), next_hops: NextHopMap | None = None,
-                failover: Collection[str] = ()) -> FabricPlan:
+                failover: Collection[str] = (), cache: PinnedCache | None = None,
+                routes_only: bool = False) -> FabricPlan:
     """``base`` (control and route entries) plus the pinned entries of ``paths``.
 
     Parameters
@@ -84,6 +90,12 @@ def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Pat
         route plan's); needed for ``failover``.
     failover : collection of str
         Switches whose entries get fast-failover protection (module docstring).
+    cache : PinnedCache, optional
+        Entries of flows computed before with the same fabric, down links, next hops and
+        failover switches (read, and added to): a flow found there is neither checked nor
+        built again (a registration batch changes a few flows of thousands).
+    routes_only : bool
+        ``base`` holds no pinned entry (a route plan): its entries are not scanned for them.
 
     Returns
     -------
@@ -98,18 +110,14 @@ def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Pat
     entries: dict[str, dict[Match, FlowIntent]] = {}
     ff = frozenset(failover)
     for demand, path in paths.items():
-        check_path(fabric, path, down_links, src=demand.src, dst=demand.dst)
-        match = pinned_match(fabric, demand)
-        origin = f"pin {demand.label}"
-        for i in range(1, len(path) - 1):
-            node, nxt = path[i], path[i + 1]
-            port = fabric.port_towards(node, nxt)
-            action = Action("output", port)
-            if node in ff and next_hops is not None:
-                alts = tuple(p for p in next_hops.get(node, {}).get(demand.dst, ()) if p != port)
-                if alts:
-                    action = Action.via(NextHopSet("failover", (port, *sorted(alts))))
-            fi = FlowIntent(TABLE, PRIO_PINNED, match, action, origin)
+        hit = cache.get((demand, path)) if cache is not None else None
+        if hit is None:
+            hit = _flow_entries(fabric, demand, path, down_links, next_hops, ff)
+            if cache is not None:
+                cache[(demand, path)] = hit
+        for node, fi in hit:
+            match = fi.match
+            origin = fi.origin
             at = entries.setdefault(node, {})
             old = at.get(match)
             if old is not None and old.action != fi.action:
@@ -120,7 +128,32 @@ def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Pat
             at[match] = fi
     out: dict[str, SwitchPlan] = {}
     for name, sp in base.switches.items():
-        flows = {f for f in sp.flows if f.priority != PRIO_PINNED}
-        flows |= set(entries.get(name, {}).values())
-        out[name] = SwitchPlan(sp.switch, sp.dpid, frozenset(flows))
+        flows = sp.flows
+        if not routes_only and any(f.priority == PRIO_PINNED for f in flows):
+            flows = frozenset(f for f in flows if f.priority != PRIO_PINNED)
+        mine = entries.get(name)
+        # a union copies the base's hashes: a route plan's entries are not hashed again
+        out[name] = sp if not mine and flows is sp.flows else SwitchPlan(
+            sp.switch, sp.dpid, flows.union(mine.values()) if mine else flows)
     return FabricPlan(out)
+
+
+def _flow_entries(fabric: Fabric, demand: FlowDemand, path: Path, down_links: DownLinks,
+                  next_hops: NextHopMap | None, ff: frozenset[str]
+                  ) -> tuple[tuple[str, FlowIntent], ...]:
+    """One flow's pinned entries along ``path`` (checked: :func:`~controller.te.invariants.
+    check_path`)."""
+    check_path(fabric, path, down_links, src=demand.src, dst=demand.dst)
+    match = pinned_match(fabric, demand)
+    origin = f"pin {demand.label}"
+    out = []
+    for i in range(1, len(path) - 1):
+        node, nxt = path[i], path[i + 1]
+        port = fabric.port_towards(node, nxt)
+        action = Action("output", port)
+        if node in ff and next_hops is not None:
+            alts = tuple(p for p in next_hops.get(node, {}).get(demand.dst, ()) if p != port)
+            if alts:
+                action = Action.via(NextHopSet("failover", (port, *sorted(alts))))
+        out.append((node, FlowIntent(TABLE, PRIO_PINNED, match, action, origin)))
+    return tuple(out)

@@ -10,7 +10,8 @@ message a switch gets is an effect the core emitted, and every outcome comes bac
   retries).
 * **Effects that talk to switches** (:class:`~controller.runtime.events.TakeRole`,
   :class:`~controller.runtime.events.ReadBack`, :class:`~controller.runtime.events.Write`,
-  packet-outs, counter requests) run as tasks; their outcomes are posted back as
+  packet-outs, counter requests) run as tasks (writes and read-backs a window at a time:
+  :data:`WRITE_WINDOW` entries, :data:`READ_WINDOW` switches); their outcomes are posted back as
   :class:`~controller.runtime.events.RoleAssigned`, :class:`~controller.runtime.events.
   ReadBackDone` and :class:`~controller.runtime.events.WriteAnswered` events. Right before a
   write the mastership is asked again: a deposed master sends nothing (the write is answered
@@ -32,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -95,6 +97,58 @@ from controller.telemetry import EventBus, Telemetry
 from controller.telemetry.alerts import Alert
 
 LOG = logging.getLogger("aifabric.runtime")
+
+WRITE_WINDOW = 16_000
+"""Entries being written at once (the messages of the writes in flight: one bundle or batch per
+switch; a write larger than the window goes alone). A switch answers a bundle only after the
+ones queued before it: Open vSwitch handles every bridge's OpenFlow in one thread, so 320
+bundles of ~1,000 entries sent at once (a k = 16 fat-tree's cold start) were confirmed all
+together at the end, and the switches whose bundle open waited longer than the confirmation
+timeout failed ("no reply to the bundle open within 5 s"). With a window, a bundle waits for
+at most ~16 such others (Open vSwitch commits ~3,000 entries a second per bridge on this
+machine: bench/fabric_scale.py phase b), while the small bundles of a registration (a few
+entries on each of a hundred switches) all go at once."""
+LOOP_LATE_S = 0.5
+"""A tick this late is logged (at most every 10 s): the loop was busy that long at once."""
+READ_WINDOW = 32
+"""Read-backs in flight at once (each switch dumps its entries: ~100 kB per switch at k = 16)."""
+
+
+class _Window:
+    """A weighted semaphore: acquires of total weight up to ``capacity`` at once, in order of
+    arrival; one heavier than the capacity goes when nothing else is in."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    async def acquire(self, weight: int) -> None:
+        if not self._waiters and self._fits(weight):
+            self.used += weight
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((weight, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(weight)  # granted meanwhile: give it back
+            elif (weight, fut) in self._waiters:
+                self._waiters.remove((weight, fut))
+            raise
+
+    def _fits(self, weight: int) -> bool:
+        return self.used == 0 or self.used + weight <= self.capacity
+
+    def release(self, weight: int) -> None:
+        self.used -= weight
+        while self._waiters and self._fits(self._waiters[0][0]):
+            w, fut = self._waiters.popleft()
+            if fut.done():
+                continue
+            self.used += w
+            fut.set_result(None)
 
 
 class Mastership(Protocol):
@@ -181,6 +235,8 @@ class Controller:
         self.meter = TrafficMeter()
         self.stats = ControllerStats()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._writes = _Window(WRITE_WINDOW)
+        self._reads = asyncio.Semaphore(READ_WINDOW)
         self._tasks: set[asyncio.Future[Any]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self.listeners: list[StepListener] = []
@@ -216,9 +272,18 @@ class Controller:
         return bool(self._tasks) or self.state.txn is not None or bool(self.state.converge)
 
     async def _tick_loop(self) -> None:
+        late_s, said = 0.0, self.clock()
         while True:
+            due = self.clock() + self.tick_s
             await asyncio.sleep(self.tick_s)
-            self.handle(Tick(self.clock()))
+            now = self.clock()
+            late_s = max(late_s, now - due)
+            if late_s >= LOOP_LATE_S and now - said >= 10.0:
+                # what a replica's lease keep-alive (same loop) suffers too
+                LOG.warning("[controller] the event loop ran up to %.2f s late in the last "
+                            "%.0f s", late_s, now - said)
+                late_s, said = 0.0, now
+            self.handle(Tick(now))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         assert self._loop is not None, "start() first"
@@ -369,7 +434,8 @@ class Controller:
         return self.state.writable()
 
     async def _send_packet(self, fx: SendPacket) -> None:
-        if fx.switch not in self.writable():
+        s = self.state.switches.get(fx.switch)
+        if s is None or not s.connected or s.role != "master":
             return  # a backup answers nothing (OpenFlow SLAVE / P4Runtime backup may not send)
         try:
             await self.driver_of(fx.switch).packet_out(fx.switch, fx.port, fx.data)
@@ -406,6 +472,10 @@ class Controller:
                                  fx.session, fx.request))
 
     async def _read_back(self, fx: ReadBack) -> None:
+        async with self._reads:  # READ_WINDOW
+            await self._read_back_now(fx)
+
+    async def _read_back_now(self, fx: ReadBack) -> None:
         t0 = time.perf_counter()
         try:
             got = await self.driver_of(fx.switch).read_state(fx.switch)
@@ -418,6 +488,14 @@ class Controller:
                                  (time.perf_counter() - t0) * 1e3))
 
     async def _write(self, fx: Write) -> None:
+        weight = fx.part.count + 1
+        await self._writes.acquire(weight)  # WRITE_WINDOW
+        try:
+            await self._write_now(fx)
+        finally:
+            self._writes.release(weight)
+
+    async def _write_now(self, fx: Write) -> None:
         role, _ = self.mastership.role_for(fx.switch)
         if role == "backup":
             # asked right before the write: a replica whose lease ended sends nothing

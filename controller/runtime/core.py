@@ -10,7 +10,8 @@ Rules per event:
 
 * **SwitchConnected** — record the session and features, forget its counters, take a role
   (:class:`~controller.runtime.events.TakeRole`, numbered: only the latest request's answer
-  counts); a table capacity that changes the fit of the plan makes every switch converge.
+  counts); a table capacity that changes the fit of the plan makes every switch converge (one
+  its entries fit in changes nothing: :func:`controller.runtime.intent.fits_as_before`).
   **RoleAssigned** master → read the switch back (:class:`~controller.runtime.events.ReadBack`)
   and send the difference; backup → stay connected, never write, forget what it holds.
   **MastershipChanged** — the coordination service moved the switch: a master that lost it
@@ -37,7 +38,9 @@ Rules per event:
   application's entry) is answered from the address plan out of the port it came in by;
   nothing is ever flooded.
 * **Tick** — LLDP rounds (check, then probes), counter requests and re-balancing rounds, and a
-  retry of switches that did not take the last change, each on its own interval.
+  retry of switches that did not take the last change, each on its own interval; LLDP and
+  counters yield to programming and counter requests are spread over their round
+  (:func:`_tick`).
 * **IntentSynced** — the intent committed to the intent store (etcd in a cluster, memory
   alone: every operator decision — a policy, registrations, an unregistration — goes through
   it) replaces the state's; the masters converge to it. LLDP links are checked only between
@@ -48,6 +51,7 @@ After every event, :func:`controller.runtime.writes.drive` starts what is due.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import assert_never
 
@@ -92,9 +96,9 @@ from controller.runtime.events import (
 )
 from controller.runtime.intent import (
     ECMP_HASH_CAPABILITY,
+    fits_as_before,
     hash_notes,
     intended_plan,
-    plan_tables,
     switch_capacity,
 )
 from controller.runtime.placement import PlacementDecision
@@ -119,11 +123,11 @@ def plan_diff(old: RuntimeState, new: RuntimeState) -> dict[str, SwitchChanges]:
 
 
 def _changed(old: RuntimeState, new: RuntimeState, reason: str, fx: list[Effect]) -> RuntimeState:
-    """``new`` after a change of what the plan depends on: the switches converge to it, and a
-    table overflow it brings is reported."""
+    """``new`` after a change of what the plan depends on: the switches converge to it (a
+    table overflow it brings is reported when the converge computes it:
+    :func:`controller.runtime.writes.table_lines`)."""
     if new.generation == old.generation:
         return new
-    fx += _table_lines(old, new)
     fx += _hash_lines(old, new)
     if new.placement and (new.te_form is None or new.te_form.placement is not new.placement):
         fx.append(ComputeTeForm(new.placement))
@@ -137,29 +141,6 @@ def _hash_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
     before = set(hash_notes(old))
     return [Log("warning", n.split(": ", 1)[0], n.split(": ", 1)[1])
             for n in hash_notes(new) if n not in before]
-
-
-def _table_lines(old: RuntimeState, new: RuntimeState) -> list[Effect]:
-    """A switch whose pinned entries do not fit its table (:func:`controller.runtime.intent.
-    plan_tables`): one warning per note and a ``table-overflow`` event, when the notes differ
-    from the old state's (each overflow is reported once, and again when it changes)."""
-    rep = plan_tables(new)
-    notes = rep.notes if rep is not None else ()
-    before = plan_tables(old)
-    if not notes or notes == (before.notes if before is not None else ()):
-        return []
-    out: list[Effect] = []
-    for note in notes:
-        sw = note.split(":", 1)[0].removeprefix("switch ")
-        out.append(Log("warning", sw if sw in new.fabric.switch_by_name else "",
-                       f"table capacity: {note}"))
-    assert rep is not None
-    fell = ", ".join(d.label for d in rep.fallback[:5]) + (" …" if len(rep.fallback) > 5 else "")
-    out.append(Publish("table-overflow", f"{len(notes)} switch(es) over table capacity; "
-                       f"{len(rep.fallback)} pinned flow(s) fall back to ECMP"
-                       + (f": {fell}" if fell else ""),
-                       (("switch", notes[0].split(":", 1)[0].removeprefix("switch ")),)))
-    return out
 
 
 def step(state: RuntimeState, event: Event, now_s: float) -> Step:
@@ -276,16 +257,24 @@ def _connected(state: RuntimeState, ev: SwitchConnected, now_s: float,
     new = replace(new, lldp=lldp.forget(new.lldp, dpid))
     fx += [ForgetCounters(ev.switch), TakeRole(ev.switch, ev.session, s.role_request)]
     cap_old, cap_new = switch_capacity(old.features), switch_capacity(ev.features)
-    if cap_new is None or cap_new == cap_old:  # an unreported capacity stays as it was known
-        if cap_new is None and cap_old is not None:
-            new = _sessions(new, ev.switch, replace(s, features=replace(
-                ev.features, tables=old.features.tables if old.features else ())))
-        if unhashed_changed(old, s):
-            # the switch cannot hash ECMP as asked (or now can): its plan changes
-            new = new.bump(plan_generation=new.plan_generation + 1)
-            return _changed(state, new, f"{ev.switch}'s ECMP hashing", fx)
+    if cap_new is None and cap_old is not None:  # an unreported capacity stays as it was known
+        new = _sessions(new, ev.switch, replace(s, features=replace(
+            ev.features, tables=old.features.tables if old.features else ())))
+    if unhashed_changed(old, s):
+        # the switch cannot hash ECMP as asked (or now can): its plan changes
+        new = new.bump(plan_generation=new.plan_generation + 1)
+        if cap_new is not None and cap_new != cap_old:
+            fx.append(Log("info", ev.switch, f"table capacity {_capacity_text(cap_new)}"))
+        return _changed(state, new, f"{ev.switch}'s ECMP hashing", fx)
+    if cap_new is None or cap_new == cap_old:
         return new
-    # the plan may fit differently now (table capacity): every switch converges to it
+    try:
+        same_fit = fits_as_before(state, new)
+    except (PlanInvariantError, ValueError, KeyError):
+        same_fit = False
+    if same_fit:  # its entries fit: nothing of the plan depends on this capacity
+        return new
+    # the plan fits differently now (table capacity): every switch converges to it
     new = new.bump(plan_generation=new.plan_generation + 1)
     fx.append(Log("info", ev.switch, f"table capacity {_capacity_text(cap_new)}"))
     return _changed(state, new, "table capacity reported", fx)
@@ -376,11 +365,15 @@ def _port(state: RuntimeState, ev: PortStatus, now_s: float, fx: list[Effect]) -
     went_down, came_up = after - before, before - after
     lost = {d: p for d, p in state.placement.items()
             if any(frozenset(e) in went_down for e in zip(p, p[1:], strict=False))}
+    changed = ", ".join(f"{'-'.join(sorted(ln))} {'down' if ln in went_down else 'up'}"
+                        for ln in sorted(went_down | came_up, key=sorted))
+    # the plan without (or with) the link is computed when the switches converge to it: link
+    # events arriving meanwhile (every port of a failed switch) are folded into one converge
     fx.append(Log("info", ev.switch,
-                  f"port {ev.port} (to {peer[0]} port {peer[1]}) {word}: "
-                  f"{len(plan_diff(state, new))} switch(es) to update"
-                  + (f"; {len(lost)} pinned flow(s) fall back to ECMP until repaired"
-                     if lost else "")))
+                  f"port {ev.port} (to {peer[0]} port {peer[1]}) {word}: link {changed}; the "
+                  "switches converge to the plan" + (
+                      f"; {len(lost)} pinned flow(s) fall back to ECMP until repaired"
+                      if lost else "")))
     fx.append(TelemetryLinks(after, lost, now_s))
     for kind, links in (("link-down", went_down), ("link-up", came_up)):
         for ln in sorted(links, key=sorted):
@@ -567,44 +560,130 @@ def _liveness(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeSta
     return replace(state, liveness=mem)
 
 
+ENTRY_COUNTERS_PER_S = 5_000
+"""Entry counters the telemetry asks the fabric for per second at most: a statistics round
+lasts the configured interval or as long as this budget needs for the entries polled. The
+leaves of a k = 16 fat-tree hold ~140,000 entries; reading, decoding and recording one costs
+the loop ~15 µs (``bench/fabric_scale.py --profile``), so at most ~7 % of a core goes to entry
+counters (a round of 28 s there; 1 s up to ~5,000 entries)."""
+
+
+def programming(state: RuntimeState) -> bool:
+    """Whether the switches are being programmed: a transaction in flight or due, or a switch we
+    write whose holdings are not known yet (being read back) or that never held its plan.
+    Telemetry yields to it (:func:`_tick`)."""
+    if state.txn is not None or state.converge:
+        return True
+    return any(s.connected and s.role == "master"
+               and (s.held is None or n not in state.programmed)
+               for n, s in state.switches.items())
+
+
 def _tick(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
+    """The timers (module docstring). Telemetry — LLDP rounds and counter requests — yields to
+    programming (:func:`programming`): nothing is asked of a switch while the fabric is being
+    written, and the LLDP check after such a pause waits for one round of probes. Counter
+    requests are spread over the statistics round (a slice of the switches every tick), whose
+    length grows with the fabric (:data:`ENTRY_COUNTERS_PER_S`); entry counters are asked
+    only of switches with hosts (where the telemetry counts them) unless the re-balancer needs
+    them everywhere."""
     cfg = state.settings
     timers = dict(state.timers)
     new = state
+    busy = programming(state)
     if _due(state, "lldp", cfg.lldp_interval_s, now_s, timers):
-        connected_at = {state.fabric.switch_by_name[n].dpid: s.connected_at_s
-                        for n, s in state.switches.items() if s.connected and s.role == "master"}
-        mem, _report, lines = lldp.check_round(state.lldp, state.fabric, connected_at, now_s,
-                                               cfg.lldp_interval_s, cfg.lldp_grace_s)
-        new = replace(new, lldp=mem)
-        for ln in lines:
-            sw = state.fabric.switch_by_dpid.get(ln.dpid)
-            fx.append(Log(ln.level, sw.name if sw else "", ln.text))  # type: ignore[arg-type]
-        ports = lldp.probe_ports(state.fabric)
-        for name in sorted(state.writable()):
-            dpid = state.fabric.switch_by_name[name].dpid
-            for p in ports.get(name, ()):
-                fx.append(SendPacket(name, p, frames.build_lldp(dpid, p)))
+        if busy:
+            timers["lldp_paused"] = 1.0
+        else:
+            if not timers.pop("lldp_paused", 0.0):
+                new = _lldp_check(new, now_s, fx)
+            ports = lldp.probe_ports(state.fabric)
+            for name in sorted(state.writable()):
+                dpid = state.fabric.switch_by_name[name].dpid
+                for p in ports.get(name, ()):
+                    fx.append(SendPacket(name, p, frames.build_lldp(dpid, p)))
     if cfg.liveness_interval_s and _due(state, "liveness", cfg.liveness_interval_s, now_s,
                                         timers):
         new = _liveness(new, now_s, fx)
-    if cfg.stats_interval_s and _due(state, "stats", cfg.stats_interval_s, now_s, timers):
-        if cfg.rebalance is not None and state.placement:
-            fx.append(Compute("rebalance", state.generation))
-        if cfg.telemetry:
-            fx.append(AlertRound(now_s))
-        kinds = frozenset({"ports", "entries", "queues"} if cfg.telemetry
-                          else {"ports", "entries"})
-        # the re-balancer reads queue depth where a switch counts it (P4)
-        depth = cfg.rebalance is not None and cfg.standing_depth is not None
-        for name in sorted(state.connected()):
-            feats = state.switches[name].features
-            k = kinds | {"queues"} if depth and feats is not None \
-                and "queue_depth" in feats.capabilities else kinds
-            fx.append(RequestCounters(name, k))  # type: ignore[arg-type]
+    if cfg.stats_interval_s:
+        if _due(state, "stats", cfg.stats_interval_s, now_s, timers):
+            if cfg.rebalance is not None and state.placement:
+                fx.append(Compute("rebalance", state.generation))
+            if cfg.telemetry:
+                fx.append(AlertRound(now_s))
+        if not busy:
+            _counter_slice(new, now_s, timers, fx)
     if _due(state, "retry", cfg.retry_interval_s, now_s, timers):
         new = _retry(new, fx)
     return replace(new, timers=timers)
+
+
+def _lldp_check(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
+    cfg = state.settings
+    connected_at = {state.fabric.switch_by_name[n].dpid: s.connected_at_s
+                    for n, s in state.switches.items() if s.connected and s.role == "master"}
+    mem, _report, lines = lldp.check_round(state.lldp, state.fabric, connected_at, now_s,
+                                           cfg.lldp_interval_s, cfg.lldp_grace_s)
+    for ln in lines:
+        sw = state.fabric.switch_by_dpid.get(ln.dpid)
+        fx.append(Log(ln.level, sw.name if sw else "", ln.text))  # type: ignore[arg-type]
+    return replace(state, lldp=mem)
+
+
+def _counter_slice(state: RuntimeState, now_s: float, timers: dict[str, float],
+                   fx: list[Effect]) -> None:
+    """The counter requests due at ``now_s``: the switches we write in name order, taken in
+    turn from a cursor (``timers["counters_cursor"]``), as many per tick as a round of
+    ``max(stats interval, entries polled / ENTRY_COUNTERS_PER_S)`` seconds needs for the time
+    since the last tick (``timers["counters_tick"]``): ticks of 0.1 s spread a round over ten
+    of them; a tick a whole round after the last asks every switch."""
+    cfg = state.settings
+    assert cfg.stats_interval_s
+    # the switches we write: a replica of a cluster polls its own share (its telemetry covers
+    # them; every replica polling every switch tripled the load on the switches and the loops)
+    names = sorted(state.writable())
+    if not names:
+        return
+    last = timers.get("counters_tick")
+    timers["counters_tick"] = now_s
+    entries = _entry_switches(state)
+    length = _round_s(state, entries)
+    if last is None:
+        count = 1
+    else:
+        share = min(1.0, (now_s - last) / length) if length > 0 else 1.0
+        count = min(len(names), max(1, math.ceil(len(names) * share - 1e-9)))
+    start = int(timers.get("counters_cursor", 0)) % len(names)
+    kinds = frozenset({"ports", "queues"} if cfg.telemetry else {"ports"})
+    depth = cfg.rebalance is not None and cfg.standing_depth is not None
+    for i in range(count):
+        name = names[(start + i) % len(names)]
+        feats = state.switches[name].features
+        k = kinds | {"entries"} if name in entries else kinds
+        if depth and feats is not None and "queue_depth" in feats.capabilities:
+            k = k | {"queues"}
+        fx.append(RequestCounters(name, k))  # type: ignore[arg-type]
+    timers["counters_cursor"] = float((start + count) % len(names))
+
+
+def _entry_switches(state: RuntimeState) -> frozenset[str]:
+    """The switches whose entry counters are read: those with hosts (the telemetry counts a
+    pinned flow and a route at the source's leaf), every switch for the re-balancer."""
+    fab = state.fabric
+    if state.settings.rebalance is not None:
+        return frozenset(s.name for s in fab.switches)
+    return frozenset(h.leaf for h in fab.hosts)
+
+
+def _round_s(state: RuntimeState, entries: frozenset[str]) -> float:
+    cfg = state.settings
+    assert cfg.stats_interval_s
+    try:
+        plan = intended_plan(state).switches
+    except (PlanInvariantError, ValueError):
+        return cfg.stats_interval_s
+    polled = sum(len(plan[n].flows) for n in entries if n in plan)
+    return max(cfg.stats_interval_s, polled / ENTRY_COUNTERS_PER_S)
 
 
 def _retry(state: RuntimeState, fx: list[Effect]) -> RuntimeState:

@@ -38,21 +38,28 @@ from controller.drivers.southbound import SwitchFeatures
 from controller.model.topology import Fabric
 from controller.plan.build import RoutePlan, build_routes, ecmp_hashes, fit_plan_tables
 from controller.plan.capacity import (
+    DEFAULT_HEADROOM,
     P4_PINNED_TABLE,
     P4_ROUTES_TABLE,
     CapacityReport,
+    SwitchTables,
     TableCapacity,
+    capacities,
 )
 from controller.plan.hashing import hashing_notes
-from controller.plan.model import FabricPlan
-from controller.plan.pinned import TABLE, path_is_up, with_pinned
+from controller.plan.model import PRIO_PINNED, FabricPlan, Match
+from controller.plan.pinned import TABLE, path_is_up, pinned_match, with_pinned
 from controller.policy.model import Policy
 from controller.runtime.placement import pinned_demands_bps
 from controller.runtime.state import DownLinks, Path, RuntimeState
 from controller.te.collectives import FlowDemand
 
 Capacities = tuple[tuple[str, TableCapacity], ...]
-"""Known switch capacities, sorted by switch (hashable: part of the plan cache's key)."""
+"""Switch capacities, sorted by switch."""
+CONTROL_ENTRIES = 2
+"""Entries every switch holds besides routes and pinned flows (the control entries:
+:func:`controller.plan.build.control_flows`; :func:`~controller.plan.capacity.fit_tables`'s
+``control_entries``)."""
 Unhashed = tuple[tuple[str, str], ...]
 """Switches that cannot hash ECMP as asked, and why, sorted by switch (hashable)."""
 
@@ -135,28 +142,169 @@ def plan_for(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path
                    cannot_hash=cannot_hash)[0]
 
 
+def _pinned_plan(state: RuntimeState) -> None:
+    """The generation's plan before any table fitting, into the memo: the routes (carried over
+    from the last generation when their inputs are equal), the live pinned flows and every
+    switch's pinned and route entry counts (what :func:`binding_capacities` compares with the
+    capacities)."""
+    memo = state.memo
+    ff = state.settings.failover_switches if state.settings.fast_failover else frozenset()
+    policy = state.effective_policy
+    down = state.down_links
+    # a switch that cannot hash as asked changes the generation (core ``SwitchConnected``),
+    # so the memo needs no key of its own for it
+    cannot = dict(unhashed(state))
+    route_key = (tuple(sorted(ecmp_hashes(state.fabric, policy, cannot).items(),
+                              key=lambda kv: kv[0])), down)
+    if memo.routes is None or memo.routes[0] != route_key:
+        memo.routes = (route_key, build_routes(state.fabric, policy, down, cannot, previous=(
+            memo.routes[1] if memo.routes is not None else None)))
+    rp = _route_plan(state)
+    live = {d: p for d, p in state.placement.items() if path_is_up(p, down)}
+    # entries of the flows placed before, valid while the routes and failover switches stay
+    # (a pinned entry depends on the next hops only through fast failover: without it, the
+    # entries stay valid when links go down; the flows crossing them are not live)
+    key = (memo.routes[0] if ff else None, ff)
+    cache = memo.entries[1] if memo.entries is not None and memo.entries[0] == key else {}
+    plan = with_pinned(state.fabric, rp.plan, live, down, rp.next_hops, ff, cache,
+                       routes_only=True)
+    memo.entries = (key, {k: cache[k] for k in live.items()})
+    # a switch's pinned entries: its entries beyond the route plan's (with_pinned adds them
+    # to the route entries, which have another priority)
+    routes = rp.plan.switches
+    memo.pinned = (plan, live, {n: len(sp.flows) - len(routes[n].flows) if n in routes
+                                else sum(1 for f in sp.flows if f.priority == PRIO_PINNED)
+                                for n, sp in plan.switches.items()})
+
+
+def fits_as_before(before: RuntimeState, after: RuntimeState) -> bool:
+    """Whether ``after`` (``before`` with other capacities known, the same generation) has
+    ``before``'s plan: the capacities
+    that shape the plan — each switch whose pinned entries do not fit the room its capacity
+    leaves (:meth:`~controller.plan.capacity.TableCapacity.pinned_room` less the headroom;
+    the policy's ``tables`` section over the reported capacity), with that capacity — are
+    those the plan was fitted with. :func:`~controller.plan.capacity.fit_tables` changes
+    nothing on any other switch, so a switch that reports a capacity its entries fit in
+    (every Open vSwitch bridge of a fabric reporting 1,000,000) changes nothing: the core
+    makes a new generation only when this is false (:func:`controller.runtime.core.step`,
+    ``SwitchConnected``)."""
+    assert before.memo is after.memo, "states of one generation"
+    _memo(before)
+    return bool(_binding(after) == before.memo.binding)
+
+
+def _control_entries(rp: RoutePlan, switch: str) -> int:
+    """Entries ``switch`` holds besides routes and pinned flows: the control entries
+    (:data:`CONTROL_ENTRIES`) and, on an edge switch, the ARP responder's (one per host:
+    :func:`controller.plan.build.arp_reply_flows`) — its route-plan entries less its routes,
+    as :func:`controller.plan.build.fit_plan_tables` counts them."""
+    sp = rp.plan.switches.get(switch)
+    if sp is None:
+        return CONTROL_ENTRIES
+    return len(sp.flows) - len(rp.next_hops.get(switch, {}))
+
+
+def _route_plan(state: RuntimeState) -> RoutePlan:
+    routes = state.memo.routes
+    assert routes is not None, "the memo holds its generation's routes"
+    rp: RoutePlan = routes[1]
+    return rp
+
+
+def _binding(state: RuntimeState) -> Capacities:
+    memo = state.memo
+    plan, live, needed = memo.pinned
+    policy = state.effective_policy
+    if not live or (policy.tables is None and not any(
+            switch_capacity(s.features) for s in state.switches.values())):
+        return ()
+    caps = capacities(state.fabric, per_switch=dict(known_capacities(state)),
+                      policy_tables=policy.tables)
+    headroom = policy.tables.headroom if policy.tables is not None else DEFAULT_HEADROOM
+    rp = _route_plan(state)
+    out = []
+    for name, cap in sorted(caps.items()):
+        room = cap.pinned_room(len(rp.next_hops.get(name, {})), _control_entries(rp, name))
+        if room is not None and needed.get(name, 0) > max(room - headroom, 0):
+            out.append((name, cap))
+    return tuple(out)
+
+
 def _memo(state: RuntimeState) -> tuple[FabricPlan, CapacityReport | None]:
+    """The generation's plan and its table report, computed once (module docstring). The
+    table fit depends on the capacities only through :func:`binding_capacities`, which the
+    core keeps constant within a generation (a report that changes them is a new generation);
+    the report's per-switch capacities are those known now."""
     memo = state.memo
     key = (state.fabric, state.policy, state.registered, state.placement, state.down_ports,
            state.settings)
-    caps = (known_capacities(state), unhashed(state))
-    if memo.plan is None or memo.generation != state.generation or memo.caps != caps \
+    if memo.plan is None or memo.generation != state.generation \
             or len(memo.key) != len(key) or any(a is not b for a, b in zip(memo.key, key,
                                                                             strict=True)):
-        ff = state.settings.failover_switches if state.settings.fast_failover else frozenset()
+        previous = memo.plan[0] if memo.plan is not None else memo.previous
+        _pinned_plan(state)
+        memo.generation, memo.key = state.generation, key
+        memo.binding = None
+        memo.binding = binding = _binding(state)
+        plan, live, _ = memo.pinned
+        report: CapacityReport | None = None
         policy = state.effective_policy
-        down = state.down_links
-        cannot = dict(caps[1])
-        route_key = (tuple(sorted(ecmp_hashes(state.fabric, policy, cannot).items(),
-                                  key=lambda kv: kv[0])), down)
-        if memo.routes is None or memo.routes[0] != route_key:
-            memo.routes = (route_key, build_routes(state.fabric, policy, down, cannot))
-        memo.plan = _fitted(state.fabric, policy, state.placement, down, ff, caps[0],
-                            memo.routes[1], caps[1])
-        memo.generation, memo.key, memo.caps = state.generation, key, caps
-        memo.demands = None
-    plan: tuple[FabricPlan, CapacityReport | None] = memo.plan
-    return plan
+        if binding or (live and policy.tables is not None):
+            rp = _route_plan(state)
+            plan, report = fit_plan_tables(state.fabric, policy, plan, live, rp.next_hops,
+                                           dict(binding))
+        memo.plan = (_keep_equal(plan, previous), report)
+        memo.demands = memo.matches = memo.by_collective = None
+        memo.report = None
+    fitted: tuple[FabricPlan, CapacityReport | None] = memo.plan
+    return fitted
+
+
+def _keep_equal(plan: FabricPlan, previous: FabricPlan | None) -> FabricPlan:
+    """``plan`` with every switch plan equal to ``previous``'s replaced by that very object:
+    what a switch holds is compared with its target by identity first
+    (:func:`controller.runtime.writes.drive`), so an unchanged target stays cheap to compare."""
+    if previous is None:
+        return plan
+    old = previous.switches
+    out = {n: old[n] if n in old and old[n] == sp else sp for n, sp in plan.switches.items()}
+    return FabricPlan(out)
+
+
+def _report(state: RuntimeState) -> CapacityReport | None:
+    """The table report with every switch's capacity and room as known now (the fit itself
+    only depends on the binding capacities: :func:`binding_capacities`)."""
+    _memo(state)
+    memo = state.memo
+    if memo.report is not None and memo.report[0] is state.switches:
+        kept: CapacityReport | None = memo.report[1]
+        return kept
+    plan, live, needed = memo.pinned
+    fitted = memo.plan[1]
+    policy = state.effective_policy
+    known = known_capacities(state)
+    out: CapacityReport | None = None
+    if live and (known or policy.tables is not None):
+        caps = capacities(state.fabric, per_switch=dict(known), policy_tables=policy.tables)
+        headroom = policy.tables.headroom if policy.tables is not None else DEFAULT_HEADROOM
+        rp = _route_plan(state)
+        final = memo.plan[0].switches
+        rows = {}
+        for name, cap in caps.items():
+            room = cap.pinned_room(len(rp.next_hops.get(name, {})), _control_entries(rp, name))
+            room = None if room is None else max(room - headroom, 0)
+            sp, base = final.get(name), rp.plan.switches.get(name)
+            # pinned entries: beyond the route plan's (fitting only removes pinned ones)
+            pinned = 0 if sp is None else len(sp.flows) - len(base.flows) if base else sum(
+                1 for f in sp.flows if f.priority == PRIO_PINNED)
+            rows[name] = SwitchTables(name, needed.get(name, 0), pinned,
+                                      len(rp.next_hops.get(name, {})),
+                                      _control_entries(rp, name), cap,
+                                      room)
+        out = CapacityReport(rows, fitted.fallback, fitted.notes, dict(fitted.merged)) \
+            if fitted is not None else CapacityReport(rows)
+    memo.report = (state.switches, out)
+    return out
 
 
 def intended_plan(state: RuntimeState) -> FabricPlan:
@@ -171,11 +319,18 @@ def intended_plan(state: RuntimeState) -> FabricPlan:
     return _memo(state)[0]
 
 
+def table_notes(state: RuntimeState) -> tuple[tuple[str, ...], tuple[FlowDemand, ...]]:
+    """The notes and the fallen-back flows of the table fit of :func:`intended_plan` (what
+    :func:`plan_tables` reports beyond each switch's use), without building that report."""
+    fitted = _memo(state)[1]
+    return (fitted.notes, fitted.fallback) if fitted is not None else ((), ())
+
+
 def plan_tables(state: RuntimeState) -> CapacityReport | None:
     """The table fitting of :func:`intended_plan`: pinned entries per switch against its
     capacity, what was merged, which flows fell back to ECMP (None: no capacity known, or
     nothing pinned)."""
-    return _memo(state)[1]
+    return _report(state)
 
 
 def pinned_demands(state: RuntimeState) -> dict[FlowDemand, float]:
@@ -186,6 +341,30 @@ def pinned_demands(state: RuntimeState) -> dict[FlowDemand, float]:
     if memo.demands is None:
         memo.demands = pinned_demands_bps(state.fabric, state.placement)
     return memo.demands
+
+
+def placed_by_match(state: RuntimeState) -> dict[Match, FlowDemand]:
+    """Each placed flow by its match (what a registration's new flows must not repeat),
+    computed once per generation."""
+    _memo(state)
+    memo = state.memo
+    if memo.matches is None:
+        memo.matches = {pinned_match(state.fabric, d): d for d in state.placement}
+    matches: dict[Match, FlowDemand] = memo.matches
+    return matches
+
+
+def placed_by_collective(state: RuntimeState) -> dict[str, dict[FlowDemand, Path]]:
+    """The placed flows of each collective, computed once per generation."""
+    _memo(state)
+    memo = state.memo
+    if memo.by_collective is None:
+        out: dict[str, dict[FlowDemand, Path]] = {}
+        for d, p in state.placement.items():
+            out.setdefault(d.collective, {})[d] = p
+        memo.by_collective = out
+    got: dict[str, dict[FlowDemand, Path]] = memo.by_collective
+    return got
 
 
 def stranded(state: RuntimeState) -> tuple[FlowDemand, ...]:

@@ -128,6 +128,9 @@ METRICS: tuple[MetricDef, ...] = (
               "Messages the controller sent to a switch, by kind (flow-mod and group-mod count "
               "the changes a bundle carried; bundle counts committed bundles; p4-update, "
               "p4-write: P4Runtime updates and WriteRequests)."),
+    MetricDef("aifabric_southbound_bytes", "counter", ("switch",),
+              "OpenFlow bytes the controller sent to a switch (messages as serialised, before "
+              "TLS framing; drivers that do not count bytes export nothing)."),
     MetricDef("aifabric_reconciles", "counter", (),
               "Switches read back and reconciled after they (re)connected."),
     MetricDef("aifabric_reconcile_entries_sent", "counter", (),
@@ -315,6 +318,10 @@ class TelemetryCollector(Collector):
                 sent[key] = sent.get(key, 0) + n
         for (sw, kind), n in sorted(sent.items()):
             f["aifabric_southbound_messages"].add_metric([sw, kind], n)
+        for drv in source.drivers.values():
+            counted = getattr(drv, "bytes_sent", None)  # the OpenFlow driver counts bytes
+            for sw, n in sorted(counted().items() if counted is not None else ()):
+                f["aifabric_southbound_bytes"].add_metric([sw], n)
         stats = source.stats
         f["aifabric_reconciles"].add_metric([], stats.reconciles)
         f["aifabric_reconcile_entries_sent"].add_metric([], stats.reconcile_entries_sent)

@@ -5,14 +5,14 @@ the ``--config`` file, the environment and the flags merged), validates the topo
 switch's southbound, address and device id are declared there), the policy and the deprecated
 P4Runtime targets file (if any), binds the OpenFlow socket, computes
 the initial placement, and runs one asyncio event loop that owns the runtime
-(:class:`~controller.runtime.controller.Controller`): the OpenFlow driver (os-ken in its own
-threads, behind a bounded accept stage), the P4Runtime driver (finsy, on the loop), the
-northbound gRPC server (``grpc.aio``, on the loop), the live view (:mod:`controller.view`, on
-the loop) and the Prometheus endpoint (a thread).
+(:class:`~controller.runtime.controller.Controller`): the OpenFlow driver (every switch
+connection on the loop, behind a bounded accept stage in one thread), the P4Runtime driver
+(finsy, on the loop), the northbound gRPC server (``grpc.aio``, on the loop), the live view
+(:mod:`controller.view`, on the loop) and the Prometheus endpoint (a thread).
 
 The OpenFlow socket is bound as early as possible — right after the input files are validated,
-before os-ken, the placement and the drivers — and os-ken takes connections at once (the
-runtime gets their events when it is ready). Why it matters: Open vSwitch retries a refused
+before the placement and the drivers — and connections are taken at once (the runtime gets
+their events when it is ready). Why it matters: Open vSwitch retries a refused
 controller after 1, 2, 4, then every ``max_backoff`` s (8 s by default; its rconn doubles the
 wait after each failure and resets it only after a connection outlived the wait), so a switch
 whose attempts met a controller still starting up came back up to 8 s after it listened; a
@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
 
-# The runtime, the planner (scipy) and os-ken are imported once the OpenFlow socket is bound
+# The runtime, the planner (scipy) and the drivers are imported once the OpenFlow socket is bound
 # (module docstring): only what validating the input needs is imported at the top.
 if TYPE_CHECKING:
     import socket
@@ -116,7 +116,7 @@ class ControllerOptions:
     generation_id: int | None = None
     hello_timeout_s: float = 5.0
     handshake_timeout_s: float = 10.0
-    max_unfinished: int = 64
+    max_unfinished: int | None = None  # None: the fabric's OpenFlow switches + 64
     confirm_timeout_s: float = 5.0
     p4_liveness_interval_s: float = 0.25
     p4_liveness_misses: int = 3
@@ -125,6 +125,19 @@ class ControllerOptions:
     cluster: ClusterOptions | None = None
     audit_file: str | None = None
     audit_retention: int = 10_000
+
+
+#: unfinished OpenFlow connections admitted beyond the fabric's own switches (the listener's
+#: limit before it was sized to the fabric)
+ADMISSION_HEADROOM = 64
+
+
+def admission_limit(configured: int | None, switches: int) -> int:
+    """The listener's limit of unfinished connections: ``configured`` when set, else every
+    OpenFlow switch of the fabric (they all connect at once when the controller starts: a
+    switch refused at the limit comes back only after Open vSwitch's back-off, 1, 2, 4 s)
+    plus :data:`ADMISSION_HEADROOM`."""
+    return configured if configured is not None else switches + ADMISSION_HEADROOM
 
 
 def summary_lines(state: RuntimeState) -> list[str]:
@@ -446,16 +459,13 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
         drv.bind_loop(loop)
         drivers["openflow"] = drv
 
-        def schedule(delay_s: float, fn: Any) -> None:
-            loop.call_soon_threadsafe(loop.call_later, delay_s, fn)
-
         try:
-            # connections are handed to os-ken at once (ready already set): Open vSwitch drops a
+            # connections are handed over at once (ready already set): Open vSwitch drops a
             # connection that sends no HELLO within its backoff (1 s at first) and backs off
             ready.set()
-            of_handle = start_openflow(drv, sock, ready, schedule, ListenerLimits(
-                opts.hello_timeout_s, opts.handshake_timeout_s, opts.max_unfinished),
-                tls=channels.openflow)
+            of_handle = start_openflow(drv, sock, ready, loop, ListenerLimits(
+                opts.hello_timeout_s, opts.handshake_timeout_s,
+                admission_limit(opts.max_unfinished, len(of_names))), tls=channels.openflow)
         except RuntimeError as exc:
             raise _Failed(str(exc)) from None
     if p4_addresses:

@@ -17,7 +17,7 @@ top of the installed flows' demands.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import numpy as np
 from pydantic import ValidationError
@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from controller.model.topology import Fabric
 from controller.northbound.model import CollectiveRequest, FieldError
 from controller.plan.build import pinned_match
+from controller.plan.model import Match
 from controller.policy.model import Collective, Policy
 from controller.te.collectives import FlowDemand, expand_collective
 from controller.te.pathindex import PathIndex
@@ -47,9 +48,22 @@ def _field_of(loc: tuple[object, ...]) -> str:
     return out
 
 
+def pinned_matches(fabric: Fabric, pinned: Iterable[FlowDemand]) -> dict[Match, FlowDemand]:
+    """Each pinned flow by its match (:func:`~controller.plan.pinned.pinned_match`): what
+    :func:`collective_from_request` checks a new flow's match against."""
+    return {pinned_match(fabric, d): d for d in pinned}
+
+
 def collective_from_request(req: CollectiveRequest, fabric: Fabric, policy: Policy,
-                            pinned: Iterable[FlowDemand] = ()) -> Collective:
+                            pinned: Iterable[FlowDemand] = (), *,
+                            names: Collection[str] | None = None,
+                            matches: Mapping[Match, FlowDemand] | None = None) -> Collective:
     """Validate a registration request against the fabric, the policy and the pinned flows.
+
+    ``names`` (the policy's collective names) and ``matches`` (:func:`pinned_matches` of
+    ``pinned``), when given, stand for ``policy`` and ``pinned`` in the checks: a caller
+    validating many requests builds them once (each would otherwise cost the size of the
+    policy and of the placement).
 
     Returns
     -------
@@ -68,7 +82,8 @@ def collective_from_request(req: CollectiveRequest, fabric: Fabric, policy: Poli
     if not req.name or not NAME_RE.match(req.name):
         raise FieldError("name", f"must match {NAME_RE.pattern} (got {req.name!r})")
     full = qualified_name(req.job, req.name)
-    if any(c.name == full for c in policy.collectives):
+    if (full in names) if names is not None else any(c.name == full
+                                                     for c in policy.collectives):
         raise FieldError("name", f"collective {full!r} is already registered or declared by the "
                                  "policy; unregister it first")
     if req.algorithm != "ring":
@@ -100,7 +115,7 @@ def collective_from_request(req: CollectiveRequest, fabric: Fabric, policy: Poli
     except ValidationError as exc:
         err = exc.errors()[0]
         raise FieldError(_field_of(tuple(err["loc"])) or "request", err["msg"]) from None
-    taken = {pinned_match(fabric, d): d for d in pinned}
+    taken = matches if matches is not None else pinned_matches(fabric, pinned)
     for d in expand_collective(coll):
         other = taken.get(pinned_match(fabric, d))
         if other is not None and other.collective != coll.name:

@@ -71,7 +71,7 @@ from controller.runtime.cluster import ClusterRuntime, EtcdIntent
 from controller.runtime.clustercodec import registered_spec
 from controller.runtime.controller import Controller
 from controller.runtime.drift import check_drift
-from controller.runtime.intent import plan_tables
+from controller.runtime.intent import placed_by_collective, placed_by_match, plan_tables
 from controller.runtime.intentstore import (
     InForce,
     IntentStore,
@@ -117,6 +117,16 @@ def switches_of(placement: Mapping[FlowDemand, Path], collectives: Collection[st
     """The switches on the paths of the flows of ``collectives``."""
     names = set(collectives)
     return {n for d, p in placement.items() if d.collective in names for n in p[1:-1]}
+
+
+def _switches(st: RuntimeState, collectives: Collection[str]) -> set[str]:
+    """:func:`switches_of` the state's placement, from its per-collective index."""
+    by = placed_by_collective(st)
+    return {n for c in collectives for p in by.get(c, {}).values() for n in p[1:-1]}
+
+
+def _collective_names(st: RuntimeState) -> frozenset[str]:
+    return frozenset(c.name for c in st.effective_policy.collectives)
 
 
 class FabricService:
@@ -264,7 +274,8 @@ class FabricService:
         again = await self._registered_again(req)
         if again is not None:
             return again
-        collective_from_request(req, st.fabric, st.effective_policy, st.placement)
+        collective_from_request(req, st.fabric, st.effective_policy,
+                                names=_collective_names(st), matches=placed_by_match(st))
         reg: Registration = await self._enqueue("register", req, caller)
         return reg
 
@@ -310,8 +321,7 @@ class FabricService:
                 and r.expected_bytes == req.expected_bytes):
             return None
         t0 = self.wall()
-        res = await self.store.wait_in_force(switches_of(st.placement, [name]),
-                                             st.intent_generation)
+        res = await self.store.wait_in_force(_switches(st, [name]), st.intent_generation)
         conf = self._confirmation(res, t0, f"collective {name}", st.intent_generation)
         return Registration(name, tuple(self._flows(name)), conf, self.state.plan_generation)
 
@@ -358,20 +368,24 @@ class FabricService:
             st = self.state
             ok: list[tuple[_Pending, Collective]] = []
             policy = st.effective_policy
-            pinned = dict(st.placement)
+            # the names and matches taken so far, the batch's included (built once: checking
+            # each request against the whole placement made a batch quadratic)
+            taken = set(_collective_names(st))
+            matches = dict(placed_by_match(st))
             for p in batch:
                 if p.future.done():
                     continue
                 assert isinstance(p.req, CollectiveRequest)
                 try:
-                    coll = collective_from_request(p.req, st.fabric, policy, pinned)
+                    coll = collective_from_request(p.req, st.fabric, policy, names=taken,
+                                                   matches=matches)
                 except FieldError as exc:
                     p.future.set_exception(exc)
                     continue
                 ok.append((p, coll))
-                policy = policy.model_copy(update={"collectives": (*policy.collectives, coll)})
+                taken.add(coll.name)
                 for d in expand_collective(coll):
-                    pinned[d] = ()
+                    matches[pinned_match(st.fabric, d)] = d
             if not ok:
                 return
             new = [d for _, c in ok for d in expand_collective(c)]
@@ -399,12 +413,13 @@ class FabricService:
                 raise Unavailable(f"the plan with {', '.join(names)} was not applied: "
                                   f"{exc}") from None
             self.batches += 1
-            gen = self.state.intent_generation
+            now = self.state
+            gen = now.intent_generation
             for p, coll in ok:
                 conf = self._confirmation(res, p.t0, f"registering {coll.name}", gen,
-                                          switches_of(self.state.placement, [coll.name]))
+                                          _switches(now, [coll.name]))
                 reg = Registration(coll.name, tuple(self._flows(coll.name)), conf,
-                                   self.state.plan_generation)
+                                   now.plan_generation)
                 self.controller.publish(
                     "registered", f"collective {coll.name} registered: {len(reg.flows)} pinned "
                     f"flow(s), {len(conf.switches_updated)} switch(es) updated, "
@@ -435,7 +450,7 @@ class FabricService:
             if not names:
                 return
             gone = set(names)
-            on = switches_of(st.placement, gone)
+            on = _switches(st, gone)
             placement = {d: p for d, p in st.placement.items() if d.collective not in gone}
             what = f"unregistering {', '.join(names)}"
             ask = Proposal("unregister", tuple(AuditSubject(n, callers[n]) for n in names))
@@ -451,7 +466,7 @@ class FabricService:
                 if p.future.done() or name not in gone:
                     continue
                 conf = self._confirmation(res, p.t0, f"unregistering {name}", gen,
-                                          switches_of(st.placement, [name]))
+                                          _switches(st, [name]))
                 self.controller.publish("unregistered", f"collective {name} unregistered",
                                         collective=name)
                 LOG.info("[fabric %s] northbound: unregistered %s", st.fabric.name, name)
@@ -484,9 +499,8 @@ class FabricService:
         tel = self.controller.telemetry
         fb = tel.flow_bytes if tel is not None else {}
         out = []
-        for d, p in sorted(st.placement.items()):
-            if collective and d.collective != collective:
-                continue
+        placed = placed_by_collective(st).get(collective, {}) if collective else st.placement
+        for d, p in sorted(placed.items()):
             m = pinned_match(st.fabric, d).fields()
             out.append(FlowInfo(d, p, fb.get(d, 0), ",".join(f"{k}={v}" for k, v in m.items()
                                                              if k != "eth_type")))

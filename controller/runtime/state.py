@@ -192,19 +192,42 @@ class PlanMemo:
     """What is derived from one generation of a state, computed once: shared by the states
     :meth:`RuntimeState.bump` did not separate, and used only while the plan's inputs are the
     very objects it was computed from (``key``; a ``replace`` of an input recomputes). Owned by
-    the state value; never a module global (:func:`controller.runtime.intent.intended_plan`)."""
+    the state value; never a module global (:func:`controller.runtime.intent.intended_plan`).
 
-    __slots__ = ("caps", "demands", "generation", "key", "plan", "routes")
+    ``pinned``: the plan before table fitting, the live pinned flows and each switch's pinned
+    entry count; ``binding``: the capacities the plan was fitted with
+    (:func:`controller.runtime.intent.fits_as_before`); ``plan``: the fitted plan and the fit's
+    report; ``report``: the table report for one ``switches`` mapping (capacities as known
+    then); ``routes``, ``previous``: the route plan and the plan of the generation before
+    (carried over by :meth:`RuntimeState.bump`: equal routes and equal switch plans are
+    reused)."""
 
-    def __init__(self, routes: tuple[Any, Any] | None = None) -> None:
+    __slots__ = ("binding", "by_collective", "demands", "entries", "generation", "key",
+                 "matches", "pinned", "plan", "previous", "report", "routes")
+
+    def __init__(self, routes: tuple[Any, Any] | None = None, previous: Any = None,
+                 entries: tuple[Any, Any] | None = None) -> None:
         self.generation = -1
         self.key: tuple[Any, ...] = ()
-        self.caps: Any = None
+        self.pinned: Any = None
+        self.binding: Any = None
         self.plan: Any = None
+        self.report: Any = None
         self.demands: dict[FlowDemand, float] | None = None
+        self.matches: Any = None  # placed flows by match (intent.placed_by_match)
+        self.by_collective: Any = None  # placed flows by collective
         #: (route inputs, route plan): carried over to the next generation, which reuses it
         #: when its route inputs (ECMP hash settings, down links) are equal
         self.routes = routes
+        self.previous = previous
+        #: (route inputs and failover switches, flow entries by (flow, path)): carried over
+        #: while those inputs stay (controller.plan.pinned.with_pinned's cache)
+        self.entries = entries
+
+    def carried(self) -> PlanMemo:
+        """A memo for the next generation: the routes and the plan of this one carried over."""
+        return PlanMemo(self.routes, self.plan[0] if self.plan is not None else self.previous,
+                        self.entries)
 
 
 @dataclass(frozen=True)
@@ -225,7 +248,8 @@ class RuntimeState:
     retry timer compares again; ``programmed``: the switches that held the plan at least
     once (the start-up line "all N switches programmed"); ``last_refusal``: the last
     transaction that a switch refused (intent generation, switch, error), for the service that
-    proposed it.
+    proposed it; ``tables_reported``: the table-capacity notes last reported (each overflow is
+    reported once).
     """
 
     fabric: Fabric
@@ -251,6 +275,7 @@ class RuntimeState:
     programmed: frozenset[str] = frozenset()
     last_refusal: Refusal | None = None
     reopt: Reoptimisation | None = None
+    tables_reported: tuple[str, ...] = ()
     te_form: TeForm | None = None
     memo: PlanMemo = field(default_factory=lambda: PlanMemo(), compare=False, repr=False)
 
@@ -294,7 +319,7 @@ class RuntimeState:
 
     def bump(self, **changes: Any) -> RuntimeState:
         """``replace`` with ``generation`` + 1 (what the plan depends on changed)."""
-        return replace(self, generation=self.generation + 1, memo=PlanMemo(self.memo.routes),
+        return replace(self, generation=self.generation + 1, memo=self.memo.carried(),
                        **changes)
 
 

@@ -10,7 +10,10 @@ Every message that changes a switch comes from here, as an effect of a step
   written to a switch whose holdings are unknown, so a master back from a pause reads back
   before it writes.
 * **A converge** (:func:`drive`) compares every switch we may write and whose holdings are known
-  with the intended plan, once nothing is in flight and something asked for it
+  with the intended plan (a switch found holding its target holds that very object from then
+  on, so the next comparison is one identity check while the target stays the same object:
+  :func:`controller.runtime.intent.intended_plan` keeps unchanged switch plans across
+  generations), once nothing is in flight and something asked for it
   (:attr:`~controller.runtime.state.RuntimeState.converge`: a plan change, a read-back that
   differs, the retry timer after a refusal); the differences become one
   :class:`~controller.runtime.transaction.Transaction` (make-before-break across switches),
@@ -48,7 +51,7 @@ from controller.runtime.events import (
     WriteAnswered,
     Written,
 )
-from controller.runtime.intent import intended_plan
+from controller.runtime.intent import intended_plan, table_notes
 from controller.runtime.placement import apply_moves, move_batches
 from controller.runtime.state import (
     Path,
@@ -114,6 +117,8 @@ def read_back_done(state: RuntimeState, ev: ReadBackDone, fx: list[Effect]) -> R
         fx.append(Log("info", ev.switch, f"reconciled: read {found[0]} entries of ours, all as "
                                          f"intended: nothing sent{_foreign(*found[1:])} "
                                          f"({ev.elapsed_ms:.1f} ms)"))
+        # holds the target itself (equal): compared by identity from now on
+        new = _session(new, ev.switch, replace(new.session(ev.switch), held=want))
         return programmed(new, (ev.switch,), fx)
     new = _session(new, ev.switch, replace(new.session(ev.switch), reconciling=found))
     return replace(new, converge=new.converge or f"reconcile {ev.switch}")
@@ -137,6 +142,31 @@ def programmed(state: RuntimeState, switches: tuple[str, ...] | frozenset[str],
     return replace(state, programmed=new)
 
 
+def table_lines(state: RuntimeState) -> tuple[RuntimeState, list[Effect]]:
+    """A switch whose pinned entries do not fit its table (:func:`controller.runtime.intent.
+    table_notes`): one warning per note and a ``table-overflow`` event, when the notes differ
+    from those reported last (``tables_reported``: each overflow is reported once, and again
+    when it changes). Called when the plan is computed to converge to it
+    (:func:`drive`)."""
+    notes, fallback = table_notes(state)
+    if notes == state.tables_reported:
+        return state, []
+    new = replace(state, tables_reported=notes)
+    if not notes:
+        return new, []
+    out: list[Effect] = []
+    for note in notes:
+        sw = note.split(":", 1)[0].removeprefix("switch ")
+        out.append(Log("warning", sw if sw in state.fabric.switch_by_name else "",
+                       f"table capacity: {note}"))
+    fell = ", ".join(d.label for d in fallback[:5]) + (" …" if len(fallback) > 5 else "")
+    out.append(Publish("table-overflow", f"{len(notes)} switch(es) over table capacity; "
+                       f"{len(fallback)} pinned flow(s) fall back to ECMP"
+                       + (f": {fell}" if fell else ""),
+                       (("switch", notes[0].split(":", 1)[0].removeprefix("switch ")),)))
+    return new, out
+
+
 # -- converging ------------------------------------------------------------------------------------
 def drive(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
     """Start what is due when nothing is in flight: a converge, else the next batch of a
@@ -154,22 +184,32 @@ def drive(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
     except (PlanInvariantError, ValueError) as exc:
         fx.append(Log("error", "", f"intended plan invalid, nothing sent: {exc}"))
         return state
+    state, lines = table_lines(state)
+    fx += lines
     changes: dict[str, SwitchChanges] = {}
     same: list[str] = []
+    canonical: dict[str, SwitchSession] = {}
     waiting = False
     for name in sorted(state.switches):
         s = state.switches[name]
         if not s.connected or s.role != "master" or s.held is None:
             continue
         want = target.get(name) or empty_plan(name, state.fabric.switch_by_name[name].dpid)
-        if s.held == want:
+        if s.held is want:
             same.append(name)
+            continue
+        if s.held == want:
+            # hold the target itself: the next comparison is by identity, not entry by entry
+            same.append(name)
+            canonical[name] = replace(s, held=want)
             continue
         r = s.refused
         if r is not None and r.target == want and now_s < r.until_s:
             waiting = True
             continue
         changes[name] = diff_switch(s.held, want)
+    if canonical:
+        state = replace(state, switches={**state.switches, **canonical})
     state = programmed(state, tuple(same), fx)
     if not changes:
         return replace(state, unsettled=waiting)
@@ -372,4 +412,5 @@ def repins(before: Mapping[FlowDemand, tuple[str, ...]],
 
 
 __all__ = ["answered", "begin_reoptimisation", "drive", "finish", "forget",
-           "programmed", "read_back", "read_back_done", "replan_failed", "repins", "target_of"]
+           "programmed", "read_back", "read_back_done", "replan_failed", "repins", "table_lines",
+           "target_of"]

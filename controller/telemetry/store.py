@@ -109,7 +109,8 @@ class Telemetry:
         self.link_bytes_total: dict[DirectedLink, int] = dict.fromkeys(self.taps, 0)
         self.link_dropped_total: dict[DirectedLink, int] = dict.fromkeys(self.taps, 0)
         self.microbursts: dict[DirectedLink, int] = dict.fromkeys(self.taps, 0)
-        self._entry_last: dict[tuple[str, int, Match], int] = {}
+        #: switch → (priority, match) → the entry's byte counter at the last sample
+        self._entry_last: dict[str, dict[tuple[int, Match], int]] = {}
         self.flow_bytes: dict[FlowDemand, int] = {}
         self.collective_bytes: dict[str, int] = {}
         self.host_pair_bytes: dict[tuple[str, str], int] = {}
@@ -162,14 +163,14 @@ class Telemetry:
         entries no longer reported are forgotten (a re-created one starts from zero)."""
         del now_s  # counters are cumulative; the time matters only for rates (ports)
         with self._lock:
-            seen: set[tuple[str, int, Match]] = set()
+            before = self._entry_last.get(switch, {})
+            now: dict[tuple[int, Match], int] = {}
             for e in entries:
                 if e.priority not in (PRIO_PINNED, PRIO_ROUTE):
                     continue
-                key = (switch, e.priority, e.match)
-                seen.add(key)
-                last = self._entry_last.get(key)
-                self._entry_last[key] = e.bytes
+                key = (e.priority, e.match)
+                last = before.get(key)
+                now[key] = e.bytes
                 delta = e.bytes if last is None or e.bytes < last else e.bytes - last
                 if delta <= 0:
                     continue
@@ -182,8 +183,7 @@ class Telemetry:
                 pair = host_pair_of_entry(self.fabric, switch, e.match)
                 if pair is not None:
                     self.host_pair_bytes[pair] = self.host_pair_bytes.get(pair, 0) + delta
-            for key in [k for k in self._entry_last if k[0] == switch and k not in seen]:
-                del self._entry_last[key]
+            self._entry_last[switch] = now  # entries not reported now are forgotten
 
     def set_paths(self, paths: Mapping[FlowDemand, Path],
                   heavy: Iterable[str] | None = None) -> None:
@@ -237,7 +237,9 @@ class Telemetry:
             sw = self.taps[link].switch
             win = [iv for iv in hist if iv.t1_s > now_s - r.window_s]
             span = sum(iv.t1_s - iv.t0_s for iv in win)
-            mean = sum(iv.utilisation * (iv.t1_s - iv.t0_s) for iv in win) / span
+            # intervals of no length (both ends read at one instant) carry no rate
+            mean = sum(iv.utilisation * (iv.t1_s - iv.t0_s) for iv in win) / span \
+                if span > 0 else 0.0
             if mean > r.utilisation_ceiling:
                 out[("link_utilisation_high", name)] = (
                     sw, f"{name} mean utilisation {mean:.2f} over {span:.1f} s above ceiling "
@@ -279,13 +281,17 @@ class Telemetry:
         with self._lock:
             coll = collisions(self.paths, self.heavy)
             names = sorted({d.collective for d in self.paths} | set(self.collective_bytes))
-            out = []
-            for n in names:
-                flows = tuple((d, p, self.flow_bytes.get(d, 0))
-                              for d, p in sorted(self.paths.items()) if d.collective == n)
-                links = tuple(k for k, fl in coll.items() if any(f.collective == n for f in fl))
-                out.append(CollectiveStatus(n, flows, self.collective_bytes.get(n, 0), links))
-            return out
+            # grouped in one pass each (per name, a scan of every path and every collision was
+            # quadratic: 1,000 registered collectives held this lock, and the loop, for 14 s)
+            flows: dict[str, list[tuple[FlowDemand, Path, int]]] = {}
+            for d, p in sorted(self.paths.items()):
+                flows.setdefault(d.collective, []).append((d, p, self.flow_bytes.get(d, 0)))
+            links: dict[str, list[DirectedLink]] = {}
+            for k, fl in coll.items():
+                for n in dict.fromkeys(f.collective for f in fl):
+                    links.setdefault(n, []).append(k)
+            return [CollectiveStatus(n, tuple(flows.get(n, ())), self.collective_bytes.get(n, 0),
+                                     tuple(links.get(n, ()))) for n in names]
 
     def active_alerts(self) -> list[Alert]:
         with self._lock:

@@ -83,6 +83,8 @@ class FakeSwitch:
         else 1,000,000 as Open vSwitch reports); False: refuse them (``OFPBRC_BAD_STAT``).
     """
 
+    wire_only = False  # applies the driver's message objects
+
     def __init__(self, driver: Any, dpid: int, table: FakeOFTable, version: int = 4,
                  address: str = "", arbiter: RoleArbiter | None = None,
                  part_size: int = 50, journal: list[tuple[str, list[Any]]] | None = None,

@@ -36,18 +36,19 @@ Statistics: :func:`decode_match` turns a reply's match back into a plan :class:`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.drivers.openflow import wire
 from controller.drivers.openflow.arp import decode_reply, reply_actions
 from controller.drivers.openflow.dialect import (
     CAP_ECMP_HASH,
     DIALECTS,
     OF13,
     Dialect,
-    FlowRecord,
     GroupRecord,
+    Record,
 )
 from controller.plan.model import (
     ETH_TYPE_ARP,
@@ -70,6 +71,9 @@ COOKIE_MASK = 0xFFFFFFFFFFFFFFFF
 GROUP_ID_BASE = 0xA1F0_0000
 GROUP_ID_COUNT = 1 << 20
 DEFAULT_DIALECT: Dialect = DIALECTS[OF13.version]
+#: flow-mod commands and bundle flags, equal in OpenFlow 1.3 and 1.5 (§7.3.4.1, §7.3.9)
+OFPFC_ADD, OFPFC_MODIFY_STRICT, OFPFC_DELETE_STRICT = 0, 2, 4
+BUNDLE_FLAGS = 3  # ATOMIC | ORDERED
 
 OFMsg = Any  # an os-ken parser MsgBase
 
@@ -84,12 +88,8 @@ def is_our_group(group_id: int) -> bool:
 
 
 # -- matches and actions -------------------------------------------------------------------------
-def encode_match(match: Match, dialect: Dialect = DEFAULT_DIALECT) -> Any:
-    """An ``OFPMatch`` for ``match``.
-
-    IPv4 fields and ``ip_dscp``/``ip_proto`` need ``eth_type`` 0x0800; ``l4_src``/``l4_dst`` become
-    ``tcp_*`` or ``udp_*`` according to ``ip_proto``; ``arp_op``/``arp_tpa`` need ``eth_type``
-    0x0806 (OpenFlow 1.3.5 §7.2.3.6, prerequisites).
+def check_match(match: Match) -> dict[str, int | str]:
+    """The OXM fields of ``match`` by os-ken name, checked (see :func:`encode_match`).
 
     Raises
     ------
@@ -131,7 +131,34 @@ def encode_match(match: Match, dialect: Dialect = DEFAULT_DIALECT) -> Any:
         f["arp_op"] = match.arp_op
     if match.arp_tpa is not None:
         f["arp_tpa"] = match.arp_tpa
-    return dialect.parser.OFPMatch(**f)
+    return f
+
+
+def encode_match(match: Match, dialect: Dialect = DEFAULT_DIALECT) -> Any:
+    """An ``OFPMatch`` for ``match``.
+
+    IPv4 fields and ``ip_dscp``/``ip_proto`` need ``eth_type`` 0x0800; ``l4_src``/``l4_dst`` become
+    ``tcp_*`` or ``udp_*`` according to ``ip_proto``; ``arp_op``/``arp_tpa`` need ``eth_type``
+    0x0806 (OpenFlow 1.3.5 §7.2.3.6, prerequisites).
+
+    Raises
+    ------
+    EncodeError
+        A field whose prerequisite is missing, or a value out of its field's width.
+    """
+    return dialect.parser.OFPMatch(**check_match(match))
+
+
+def check_action(action: Action, group_id: int | None = None,
+                 dialect: Dialect = DEFAULT_DIALECT) -> None:
+    """Raise :class:`EncodeError` when ``action`` cannot be encoded (see
+    :func:`encode_instructions`)."""
+    if action.kind == "output" and not 1 <= action.port <= dialect.ofp.OFPP_MAX:
+        raise EncodeError(f"output port {action.port} outside 1..{dialect.ofp.OFPP_MAX:#x}")
+    if action.kind == "next_hops" and group_id is None:
+        raise EncodeError(f"{action}: no group id for its next-hop set")
+    if action.arp is not None:
+        reply_actions(action.arp, dialect)
 
 
 def _width(match: Match, name: str, value: int, bits: int) -> None:
@@ -188,9 +215,10 @@ def flow_delete(flow: FlowIntent, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
                             encode_match(flow.match, dialect), [], COOKIE, COOKIE_MASK)
 
 
-def record_delete(rec: FlowRecord, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
+def record_delete(rec: Record, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
     """Strict, cookie-masked delete of an entry of ours as read back (one we cannot decode)."""
-    return dialect.flow_mod(dialect.ofp.OFPFC_DELETE_STRICT, rec.table, rec.priority, rec.match,
+    match = encode_match(rec.match, dialect) if isinstance(rec.match, Match) else rec.match
+    return dialect.flow_mod(dialect.ofp.OFPFC_DELETE_STRICT, rec.table, rec.priority, match,
                             [], COOKIE, COOKIE_MASK)
 
 
@@ -279,20 +307,88 @@ def _nhs_key(s: NextHopSet) -> tuple[str, tuple[int, ...], tuple[str, ...], int]
 
 # -- a change ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Encoded:
-    """A change as messages, in the order to send them; ``entries[i]`` is the entry message
-    ``i`` is for (a group's: the first entry that needs it), to name it in an error;
-    ``groups``: the allocation once the change is in force."""
+class Op:
+    """One message of a change: ``kind`` (``group-add``, ``flow-add``, ``flow-modify``,
+    ``flow-delete``, ``record-delete``: an entry of ours read back that decodes to no intent,
+    ``group-delete``) and what it needs."""
 
-    messages: tuple[OFMsg, ...]
+    kind: str
+    flow: FlowIntent | None = None
+    group_id: int | None = None
+    nhs: NextHopSet | None = None
+    record: Record | None = None
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A change as messages, in the order to send them (``ops``; :attr:`messages` as os-ken
+    objects, :func:`bundle_wire` as wire bytes); ``entries[i]`` is the entry message ``i`` is
+    for (a group's: the first entry that needs it), to name it in an error; ``groups``: the
+    allocation once the change is in force."""
+
+    ops: tuple[Op, ...]
     entries: tuple[FlowIntent | None, ...]
     groups: GroupIds
     counts: Mapping[str, int]
+    dialect: Dialect = DEFAULT_DIALECT
+
+    @property
+    def messages(self) -> tuple[OFMsg, ...]:
+        """The messages as os-ken objects (what a transport without a wire is given)."""
+        return tuple(_message(op, self.dialect) for op in self.ops)
+
+
+def _message(op: Op, dialect: Dialect) -> OFMsg:
+    if op.kind == "group-add":
+        assert op.group_id is not None and op.nhs is not None
+        return group_add(op.group_id, op.nhs, dialect)
+    if op.kind == "group-delete":
+        assert op.group_id is not None
+        return group_delete(op.group_id, dialect)
+    if op.kind == "record-delete":
+        assert op.record is not None
+        return record_delete(op.record, dialect)
+    assert op.flow is not None
+    if op.kind == "flow-add":
+        return flow_add(op.flow, op.group_id, dialect)
+    if op.kind == "flow-modify":
+        return flow_modify(op.flow, op.group_id, dialect)
+    return flow_delete(op.flow, dialect)
+
+
+def bundle_wire(enc: Encoded, bundle_id: int, xids: Sequence[int]) -> bytes:
+    """The bundle adds of ``enc``'s messages as wire bytes (message ``i`` with ``xids[i]``;
+    flags ATOMIC|ORDERED): flow-mods packed by :mod:`.wire`, the few others (groups, record
+    deletes, the ARP responder's entries: fields and actions :mod:`.wire` does not pack)
+    serialised by os-ken."""
+    d = enc.dialect
+    v = d.version
+    flags = BUNDLE_FLAGS
+    out = []
+    for op, xid in zip(enc.ops, xids, strict=True):
+        f = op.flow
+        if f is not None and f.action.arp is None and f.match.arp_op is None \
+                and f.match.arp_tpa is None:
+            m = wire.match_bytes(f.match)
+            if op.kind == "flow-add":
+                inner = wire.flow_mod(v, xid, OFPFC_ADD, f.table, f.priority, m,
+                                      wire.instructions_bytes(f.action, op.group_id), COOKIE, 0)
+            elif op.kind == "flow-modify":
+                inner = wire.flow_mod(v, xid, OFPFC_MODIFY_STRICT, f.table, f.priority, m,
+                                      wire.instructions_bytes(f.action, op.group_id), COOKIE,
+                                      COOKIE_MASK)
+            else:
+                inner = wire.flow_mod(v, xid, OFPFC_DELETE_STRICT, f.table, f.priority, m,
+                                      b"", COOKIE, COOKIE_MASK)
+        else:
+            inner = d.serialize(_message(op, d), xid)
+        out.append(wire.bundle_add(v, xid, bundle_id, flags, inner))
+    return b"".join(out)
 
 
 def encode_changes(changes: SwitchChanges, installed: SwitchPlan, groups: GroupIds,
                    dialect: Dialect = DEFAULT_DIALECT,
-                   stale: Iterable[FlowRecord] = (), orphans: Iterable[int] = ()) -> Encoded:
+                   stale: Iterable[Record] = (), orphans: Iterable[int] = ()) -> Encoded:
     """The messages that turn a switch holding ``installed`` (with ``groups`` allocated) into
     ``changes.apply_to(installed)``, in the safe order (module docstring).
 
@@ -307,52 +403,67 @@ def encode_changes(changes: SwitchChanges, installed: SwitchPlan, groups: GroupI
         ``changes`` do not apply to ``installed``.
     """
     stale = tuple(stale)
-    after = changes.apply_to(installed)
-    needed = after.next_hop_sets()
-    alloc, new_sets = groups.with_sets(needed)
-    gone = [s for s in groups.ids if s not in needed]
+    touched = {f.action.next_hops for f in (*changes.add_flows, *changes.modify_flows,
+                                            *changes.delete_flows, *changes.modified_from)
+               if f.action.next_hops is not None}
+    if touched or orphans:
+        after = changes.apply_to(installed)
+        needed = after.next_hop_sets()
+        alloc, new_sets = groups.with_sets(needed)
+        gone = [s for s in groups.ids if s not in needed]
+    else:
+        # no changed entry uses a next-hop set: the switch needs the sets it has (the
+        # allocation is what the installed entries use: built from each read-back, kept by
+        # each change), and the plan of thousands of entries is not scanned for them
+        changes.apply_to(installed)  # raises KeyError when the change does not fit
+        alloc, new_sets, gone = groups, [], []
     first_user: dict[NextHopSet, FlowIntent] = {}
     for f in (*changes.add_flows, *changes.modify_flows):
         if f.action.next_hops is not None:
             first_user.setdefault(f.action.next_hops, f)
-    msgs: list[OFMsg] = []
+    ops: list[Op] = []
     ents: list[FlowIntent | None] = []
+    checked: set[Match] = set()
 
-    def put(m: OFMsg, e: FlowIntent | None) -> None:
-        msgs.append(m)
-        ents.append(e)
-
-    def gid_of(f: FlowIntent) -> int | None:
-        return alloc.ids[f.action.next_hops] if f.action.next_hops is not None else None
-
-    def named(f: FlowIntent, build: Any) -> OFMsg:
+    def flow(kind: str, f: FlowIntent) -> None:
+        gid = alloc.ids[f.action.next_hops] if f.action.next_hops is not None else None
         try:
-            return build()
+            if f.match not in checked:
+                check_match(f.match)
+                checked.add(f.match)
+            if kind != "flow-delete":
+                check_action(f.action, gid, dialect)
         except EncodeError as exc:
             raise EncodeError(f"{changes.switch}: entry {f} ('{f.origin}'): {exc}") from None
+        ops.append(Op(kind, f, gid))
+        ents.append(f)
 
     for s in new_sets:
         user = first_user.get(s)
         try:
-            put(group_add(alloc.ids[s], s, dialect), user)
+            group_add(alloc.ids[s], s, dialect)  # refuses what the switch cannot hold
         except EncodeError as exc:
             what = f"entry {user} ('{user.origin}')" if user else str(s)
             raise EncodeError(f"{changes.switch}: {what}: {exc}") from None
+        ops.append(Op("group-add", group_id=alloc.ids[s], nhs=s))
+        ents.append(user)
     for f in changes.add_flows:
-        put(named(f, lambda f=f: flow_add(f, gid_of(f), dialect)), f)
+        flow("flow-add", f)
     for f in changes.modify_flows:
-        put(named(f, lambda f=f: flow_modify(f, gid_of(f), dialect)), f)
+        flow("flow-modify", f)
     for rec in stale:
-        put(record_delete(rec, dialect), None)
+        ops.append(Op("record-delete", record=rec))
+        ents.append(None)
     for f in changes.delete_flows:
-        put(named(f, lambda f=f: flow_delete(f, dialect)), f)
+        flow("flow-delete", f)
     gone_ids = sorted({groups.ids[s] for s in gone} | set(orphans))
     for gid in gone_ids:
-        put(group_delete(gid, dialect), None)
+        ops.append(Op("group-delete", group_id=gid))
+        ents.append(None)
     n_flow = len(changes.add_flows) + len(changes.modify_flows) + len(changes.delete_flows)
     n_flow += len(stale)
     counts = {"flow-mod": n_flow, "group-mod": len(new_sets) + len(gone_ids)}
-    return Encoded(tuple(msgs), tuple(ents), alloc.without(gone), counts)
+    return Encoded(tuple(ops), tuple(ents), alloc.without(gone), counts, dialect)
 
 
 def encode_full(plan: SwitchPlan, dialect: Dialect = DEFAULT_DIALECT) -> list[OFMsg]:
@@ -378,6 +489,8 @@ _DECODE = {"eth_type": "eth_type", "ipv4_src": "ipv4_src", "ipv4_dst": "ipv4_dst
 def decode_match(match: Any) -> Match | None:
     """The plan :class:`Match` an OFPMatch of ours encodes (inverse of :func:`encode_match`), or
     None when it has a field :class:`Match` cannot hold (not one of our entries)."""
+    if isinstance(match, Match):  # read from the wire (controller.drivers.openflow.wire)
+        return match
     fields: dict[str, Any] = {}
     for key, value in match.items():
         name = _DECODE.get(key)
@@ -419,6 +532,27 @@ def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
     ins = list(instructions)
     if not ins:
         return Action("drop")
+    memo = cache if cache is not None else {}
+    if len(ins) == 1 and isinstance(ins[0], wire.WireAction):
+        w = ins[0]
+        if w.kind == "drop":
+            return Action("drop")
+        if w.kind == "output":
+            if w.value == o.OFPP_CONTROLLER:
+                return Action("controller")
+            if not 1 <= w.value <= o.OFPP_MAX:
+                return None
+        key = ("output" if w.kind == "output" else "group", w.value)
+        got = memo.get(key)
+        if got is None:
+            if w.kind == "output":
+                got = memo[key] = Action("output", w.value)
+            else:
+                nhs = groups.get(w.value)
+                if nhs is None:
+                    return None
+                got = memo[key] = Action.via(nhs)
+        return got
     if len(ins) != 1 or not isinstance(ins[0], p.OFPInstructionActions) or \
             ins[0].type != o.OFPIT_APPLY_ACTIONS:
         return None
@@ -426,7 +560,6 @@ def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
         reply = decode_reply(ins[0].actions, dialect)
         return None if reply is None else Action.answer(reply)
     a = ins[0].actions[0]
-    memo = cache if cache is not None else {}
     if isinstance(a, p.OFPActionOutput):
         if a.port == o.OFPP_CONTROLLER:
             return Action("controller")
@@ -454,13 +587,13 @@ class Decoded:
 
     plan: SwitchPlan
     groups: GroupIds
-    stale: tuple[FlowRecord, ...] = ()
+    stale: tuple[Record, ...] = ()
     orphan_groups: tuple[int, ...] = ()
     foreign_flows: int = 0
     foreign_groups: int = 0
 
 
-def decode_state(switch: str, dpid: int, flows: Iterable[FlowRecord],
+def decode_state(switch: str, dpid: int, flows: Iterable[Record],
                  groups: Iterable[GroupRecord], dialect: Dialect = DEFAULT_DIALECT) -> Decoded:
     """Decode what a switch reported (flows: those with our cookie; groups: all) into intents.
 
@@ -483,7 +616,7 @@ def decode_state(switch: str, dpid: int, flows: Iterable[FlowRecord],
         by_id[g.group_id] = nhs
         alloc[nhs] = g.group_id
     intents: list[FlowIntent] = []
-    stale: list[FlowRecord] = []
+    stale: list[Record] = []
     foreign = 0
     memo: dict[tuple[str, int], Action] = {}
     for r in flows:

@@ -40,7 +40,15 @@ class TLSConnection:
         self._timeout: float | None = None
         sock.setblocking(False)
 
-    # -- what os-ken's Datapath calls ----------------------------------------------------------
+    def detach_tls(self) -> tuple[ssl.SSLSocket, bytes]:
+        """The TLS socket and the bytes already read, for a transport that drives the socket
+        itself (:mod:`.transport`, non-blocking on the event loop); this wrapper is not used
+        afterwards."""
+        sock, prefix = self._s, self._prefix
+        self._prefix = b""
+        return sock, prefix
+
+    # -- what a blocking reader and writer call ----------------------------------------------------
     def setsockopt(self, *args: Any) -> None:
         self._s.setsockopt(*args)
 
