@@ -149,3 +149,33 @@ def test_two_hundred_concurrent_unregistrations_are_batched_like_registrations(c
     assert not [d for d in ctl.rt.paths if d.collective.startswith("bench.")]
     # batched: at most 120 collectives per etcd-sized commit, so at least 2 plan changes
     assert 2 <= ctl.svc.batches - b0 <= 40
+
+
+def test_a_sighup_to_the_process_group_kills_neither_fork_server_nor_a_new_worker():
+    """A reload sent to the controller's whole process group (``kill -HUP -PGID``) also reaches
+    the checker's fork server and a worker forked an instant before: neither dies (SIGHUP is
+    ignored from the fork server's start on, so a new worker inherits it). A worker that set
+    ``SIG_IGN`` itself died when the signal came first, and the reload it was to check failed
+    with "Connection reset by peer" (tests/test_openflow_ovs.py, under load)."""
+    import asyncio
+    import os
+    import signal
+    from multiprocessing import forkserver
+
+    from controller.model import load_topology
+    from tests.conftest import MAIN_TOPOLOGY
+
+    fabric = load_topology(MAIN_TOPOLOGY)
+    checker = PolicyChecker()
+    try:
+        for i in range(1, 6):
+            checker._stop_worker()
+            checker._ensure_worker()          # forked this instant; signalled before it runs
+            assert checker._proc is not None and checker._proc.pid is not None
+            os.kill(checker._proc.pid, signal.SIGHUP)
+            os.kill(forkserver._forkserver._forkserver_pid, signal.SIGHUP)
+            policy = asyncio.run(checker.check(PINNED_POLICY.read_text(), str(PINNED_POLICY),
+                                               fabric, ()))
+            assert policy.collectives and checker.started == i   # the same worker answered
+    finally:
+        checker.close()

@@ -46,8 +46,9 @@ from controller.yamlsrc import MAX_DEPTH, parse_document
 LOG = logging.getLogger("aifabric.policy")
 MiB = 1 << 20
 
-#: modules the fork server imports once, so that each child starts with them
-_PRELOAD = ["controller.runtime.policycheck"]
+#: modules the fork server imports once, so that each child starts with them (and SIGHUP ignored:
+#: :mod:`controller.runtime.forkserverboot`)
+_PRELOAD = ["controller.runtime.forkserverboot"]
 
 
 @dataclass(frozen=True)
@@ -133,8 +134,10 @@ def _answer(payload: bytes) -> Answer:
 
 def _worker(conn: Connection) -> None:
     """The child: answer one request after another from ``conn`` until it closes. It ignores
-    SIGHUP: a reload signal sent to the controller's process group (``kill -HUP -PGID``) is
-    the controller's to handle, not a reason for its checker to die mid-reload."""
+    SIGHUP from its first instruction on (inherited from the fork server:
+    :mod:`controller.runtime.forkserverboot`): a reload signal sent to the controller's process
+    group (``kill -HUP -PGID``) is the controller's to handle, not a reason for its checker to
+    die mid-reload."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     while True:
         try:
