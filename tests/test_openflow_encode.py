@@ -264,3 +264,26 @@ def test_packet_out_and_describe():
     assert encode.describe(po) == "packet-out"
     assert encode.describe(D13.bundle_ctrl(1, "open")) == "bundle"
     assert encode.describe(parser.OFPBarrierRequest(None)) == "barrier"
+
+
+@pytest.mark.parametrize("d", [OF13(), OF15()], ids=["of13", "of15"])
+def test_the_arp_responders_flow_mods_in_a_bundle_are_os_kens_bytes_with_each_xid(d):
+    """The ARP responder's entries go through os-ken (fields and actions the wire packer does
+    not pack), serialised once per entry and dialect: the bundle bytes are os-ken's for every
+    xid, adds and deletes, the same entry twice with two xids included."""
+    from controller.plan.model import ArpReply, arp_request_match, diff_switch
+
+    flows = [FlowIntent(0, 1100, arp_request_match(f"10.0.0.{i}"),
+                        Action.answer(ArpReply(f"10.0.0.{i}", f"02:00:00:00:00:{i:02x}")))
+             for i in (3, 4, 5)]
+    route = FlowIntent(0, 100, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.3"),
+                       Action("output", 2))
+    old = SwitchPlan("leaf1", 3, frozenset(flows[:1]))
+    new = SwitchPlan("leaf1", 3, frozenset([*flows[1:], route]))
+    enc = encode.encode_changes(diff_switch(old, new), old, encode.GroupIds(), d)
+    assert {op.kind for op in enc.ops} >= {"flow-add", "flow-delete"}
+    for first in (7, 1000):   # the second time, from the dialect's cache, with other xids
+        xids = list(range(first, first + len(enc.ops)))
+        want = b"".join(d.serialize(d.bundle_add(42, m), x)
+                        for m, x in zip(enc.messages, xids, strict=True))
+        assert encode.bundle_wire(enc, 42, xids) == want

@@ -373,3 +373,36 @@ def test_a_state_with_other_sessions_keeps_its_generations_plan():
     plan = intended_plan(st)
     other = replace(st, switches={**st.switches})
     assert intended_plan(other) is plan
+
+
+def test_the_arp_responders_entries_read_from_the_wire_decode_once_as_os_ken_reads_them():
+    """Every edge switch holds the ARP responder (one entry per fabric host, the same bytes on
+    each switch): its match is read from the wire, its eight actions parsed by os-ken once per
+    distinct bytes and shared, and every entry decodes to the plan's entry, as os-ken's own
+    parse of the reply does (the read-back of a k = 16 fabric holds 131,072 of them)."""
+    from controller.plan.model import ArpReply, arp_request_match
+
+    d = OF13()
+    replies = [ArpReply(f"10.0.0.{i}", f"02:00:00:00:00:{i:02x}") for i in (3, 4)]
+    flows = [FlowIntent(0, 1100, arp_request_match(r.ipv4), Action.answer(r)) for r in replies]
+    body = b""
+    for f in flows * 2:   # two switches' worth: each reply's bytes twice
+        m = bytearray()
+        encode.encode_match(f.match, d).serialize(m, 0)
+        ins = bytearray()
+        for i in encode.encode_instructions(f.action, None, d):
+            i.serialize(ins, len(ins))
+        body += struct.pack("!HBxIIHHHH4xQQQ", 48 + len(m) + len(ins), f.table, 7, 9, f.priority,
+                            0, 0, 0, encode.COOKIE, 0, 0) + bytes(m) + bytes(ins)
+    frame = struct.pack("!BBHIHH4x", 4, 19, 16 + len(body), 77, 1, 0) + body
+    fast = d.wire_flow_stats(77, frame)
+    slow = p13.OFPFlowStatsReply.parser(d.desc, 4, 19, len(frame), 77, frame)
+    got, ref = d.flow_records(fast.body), d.flow_records(slow.body)
+    assert [r.match for r in got] == [f.match for f in flows * 2]   # matched from the wire
+    assert got[0].instructions is got[2].instructions               # parsed once, shared
+    assert got[0].instructions is not got[1].instructions
+    memo: dict = {}
+    for g, r, f in zip(got, ref, flows * 2, strict=True):
+        assert encode.decode_action(g.instructions, {}, d, memo) == \
+            encode.decode_action(r.instructions, {}, d) == f.action
+    assert encode.decode_state("s", 1, got, [], d).plan.flows == set(flows)

@@ -94,6 +94,14 @@ class WireRecord:
         self.packet_count = packet_count
 
 
+class SharedInstructions(tuple[Any, ...]):
+    """Instructions os-ken parsed once for every entry read back with the same bytes
+    (:meth:`OF13.wire_flow_stats`): one object shared by those entries, so their plan action
+    is decoded once too (:func:`~.encode.decode_action`)."""
+
+    __slots__ = ()
+
+
 Record = FlowRecord | WireRecord
 """An entry as read back: decoded by os-ken, or straight from the wire."""
 
@@ -141,6 +149,11 @@ class Dialect:
 
     def __init__(self) -> None:
         self.desc = ofproto_protocol.ProtocolDesc(self.version)
+        #: instructions read back that :mod:`.wire` does not decode, parsed by os-ken, by bytes
+        self._instructions: dict[bytes, SharedInstructions] = {}
+        #: flow-mods :mod:`.wire` does not pack, serialised by os-ken with xid 0, by (kind,
+        #: entry, group id) (:func:`~.encode.bundle_wire`)
+        self.serialized: dict[tuple[str, Any, int | None], bytes] = {}
 
     # -- building ------------------------------------------------------------------------------
     def _own(self, msg: Any) -> Any:
@@ -321,12 +334,24 @@ class OF13(Dialect):
         (flags,) = struct.unpack_from("!H", frame, 10)
         body: list[Any] = []
         parse = self.parser.OFPFlowStats.parser
-        for table, prio, cookie, nbytes, packets, match, action, off in \
+        parsed = self._instructions
+        for table, prio, cookie, nbytes, packets, match, action, off, ins in \
                 wire.flow_stats_entries(frame, 16, len(frame)):
-            if match is None or action is None:
+            if match is None:
                 body.append(parse(frame, off))
-            else:
+            elif action is not None:
                 body.append(WireRecord(table, prio, cookie, match, (action,), nbytes, packets))
+            else:
+                # instructions of another shape (the ARP responder's: the same bytes on every
+                # edge switch): parsed by os-ken once per distinct bytes, the parse shared
+                (length,) = struct.unpack_from("!H", frame, off)
+                raw = bytes(frame[ins:off + length])
+                got = parsed.get(raw)
+                if got is None:
+                    if len(parsed) > 1 << 16:
+                        parsed.clear()
+                    got = parsed[raw] = SharedInstructions(parse(frame, off).instructions)
+                body.append(WireRecord(table, prio, cookie, match, got, nbytes, packets))
         return WireFlowStatsReply(xid, flags, body)
 
     def group_records(self, body: list[Any]) -> list[GroupRecord]:

@@ -49,6 +49,7 @@ from controller.drivers.openflow.dialect import (
     Dialect,
     GroupRecord,
     Record,
+    SharedInstructions,
 )
 from controller.plan.model import (
     ETH_TYPE_ARP,
@@ -380,6 +381,16 @@ def bundle_wire(enc: Encoded, bundle_id: int, xids: Sequence[int]) -> bytes:
             else:
                 inner = wire.flow_mod(v, xid, OFPFC_DELETE_STRICT, f.table, f.priority, m,
                                       b"", COOKIE, COOKIE_MASK)
+        elif f is not None:
+            # the ARP responder's entries: the same on every edge switch; os-ken serialises
+            # each (kind, entry) once per dialect, the xid is set in the bytes
+            key = (op.kind, f, op.group_id)
+            raw = d.serialized.get(key)
+            if raw is None:
+                if len(d.serialized) > 1 << 16:
+                    d.serialized.clear()
+                raw = d.serialized[key] = d.serialize(_message(op, d), 0)
+            inner = wire.with_xid(raw, xid)
         else:
             inner = d.serialize(_message(op, d), xid)
         out.append(wire.bundle_add(v, xid, bundle_id, flags, inner))
@@ -525,14 +536,25 @@ def decode_group(rec: GroupRecord, dialect: Dialect = DEFAULT_DIALECT) -> NextHo
 
 def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
                   dialect: Dialect = DEFAULT_DIALECT,
-                  cache: dict[tuple[str, int], Action] | None = None) -> Action | None:
+                  cache: dict[tuple[str, int], Any] | None = None) -> Action | None:
     """The plan action of an entry's instructions, or None (not a shape we write); ``cache``
-    shares one :class:`Action` per port and per group among a switch's entries."""
+    shares one :class:`Action` per port and per group among a switch's entries, and one per
+    instructions tuple that several entries share (os-ken's parse of the same bytes:
+    :meth:`.dialect.OF13.wire_flow_stats`)."""
     p, o = dialect.parser, dialect.ofp
+    memo = cache if cache is not None else {}
+    if isinstance(instructions, SharedInstructions):
+        # parsed once and shared by every entry with those bytes (the ARP responder's)
+        shared = memo.get(("parsed", id(instructions)))
+        if shared is not None and shared[0] is instructions:
+            kept: Action | None = shared[1]
+            return kept
+        got_action = decode_action(list(instructions), groups, dialect, memo)
+        memo[("parsed", id(instructions))] = (instructions, got_action)
+        return got_action
     ins = list(instructions)
     if not ins:
         return Action("drop")
-    memo = cache if cache is not None else {}
     if len(ins) == 1 and isinstance(ins[0], wire.WireAction):
         w = ins[0]
         if w.kind == "drop":
@@ -618,7 +640,7 @@ def decode_state(switch: str, dpid: int, flows: Iterable[Record],
     intents: list[FlowIntent] = []
     stale: list[Record] = []
     foreign = 0
-    memo: dict[tuple[str, int], Action] = {}
+    memo: dict[tuple[str, int], Any] = {}
     for r in flows:
         if r.cookie != COOKIE:
             foreign += 1

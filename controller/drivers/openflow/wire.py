@@ -52,6 +52,7 @@ OFPCML_NO_BUFFER = 0xFFFF
 #: OXM field numbers (OpenFlow 1.3.5 §7.2.3.7) and value widths (bytes)
 _ETH_TYPE, _IP_DSCP, _IP_PROTO, _IPV4_SRC, _IPV4_DST = 5, 8, 10, 11, 12
 _TCP_SRC, _TCP_DST, _UDP_SRC, _UDP_DST = 13, 14, 15, 16
+_ARP_OP, _ARP_TPA = 21, 23
 
 _HEADER = struct.Struct("!BBHI")
 _FLOW_MOD = struct.Struct("!BBHIQQBBHHHIIIH2x")
@@ -180,9 +181,10 @@ _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 _FIELDS = {_ETH_TYPE: "eth_type", _IP_DSCP: "ip_dscp", _IP_PROTO: "ip_proto",
            _IPV4_SRC: "ipv4_src", _IPV4_DST: "ipv4_dst", _TCP_SRC: "l4_src",
-           _TCP_DST: "l4_dst", _UDP_SRC: "l4_src", _UDP_DST: "l4_dst"}
+           _TCP_DST: "l4_dst", _UDP_SRC: "l4_src", _UDP_DST: "l4_dst", _ARP_OP: "arp_op",
+           _ARP_TPA: "arp_tpa"}
 _WIDTH = {_ETH_TYPE: 2, _IP_DSCP: 1, _IP_PROTO: 1, _IPV4_SRC: 4, _IPV4_DST: 4, _TCP_SRC: 2,
-          _TCP_DST: 2, _UDP_SRC: 2, _UDP_DST: 2}
+          _TCP_DST: 2, _UDP_SRC: 2, _UDP_DST: 2, _ARP_OP: 2, _ARP_TPA: 4}
 
 
 class WireAction:
@@ -273,11 +275,13 @@ def _instructions(buf: bytes, off: int, end: int) -> WireAction | None:
 
 def flow_stats_entries(buf: bytes, off: int, end: int) -> list[tuple[int, int, int, int, int,
                                                                      Match | None,
-                                                                     WireAction | None, int]]:
+                                                                     WireAction | None, int,
+                                                                     int]]:
     """The entries of an OpenFlow 1.3 ``OFPMP_FLOW`` reply body ``buf[off:end]``: (table,
     priority, cookie, byte count, packet count, match or None, action or None, offset of the
-    entry); an entry whose match or instructions are not of a shape the plan writes has None
-    there (the caller reads it with os-ken).
+    entry, offset of its instructions); an entry whose match or instructions are not of a
+    shape the plan writes has None there (the caller reads it with os-ken; the ARP
+    responder's instructions, the same on every edge switch, once per distinct bytes).
 
     Raises
     ------
@@ -296,7 +300,7 @@ def flow_stats_entries(buf: bytes, off: int, end: int) -> list[tuple[int, int, i
         match = decode_oxm_match(bytes(buf[mstart + 4:mstart + mlen])) \
             if mtype == OFPMT_OXM and mlen >= 4 and ins <= off + length else None
         action = _instructions(buf, ins, off + length) if match is not None else None
-        out.append((table, prio, cookie, nbytes, packets, match, action, off))
+        out.append((table, prio, cookie, nbytes, packets, match, action, off, ins))
         off += length
     return out
 
