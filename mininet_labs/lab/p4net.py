@@ -69,6 +69,21 @@ def build_fabric(fabric: Fabric, sock_dir: Path, log_dir: Path, lab: Any, shaped
     return _finish(net, lab.mtu_bytes)
 
 
+def bmv2_cpu_s(net: Any) -> dict[str, float]:
+    """``{switch: CPU seconds}`` its simple_switch_grpc process has used so far (user +
+    system, every thread; :func:`mininet_labs.lab.bmv2.process_cpu_s`); a switch whose
+    process is gone is left out. Differences of two calls give a run's CPU per switch."""
+    from mininet_labs.lab.bmv2 import process_cpu_s
+
+    out: dict[str, float] = {}
+    for sw in net.switches:
+        proc = getattr(sw, "proc", None)
+        cpu = process_cpu_s(proc.pid) if proc is not None else None
+        if cpu is not None:
+            out[sw.name] = cpu
+    return out
+
+
 def grpc_targets(net: Any) -> dict[str, str]:
     """``{switch: "unix:PATH"}`` of every BMv2 node (the P4 controller's ``--targets``)."""
     return {sw.name: sw.grpc_address for sw in net.switches}
