@@ -91,6 +91,7 @@ def test_the_background_port_hashes_onto_the_victims_uplink():
 
 
 @pytest.mark.mininet
+@pytest.mark.p4
 @pytest.mark.skipif(_missing(LINK) is not None, reason=f"BMv2 lab unavailable: {_missing(LINK)}")
 def test_link_failure_on_bmv2_is_seen_by_liveness_and_repinned(tmp_path):
     # What the Open vSwitch lab checks (tests/test_lab_link_failure.py), on BMv2: the failure is
@@ -112,6 +113,7 @@ def test_link_failure_on_bmv2_is_seen_by_liveness_and_repinned(tmp_path):
 
 
 @pytest.mark.mininet
+@pytest.mark.p4
 @pytest.mark.skipif(_missing(ADAPTIVE) is not None,
                     reason=f"BMv2 lab unavailable: {_missing(ADAPTIVE)}")
 def test_adaptive_reroute_on_bmv2_moves_the_squeezed_flow(tmp_path):
@@ -131,6 +133,7 @@ def test_adaptive_reroute_on_bmv2_moves_the_squeezed_flow(tmp_path):
 
 
 @pytest.mark.mininet
+@pytest.mark.p4
 @pytest.mark.skipif(_missing(TELEMETRY) is not None,
                     reason=f"BMv2 lab unavailable: {_missing(TELEMETRY)}")
 def test_telemetry_on_bmv2_counters_match_the_pinned_paths(tmp_path):

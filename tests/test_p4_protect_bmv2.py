@@ -25,7 +25,7 @@ from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 from tests.test_p4_bmv2 import Ports, ipv4_udp
 
 _why = bmv2_missing_reason()
-pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+pytestmark = [pytest.mark.p4, pytest.mark.skipif(_why is not None, reason=_why or "")]
 TIMEOUT_US = 300_000  # generous: BMv2 on a loaded machine
 
 

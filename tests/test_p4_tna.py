@@ -221,6 +221,7 @@ def test_every_tofino_entity_round_trips_through_p4runtime_encoding(schema):
 # --- with the compilers --------------------------------------------------------------------
 
 
+@pytest.mark.p4
 @pytest.mark.skipif(_tool("p4test") is None or _tna_include() is None,
                     reason="p4test (p4c) or the TNA headers (tna.p4) not found: PATH, /opt/p4, "
                            "or AIFABRIC_TNA_INCLUDE")
@@ -237,6 +238,7 @@ def _bf_p4c() -> str | None:
     return _tool("bf-p4c") or _tool("p4c-barefoot")
 
 
+@pytest.mark.p4
 @pytest.mark.skipif(_bf_p4c() is None,
                     reason="bf-p4c (p4c's Tofino back end) not found on PATH or in /opt/p4/bin")
 def test_bf_p4c_reproduces_the_committed_p4info(tmp_path):
