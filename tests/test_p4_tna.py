@@ -126,8 +126,9 @@ def test_source_declares_the_counters_and_register_with_fabric_p4_sizes():
         assert m, f"counter {name} missing"
         assert sizes.get(m.group(1), int(m.group(1)) if m.group(1).isdigit() else None) == size
     for name, (size, width) in TNA_REGISTERS.items():
-        assert re.search(rf"Register<bit<{width}>, bit<12>>\(PORT_QUEUES, 0\) {name};", SRC)
-        assert size == 4096
+        m = re.search(rf"Register<bit<{width}>, [\w<>]+>\((\w+), 0\) {name};", SRC)
+        assert m, f"register {name} missing"
+        assert {"PORTS": 512, "PORT_QUEUES": 4096, "REMOTE_CELLS": 4096}[m.group(1)] == size
 
 
 def test_depth_buckets_in_cells_are_full_size_packets():

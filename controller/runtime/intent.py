@@ -44,11 +44,11 @@ from controller.plan.capacity import (
     TableCapacity,
 )
 from controller.plan.hashing import hashing_notes
-from controller.plan.model import FabricPlan
+from controller.plan.model import FabricPlan, LivenessTimers
 from controller.plan.pinned import TABLE, path_is_up, with_pinned
 from controller.policy.model import Policy
 from controller.runtime.placement import pinned_demands_bps
-from controller.runtime.state import DownLinks, Path, RuntimeState
+from controller.runtime.state import DownLinks, Path, RuntimeSettings, RuntimeState
 from controller.te.collectives import FlowDemand
 
 Capacities = tuple[tuple[str, TableCapacity], ...]
@@ -103,13 +103,27 @@ def known_capacities(state: RuntimeState) -> Capacities:
     return tuple(out)
 
 
+def liveness_timers(settings: RuntimeSettings) -> dict[str, LivenessTimers]:
+    """The :class:`~controller.plan.model.LivenessTimers` of every probed failover switch when
+    fast failover and liveness are on: dead after ``misses × interval`` without a probe (the
+    controller's own rule, :mod:`controller.runtime.liveness`), used again ``hold_s`` after
+    probes came back."""
+    if not settings.fast_failover or not settings.liveness_interval_s:
+        return {}
+    timers = LivenessTimers(
+        max(1, round(settings.liveness_misses * settings.liveness_interval_s * 1e6)),
+        round(settings.liveness_hold_s * 1e6))
+    return dict.fromkeys(sorted(settings.probed_switches & settings.failover_switches), timers)
+
+
 def _fitted(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
             down_links: DownLinks, failover: frozenset[str], capacity: Capacities,
-            routes: RoutePlan | None = None, cannot_hash: Unhashed = ()
+            routes: RoutePlan | None = None, cannot_hash: Unhashed = (),
+            probed: Mapping[str, LivenessTimers] | None = None
             ) -> tuple[FabricPlan, CapacityReport | None]:
     rp = routes or build_routes(fabric, policy, down_links, dict(cannot_hash))
     live = {d: p for d, p in placement.items() if path_is_up(p, down_links)}
-    plan = with_pinned(fabric, rp.plan, live, down_links, rp.next_hops, failover)
+    plan = with_pinned(fabric, rp.plan, live, down_links, rp.next_hops, failover, probed)
     report: CapacityReport | None = None
     if live and (capacity or policy.tables is not None):
         plan, report = fit_plan_tables(fabric, policy, plan, live, rp.next_hops,
@@ -152,7 +166,7 @@ def _memo(state: RuntimeState) -> tuple[FabricPlan, CapacityReport | None]:
         if memo.routes is None or memo.routes[0] != route_key:
             memo.routes = (route_key, build_routes(state.fabric, policy, down, cannot))
         memo.plan = _fitted(state.fabric, policy, state.placement, down, ff, caps[0],
-                            memo.routes[1], caps[1])
+                            memo.routes[1], caps[1], liveness_timers(state.settings))
         memo.generation, memo.key, memo.caps = state.generation, key, caps
         memo.demands = None
     plan: tuple[FabricPlan, CapacityReport | None] = memo.plan

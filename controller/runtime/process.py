@@ -164,8 +164,12 @@ def adaptive_lines(state: RuntimeState, opts: ControllerOptions) -> list[str]:
     if cfg.fast_failover:
         n = sum(1 for sp in intended_plan(state).switches.values()
                 for s in sp.next_hop_sets() if s.kind == "failover")
+        bounce = sum(1 for sp in intended_plan(state).switches.values()
+                     for s in sp.next_hop_sets() if s.bounce)
         others = sorted(set(state.southbound) - cfg.failover_switches)
         out.append(f"fast failover: {n} failover next-hop set(s) protect pinned entries"
+                   + (f" ({bounce} of them send back to the hop before when their only "
+                      "port is dead)" if bounce else "")
                    + (f"; {', '.join(others)} re-pin only (their southbound has no "
                       "fast-failover groups)" if others else ""))
     return out
@@ -372,7 +376,8 @@ class _Failed(Exception):
 
 def build_state(fabric: Fabric, policy: Any, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], opts: ControllerOptions,
-                failover_capable: frozenset[str]) -> RuntimeState:
+                failover_capable: frozenset[str],
+                probe_capable: frozenset[str] = frozenset()) -> RuntimeState:
     """The initial state (initial placement computed). Raises _Invalid on a bad plan."""
     from controller.runtime.collector import freeze_heap
     from controller.runtime.intent import intended_plan
@@ -390,6 +395,7 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
     settings = RuntimeSettings(
         fast_failover=opts.fast_failover,
         failover_switches=frozenset(n for n, k in southbound.items() if k in failover_capable),
+        probed_switches=frozenset(n for n, k in southbound.items() if k in probe_capable),
         rebalance=opts.rebalance, lldp_interval_s=opts.lldp_interval_s,
         lldp_grace_s=3 * opts.lldp_interval_s, stats_interval_s=stats, telemetry=telemetry,
         confirm_timeout_s=opts.confirm_timeout_s,
@@ -458,8 +464,10 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
     if early.stop.is_set():  # SIGTERM while the heavy imports ran: stop before the rest
         return _stopped_while_starting(of_handle)
     capable = frozenset(k for k, d in drivers.items() if "failover" in d.capabilities)
+    probing = frozenset(k for k, d in drivers.items() if "liveness-failover" in d.capabilities)
     try:
-        state = build_state(fabric, policy, document, source, southbound, opts, capable)
+        state = build_state(fabric, policy, document, source, southbound, opts, capable,
+                            probing)
     except _Invalid:
         if of_handle is not None:
             of_handle.stop()
@@ -487,7 +495,10 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
                 of_handle.stop()
             raise
         mastership = cluster.mastership
-    ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership)
+    # the core's timers fire on ticks: the liveness rounds need one at least every interval
+    tick_s = min(0.1, state.settings.liveness_interval_s or 0.1)
+    ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership,
+                     tick_s=tick_s)
     from controller.runtime.service import FabricService
 
     if cluster is not None:
