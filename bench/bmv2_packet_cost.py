@@ -45,7 +45,8 @@ from controller.drivers.p4runtime.pipeline import BMV2_JSON, P4INFO_TXT  # noqa:
 from controller.model import load_topology  # noqa: E402
 from controller.plan.build import build_plan  # noqa: E402
 from controller.qos.validate import load_valid_policy  # noqa: E402
-from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason, process_cpu_s  # noqa: E402
+from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason  # noqa: E402
+from mininet_labs.lab.processes import process_cpu_s  # noqa: E402
 
 TOPOLOGY = ROOT / "mininet_labs" / "topologies" / "leafspine_2x4x2.yaml"
 POLICY = ROOT / "policies" / "pinned_two_rings.yaml"

@@ -259,8 +259,7 @@ def test_a_protected_pinned_hop_encodes_its_backup_and_the_switchs_liveness_and_
     ents = enc.encode_switch(plan)
     live = [x for x in ents.entries if x.table == "liveness"]
     assert [(x.action, dict(x.params), x.match) for x in live] == [
-        ("set_liveness", {"timeout_us": 60_000, "hold_us": 2_000_000},
-         (("eth_type", Ternary(0x88CC, 0xFFFF)),))]
+        ("set_liveness", {"timeout_us": 60_000, "hold_us": 2_000_000}, ())]  # every frame
     assert decode_entities(ents).plan == SwitchPlan(
         "spine1", 0x11, frozenset(dataclasses.replace(f, origin="") for f in (fi, back)))
     # without timers (liveness off) the sets still encode; no liveness entry

@@ -128,7 +128,8 @@ def test_source_declares_the_counters_and_register_with_fabric_p4_sizes():
     for name, (size, width) in TNA_REGISTERS.items():
         m = re.search(rf"Register<bit<{width}>, [\w<>]+>\((\w+), 0\) {name};", SRC)
         assert m, f"register {name} missing"
-        assert {"PORTS": 512, "PORT_QUEUES": 4096, "REMOTE_CELLS": 4096}[m.group(1)] == size
+        assert {"PORTS": 512, "PORT_QUEUES": 4096, "REMOTE_CELLS": 4096, "1": 1}[
+            m.group(1)] == size
 
 
 def test_depth_buckets_in_cells_are_full_size_packets():

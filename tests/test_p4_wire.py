@@ -58,7 +58,7 @@ def test_bytes_encoding_of_every_match_kind_and_action_form():
                    (("mac", 0x020000000001),)),
         TableEntry("pinned", (("ipv4_src", ternary(1, 32)), ("l4_dst", ternary(300, 16))),
                    2**31 - 1, "pin_egress_protected", (("backup_port", 4), ("port", 3))),
-        TableEntry("liveness", (("eth_type", ternary(0x88CC, 16)),), 1, "set_liveness",
+        TableEntry("liveness", (), 1, "set_liveness",
                    (("hold_us", 0), ("timeout_us", 2**32 - 1))),
         TableEntry("pinned", (("dscp", ternary(46, 6)),), 200, "drop"),
     ]

@@ -243,6 +243,9 @@ def test_p4_failover_sets_carry_the_liveness_timers_and_hops_without_a_choice_se
                 flows = [f for f in plan.switches[path[i]].flows if f.origin == f"pin {d.label}"]
                 assert flows and all(f.action.next_hops is not None
                                      and f.action.next_hops.bounce for f in flows), d.label
+    # the data plane's own window (it hears every frame, the controller only its probes)
+    assert liveness_timers(replace(settings, liveness_misses=10, liveness_dataplane_misses=3)
+                           )["spine1"] == timers
     # liveness off, or fast failover off: no timers, no bounce
     for off in (replace(settings, liveness_interval_s=None), replace(settings,
                                                                     fast_failover=False)):

@@ -108,11 +108,17 @@ class OpenFlowSection(Section):
 
 class LivenessSection(Section):
     """``p4runtime.liveness``: LLDP probes on every switch-switch port of the P4Runtime
-    switches (P4Runtime has no port status); ``interval_s`` 0 turns them off."""
+    switches (P4Runtime has no port status); ``interval_s`` 0 turns them off. The controller
+    takes a port down after ``misses`` silent intervals; with fast failover, the switches' own
+    protected hops judge a port dead after ``dataplane_misses`` intervals without a frame
+    (None: ``misses``). The data plane hears every frame, the controller only its probes
+    (whose timing jitters with the controller's CPU), so the data plane can afford the
+    shorter window."""
 
     interval_s: Annotated[Seconds, Field(ge=0.0, le=3600.0)] = 0.25
     misses: Annotated[int, Field(ge=1, le=1000)] = 3
-    hold_s: Annotated[Seconds, Field(gt=0.0, le=86400.0)] = 10.0
+    hold_s: Annotated[Seconds, Field(gt=0.0, le=4294.0)] = 10.0
+    dataplane_misses: Annotated[int | None, Field(ge=1, le=1000)] = None
 
 
 class P4RuntimeSection(Section):

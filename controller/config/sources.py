@@ -118,6 +118,9 @@ FLAGS: tuple[Flag, ...] = (
        "A P4 port is down after this many intervals without a probe."),
     _f("--p4-liveness-hold", "p4_liveness_hold_s", "p4runtime.liveness.hold_s",
        "Seconds a P4 port taken down must hear probes without a gap before it is up again."),
+    _f("--p4-dataplane-misses", "p4_dataplane_misses", "p4runtime.liveness.dataplane_misses",
+       "With --fast-failover: a P4 switch's protected hop judges a port dead after this many "
+       "intervals without a frame (default: --p4-liveness-misses)."),
     _f("--election-id", "p4_election_id", "p4runtime.election_id",
        "P4Runtime election_id (the highest connected client is primary)."),
     _f("--openflow-role", "openflow_role", "openflow.role",

@@ -105,14 +105,14 @@ def known_capacities(state: RuntimeState) -> Capacities:
 
 def liveness_timers(settings: RuntimeSettings) -> dict[str, LivenessTimers]:
     """The :class:`~controller.plan.model.LivenessTimers` of every probed failover switch when
-    fast failover and liveness are on: dead after ``misses × interval`` without a probe (the
-    controller's own rule, :mod:`controller.runtime.liveness`), used again ``hold_s`` after
-    probes came back."""
+    fast failover and liveness are on: dead after ``dataplane misses × interval`` without a
+    frame (by default the controller's own ``misses``, :mod:`controller.runtime.liveness`),
+    used again ``hold_s`` after frames came back."""
     if not settings.fast_failover or not settings.liveness_interval_s:
         return {}
-    timers = LivenessTimers(
-        max(1, round(settings.liveness_misses * settings.liveness_interval_s * 1e6)),
-        round(settings.liveness_hold_s * 1e6))
+    misses = settings.liveness_dataplane_misses or settings.liveness_misses
+    timers = LivenessTimers(max(1, round(misses * settings.liveness_interval_s * 1e6)),
+                            round(settings.liveness_hold_s * 1e6))
     return dict.fromkeys(sorted(settings.probed_switches & settings.failover_switches), timers)
 
 

@@ -130,5 +130,6 @@ def controller_options(cfg: ServiceConfig) -> ControllerOptions:
         max_unfinished=of.limits.max_unfinished, confirm_timeout_s=cfg.runtime.confirm_timeout_s,
         p4_liveness_interval_s=p4.liveness.interval_s,
         p4_liveness_misses=p4.liveness.misses, p4_liveness_hold_s=p4.liveness.hold_s,
+        p4_dataplane_misses=p4.liveness.dataplane_misses,
         ready_timeout_s=cfg.runtime.ready_timeout_s,
         security=security_options(cfg), cluster=cluster_options(cfg))

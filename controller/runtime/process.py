@@ -110,6 +110,7 @@ class ControllerOptions:
     p4_liveness_interval_s: float = 0.25
     p4_liveness_misses: int = 3
     p4_liveness_hold_s: float = 10.0
+    p4_dataplane_misses: int | None = None
     security: SecurityOptions | None = None
     cluster: ClusterOptions | None = None
 
@@ -402,6 +403,7 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
         liveness_interval_s=(opts.p4_liveness_interval_s or None)
         if "p4runtime" in southbound.values() else None,
         liveness_misses=opts.p4_liveness_misses, liveness_hold_s=opts.p4_liveness_hold_s,
+        liveness_dataplane_misses=opts.p4_dataplane_misses,
         standing_depth=opts.standing_depth, queued_fraction=opts.queued_fraction)
     pif = PolicyInForce(policy, document, source, 1, digest_of(document), time.time())
     try:

@@ -132,7 +132,9 @@ class RuntimeSettings:
     their failover sets carry :class:`~controller.plan.model.LivenessTimers` of the liveness
     settings, and a hop without an alternative sends back to the hop before, ``bounce``);
     ``liveness_interval_s`` (None: off), ``liveness_misses``, ``liveness_hold_s``: LLDP link
-    liveness of P4Runtime switches (:mod:`controller.runtime.liveness`); ``standing_depth``
+    liveness of P4Runtime switches (:mod:`controller.runtime.liveness`);
+    ``liveness_dataplane_misses``: the probed switches' own window, in intervals (None:
+    ``liveness_misses``); ``standing_depth``
     (the switch's depth unit: packets on BMv2; None: queue depth not used) and
     ``queued_fraction``: the re-balancer counts a link congested at once when at least that
     share of its packets found that depth ahead of them (:mod:`controller.runtime.rebalance`;
@@ -152,6 +154,7 @@ class RuntimeSettings:
     liveness_interval_s: float | None = None
     liveness_misses: int = 3
     liveness_hold_s: float = 10.0
+    liveness_dataplane_misses: int | None = None
     standing_depth: int | None = None
     queued_fraction: float = 0.5
 

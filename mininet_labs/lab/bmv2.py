@@ -77,16 +77,6 @@ def thrift_cli_command(thrift_port: int = 9090) -> tuple[tuple[str, ...], dict[s
     return None
 
 
-def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid`` so far, every thread counted
-    (``/proc/PID/stat`` fields 14 and 15, in clock ticks); None when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 _REGISTER_VALUE = re.compile(r"\[(\d+)\]\s*=\s*(\d+)")
 
 

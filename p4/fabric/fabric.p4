@@ -31,9 +31,10 @@
  *            server does not read registers (UNIMPLEMENTED, p4lang/PI#376): on BMv2 the
  *            controller reads queue depth from queue_depth_hist (a P4Runtime counter); the
  *            register stays for targets that read registers (Thrift register_read, Tofino).
- *   register port_alive_until_us, port_usable_from_us (index: port), remote_dead_until_us
- *            (index: hash of (planned port, IPv4 destination) mod REMOTE_CELLS): the data
- *            plane's port liveness, below.
+ *   register port_alive_until_us, port_usable_from_us, port_probed (index: port),
+ *            switch_heard_us, switch_woke_us (index 0), remote_dead_until_us (index: hash of
+ *            (planned port, IPv4 destination) mod REMOTE_CELLS): the data plane's port
+ *            liveness, below.
  *
  * ECMP hash entropy (policy routing.ecmp.hash_fields / hash_seeds): the controller writes one
  * ecmp_hash entry per switch whose action sets a 32-bit seed and a mask per header field (all
@@ -53,25 +54,35 @@
  * and writes its ports through libpcap/AF_PACKET sockets, has no link-state input and puts
  * nothing in standard_metadata about it, and its P4Runtime server (PI) sends no port status
  * (gNMI is not implemented). A link whose far end stops sending looks exactly like an idle
- * link. So liveness comes from probes: the controller sends an LLDP probe out of every fabric
- * port each liveness interval, and each end of a live link hears its peer that often.
- * The liveness entry (one per switch, matching LLDP) says how to judge a port:
- * set_liveness(timeout_us, hold_us), the controller's own misses x interval and hold time.
- * On every LLDP frame received on a port (µs, ingress timestamp):
+ * link. So liveness comes from what a port hears: the controller sends an LLDP probe out of
+ * every fabric port each liveness interval, so each end of a live link hears its peer at least
+ * that often, and every other frame received proves the link alive too (a busy link does not
+ * depend on the probes' timing, which jitters with the controller's and BMv2's CPU).
+ * The liveness entry (one per switch, every frame: eth_type wildcarded) says how to judge a
+ * port: set_liveness(timeout_us, hold_us), the controller's own misses x interval and hold.
+ * On every frame received on a port (µs, ingress timestamp):
  *   port_alive_until_us[port] = now + timeout_us                 (alive until then)
- *   port_usable_from_us[port] = now + hold_us   when the probe ends a silence longer than
- *                                                timeout_us (not the first probe ever heard)
+ *   port_usable_from_us[port] = now + hold_us   when the frame ends a silence longer than
+ *                                                timeout_us (not the first frame ever heard)
+ *                                                while the switch heard other ports
+ *   port_probed[port] = 1                        on an LLDP probe (a switch is there)
  * A port is live when now <= alive_until and now >= usable_from: dead once silent for more
  * than timeout_us, and after a silence used again only hold_us later (hold-down: a flapping
- * link does not move traffic back and forth; the controller holds the same time).
+ * link does not move traffic back and forth; the controller holds the same time). A silent
+ * switch is not a set of dead links: when the whole switch heard nothing for timeout_us (its
+ * BMv2 starved of CPU; measured on this loaded machine), switch_woke_us records when it heard
+ * again, and a port's silence that this covers puts it in no hold-down.
  * A pinned entry written as pin_egress_protected(port, backup_port):
  *  - sends to backup_port instead of port while port is not live and backup_port is (and the
- *    backup is not where the packet came from); when neither is live (no controller probing,
- *    or this switch starved of CPU: a silent switch is not a set of dead links) the planned
- *    port is kept; failover_used[port] counts the packets moved;
+ *    backup is not where the packet came from); when port is dead (silent, or the next hop
+ *    sent packets back) a backup still in hold-down is taken too, rather than a certain drop;
+ *    when neither is alive (no controller probing, or this switch starved of CPU: a silent
+ *    switch is not a set of dead links) the planned port is kept; failover_used[port] counts
+ *    the packets moved;
  *  - with backup_port 0 (a hop with no other next hop, e.g. a spine towards a leaf): while port
- *    is not live but was heard before, the packet goes back out of the port it came in by, if
- *    that port is live (a switch, not a host), and bounced[port] counts it;
+ *    is dead (silent; a port in hold-down still forwards) but was heard before, the packet
+ *    goes back out of the port it came in by, if that port is alive and has heard a probe (a
+ *    switch, not a host), and bounced[port] counts it;
  *  - a packet that comes back in by the planned port (the next hop sent it back) is a bounce:
  *    its destination is avoided through that port for REMOTE_AVOID_US (remote_dead_until_us,
  *    a cell per hash of planned port and destination) and it goes to the backup, so the last
@@ -300,6 +311,9 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
     direct_counter(CounterType.packets_and_bytes) pinned_hits;
     register<bit<48>>(PORTS) port_alive_until_us;
     register<bit<48>>(PORTS) port_usable_from_us;
+    register<bit<1>>(PORTS) port_probed;
+    register<bit<48>>(1) switch_heard_us;
+    register<bit<48>>(1) switch_woke_us;
     register<bit<48>>(REMOTE_CELLS) remote_dead_until_us;
     action_selector(HashAlgorithm.identity, 32w1024, 32w32) ecmp_selector;
 
@@ -438,14 +452,25 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
         port_rx.count((bit<32>) standard_metadata.ingress_port);
         bit<48> now = standard_metadata.ingress_global_timestamp;
         bit<32> in_port = (bit<32>) standard_metadata.ingress_port;
-        if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
-            if (liveness.apply().hit) {
-                bit<48> until;
-                port_alive_until_us.read(until, in_port);
-                if (until != 0 && now > until) {  /* a silence longer than the timeout ended */
-                    port_usable_from_us.write(in_port, now + meta.liveness_hold_us);
-                }
-                port_alive_until_us.write(in_port, now + meta.liveness_timeout_us);
+        if (liveness.apply().hit) {  /* header comment: data-plane protection */
+            bit<48> until;
+            bit<48> heard_any;
+            bit<48> woke;
+            port_alive_until_us.read(until, in_port);
+            switch_heard_us.read(heard_any, 0);
+            switch_woke_us.read(woke, 0);
+            if (now - heard_any > meta.liveness_timeout_us) {
+                woke = now;  /* the whole switch heard nothing for a timeout: a stall */
+                switch_woke_us.write(0, now);
+            }
+            switch_heard_us.write(0, now);
+            if (until != 0 && now > until && woke < until) {
+                /* a silence longer than the timeout ended, the switch hearing throughout */
+                port_usable_from_us.write(in_port, now + meta.liveness_hold_us);
+            }
+            port_alive_until_us.write(in_port, now + meta.liveness_timeout_us);
+            if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
+                port_probed.write(in_port, 1);
             }
         }
         if (hdr.arp.isValid() && hdr.arp.htype == ARP_HTYPE_ETH
@@ -478,41 +503,47 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
                 bit<48> p_from;
                 port_alive_until_us.read(p_until, (bit<32>) planned);
                 port_usable_from_us.read(p_from, (bit<32>) planned);
-                bool planned_live = now <= p_until && now >= p_from;
+                bool planned_alive = now <= p_until;
+                bool planned_usable = planned_alive && now >= p_from;
                 bit<32> cell;
                 hash(cell, HashAlgorithm.crc32, 32w0, { planned, hdr.ipv4.dst_addr },
                      REMOTE_CELLS);
                 bit<48> r_until;
                 remote_dead_until_us.read(r_until, cell);
+                bool broken = !planned_alive;   /* the planned way is dead, not just held */
                 if (standard_metadata.ingress_port == planned) {
                     /* the next hop sent it back: avoid it for this destination a while */
                     remote_dead_until_us.write(cell, now + REMOTE_AVOID_US);
-                    planned_live = false;
+                    broken = true;
                 } else if (now < r_until) {
-                    planned_live = false;
+                    broken = true;
                 }
-                if (!planned_live) {
-                    if (meta.backup_port == BOUNCE_PORT) {
-                        bit<48> i_until;
-                        bit<48> i_from;
-                        port_alive_until_us.read(i_until, in_port);
-                        port_usable_from_us.read(i_from, in_port);
-                        if (p_until != 0 && standard_metadata.ingress_port != planned
-                                && now <= i_until && now >= i_from) {
-                            bounced.count((bit<32>) planned);
-                            standard_metadata.egress_spec = standard_metadata.ingress_port;
-                            meta.bounce = 1;
-                        }
-                    } else {
-                        bit<48> b_until;
-                        bit<48> b_from;
-                        port_alive_until_us.read(b_until, (bit<32>) meta.backup_port);
-                        port_usable_from_us.read(b_from, (bit<32>) meta.backup_port);
-                        if (now <= b_until && now >= b_from
-                                && meta.backup_port != standard_metadata.ingress_port) {
-                            failover_used.count((bit<32>) planned);
-                            standard_metadata.egress_spec = meta.backup_port;
-                        }
+                if (meta.backup_port == BOUNCE_PORT) {
+                    /* no other way: back to the hop before, only while the port is dead (a
+                       port in hold-down still forwards), and only to a probed, live port */
+                    bit<48> i_until;
+                    bit<1> i_probed;
+                    port_alive_until_us.read(i_until, in_port);
+                    port_probed.read(i_probed, in_port);
+                    if (!planned_alive && p_until != 0
+                            && standard_metadata.ingress_port != planned
+                            && i_probed == 1 && now <= i_until) {
+                        bounced.count((bit<32>) planned);
+                        standard_metadata.egress_spec = standard_metadata.ingress_port;
+                        meta.bounce = 1;
+                    }
+                } else if (broken || !planned_usable) {
+                    /* the backup when it is usable; when the planned way is broken, also a
+                       backup still in hold-down (better than a certain drop) */
+                    bit<48> b_until;
+                    bit<48> b_from;
+                    port_alive_until_us.read(b_until, (bit<32>) meta.backup_port);
+                    port_usable_from_us.read(b_from, (bit<32>) meta.backup_port);
+                    bool b_alive = now <= b_until;
+                    if (meta.backup_port != standard_metadata.ingress_port && b_alive
+                            && (now >= b_from || broken)) {
+                        failover_used.count((bit<32>) planned);
+                        standard_metadata.egress_spec = meta.backup_port;
                     }
                 }
             }

@@ -27,8 +27,8 @@ one table of the program (names in :mod:`.pipeline`):
   specific match wins (a flow with DSCP over one without).
 
 * the :class:`~controller.plan.model.LivenessTimers` the switch's failover sets carry → one
-  ``liveness`` entry (ternary ``eth_type`` = LLDP) → ``set_liveness(timeout_us, hold_us)``:
-  how the switch judges its ports from the controller's LLDP probes. None without failover
+  ``liveness`` entry (every frame: ``eth_type`` wildcarded) → ``set_liveness(timeout_us,
+  hold_us)``: how the switch judges its ports from what they hear. None without failover
   sets that carry timers (the protected entries then keep their planned port).
 
 * the hash the switch's ECMP sets carry (the policy's ``routing.ecmp``, per switch:
@@ -85,7 +85,6 @@ from controller.plan.hashing import ecmp_hashes
 from controller.plan.model import (
     DEFAULT_HASH_FIELDS,
     ETH_TYPE_IPV4,
-    ETH_TYPE_LLDP,
     FabricPlan,
     FlowIntent,
     LivenessTimers,
@@ -299,10 +298,10 @@ def plan_liveness(plan: SwitchPlan) -> LivenessTimers | None:
 
 
 def liveness_entry(switch: str, timers: LivenessTimers) -> TableEntry:
-    """The ``liveness`` entry of ``timers``: LLDP frames → ``set_liveness(timeout_us,
-    hold_us)`` (fabric.p4's header comment)."""
-    return TableEntry(LIVENESS.name, (("eth_type", ternary(ETH_TYPE_LLDP, 16)),),
-                      LIVENESS_PRIORITY, "set_liveness",
+    """The ``liveness`` entry of ``timers``: every frame (``eth_type`` wildcarded) →
+    ``set_liveness(timeout_us, hold_us)`` (fabric.p4's header comment: any frame a port hears
+    proves its link alive; LLDP probes also mark the port as a switch's)."""
+    return TableEntry(LIVENESS.name, (), LIVENESS_PRIORITY, "set_liveness",
                       (("hold_us", timers.hold_us), ("timeout_us", timers.timeout_us)),
                       origin=f"liveness: {timers}")
 

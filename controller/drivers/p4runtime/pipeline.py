@@ -64,8 +64,8 @@ ECMP_HASH = TableSpec("ecmp_hash", (("eth_type", "ternary", 16),), ("set_hash",)
 ECN_THRESHOLD = TableSpec(
     "ecn_threshold", (("egress_port", "exact", 9), ("priority", "exact", 3)), ("mark_ecn",)
 )
-#: How the switch judges its ports from the liveness probes (fabric.p4's header comment): one
-#: entry per switch, matching LLDP, ``set_liveness(timeout_us, hold_us)``.
+#: How the switch judges its ports from what they hear (fabric.p4's header comment): one entry
+#: per switch, every frame (``eth_type`` wildcarded), ``set_liveness(timeout_us, hold_us)``.
 LIVENESS = TableSpec("liveness", (("eth_type", "ternary", 16),), ("set_liveness",))
 TABLES: dict[str, TableSpec] = {
     t.name: t for t in (ARP_RESPONDER, PUNT, DSCP_TO_PRIORITY, PINNED, ROUTES, ECMP_HASH,
@@ -144,12 +144,17 @@ DIRECT_COUNTERS: dict[str, str] = {"pinned_hits": "pinned"}
 #: packet queued there. BMv2's P4Runtime server cannot read registers (UNIMPLEMENTED,
 #: p4lang/PI#376); on BMv2 read ``queue_depth_hist`` (:func:`depth_hist_index`) instead.
 #: The data plane's liveness (fabric.p4's header comment; the controller does not read them):
-#: ``port_alive_until_us[port]`` (last probe + timeout), ``port_usable_from_us[port]`` (when a
-#: port whose probes came back after a silence may be used again) and
+#: ``port_alive_until_us[port]`` (last frame heard + timeout), ``port_usable_from_us[port]``
+#: (when a port heard again after a silence may be used again), ``port_probed[port]`` (an LLDP
+#: probe was heard: a switch is there), ``switch_heard_us[0]`` and ``switch_woke_us[0]`` (the
+#: last frame on any port, the end of the last switch-wide silence) and
 #: ``remote_dead_until_us[cell]`` (a destination avoided by a planned port after a bounce).
 REGISTERS: dict[str, tuple[int, int]] = {"queue_depth_pkts": (PORTS * PRIORITY_QUEUES, 19),
                                          "port_alive_until_us": (PORTS, 48),
                                          "port_usable_from_us": (PORTS, 48),
+                                         "port_probed": (PORTS, 1),
+                                         "switch_heard_us": (1, 48),
+                                         "switch_woke_us": (1, 48),
                                          "remote_dead_until_us": (REMOTE_CELLS, 48)}
 
 
@@ -259,13 +264,14 @@ TOFINO = P4Target(
 )
 TARGETS: dict[str, P4Target] = {t.name: t for t in (BMV2, TOFINO)}
 #: Registers of fabric_tna.p4 (name → (size, bit width)).
-#: The liveness state is kept in three copies (``_p`` read at the planned port, ``_b`` at the
-#: backup, ``_i`` at the ingress port): a Tofino register array is accessed at one index per
-#: packet (tna/fabric_tna.p4's header comment).
+#: The liveness state is kept in copies (``_p`` read at the planned port, ``_b`` at the backup,
+#: ``_i`` at the ingress port, alive-until only): a Tofino register array is accessed at one
+#: index per packet (tna/fabric_tna.p4's header comment).
 TNA_REGISTERS: dict[str, tuple[int, int]] = {
     "queue_depth_cells": (PORTS * PRIORITY_QUEUES, 32),
-    **{f"port_{what}_{copy}": (PORTS, 32) for what in ("alive_until", "usable_from")
-       for copy in "pbi"},
+    **{f"port_alive_until_{copy}": (PORTS, 32) for copy in "pbi"},
+    **{f"port_usable_from_{copy}": (PORTS, 32) for copy in "pb"},
+    "port_probed": (PORTS, 32), "switch_heard": (1, 32), "switch_woke": (1, 32),
     "remote_dead_until": (REMOTE_CELLS, 32)}
 
 

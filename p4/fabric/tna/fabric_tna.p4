@@ -69,15 +69,16 @@
  * tf1.pktgen tables and the PRE), not by the P4Runtime controller; without them the program
  * behaves as fabric.p4 does: the controller's LLDP probes are its only liveness input.
  * The decisions are fabric.p4's (its header comment): set_liveness(timeout_us, hold_us) from
- * the liveness entry; a port is live when now <= alive_until and now >= usable_from;
+ * the liveness entry (every frame a port hears proves its link; a switch-wide silence, a
+ * stall, starts no hold-down); a port is live when now <= alive_until and now >= usable_from;
  * pin_egress_protected(port, backup_port) moves to a live backup, or with backup_port 0 sends
  * a packet back out of its ingress port (bounce), and a protected hop that gets one of its
  * packets back from its planned port avoids that port for the destination REMOTE_AVOID.
  * On Tofino: time is the global timestamp in units of 1024 ns (the µs parameters are used as
  * such units: 2.4 % longer); registers are 32 bits and compared modulo 2**32 (wraps every
  * 73 minutes); a register array is accessed at one index per packet, so the liveness state
- * is kept in three copies (p: read at the planned port, b: at the backup, i: at the ingress
- * port), all written by every probe. Written by hand; bf-p4c was not available to check that
+ * is kept in copies (p: read at the planned port, b: at the backup, i: at the ingress port,
+ * alive_until only), all written by every frame. Written by hand; bf-p4c was not available to check that
  * it fits (README.md).
  *
  * ECN marking follows fabric.p4: an ECT packet (ECN 01 or 10) leaving a queue whose enq_qdepth
@@ -210,7 +211,10 @@ struct ingress_metadata_t {
     bit<32> now;              /* global timestamp, 1024-ns units */
     bit<32> timeout;
     bit<32> hold;
-    bit<32> until;            /* a port's alive_until before this probe */
+    bit<32> until;            /* a port's alive_until before this frame */
+    bit<32> heard_any;        /* the switch's last frame on any port before this one */
+    bit<32> woke;             /* end of the switch's last switch-wide silence */
+    bit<32> in_probed;
     bit<1>  protected;
     PortId_t backup_port;
     PortId_t planned;
@@ -219,7 +223,6 @@ struct ingress_metadata_t {
     bit<1>  backup_alive;
     bit<1>  backup_usable;
     bit<1>  in_alive;
-    bit<1>  in_usable;
     bit<1>  remote_dead;
     bit<1>  bounce;
     bit<12> remote_cell;
@@ -320,7 +323,9 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
     Register<bit<32>, PortId_t>(PORTS, 0) port_alive_until_i;
     Register<bit<32>, PortId_t>(PORTS, 0) port_usable_from_p;
     Register<bit<32>, PortId_t>(PORTS, 0) port_usable_from_b;
-    Register<bit<32>, PortId_t>(PORTS, 0) port_usable_from_i;
+    Register<bit<32>, PortId_t>(PORTS, 0) port_probed;
+    Register<bit<32>, bit<1>>(1, 0) switch_heard;
+    Register<bit<32>, bit<1>>(1, 0) switch_woke;
     Register<bit<32>, bit<12>>(REMOTE_CELLS, 0) remote_dead_until;
     Hash<bit<12>>(HashAlgorithm_t.CRC16) remote_hash;
 
@@ -337,14 +342,31 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
     RegisterAction<bit<32>, PortId_t, bit<32>>(port_alive_until_i) hear_i = {
         void apply(inout bit<32> value) { value = meta.now + meta.timeout; }
     };
+    /* the switch hears a frame: the last one before it */
+    RegisterAction<bit<32>, bit<1>, bit<32>>(switch_heard) hear_any = {
+        void apply(inout bit<32> value, out bit<32> old) {
+            old = value;
+            value = meta.now;
+        }
+    };
+    /* a frame after a switch-wide silence longer than the timeout (a stall) records its end */
+    RegisterAction<bit<32>, bit<1>, bit<32>>(switch_woke) wake = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            if (meta.now - meta.heard_any > meta.timeout) { value = meta.now; }
+            rv = value;
+        }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_probed) mark_probed = {
+        void apply(inout bit<32> value) { value = 1; }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_probed) read_probed = {
+        void apply(inout bit<32> value, out bit<32> rv) { rv = value; }
+    };
     /* after a silence (meta.until != 0 and past): used again only hold later */
     RegisterAction<bit<32>, PortId_t, bit<32>>(port_usable_from_p) hold_p = {
         void apply(inout bit<32> value) { value = meta.now + meta.hold; }
     };
     RegisterAction<bit<32>, PortId_t, bit<32>>(port_usable_from_b) hold_b = {
-        void apply(inout bit<32> value) { value = meta.now + meta.hold; }
-    };
-    RegisterAction<bit<32>, PortId_t, bit<32>>(port_usable_from_i) hold_i = {
         void apply(inout bit<32> value) { value = meta.now + meta.hold; }
     };
     /* a port-down event: heard before, dead now */
@@ -384,12 +406,6 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
         }
     };
     RegisterAction<bit<32>, PortId_t, bit<1>>(port_usable_from_b) usable_b = {
-        void apply(inout bit<32> value, out bit<1> rv) {
-            rv = 0;
-            if (value == 0 || meta.now - value < HALF) { rv = 1; }
-        }
-    };
-    RegisterAction<bit<32>, PortId_t, bit<1>>(port_usable_from_i) usable_i = {
         void apply(inout bit<32> value, out bit<1> rv) {
             rv = 0;
             if (value == 0 || meta.now - value < HALF) { rv = 1; }
@@ -586,17 +602,21 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
             hdr.packet_out.setInvalid();
         } else {
             port_rx.count(ig_intr_md.ingress_port);
-            if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
-                if (liveness.apply().hit) {
-                    meta.until = hear_p.execute(ig_intr_md.ingress_port);
-                    hear_b.execute(ig_intr_md.ingress_port);
-                    hear_i.execute(ig_intr_md.ingress_port);
-                    if (meta.until != 0 && meta.now - meta.until < HALF
-                            && meta.now != meta.until) {
-                        hold_p.execute(ig_intr_md.ingress_port);
-                        hold_b.execute(ig_intr_md.ingress_port);
-                        hold_i.execute(ig_intr_md.ingress_port);
-                    }
+            if (liveness.apply().hit) {   /* every frame a port hears proves its link */
+                meta.heard_any = hear_any.execute(0);
+                meta.woke = wake.execute(0);
+                meta.until = hear_p.execute(ig_intr_md.ingress_port);
+                hear_b.execute(ig_intr_md.ingress_port);
+                hear_i.execute(ig_intr_md.ingress_port);
+                /* a silence longer than the timeout ended, the switch hearing throughout
+                   (woke before the port's deadline) */
+                if (meta.until != 0 && meta.now - meta.until < HALF && meta.now != meta.until
+                        && meta.until - meta.woke < HALF && meta.until != meta.woke) {
+                    hold_p.execute(ig_intr_md.ingress_port);
+                    hold_b.execute(ig_intr_md.ingress_port);
+                }
+                if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
+                    mark_probed.execute(ig_intr_md.ingress_port);
                 }
             }
             bool answered = false;
@@ -634,25 +654,31 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
                         } else {
                             meta.remote_dead = remote_check.execute(meta.remote_cell);
                         }
-                        if (meta.planned_alive == 0 || meta.planned_usable == 0
-                                || meta.remote_dead == 1) {
-                            if (meta.backup_port == 0) {
+                        if (meta.backup_port == 0) {
+                            /* back to the hop before only while the port is dead (a port in
+                               hold-down still forwards), to a probed, live port */
+                            if (meta.planned_alive == 0) {
                                 meta.in_alive = alive_i.execute(ig_intr_md.ingress_port);
-                                meta.in_usable = usable_i.execute(ig_intr_md.ingress_port);
-                                if (meta.in_alive == 1 && meta.in_usable == 1
+                                meta.in_probed = read_probed.execute(ig_intr_md.ingress_port);
+                                if (meta.in_alive == 1 && meta.in_probed == 1
                                         && ig_intr_md.ingress_port != meta.planned) {
                                     bounced.count(meta.planned);
                                     ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
                                     meta.bounce = 1;
                                 }
-                            } else {
-                                meta.backup_alive = alive_b.execute(meta.backup_port);
-                                meta.backup_usable = usable_b.execute(meta.backup_port);
-                                if (meta.backup_alive == 1 && meta.backup_usable == 1
-                                        && meta.backup_port != ig_intr_md.ingress_port) {
-                                    failover_used.count(meta.planned);
-                                    ig_tm_md.ucast_egress_port = meta.backup_port;
-                                }
+                            }
+                        } else if (meta.planned_alive == 0 || meta.planned_usable == 0
+                                || meta.remote_dead == 1) {
+                            /* the backup when usable; when the planned way is broken (dead,
+                               or sent back), also a backup still in hold-down */
+                            meta.backup_alive = alive_b.execute(meta.backup_port);
+                            meta.backup_usable = usable_b.execute(meta.backup_port);
+                            if (meta.backup_alive == 1
+                                    && meta.backup_port != ig_intr_md.ingress_port
+                                    && (meta.backup_usable == 1 || meta.planned_alive == 0
+                                        || meta.remote_dead == 1)) {
+                                failover_used.count(meta.planned);
+                                ig_tm_md.ucast_egress_port = meta.backup_port;
                             }
                         }
                     }
