@@ -298,6 +298,22 @@ class ClusterSection(Section):
         return self
 
 
+class InaSection(Section):
+    """``ina``: the controller's in-network aggregation switch (a switch running
+    p4/aggregation, attached to the fabric where the topology's host ``host`` is: that host's
+    address is the service address workers send to). The controller sets jobs up on it over
+    P4Runtime (``address``, ``device_id``; its role ``aifabric.ina``) when the northbound
+    ``CreateInaJob`` asks; ``port`` is the switch's port facing the fabric, ``pool_size`` the
+    default slots per job. No ``address``: no aggregation switch (CreateInaJob is refused)."""
+
+    address: str | None = None
+    device_id: Annotated[int, Field(ge=0, le=2**64 - 1)] = 1
+    host: str | None = None
+    port: Annotated[int, Field(ge=0, le=510)] = 1
+    pool_size: Annotated[int, Field(ge=1, le=4096)] = 64
+    election_id: Annotated[int, Field(ge=1, le=2**128 - 1)] = 10
+
+
 class RuntimeSection(Section):
     """``runtime``: fast failover (pinned entries protected by a failover next hop where the
     switch has another towards the destination), how long a write waits for a switch's
@@ -327,6 +343,7 @@ class ServiceConfig(Section):
     rebalance: RebalanceSection = RebalanceSection()
     cluster: ClusterSection = ClusterSection()
     runtime: RuntimeSection = RuntimeSection()
+    ina: InaSection = InaSection()
 
 
 def leaf_keys(model: type[BaseModel] = ServiceConfig, prefix: tuple[str, ...] = ()

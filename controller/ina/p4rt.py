@@ -45,6 +45,11 @@ from controller.ina.program import (
 from controller.ina.wire import reset_frame
 
 LOG = logging.getLogger("aifabric.ina")
+#: The P4Runtime role the controller sets aggregation jobs up under (P4Runtime spec v1.3 §5;
+#: its routing role on the fabric switches is ``aifabric.routing``). PI's server (BMv2) sends
+#: and accepts the name but arbitrates every role as one; a server with role support (Stratum)
+#: keeps the two writers apart.
+INA_ROLE = "aifabric.ina"
 _E = TypeVar("_E")
 
 
@@ -90,13 +95,17 @@ class InaSwitch:
         P4Runtime device id (simple_switch_grpc ``--device-id``).
     election_id : int
         Our election id (P4Runtime spec v1.3 §5: only the primary may write).
+    role_name : str
+        Our P4Runtime role (§5; "" = the default role). The controller sets jobs up under
+        :data:`INA_ROLE`, apart from its routing role on the fabric switches.
     """
 
     def __init__(self, name: str, address: str, device_id: int, *, election_id: int = 10,
-                 p4info: Path = P4INFO_TXT, p4blob: Path = BMV2_JSON) -> None:
+                 p4info: Path = P4INFO_TXT, p4blob: Path = BMV2_JSON,
+                 role_name: str = "") -> None:
         self.name = name
         opts = fy.SwitchOptions(p4info=p4info, p4blob=p4blob, device_id=device_id,
-                                initial_election_id=election_id)
+                                initial_election_id=election_id, role_name=role_name)
         self._sw = fy.Switch(name, address, opts)
 
     async def __aenter__(self) -> InaSwitch:

@@ -47,6 +47,8 @@ from controller.northbound.convert import (
     confirmation_to_proto,
     event_to_proto,
     flow_to_proto,
+    ina_grant_to_proto,
+    ina_request_from_proto,
     registration_to_proto,
     request_from_proto,
     status_to_proto,
@@ -162,6 +164,15 @@ class _Handlers:
         source = req.source_name or "<northbound>"
         res = await self.service.apply_policy(req.document, source, req.dry_run)
         return apply_result_to_proto(res, self.limits)
+
+    async def create_ina_job(self, req: pb.CreateInaJobRequest) -> Message:
+        return ina_grant_to_proto(await self.service.create_ina_job(ina_request_from_proto(req)))
+
+    async def delete_ina_job(self, req: pb.DeleteInaJobRequest) -> Message:
+        if not req.name:
+            raise FieldError("name", "must not be empty")
+        await self.service.delete_ina_job(req.name)
+        return pb.DeleteInaJobResponse()
 
     # -- the event stream ------------------------------------------------------------------------
     async def watch_events(self, data: bytes, context: grpc.aio.ServicerContext) -> None:
@@ -305,6 +316,10 @@ async def start_northbound(service: NorthboundService, host: str, port: int, *,
         "GetStatus": unary("GetStatus", pb.GetStatusRequest, pb.GetStatusResponse, h.status),
         "ApplyPolicy": unary("ApplyPolicy", pb.ApplyPolicyRequest, pb.ApplyPolicyResponse,
                              h.apply_policy),
+        "CreateInaJob": unary("CreateInaJob", pb.CreateInaJobRequest, pb.CreateInaJobResponse,
+                              h.create_ina_job),
+        "DeleteInaJob": unary("DeleteInaJob", pb.DeleteInaJobRequest, pb.DeleteInaJobResponse,
+                              h.delete_ina_job),
         "WatchEvents": grpc.unary_stream_rpc_method_handler(
             h.watch_events, request_deserializer=None,
             response_serializer=pb.Event.SerializeToString),

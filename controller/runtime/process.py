@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from controller.runtime.channels import Channels, SecurityOptions
     from controller.runtime.cluster import ClusterOptions
     from controller.runtime.controller import Controller, Mastership
+    from controller.runtime.ina import InaOptions
     from controller.runtime.service import FabricService
     from controller.runtime.state import RuntimeState
     from controller.te.reroute import Hysteresis
@@ -111,6 +112,7 @@ class ControllerOptions:
     p4_liveness_misses: int = 3
     p4_liveness_hold_s: float = 10.0
     p4_dataplane_misses: int | None = None
+    ina: InaOptions | None = None
     security: SecurityOptions | None = None
     cluster: ClusterOptions | None = None
 
@@ -505,8 +507,19 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
 
     if cluster is not None:
         cluster.attach(ctl)
+    ina = None
+    if opts.ina is not None:
+        from controller.runtime.ina import InaManager
+
+        try:
+            ina = InaManager(fabric, opts.ina)
+        except ValueError as exc:
+            if of_handle is not None:
+                of_handle.stop()
+            raise _Invalid(str(exc)) from None
     service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
-                            policy_targets=policy_targets(southbound, opts), cluster=cluster)
+                            policy_targets=policy_targets(southbound, opts), cluster=cluster,
+                            ina=ina)
     service.checker.warm()   # the fork server starts now, not at the first ApplyPolicy
     qos = None
     if opts.apply_qos:
@@ -524,6 +537,10 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         print(line, flush=True)
     for line in adaptive_lines(state, opts):
         print(line, flush=True)
+    if ina is not None:
+        print(f"in-network aggregation: switch {ina.name} at {ina.options.address} (device id "
+              f"{ina.options.device_id}, port {ina.options.port}), service address "
+              f"{ina.service_ipv4}; jobs through the northbound (CreateInaJob)", flush=True)
     if qos is not None:
         print(qos.summary(), flush=True)
     for line in channels.lines():
@@ -592,6 +609,8 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
             await cluster.stop()
         await edges.stop()
         service.checker.close()
+        if ina is not None:
+            await ina.close()
         await ctl.stop()
         qos_stop.set()
         if qos is not None:

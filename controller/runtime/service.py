@@ -43,6 +43,8 @@ from controller.northbound.model import (
     Confirmation,
     FieldError,
     FlowInfo,
+    InaJobGrant,
+    InaJobRequest,
     NotConfirmed,
     NotFound,
     PolicyApplyResult,
@@ -56,6 +58,7 @@ from controller.policy.model import Collective, Policy
 from controller.runtime import core
 from controller.runtime.cluster import ClusterRuntime, EtcdIntent
 from controller.runtime.controller import Controller
+from controller.runtime.ina import InaManager
 from controller.runtime.intent import plan_tables
 from controller.runtime.intentstore import (
     InForce,
@@ -129,6 +132,9 @@ class FabricService:
         documents from etcd are checked by the same checker (off the loop).
     document_limits : DocumentLimits
         Bounds of a policy document (ApplyPolicy, SIGHUP); its checker is started here.
+    ina : InaManager, optional
+        The controller's aggregation switch (:mod:`controller.runtime.ina`); None: the
+        northbound's CreateInaJob and DeleteInaJob are refused (FAILED_PRECONDITION).
     """
 
     def __init__(self, controller: Controller, *, sample_interval_s: float = 0.0,
@@ -139,8 +145,10 @@ class FabricService:
                  mono: Callable[[], float] = time.monotonic,
                  cluster: ClusterRuntime | None = None,
                  confirm_timeout_s: float = 10.0,
-                 document_limits: DocumentLimits = DEFAULT_DOCUMENT_LIMITS) -> None:
+                 document_limits: DocumentLimits = DEFAULT_DOCUMENT_LIMITS,
+                 ina: InaManager | None = None) -> None:
         self.controller = controller
+        self.ina = ina
         self.cluster = cluster
         self.store: IntentStore = (EtcdIntent(cluster) if cluster is not None
                                    else MemoryIntent(controller, confirm_timeout_s))
@@ -484,6 +492,19 @@ class FabricService:
             "tables": tables,
             "cluster": self.cluster.view() if self.cluster is not None else None,
         }
+
+    async def create_ina_job(self, req: InaJobRequest) -> InaJobGrant:
+        """:meth:`controller.runtime.ina.InaManager.create` (the protocol's contract)."""
+        if self.ina is None:
+            raise Unavailable("this controller has no in-network aggregation switch (start it "
+                              "with --ina-switch ADDRESS --ina-host HOST)")
+        return await self.ina.create(req)
+
+    async def delete_ina_job(self, name: str) -> None:
+        """:meth:`controller.runtime.ina.InaManager.delete`."""
+        if self.ina is None:
+            raise Unavailable("this controller has no in-network aggregation switch")
+        await self.ina.delete(name)
 
     def subscribe(self, kinds: frozenset[str] | None) -> Subscription:
         bus = self.controller.events
