@@ -33,10 +33,10 @@ from controller.northbound.model import (
     PolicyApplyResult,
     Registration,
 )
-from controller.northbound.threaded import NorthboundThread
 from controller.northbound.v1 import aifabric_pb2 as pb
 from controller.northbound.v1 import aifabric_pb2_grpc as pb_grpc
 from controller.telemetry import EventBus, Subscription
+from controller.testing.northbound_thread import NorthboundThread
 
 
 class NoWorkService:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from controller.model import build_leaf_spine
 from controller.telemetry import PortCounters, Telemetry
@@ -44,7 +45,7 @@ def main() -> None:
     # what the metrics collector reads: a runtime (no switch connected, no driver)
     policy = Policy.model_validate({"version": 1, "routing": {"mode": "ecmp"}})
     state = initial_state(fab, PolicyInForce(policy), RuntimeSettings())
-    reg = registry_for(Controller(state, {}, telemetry=tel), 1.0)
+    reg = registry_for(Controller(state, {}, telemetry=tel, executor=ThreadPoolExecutor(1)), 1.0)
     for r in range(args.rounds):
         t = float(r)
         samples = {sw: [PortCounters(p, r * 10**9 + p, r * 10**9 + 2 * p, r * 10**6, r * 10**6)

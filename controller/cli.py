@@ -6,9 +6,7 @@ Exit codes: 0 success, 1 a run failed (e.g. a lab result was incorrect), 2 inval
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from controller.cli_client import CONTROLLER_OPT as _CONTROLLER_OPT
+from controller.cli_client import client as _client
+from controller.cli_client import client_options as _client_options
+from controller.cli_client import rpc as _rpc
+from controller.cli_client import wide_console as _make_console
 from controller.cli_config import resolve_or_exit, service_options
 from controller.cli_types import FiniteFloatRange
 from controller.errors import ConfigError, PlanInvariantError
@@ -25,63 +28,6 @@ EXIT_FAILED = 1
 EXIT_INVALID = 2
 err_console = Console(stderr=True, highlight=False)
 console = Console(highlight=False)
-
-
-def _make_console() -> Console:
-    """Rich assumes 80 columns when stdout is not a terminal: keep tables whole in logs and pipes
-    (160 columns) unless COLUMNS says otherwise."""
-    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(highlight=False, width=160 if wide else None)
-
-
-_CONTROLLER_OPT = click.option(
-    "--controller", "-c", "target", default="127.0.0.1:50051", show_default=True,
-    envvar="AIFABRIC_CONTROLLER", help="The controller's --grpc-listen address HOST:PORT.")
-
-
-def _client_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The TLS and token options of every command that talks to a running controller."""
-    opts = [
-        click.option("--ca", type=click.Path(dir_okay=False), envvar="AIFABRIC_CA",
-                     help="CA certificate that signed the controller's (TLS). Env AIFABRIC_CA."),
-        click.option("--cert", type=click.Path(dir_okay=False), envvar="AIFABRIC_CERT",
-                     help="Client certificate, when the controller requires mutual TLS. Env "
-                          "AIFABRIC_CERT."),
-        click.option("--key", type=click.Path(dir_okay=False), envvar="AIFABRIC_KEY",
-                     help="The client certificate's key. Env AIFABRIC_KEY."),
-        click.option("--token", envvar="AIFABRIC_TOKEN",
-                     help="Bearer token (read-only: status, paths, top; operator: also policy "
-                          "apply). Env AIFABRIC_TOKEN."),
-        click.option("--insecure", is_flag=True,
-                     help="Talk plain text (a controller started with --insecure)."),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
-
-
-def _client(target: str, sec: dict[str, Any], timeout_s: float = 10.0) -> Any:
-    """A :class:`~controller.northbound.client.FabricClient` from the client options; exits 2
-    naming the problem (no TLS without --insecure, an unreadable file)."""
-    from controller.northbound.client import FabricClient
-    from controller.security.transport import InsecureChannelRefused, TLSFiles
-
-    ca, cert, key = sec.get("ca"), sec.get("cert"), sec.get("key")
-    tls = None
-    try:
-        if ca or cert or key:
-            tls = TLSFiles(Path(cert) if cert else None, Path(key) if key else None,
-                           Path(ca) if ca else None)
-            tls.read()
-        return FabricClient(target, timeout_s=timeout_s, tls=tls, token=sec.get("token"),
-                            insecure=bool(sec.get("insecure")))
-    except InsecureChannelRefused:
-        err_console.print(f"{target}: no TLS: give the controller's CA with --ca (or "
-                          "AIFABRIC_CA), or --insecure for a controller that runs in plain "
-                          "text", markup=False)
-    except (ValueError, OSError) as exc:
-        err_console.print(f"TLS files: {exc}", markup=False)
-    sys.exit(EXIT_INVALID)
 
 
 def _report(exc: ConfigError) -> None:
@@ -321,19 +267,6 @@ def controller_cmd(ctx: click.Context, config_file: str | None, **values: Any) -
 
 
 # -- telemetry and the northbound API (a running controller) ----------------------------------
-
-
-def _rpc(call: Callable[[], Any]) -> Any:
-    """Run ``call()``; a failed northbound call exits 1 (no controller, or it failed) or 2 (a
-    bad request: INVALID_ARGUMENT, NOT_FOUND) with its text."""
-    from controller.northbound.client import NorthboundError
-
-    try:
-        return call()
-    except NorthboundError as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(EXIT_INVALID if exc.code_name in ("INVALID_ARGUMENT", "NOT_FOUND")
-                 else EXIT_FAILED)
 
 
 def _rate(bps: float) -> str:
@@ -607,6 +540,7 @@ def te_simulate(scenario: str, out_dir: str | None) -> None:
 
 def _register_plugins() -> None:
     """Command groups that live in their own modules (imported lazily by click on use)."""
+    from controller.cli_audit import audit, drift
     from controller.cli_certs import certs
     from controller.cli_config import config
     from controller.cli_doctor import doctor
@@ -619,6 +553,8 @@ def _register_plugins() -> None:
     main.add_command(certs)
     main.add_command(config)
     main.add_command(doctor)
+    main.add_command(audit)
+    main.add_command(drift)
     policy.add_command(policy_apply)
     main.add_command(policy)
 

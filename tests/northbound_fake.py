@@ -13,14 +13,23 @@ from typing import Any
 
 from controller.errors import ConfigError
 from controller.northbound.model import (
+    UNKNOWN_CALLER,
+    AuditPage,
+    AuditRecord,
+    AuditSubject,
+    AuditSwitch,
+    Caller,
     CollectiveRequest,
     Confirmation,
+    DriftEntry,
+    DriftReport,
     FieldError,
     FlowInfo,
     NotFound,
     PolicyApplyResult,
     Registration,
     SwitchDiff,
+    SwitchDrift,
 )
 from controller.policy.load import policy_from_document
 from controller.te.collectives import FlowDemand
@@ -50,8 +59,23 @@ class FakeService:
                        "source": "policies/start.yaml", "applied_unix_s": 1_700_000_000.0}
         self.started = 0  # register calls that entered the service
         self.finished = 0  # ... and completed
+        self.callers: list[tuple[str, Caller]] = []  # (method, who asked) of every change
+        self.audit_reads: list[int] = []  # the after_sequence of every ListAudit
+        self.records: list[AuditRecord] = [
+            AuditRecord(i + 1, 1_700_000_000.0 + i, "register", "in-force",
+                        (AuditSubject(f"job.c{i}", Caller("grpc", "alice", "operator")),),
+                        switches=(AuditSwitch("leaf1", flows_added=2),))
+            for i in range(7)]
+        self.drift_report = DriftReport(
+            (SwitchDrift("leaf1", True, entries_read=3, entries_intended=4, foreign_entries=1,
+                         entries=tuple(DriftEntry("missing", f"table 0 priority 500 e{i}")
+                                       for i in range(3))),
+             SwitchDrift("leaf2", False, error="not connected to this controller")),
+            intent_generation=5, plan_generation=6, checked_unix_s=1_700_000_100.0)
 
-    async def register(self, req: CollectiveRequest) -> Registration:
+    async def register(self, req: CollectiveRequest,
+                       caller: Caller = UNKNOWN_CALLER) -> Registration:
+        self.callers.append(("register", caller))
         self.started += 1
         if self.gate is not None:
             await self.gate.wait()
@@ -71,7 +95,9 @@ class FakeService:
         self.finished += 1
         return reg
 
-    async def unregister(self, name: str) -> tuple[Confirmation, int]:
+    async def unregister(self, name: str,
+                         caller: Caller = UNKNOWN_CALLER) -> tuple[Confirmation, int]:
+        self.callers.append(("unregister", caller))
         if name not in self.registered:
             raise NotFound(f"no registered collective {name[:64]!r}")
         del self.registered[name]
@@ -100,8 +126,9 @@ class FakeService:
             "alerts": [], "traffic": {("h1", "h2"): 1234}, "policy": dict(self.policy),
         }
 
-    async def apply_policy(self, document: str, source_name: str,
-                           dry_run: bool) -> PolicyApplyResult:
+    async def apply_policy(self, document: str, source_name: str, dry_run: bool,
+                           caller: Caller = UNKNOWN_CALLER) -> PolicyApplyResult:
+        self.callers.append(("apply_policy", caller))
         gen, digest = self.policy["generation"], self.policy["digest"]
         try:
             policy_from_document(parse_document(document, source_name))
@@ -120,6 +147,18 @@ class FakeService:
                          policy_generation=gen + 1, policy_digest=new)
         return PolicyApplyResult(True, False, (), self.diff, gen + 1, new,
                                  confirmation=Confirmation(True, time.time(), 2.0, ("leaf1",)))
+
+    async def audit(self, after: int, limit: int) -> AuditPage:
+        self.audit_reads.append(after)
+        got = tuple(r for r in self.records if r.sequence > after)[:limit]
+        return AuditPage(got, self.records[0].sequence if self.records else 0,
+                         self.records[-1].sequence if self.records else 0)
+
+    async def drift(self, switches: tuple[str, ...]) -> DriftReport:
+        unknown = [n for n in switches if n not in ("leaf1", "leaf2")]
+        if unknown:
+            raise NotFound(f"no switch {unknown[0]!r}")
+        return self.drift_report
 
     def subscribe(self, kinds: frozenset[str] | None) -> Subscription:
         try:

@@ -28,6 +28,7 @@ from controller.drivers.ovs.bridges import BridgeInfo, parse_bridges
 from controller.model.topology import load_topology
 from controller.runtime.doctor import (
     TIME_ERROR,
+    check_audit,
     check_bridges,
     check_certificates,
     check_clock,
@@ -78,7 +79,9 @@ def test_a_good_standalone_config_passes(pki, tmp_path):
     f = tmp_path / "aifabric.yaml"
     f.write_text(f"topology: {MAIN_TOPOLOGY}\npolicy: {PINNED_POLICY}\n"
                  f"tls: {{certs_dir: {pki}}}\n")
-    lines = run_checks(str(f), lambda: _cfg(tls={"certs_dir": str(pki)}), clock_state=lambda: 0,
+    lines = run_checks(str(f), lambda: _cfg(tls={"certs_dir": str(pki)},
+                                            audit={"file": str(tmp_path / "a" / "audit.jsonl")}),
+                       clock_state=lambda: 0,
                        bridges=lambda: None)  # this machine's bridges are other tests'
     assert {c.status for c in lines} <= {"PASS", "SKIP"}, [str(c) for c in lines]
     assert [c.name for c in lines][:3] == ["config", "certificates", "etcd"]
@@ -179,6 +182,23 @@ def test_etcd_unreachable_fails():
 def test_etcd_unhealthy_fails(fake_etcd):
     lines, _ = check_etcd(_cluster(fake_etcd(healthy=False)))
     assert [c.status for c in lines] == ["FAIL"] and "NOT healthy" in lines[0].detail
+
+
+def test_audit_file_appendable_missing_or_not_a_file(tmp_path):
+    ok = check_audit(_cfg(audit={"file": str(tmp_path / "new" / "audit.jsonl")}))
+    assert [c.status for c in ok] == ["PASS"] and "will be created" in ok[0].detail
+    (tmp_path / "audit.jsonl").write_text("")
+    assert [c.status for c in check_audit(_cfg(audit={"file": str(tmp_path / "audit.jsonl")}))] \
+        == ["PASS"]
+    bad = check_audit(_cfg(audit={"file": str(tmp_path)}))
+    assert [c.status for c in bad] == ["FAIL"] and "not a regular file" in bad[0].detail
+    under_a_file = check_audit(_cfg(audit={"file": str(tmp_path / "audit.jsonl" / "x")}))
+    assert [c.status for c in under_a_file] == ["FAIL"]
+    assert "cannot be created" in under_a_file[0].detail
+    unset = check_audit(_cfg())
+    assert [c.status for c in unset] == ["WARN"] and "lost at a restart" in unset[0].detail
+    assert [c.status for c in check_audit(_cfg(cluster={"url": "etcd://127.0.0.1:2379",
+                                                        "replica": "r1"}))] == ["SKIP"]
 
 
 def test_etcd_skipped_when_standalone():

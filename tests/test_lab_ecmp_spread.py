@@ -121,7 +121,7 @@ def test_shipped_experiment_and_located_errors(write):
     assert v["default"].runs == (("mesh", 1), ("mesh", 2), ("pair", "udp"), ("pair", "tcp"))
     assert "1920 mesh flows" in lab.describe(exp)
     text = SHIPPED.read_text().replace("../topologies/", f"{FATTREE_K4.parent}/").replace(
-        "../../policies/", f"{POLICY.parent}/")
+        "../policies/", f"{POLICY.parent}/")
     for old, new, msg in (
             ("src: h1,", "src: h99,", "pair.src: 'h99' is not a host of fattree-k4"),
             ("protocols: [OpenFlow13, OpenFlow15]", "protocols: [OpenFlow13]",
@@ -144,7 +144,7 @@ def test_ecmp_spreads_by_default_on_every_tier(tmp_path):
     exp = tmp_path / "spread.yaml"
     exp.write_text(SHIPPED.read_text()
                    .replace("../topologies/", f"{FATTREE_K4.parent}/")
-                   .replace("../../policies/", f"{POLICY.parent}/")
+                   .replace("../policies/", f"{POLICY.parent}/")
                    .replace("variants: [default, seeds-off, switch-default]",
                             "variants: [default, seeds-off]")
                    .replace("seeds: [1, 2]", "seeds: [1]")

@@ -197,6 +197,9 @@ def test_watch_events_streams_failures_and_registrations(ctl):
     ctl.rig.fail_link(a, b)
     assert done.wait(5)
     call.cancel()
+    audit = [e for e in got if e.kind == "audit"]
+    assert audit and audit[0].audit_sequence >= 1 and "register j.pair" in audit[0].message
+    got = [e for e in got if e.kind != "audit"]
     kinds = [e.kind for e in got]
     assert kinds[0] == "registered" and got[0].collective == "j.pair"
     assert "link-down" in kinds and "alert-raised" in kinds

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from controller.cli import main as cli
 from controller.northbound.client import FabricClient
-from controller.northbound.threaded import NorthboundThread
+from controller.testing.northbound_thread import NorthboundThread
 from tests.conftest import PINNED_POLICY
 from tests.northbound_fake import FakeService
 

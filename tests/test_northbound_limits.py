@@ -24,10 +24,10 @@ from controller.northbound.client import FabricClient, NorthboundError
 from controller.northbound.limits import DEFAULT_LIMITS, NorthboundLimits
 from controller.northbound.model import Busy, Unavailable
 from controller.northbound.server import INTERNAL_DETAILS, MAX_DETAILS_CHARS
-from controller.northbound.threaded import NorthboundThread
 from controller.northbound.v1 import aifabric_pb2 as pb
 from controller.northbound.v1 import aifabric_pb2_grpc as pb_grpc
 from controller.telemetry import EventBus
+from controller.testing.northbound_thread import NorthboundThread
 from tests.northbound_fake import FakeService
 
 TOO_SLOW = re.compile(r"too slow: (\d+) events not read")

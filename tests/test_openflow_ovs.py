@@ -255,6 +255,94 @@ def test_a_refused_change_rolls_back_every_switch(tmp_path, policy_file):
             c.stop()
 
 
+def _cli(*args: str):
+    """``aifabric ARGS --insecure`` in this process (the northbound client)."""
+    from click.testing import CliRunner
+
+    from controller.cli import main
+
+    return CliRunner().invoke(main, [*args, "--insecure"])
+
+
+def _audit(target: str) -> list[dict]:
+    import json
+
+    r = _cli("audit", "-c", target, "--after", "0", "--json")
+    assert r.exit_code == 0, r.output
+    return [json.loads(x) for x in r.output.splitlines() if x.startswith("{")]
+
+
+def test_drift_finds_an_entry_deleted_by_hand_and_the_audit_file_outlives_a_restart(
+        tmp_path, policy_file):
+    """An entry of ours deleted with ovs-ofctl (our cookie, --strict) is drift — missing —
+    until something changes it; the check sends nothing and repairs nothing. The audit trail
+    (--audit-file) keeps the SIGHUP policy and the roles, and a restarted controller goes on
+    numbering after them."""
+    audit = tmp_path / "state" / "audit.jsonl"
+    with bridges({"leaf1": (3, "OpenFlow13,OpenFlow15")}) as br:
+        b = br["leaf1"]
+        port, nb = free_port(), free_port()
+        target = f"127.0.0.1:{nb}"
+        _point(b, port)
+        extra = ("--grpc-listen", target, "--audit-file", str(audit))
+        c = Controller(tmp_path, policy_file, port, *extra, name="a")
+        try:
+            c.wait(rf"\[leaf1 dpid=0x3\] reconciled: read 0 entries of ours, sent \+{LEAF_PINNED}")
+            assert f"audit trail: file {audit}" in c.text()
+            r = _cli("drift", "-c", target, "--switch", "leaf1")
+            assert r.exit_code == 0 and "0 of 1 switch(es) drifted" in r.output, r.output
+            line = next(ln for ln in _ours(b) if "priority=500" in ln)
+            m = re.search(r"table=(\d+), .*?(priority=500,\S+) actions=", line)
+            assert m is not None, line
+            _sh("ovs-ofctl", "-O", "OpenFlow13", "--strict", "del-flows", b,
+                f"cookie=0xa1fab000000001/-1,table={m.group(1)},{m.group(2)}")
+            assert len(_ours(b)) == LEAF_PINNED - 1
+            sent = c.sent("leaf1", "flow-mod")
+            r = _cli("drift", "-c", target, "--switch", "leaf1")
+            assert r.exit_code == 3, r.output
+            gone = [ln for ln in r.output.splitlines() if ln.startswith("leaf1: - missing ")]
+            assert len(gone) == 1, r.output
+            src = re.search(r"nw_src=([\d.]+)", m.group(2))
+            dst = re.search(r"nw_dst=([\d.]+)", m.group(2))
+            assert src and dst and f"ipv4_src={src.group(1)},ipv4_dst={dst.group(1)}" in gone[0]
+            assert "1 of 1 switch(es) drifted" in r.output
+            # the check sent nothing and the controller believes what it did: no repair
+            time.sleep(0.5)
+            assert c.sent("leaf1", "flow-mod") == sent and len(_ours(b)) == LEAF_PINNED - 1
+            r = _cli("drift", "-c", target)   # every switch: the 5 others have no bridge
+            assert r.exit_code == 3 and "1 of 6 switch(es) drifted; 5 could not be read" in \
+                r.output, r.output
+            policy_file.write_text(ECMP_POLICY.read_text())
+            os.killpg(c.proc.pid, signal.SIGHUP)
+            c.wait(r"policy generation 2 applied")
+            kept = _audit(target)
+            assert c.stop() == 0
+        finally:
+            c.stop(signal.SIGKILL)
+        kinds = [(d["kind"], d["outcome"]) for d in kept]
+        # the switches without a bridge never confirm the new policy: pending on them
+        assert kinds[0] == ("role", "in-force") and ("policy", "pending") in kinds
+        pol = next(d for d in kept if d["kind"] == "policy")
+        assert pol["subjects"][0]["caller"] == {"via": "signal", "peer": "SIGHUP"}
+        assert pol["subjects"][0]["name"] == str(policy_file)
+        leaf1 = next(d for d in pol["switches"] if d["switch"] == "leaf1")
+        assert int(leaf1["flows_deleted"]) == LEAF_PINNED - LEAF_ECMP
+        assert "not confirmed yet by" in pol["detail"] and "leaf1" not in pol["detail"]
+        assert len(audit.read_text().splitlines()) == len(kept)
+        c = Controller(tmp_path, policy_file, port, *extra, name="b")   # the restart
+        try:
+            c.wait(r"\[leaf1 dpid=0x3\] reconciled: read")
+            deadline = time.monotonic() + 10
+            while len(again := _audit(target)) <= len(kept):
+                assert time.monotonic() < deadline, again
+                time.sleep(0.2)
+            assert again[:len(kept)] == kept
+            assert [int(d["sequence"]) for d in again] == list(range(1, len(again) + 1))
+            assert again[-1]["kind"] == "role"
+        finally:
+            c.stop()
+
+
 def test_ovs_refuses_a_stale_generation_id_and_the_backup_never_writes(tmp_path, policy_file):
     with bridges({"leaf1": (3, "OpenFlow13,OpenFlow15")}) as br:
         b = br["leaf1"]
@@ -307,7 +395,7 @@ def test_ecmp_hash_through_openflow_15_and_a_13_only_switch_works_unseeded(tmp_p
             assert "[leaf2 dpid=0x4] cannot hash" not in text and "refused" not in text
             g1 = _sh("ovs-ofctl", "-O", "OpenFlow13", "dump-groups", br["leaf1"])
             assert "type=select" in g1 and "selection_method" not in g1, g1
-            assert len(_ours(br["leaf1"])) == len(_ours(br["leaf2"])) == 10
+            assert len(_ours(br["leaf1"])) == len(_ours(br["leaf2"])) == LEAF_ECMP
             g2 = _sh("ovs-ofctl", "-O", "OpenFlow15", "dump-groups", br["leaf2"])
             # ovs-ofctl(8) Group Syntax: what the switch itself reports for the group
             m = re.search(r"type=select,selection_method=hash,selection_method_param=(\d+),"

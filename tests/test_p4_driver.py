@@ -6,6 +6,7 @@ the program itself when simple_switch_grpc is present."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -57,6 +58,7 @@ class Mixed:
                                      client_factory=factory(self.p4), reconnect_s=0.01)
         self.ofdrv = OpenFlowDriver({s.dpid: s.name for s in SPINES})
         self.ctl = Controller(state, {"openflow": self.ofdrv, "p4runtime": self.p4drv},
+                              executor=ThreadPoolExecutor(2),
                               tick_s=3600)
         self.ff = FakeFabric.empty(FABRIC)
         self.of = {s.name: FakeSwitch(self.ofdrv, s.dpid, self.ff.tables[s.name])
@@ -189,5 +191,39 @@ def test_a_p4_backup_says_so_and_writes_nothing():
         with pytest.raises(NotMaster, match="another client is primary"):
             m.run(m.p4drv.apply("leaf2", SwitchChanges("leaf2"), empty_plan("leaf2", 4), 1.0))
         assert m.p4["leaf2"].requests == before
+    finally:
+        m.close()
+
+
+def test_drift_reads_p4_switches_without_touching_the_drivers_ids():
+    """A pinned entry deleted from a P4Runtime leaf by another client is drift (missing); the
+    read adopts nothing: the driver's group ids and its record of the entities beyond the
+    canonical encoding stay as the last read-back left them, and nothing is written."""
+    from dataclasses import replace
+
+    from controller.runtime.drift import check_drift
+
+    m = Mixed()
+    try:
+        for sw in m.of.values():
+            sw.connect()
+        m.run()
+        rep = m.run(check_drift(m.ctl, (), timeout_s=5.0))
+        assert rep.drifted == () and not rep.unread
+        s = m.p4drv._session("leaf1")  # noqa: SLF001 - what a read must leave alone
+        kept = (dict(s.group_ids), s.extra, s.missing)
+        leaf1 = m.p4["leaf1"]
+        gone = next(e for e in leaf1.state.entries if e.table == "pinned")
+        leaf1.state = replace(leaf1.state, entries=leaf1.state.entries - {gone})
+        s.group_ids = {**s.group_ids, (99,): 77}        # a marker a read would overwrite
+        kept = (dict(s.group_ids), s.extra, s.missing)
+        writes = (leaf1.requests, leaf1.updates)
+        rep = m.run(check_drift(m.ctl, ("leaf1",), timeout_s=5.0))
+        (d,) = rep.switches
+        assert d.read and rep.drifted == ("leaf1",)
+        assert [e.kind for e in d.entries] == ["missing"] and d.foreign_entries >= 1
+        assert "priority=500" in d.entries[0].entry and "'pin " in d.entries[0].entry
+        assert (dict(s.group_ids), s.extra, s.missing) == kept
+        assert (leaf1.requests, leaf1.updates) == writes   # the read is not a write request
     finally:
         m.close()

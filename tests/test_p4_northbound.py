@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+from concurrent.futures import ThreadPoolExecutor
 
 from controller.drivers.p4runtime.driver import P4RuntimeDriver
 from controller.drivers.p4runtime.entities import SwitchEntities
@@ -58,7 +59,7 @@ def test_register_and_sighup_reload_on_an_all_p4_fabric(tmp_path):
                           client_factory=factory(p4), reconnect_s=0.01)
 
     async def go() -> None:
-        ctl = Controller(state, {"p4runtime": drv}, tick_s=3600)
+        ctl = Controller(state, {"p4runtime": drv}, tick_s=3600, executor=ThreadPoolExecutor(2))
         service = FabricService(ctl, policy_targets={"bmv2"})
         await ctl.start()
         try:

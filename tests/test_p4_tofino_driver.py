@@ -14,7 +14,7 @@ import socket
 from finsy.proto import p4r
 from finsy.test.p4runtime_server import P4RuntimeServer
 
-from controller.drivers.p4runtime.client import _codec, _schema
+from controller.drivers.p4runtime.client import Pipeline
 from controller.drivers.p4runtime.driver import P4RuntimeDriver
 from controller.drivers.p4runtime.encode import encode_switch, plan_ecmp_hash
 from controller.drivers.p4runtime.pipeline import (
@@ -88,12 +88,13 @@ def test_tofino_pipeline_push_and_entries_through_the_runtime_driver():
     # the pipeline: the TNA P4Info and PI's packed device config, verify-and-commit (§7)
     (push,) = server.pipelines
     assert push.action == p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
-    tna = _schema(TNA_P4INFO_TXT, blob)
+    tna_pipeline = Pipeline.load(TNA_P4INFO_TXT, blob)
+    tna = tna_pipeline.schema
     assert push.config.p4info == tna.p4info
     assert split_tofino_device_config(push.config.p4_device_config) == (
         "fabric_tna", b"\x01tofino-bin", b'{"context": 1}')
     # the entries: exactly what the encoder gives for the tofino target, in TNA P4Info ids
-    codec = _codec(tna)
+    codec = tna_pipeline.codec
     got = {codec.decode_table_entry(u.entity.table_entry)
            for w in server.writes for u in w.updates if u.entity.HasField("table_entry")}
     want = encode_switch(plan, None, plan_ecmp_hash(plan), TOFINO)

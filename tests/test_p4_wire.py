@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 from finsy.proto import p4r
 
-from controller.drivers.p4runtime.client import _codec, _schema
+from controller.drivers.p4runtime.client import Pipeline
 from controller.drivers.p4runtime.encode import encode_fabric
 from controller.drivers.p4runtime.entities import ternary
 from controller.drivers.p4runtime.pipeline import BMV2_JSON, P4INFO_TXT
@@ -25,7 +25,7 @@ from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
 
 @pytest.mark.parametrize("policy", [PINNED_POLICY, ECMP_POLICY], ids=["pinned", "ecmp"])
 def test_in_place_encoding_equals_the_constructor_encoding(policy):
-    codec = _codec(_schema(P4INFO_TXT, BMV2_JSON))
+    codec = Pipeline.load(P4INFO_TXT, BMV2_JSON).codec
     fabric = load_topology(MAIN_TOPOLOGY)
     ents = encode_fabric(build_plan(fabric, load_policy(policy)).plan)
     n = 0
@@ -48,7 +48,7 @@ def test_in_place_encoding_equals_the_constructor_encoding(policy):
 def test_bytes_encoding_of_every_match_kind_and_action_form():
     from controller.drivers.p4runtime.entities import Exact, MulticastGroup, TableEntry, lpm, ternary
 
-    codec = _codec(_schema(P4INFO_TXT, BMV2_JSON))
+    codec = Pipeline.load(P4INFO_TXT, BMV2_JSON).codec
     ents = [
         TableEntry("routes", (("ipv4_dst", lpm(0x0A000000, 8, 32)),), member_id=300),
         TableEntry("routes", (("ipv4_dst", lpm(0x0A000003, 32, 32)),), group_id=1 << 20),
@@ -71,7 +71,7 @@ def test_bytes_encoding_of_every_match_kind_and_action_form():
 
 
 def test_a_value_too_wide_is_refused_naming_the_entity():
-    codec = _codec(_schema(P4INFO_TXT, BMV2_JSON))
+    codec = Pipeline.load(P4INFO_TXT, BMV2_JSON).codec
     fabric = load_topology(MAIN_TOPOLOGY)
     sw = encode_fabric(build_plan(fabric, load_policy(PINNED_POLICY)).plan)["leaf1"]
     e = next(e for e in sorted(sw.entries) if e.action == "set_egress")

@@ -14,7 +14,7 @@ from controller.testing.runtime_machine import RuntimeMachine
 EXAMPLES = 500
 
 TestRuntimeModel = RuntimeMachine.TestCase
-TestRuntimeModel.settings = settings(max_examples=60, stateful_step_count=8,
+TestRuntimeModel.settings = settings(max_examples=EXAMPLES, stateful_step_count=8,
                                      deadline=None, derandomize=True,
                                      suppress_health_check=[HealthCheck.too_slow,
                                                             HealthCheck.data_too_large])

@@ -23,9 +23,10 @@ from controller.security.interceptor import (
     TokenAuthInterceptor,
     bearer_metadata,
 )
-from controller.security.metrics_http import BasicAuth, serve_metrics
+from controller.security.metrics_http import BasicAuth
 from controller.security.tokens import TokenTable, format_token_file
 from controller.security.transport import InsecureChannelRefused, TLSFiles
+from controller.testing.metrics import serve_metrics
 
 SERVICE = "aifabric.v1.Northbound"
 READ_TOKEN = "r" * 32

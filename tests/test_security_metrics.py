@@ -14,8 +14,9 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from controller.security.metrics_http import MetricsLimits, serve_metrics
+from controller.security.metrics_http import MetricsLimits
 from controller.security.transport import TLSFiles
+from controller.testing.metrics import serve_metrics
 
 
 def _registry() -> CollectorRegistry:
@@ -64,7 +65,8 @@ def test_three_hundred_idle_connections_cost_no_thread_and_leave_prometheus_answ
         for _ in range(10):   # one after another (the request may beat the handshake's end)
             with urllib.request.urlopen(srv.url, timeout=10, context=ctx) as r:
                 assert r.status == 200 and b"aifabric_test_requests_total 3.0" in r.read()
-        assert threading.active_count() <= threads + 1   # not one per connection
+        # not one per connection: the render pool (2) and asyncio's resolver thread at most
+        assert threading.active_count() <= threads + 3
         assert srv.open_connections() <= srv.limits.max_connections
         assert srv.stats.evicted_idle >= 300 - srv.limits.max_connections
         # the ones still open are closed by their timeout (TLS handshake / request head)

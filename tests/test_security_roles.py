@@ -11,13 +11,13 @@ import grpc
 import pytest
 
 from controller.northbound.limits import NorthboundLimits
-from controller.northbound.threaded import NorthboundThread
 from controller.northbound.v1 import aifabric_pb2 as pb
 from controller.northbound.v1 import aifabric_pb2_grpc as pb_grpc
 from controller.security.grpc_tls import dial, server_credentials
 from controller.security.interceptor import AioTokenAuthInterceptor, bearer_metadata
 from controller.security.tokens import TokenTable, format_token_file
 from controller.security.transport import TLSFiles
+from controller.testing.northbound_thread import NorthboundThread
 from tests.northbound_fake import FakeService
 
 READ_TOKEN = "r" * 32

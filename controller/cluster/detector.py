@@ -45,7 +45,8 @@ lease) but moves its switches for nothing. A controller's event loop is busy for
 at times (planning, reconciling six switches after a start): heartbeats sent from it made a
 starting replica flap (suspected, revoked, registered again) in the ha_failover lab. So with an
 :class:`~controller.cluster.etcd.EtcdClient` the heartbeats are sent by a thread of their own
-(its own event loop and etcd channel; CPython switches threads at least every 5 ms): they stop
+(a synchronous gRPC channel to etcd, no event loop of its own; CPython switches threads at least
+every 5 ms): they stop
 when the process dies or is frozen, not when its event loop is merely busy. The watch and the
 suspicion stay on the event loop: a busy observer receives the heartbeats late and in a burst,
 which counts as little progress, so it suspects later, never sooner.
@@ -63,8 +64,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aetcd
+import aetcd.rpc
+import grpc
 
-from controller.cluster.etcd import EtcdClient
+from controller.cluster.etcd import EtcdClient, EtcdSettings, sync_channel
 from controller.cluster.keys import ClusterKeys
 
 LOG = logging.getLogger("aifabric.cluster")
@@ -313,54 +316,59 @@ class FailureDetector:
 
 
 class _BeatThread(threading.Thread):
-    """Heartbeats from a thread with its own event loop and etcd channel (module docstring).
-    Each acknowledged heartbeat extends ``lease.heartbeat_until_s`` at once (one float store:
-    :meth:`ReplicaLease.valid` sees it even while the main loop is busy) and then calls
-    ``lease.heartbeat_acked`` on the main loop (resume, re-arm)."""
+    """Heartbeats from a thread of their own on a synchronous gRPC channel to etcd (module
+    docstring; no event loop of its own: each heartbeat is a ``KV.Put`` future whose answer a
+    gRPC callback handles). Each acknowledged heartbeat extends ``lease.heartbeat_until_s`` at
+    once (one float store: :meth:`ReplicaLease.valid` sees it even while the main loop is busy)
+    and then calls ``lease.heartbeat_acked`` on the main loop (resume, re-arm)."""
 
-    def __init__(self, settings: Any, key: bytes, lease: Any, interval_s: float,
+    def __init__(self, settings: EtcdSettings, key: bytes, lease: Any, interval_s: float,
                  loop: asyncio.AbstractEventLoop, clock: Callable[[], float]) -> None:
         super().__init__(name=f"heartbeat {key.decode(errors='replace')}", daemon=True)
         self.settings, self.key, self.lease = settings, key, lease
         self.interval_s, self.main_loop, self.clock = interval_s, loop, clock
         self.stop = threading.Event()
+        self._in_flight = 0
+        self._lock = threading.Lock()
 
     def run(self) -> None:
-        asyncio.run(self._beat())
-
-    async def _beat(self) -> None:
         from controller.cluster.lease import LeaseState
 
-        client = EtcdClient(self.settings)
+        channel = sync_channel(self.settings)
+        put = aetcd.rpc.KVStub(channel).Put
         lease, seq = self.lease, 0
-        pending: set[asyncio.Task[None]] = set()
         try:
             while not self.stop.is_set() and lease.state is not LeaseState.EXPIRED:
                 t_send = self.clock()
                 # one heartbeat per interval, without waiting for the previous answer: a put
                 # lost with a dying etcd member would otherwise hold the next ones back for
                 # the whole call timeout while the other replicas' heartbeats already commit
-                if len(pending) < MAX_BEATS_IN_FLIGHT:
-                    task = asyncio.ensure_future(self._one(client, lease, seq, t_send))
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
+                with self._lock:
+                    room = self._in_flight < MAX_BEATS_IN_FLIGHT
+                    if room:
+                        self._in_flight += 1
+                if room:
+                    window = lease.heartbeat_window_s
+                    fut = put.future(aetcd.rpc.PutRequest(key=self.key,
+                                                          value=str(seq).encode(),
+                                                          lease=lease.lease_id),
+                                     timeout=window or self.settings.rpc_timeout_s)
+                    fut.add_done_callback(lambda f, t=t_send, w=window: self._answered(f, t, w))
                 seq += 1
-                await asyncio.sleep(max(0.0, t_send + self.interval_s - self.clock()))
+                self.stop.wait(max(0.0, t_send + self.interval_s - self.clock()))
         finally:
-            for task in list(pending):
-                task.cancel()
-            with contextlib.suppress(Exception):
-                await client.close()
+            channel.close()
 
-    async def _one(self, client: EtcdClient, lease: Any, seq: int, t_send: float) -> None:
+    def _answered(self, fut: grpc.Future[Any], t_send: float, window: float | None) -> None:
+        """A heartbeat's answer (on a gRPC callback thread)."""
         from controller.cluster.lease import LeaseState
 
-        window = lease.heartbeat_window_s
-        try:
-            await asyncio.wait_for(client.put(self.key, str(seq).encode(), lease=lease.lease_id),
-                                   window or self.settings.rpc_timeout_s)
-        except Exception as exc:  # noqa: BLE001 (etcd unreachable or lease gone: the next one)
-            LOG.debug("heartbeat %s failed: %s", self.key, exc)
+        with self._lock:
+            self._in_flight -= 1
+        lease = self.lease
+        if fut.cancelled() or fut.exception() is not None:
+            LOG.debug("heartbeat %s failed: %s", self.key,
+                      "cancelled" if fut.cancelled() else fut.exception())
             return
         if window is not None and lease.state is not LeaseState.EXPIRED:
             lease.heartbeat_until_s = max(lease.heartbeat_until_s,

@@ -167,6 +167,32 @@ def grpc_target(endpoints: tuple[tuple[str, int], ...]) -> str:
     return "ipv6:" + ",".join(f"[{a}]:{p}" for a, p in zip(addrs, ports, strict=True))
 
 
+def channel_options(settings: EtcdSettings) -> list[tuple[str, int | str]]:
+    """gRPC channel options of every channel to the cluster: keep-alive (module docstring),
+    fast reconnects, and the TLS name every member's certificate carries."""
+    options: list[tuple[str, int | str]] = [
+        ("grpc.keepalive_time_ms", int(settings.keepalive_s * 1000)),
+        ("grpc.keepalive_timeout_ms", int(settings.keepalive_timeout_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+    if settings.tls is not None:
+        options.append(("grpc.ssl_target_name_override",
+                        settings.tls.server_name or settings.endpoints[0][0]))
+    return options
+
+
+def sync_channel(settings: EtcdSettings) -> grpc.Channel:
+    """A synchronous gRPC channel to every member (for a thread that must not depend on an
+    event loop: the failure detector's heartbeats)."""
+    target = grpc_target(settings.endpoints)
+    if settings.tls is None:
+        return grpc.insecure_channel(target, options=channel_options(settings))
+    return grpc.secure_channel(target, settings.tls.credentials(),
+                               options=channel_options(settings))
+
+
 class EtcdClient(aetcd.Client):
     """aetcd's client on one channel to every member (see the module docstring).
 
@@ -197,20 +223,12 @@ class EtcdClient(aetcd.Client):
         try:
             self._is_connecting = True
             s = self.settings
-            options = [
-                ("grpc.keepalive_time_ms", int(s.keepalive_s * 1000)),
-                ("grpc.keepalive_timeout_ms", int(s.keepalive_timeout_s * 1000)),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.max_reconnect_backoff_ms", 1000),
-            ]
             if s.tls is None:
-                self.channel = grpc.aio.insecure_channel(self._target, options=options)
+                self.channel = grpc.aio.insecure_channel(self._target,
+                                                         options=channel_options(s))
             else:
-                name = s.tls.server_name or s.endpoints[0][0]
-                self.channel = grpc.aio.secure_channel(
-                    self._target, s.tls.credentials(),
-                    options=[*options, ("grpc.ssl_target_name_override", name)])
+                self.channel = grpc.aio.secure_channel(self._target, s.tls.credentials(),
+                                                       options=channel_options(s))
             self.kvstub = aetcd.rpc.KVStub(self.channel)
             self.clusterstub = aetcd.rpc.ClusterStub(self.channel)
             self.leasestub = aetcd.rpc.LeaseStub(self.channel)

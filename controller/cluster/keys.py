@@ -16,6 +16,12 @@
                                                          heartbeat interval (its lease; only with
                                                          the failure detector,
                                                          :mod:`controller.cluster.detector`)
+    /aifabric/<fabric>/audit/last                 "42"   the sequence of the newest audit record
+    /aifabric/<fabric>/audit/first                "33"   the sequence of the oldest one kept
+    /aifabric/<fabric>/audit/records/<sequence>   JSON   one audit record (the sequence zero-padded
+                                                         to 20 digits, so keys sort as numbers;
+                                                         the oldest beyond the retention are
+                                                         deleted: :mod:`controller.cluster.auditlog`)
 
 The ``ha/``, ``acks/`` and ``hb/`` keys live only as long as the lease they are attached to: a replica
 whose lease ends (revoked on stop, expired after a crash or a stall) disappears together with its
@@ -114,3 +120,32 @@ class ClusterKeys:
 
     def ack(self, replica: str) -> bytes:
         return self.acks_prefix + _check_name("replica", replica).encode()
+
+    # -- the audit trail -------------------------------------------------------------------------
+    @property
+    def audit_prefix(self) -> bytes:
+        return self.root + b"audit/"
+
+    @property
+    def audit_last(self) -> bytes:
+        return self.audit_prefix + b"last"
+
+    @property
+    def audit_first(self) -> bytes:
+        return self.audit_prefix + b"first"
+
+    @property
+    def audit_records_prefix(self) -> bytes:
+        return self.audit_prefix + b"records/"
+
+    def audit_record(self, sequence: int) -> bytes:
+        """The key of audit record ``sequence`` (>= 0; 20 digits hold every uint64)."""
+        if sequence < 0:
+            raise ValueError(f"audit sequence must be >= 0, got {sequence}")
+        return self.audit_records_prefix + f"{sequence:020d}".encode()
+
+    def audit_sequence(self, key: bytes) -> int:
+        """The sequence of an audit record's key. Raises ValueError for another key."""
+        if not key.startswith(self.audit_records_prefix):
+            raise ValueError(f"not an audit record key: {key[:80]!r}")
+        return int(key[len(self.audit_records_prefix):])

@@ -325,6 +325,18 @@ class RuntimeSection(Section):
     ready_timeout_s: Annotated[Seconds, Field(gt=0.0, le=86400.0)] = 60.0
 
 
+class AuditSection(Section):
+    """``audit``: the audit trail (who applied which policy, registered or unregistered which
+    collective, and this controller's role changes; :mod:`controller.runtime.audit`). A
+    cluster keeps it in etcd; a controller alone in ``file``, an append-only JSON-lines file
+    (null: in memory only, lost at a restart). ``retention_records``: the newest records kept
+    (etcd deletes older ones as it appends; the file is rotated to ``FILE.1`` when it holds that
+    many, so up to twice as many are on disk). Sized for etcd: 10,000 records of a few KiB."""
+
+    file: FilePath = None
+    retention_records: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+
+
 class ServiceConfig(Section):
     """The whole configuration of ``aifabric controller`` (module docstring)."""
 
@@ -344,6 +356,7 @@ class ServiceConfig(Section):
     cluster: ClusterSection = ClusterSection()
     runtime: RuntimeSection = RuntimeSection()
     ina: InaSection = InaSection()
+    audit: AuditSection = AuditSection()
 
 
 def leaf_keys(model: type[BaseModel] = ServiceConfig, prefix: tuple[str, ...] = ()

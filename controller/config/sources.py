@@ -185,6 +185,9 @@ FLAGS: tuple[Flag, ...] = (
        "Milliseconds between heartbeats (at most half the detector's window)."),
     _f("--cluster-confirm-timeout", "cluster_confirm_timeout_s", "cluster.confirm_timeout_s",
        "How long a northbound write waits for the masters of the switches it changes."),
+    _f("--audit-file", "audit_file", "audit.file",
+       "Keep the audit trail (who changed what, and the outcome) in this append-only JSON-lines "
+       "file; a cluster keeps it in etcd."),
 )
 
 

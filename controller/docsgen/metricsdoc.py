@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.docsgen.markdown import GENERATED_NOTE, code, escape_html, rst_to_md, table
+from controller.runtime.controller import ControllerStats
 
 PROMETHEUS_OWN = frozenset({"up", "scrape_duration_seconds", "scrape_samples_scraped"})
 """Series Prometheus writes itself for every scrape target (not served by the exporter)."""
@@ -37,23 +38,13 @@ class ServedMetric:
 
 
 @dataclass
-class _Counters:
-    """What the collector reads of a controller's counters, all zero at start."""
-
-    reconciles: int = 0
-    reconcile_entries_sent: int = 0
-    transactions: int = 0
-    transactions_failed: int = 0
-
-
-@dataclass
 class _JustStarted:
     """A :class:`controller.runtime.metrics.MetricsSource`: a controller on a 1-spine,
     2-leaf fabric that has just started (no switch connected, no sample)."""
 
     state: Any
     telemetry: Any
-    stats: _Counters = field(default_factory=_Counters)
+    stats: ControllerStats = field(default_factory=lambda: ControllerStats())
     drivers: dict[str, Any] = field(default_factory=dict)
 
 

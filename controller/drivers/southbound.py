@@ -231,9 +231,11 @@ class SouthboundDriver(Protocol):
     def connected(self) -> frozenset[str]:
         """Switches connected now (their handshake finished)."""
 
-    async def read_state(self, switch: str) -> SwitchState:
+    async def read_state(self, switch: str, *, adopt: bool = True) -> SwitchState:
         """Our entries on ``switch``, decoded into plan intents (foreign ones counted, never
-        returned); rebuilds the driver's id allocation for the switch."""
+        returned). ``adopt``: rebuild the driver's id allocation for the switch from what was
+        read (the runtime's read-back before it writes); False: only look (a drift check,
+        which may run while a write is in flight): nothing of the driver changes."""
 
     async def apply(self, switch: str, changes: SwitchChanges, held: SwitchPlan,
                     timeout_s: float) -> ApplyReceipt:

@@ -245,7 +245,7 @@ class Fabric:
 
     def graph(self) -> nx.Graph:
         """A fresh networkx graph of the fabric (callers may mutate their copy)."""
-        g = nx.Graph(name=self.name)
+        g: nx.Graph[str] = nx.Graph(name=self.name)
         for s in self.switches:
             g.add_node(s.name, kind="switch", role=s.role, tier=s.tier, dpid=s.dpid)
         for h in self.hosts:

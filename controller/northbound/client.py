@@ -182,13 +182,26 @@ class FabricClient:
     def delete_ina_job(self, name: str) -> None:
         """Remove the aggregation job ``name``."""
         self._call(self.stub.DeleteInaJob, pb.DeleteInaJobRequest(name=name))
+    def audit(self, after_sequence: int = 0, limit: int = 0) -> Any:
+        """``ListAuditResponse``: the audit records after ``after_sequence``, oldest first (at
+        most ``limit``; 0: the server's page size). Page with the last record's sequence."""
+        return self._call(self.stub.ListAudit,
+                          pb.ListAuditRequest(after_sequence=after_sequence, limit=limit))
+
+    def drift(self, switches: Sequence[str] = (), timeout_s: float | None = None) -> Any:
+        """``CheckDriftResponse``: every switch (or those named) read back against its
+        intended plan; nothing changes. ``timeout_s``: deadline (default the client's; every
+        switch is read)."""
+        return self._call(self.stub.CheckDrift, pb.CheckDriftRequest(switches=list(switches)),
+                          timeout_s)
 
     def watch(self, kinds: Sequence[str] = ()) -> Iterator[Any]:
         """Events as they happen (``call.cancel()`` on the returned iterator stops it). No
         deadline; iterating raises ``grpc.RpcError`` when the stream ends with an error
         (``RESOURCE_EXHAUSTED "too slow: N events not read"`` for a reader that fell behind)."""
-        return self.stub.WatchEvents(pb.WatchEventsRequest(kinds=list(kinds)),
-                                     metadata=self.metadata)
+        stream: Iterator[Any] = self.stub.WatchEvents(pb.WatchEventsRequest(kinds=list(kinds)),
+                                                      metadata=self.metadata)
+        return stream
 
 
 def tls_problem(target: str, tls: TLSFiles, timeout_s: float = 3.0) -> str | None:

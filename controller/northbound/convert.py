@@ -13,8 +13,12 @@ from typing import Any
 
 from controller.northbound.limits import NorthboundLimits
 from controller.northbound.model import (
+    AuditPage,
+    AuditRecord,
+    Caller,
     CollectiveRequest,
     Confirmation,
+    DriftReport,
     FlowInfo,
     InaJobGrant,
     InaJobRequest,
@@ -24,6 +28,7 @@ from controller.northbound.model import (
     PolicyProblem,
     Registration,
     SwitchDiff,
+    SwitchDrift,
 )
 from controller.northbound.v1 import aifabric_pb2 as pb
 from controller.telemetry.events import Event
@@ -76,7 +81,8 @@ def event_to_proto(ev: Event) -> pb.Event:
     return pb.Event(kind=ev.kind, time_unix_s=ev.time_s, message=ev.message, switch=ev.switch,
                     link=ev.link, collective=ev.collective, flow=ev.flow,
                     old_path=list(ev.old_path), new_path=list(ev.new_path), alert=ev.alert,
-                    policy_generation=ev.policy_generation, policy_digest=ev.policy_digest)
+                    policy_generation=ev.policy_generation, policy_digest=ev.policy_digest,
+                    audit_sequence=ev.audit_sequence)
 
 
 def _switch_to_proto(s: Mapping[str, Any],
@@ -158,6 +164,50 @@ def apply_result_to_proto(r: PolicyApplyResult, limits: NorthboundLimits
     if r.confirmation is not None:
         msg.confirmation.CopyFrom(confirmation_to_proto(r.confirmation))
     return msg
+
+
+def caller_to_proto(c: Caller) -> pb.Caller:
+    return pb.Caller(via=c.via, token=c.token, role=c.role, certificate=c.certificate,
+                     peer=c.peer)
+
+
+def audit_record_to_proto(r: AuditRecord) -> pb.AuditRecord:
+    return pb.AuditRecord(
+        sequence=r.sequence, time_unix_s=r.time_unix_s, kind=r.kind, outcome=r.outcome,
+        subjects=[pb.AuditSubject(name=s.name, caller=caller_to_proto(s.caller))
+                  for s in r.subjects],
+        replica=r.replica, digest=r.digest, intent_generation=r.intent_generation,
+        policy_generation=r.policy_generation,
+        switches=[pb.AuditSwitch(switch=w.switch, flows_added=w.flows_added,
+                                 flows_modified=w.flows_modified,
+                                 flows_deleted=w.flows_deleted, role=w.role,
+                                 token="" if w.token is None else str(w.token))
+                  for w in r.switches],
+        detail=r.detail)
+
+
+def audit_page_to_proto(page: AuditPage) -> pb.ListAuditResponse:
+    return pb.ListAuditResponse(records=[audit_record_to_proto(r) for r in page.records],
+                                first_sequence=page.first_sequence,
+                                last_sequence=page.last_sequence)
+
+
+def switch_drift_to_proto(d: SwitchDrift, limits: NorthboundLimits) -> pb.SwitchDrift:
+    """One switch's drift; at most ``max_diff_lines`` entries listed (the counts are whole)."""
+    entries, _ = _bounded(d.entries, limits.max_diff_lines)
+    return pb.SwitchDrift(
+        switch=d.switch, read=d.read, error=d.error, entries_read=d.entries_read,
+        entries_intended=d.entries_intended, foreign_entries=d.foreign_entries,
+        missing=d.count("missing"), extra=d.count("extra"), modified=d.count("modified"),
+        entries=[pb.DriftEntry(kind=e.kind, entry=e.entry, found=e.found) for e in entries],
+        note=d.note)
+
+
+def drift_to_proto(r: DriftReport, limits: NorthboundLimits) -> pb.CheckDriftResponse:
+    return pb.CheckDriftResponse(
+        switches=[switch_drift_to_proto(d, limits) for d in r.switches],
+        intent_generation=r.intent_generation, plan_generation=r.plan_generation,
+        checked_unix_s=r.checked_unix_s, replica=r.replica)
 
 
 # -- replies back to values (the CLI)

@@ -69,6 +69,10 @@ class NorthboundLimits:
         says how many more there were (the counts are always complete).
     max_problems : int
         Problems sent back by ``ApplyPolicy`` [200]; then one saying how many more.
+    max_audit_records : int
+        Records of one ``ListAudit`` reply [500] (a client pages with ``after_sequence``).
+        ``CheckDrift`` lists at most ``max_diff_lines`` entries per switch (its counts are
+        whole).
     """
 
     max_streams: int = 64
@@ -83,6 +87,7 @@ class NorthboundLimits:
     max_repeated: int = 4096
     max_diff_lines: int = 1000
     max_problems: int = 200
+    max_audit_records: int = 500
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -181,7 +186,8 @@ def _raw_pool() -> descriptor_pool.DescriptorPool:
 _RAW = _raw_pool()
 
 
-def _locate_decode_error(desc: Descriptor, data: bytes, limits: NorthboundLimits) -> FieldError:
+def _locate_decode_error(desc: Any, data: bytes, limits: NorthboundLimits) -> FieldError:
+    """``desc``: the message's descriptor (a pure-Python or upb Descriptor)."""
     raw_cls = message_factory.GetMessageClass(
         _RAW.FindMessageTypeByName(f"{_RAW_PACKAGE}.{desc.name}"))
     try:
@@ -209,7 +215,7 @@ def _first_non_utf8(raw: Message, desc: Descriptor, prefix: str,
                     item.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     return FieldError(where, f"not valid UTF-8 (byte {exc.start} of {len(item)})")
-            elif real.type == FieldDescriptor.TYPE_MESSAGE:
+            elif real.type == FieldDescriptor.TYPE_MESSAGE and real.message_type is not None:
                 found = _first_non_utf8(item, real.message_type, where + ".", limits)
                 if found is not None:
                     return found

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from controller.errors import ConfigProblem
 from controller.te.collectives import FlowDemand
@@ -224,6 +224,206 @@ class PolicyApplyResult:
     confirmation: Confirmation | None = None
 
 
+# -- who asked ------------------------------------------------------------------------------------
+CallerVia = Literal["grpc", "signal", "controller"]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asked for a change, as the controller knows it (the audit trail's "who").
+
+    ``via``: ``grpc`` (a northbound call), ``signal`` (SIGHUP re-read the policy file) or
+    ``controller`` (its own decision: a role change). ``token``: the name of the bearer token in
+    the tokens file (its role label when the line names none; "" when no token was checked:
+    ``--insecure``); ``role``: that token's role, capped by the client certificate's
+    (``read-only``/``operator``); ``certificate``: the subject of the client certificate
+    (RFC 4514, ``CN=alice,OU=operator,O=aifabric``; "" without mutual TLS); ``peer``: the
+    client's address as gRPC names it (``ipv4:10.0.0.5:41234``), the signal, or the replica
+    that decided."""
+
+    via: CallerVia = "grpc"
+    token: str = ""
+    role: str = ""
+    certificate: str = ""
+    peer: str = ""
+
+    def __str__(self) -> str:
+        if self.via == "signal":
+            return f"{self.peer or 'a signal'} (the policy file re-read)"
+        if self.via == "controller":
+            return f"replica {self.peer}" if self.peer else "the controller"
+        parts = [f"token {self.token} ({self.role})" if self.token else "no token"]
+        if self.certificate:
+            parts.append(f"certificate {self.certificate}")
+        return ", ".join(parts) + (f" from {self.peer}" if self.peer else "")
+
+
+#: a caller the service was not told about (a call from code, not the northbound)
+UNKNOWN_CALLER = Caller("controller")
+
+
+# -- the audit trail ---------------------------------------------------------------------------------
+AuditKind = Literal["policy", "register", "unregister", "role"]
+AuditOutcome = Literal["in-force", "pending", "refused", "not-applied", "invalid"]
+AUDIT_KINDS: tuple[AuditKind, ...] = ("policy", "register", "unregister", "role")
+AUDIT_OUTCOMES: tuple[AuditOutcome, ...] = ("in-force", "pending", "refused", "not-applied",
+                                             "invalid")
+
+
+@dataclass(frozen=True)
+class AuditSubject:
+    """One thing a record is about, and who asked for it: a policy (its source name), a
+    collective (its qualified name), a switch (a role change)."""
+
+    name: str
+    caller: Caller
+
+
+@dataclass(frozen=True)
+class AuditSwitch:
+    """What a change did (or would have done) to one switch: flow entries added, modified and
+    deleted; for a role change the role this controller took (``master``/``backup``) and, as
+    master, its fencing token (OpenFlow ``generation_id``, P4Runtime ``election_id``; None:
+    none)."""
+
+    switch: str
+    flows_added: int = 0
+    flows_modified: int = 0
+    flows_deleted: int = 0
+    role: str = ""
+    token: int | None = None
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One entry of the audit trail (:mod:`controller.runtime.audit`).
+
+    ``sequence`` numbers the records from 1 in the order they were kept (0: not kept yet);
+    ``time_unix_s``: when the outcome was known; ``kind``: ``policy`` (ApplyPolicy, SIGHUP),
+    ``register``/``unregister`` (one batch committed together), ``role`` (this controller's
+    role on switches changed); ``outcome``: ``in-force`` (every switch concerned confirmed;
+    for a role: taken), ``pending`` (committed; some switches' masters did not confirm within
+    the timeout, it goes in force when they do), ``refused`` (a switch refused it and the last
+    good intent was put back: ``detail`` says so, or why it could not be), ``not-applied``
+    (nothing was committed: an invalid plan, the intent store unavailable), ``invalid`` (a
+    policy document with problems or beyond a limit; nothing changed). ``replica``: the
+    replica that kept it ("" alone); ``digest``: sha256 hex of the policy document, or of the
+    registrations' canonical JSON; ``intent_generation``: the commit's (0: none);
+    ``policy_generation``: the policy in force after it; ``switches``: per-switch entry
+    counts (or roles); ``detail``: the error, the first problem, the reasons of role changes."""
+
+    sequence: int
+    time_unix_s: float
+    kind: AuditKind
+    outcome: AuditOutcome
+    subjects: tuple[AuditSubject, ...] = ()
+    replica: str = ""
+    digest: str = ""
+    intent_generation: int = 0
+    policy_generation: int = 0
+    switches: tuple[AuditSwitch, ...] = ()
+    detail: str = ""
+
+    def who(self) -> str:
+        """The distinct callers, in order (``token alice (operator) from ipv4:...``)."""
+        seen: list[str] = []
+        for s in self.subjects:
+            text = str(s.caller)
+            if text not in seen:
+                seen.append(text)
+        return "; ".join(seen) or "the controller"
+
+    def summary(self) -> str:
+        """One line: what, by whom, and how it ended."""
+        names = ", ".join(s.name for s in self.subjects[:5])
+        if len(self.subjects) > 5:
+            names += f" and {len(self.subjects) - 5} more"
+        if self.kind == "role":
+            roles = ", ".join(f"{w.switch} {w.role}" for w in self.switches[:8])
+            more = f" and {len(self.switches) - 8} more" if len(self.switches) > 8 else ""
+            return f"role by {self.who()}: {roles}{more}"
+        a = sum(w.flows_added for w in self.switches)
+        m = sum(w.flows_modified for w in self.switches)
+        d = sum(w.flows_deleted for w in self.switches)
+        digest = f" (sha256 {self.digest[:12]})" if self.digest else ""
+        return (f"{self.kind} {names}{digest} by {self.who()}: {self.outcome}; "
+                f"{len(self.switches)} switch(es) +{a} ~{m} -{d}"
+                + (f"; {self.detail}" if self.detail else ""))
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    """Records after a sequence number, oldest first; ``first_sequence``/``last_sequence``: the
+    oldest and newest records kept (0, 0: none; retention dropped those before the first)."""
+
+    records: tuple[AuditRecord, ...]
+    first_sequence: int = 0
+    last_sequence: int = 0
+
+
+# -- drift ---------------------------------------------------------------------------------------------
+DriftKind = Literal["missing", "extra", "modified"]
+
+
+@dataclass(frozen=True)
+class DriftEntry:
+    """One entry of ours that differs from the intended state on a switch: ``missing`` (intended,
+    not on the switch), ``extra`` (on the switch with our cookie, not intended), ``modified``
+    (the same table, priority and match with another action: ``found`` is what the switch
+    holds). ``entry``: the intended entry (the one found, for ``extra``), as the plan prints it."""
+
+    kind: DriftKind
+    entry: str
+    found: str = ""
+
+
+@dataclass(frozen=True)
+class SwitchDrift:
+    """One switch read back against its intended plan. ``read`` False: it could not be read
+    (``error`` says why) and nothing is known of its drift. ``entries_read``: entries of ours
+    it holds; ``entries_intended``: entries its plan has; ``foreign_entries``: entries that are
+    not ours (left alone, never drift); ``note``: why differences may be passing (a change
+    being applied to it, the plan changed while it was read)."""
+
+    switch: str
+    read: bool
+    error: str = ""
+    entries_read: int = 0
+    entries_intended: int = 0
+    foreign_entries: int = 0
+    entries: tuple[DriftEntry, ...] = ()
+    note: str = ""
+
+    def count(self, kind: DriftKind) -> int:
+        return sum(1 for e in self.entries if e.kind == kind)
+
+    @property
+    def drifted(self) -> bool:
+        return bool(self.entries)
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    """Every switch asked for, read back and compared with the intended plan of
+    ``intent_generation``/``plan_generation`` (when the check began), at ``checked_unix_s``;
+    ``replica``: the replica that read them ("" alone)."""
+
+    switches: tuple[SwitchDrift, ...]
+    intent_generation: int
+    plan_generation: int
+    checked_unix_s: float
+    replica: str = ""
+
+    @property
+    def drifted(self) -> tuple[str, ...]:
+        """The switches whose entries differ from the intended state."""
+        return tuple(s.switch for s in self.switches if s.drifted)
+
+    @property
+    def unread(self) -> tuple[str, ...]:
+        return tuple(s.switch for s in self.switches if not s.read)
+
+
 # -- the service ----------------------------------------------------------------------------------
 class NorthboundService(Protocol):
     """What the northbound API can do with a running controller (implemented by the runtime).
@@ -232,15 +432,17 @@ class NorthboundService(Protocol):
     runs on; ``subscribe``/``unsubscribe`` are plain calls on that loop.
     """
 
-    async def register(self, req: CollectiveRequest) -> Registration:
+    async def register(self, req: CollectiveRequest,
+                       caller: Caller = UNKNOWN_CALLER) -> Registration:
         """Validate, pin and program a collective; return once every switch concerned confirmed
         or the confirmation timeout passed (:class:`Confirmation` says which). Concurrent calls
-        may be batched into one plan change.
+        may be batched into one plan change. ``caller``: who asked (the audit trail).
 
         Raises :class:`FieldError` (the field named), :class:`Unavailable`, :class:`Busy`."""
         ...
 
-    async def unregister(self, name: str) -> tuple[Confirmation, int]:
+    async def unregister(self, name: str,
+                         caller: Caller = UNKNOWN_CALLER) -> tuple[Confirmation, int]:
         """Remove a registered collective; (confirmation, plan generation).
 
         Raises :class:`NotFound`, :class:`Unavailable` (a collective of the policy file)."""
@@ -269,8 +471,8 @@ class NorthboundService(Protocol):
         ({switch: (replica, token)}), ``intent_generation``."""
         ...
 
-    async def apply_policy(self, document: str, source_name: str,
-                           dry_run: bool) -> PolicyApplyResult:
+    async def apply_policy(self, document: str, source_name: str, dry_run: bool,
+                           caller: Caller = UNKNOWN_CALLER) -> PolicyApplyResult:
         """Validate ``document`` (problems located in ``source_name``), compute the per-switch
         diff and, unless ``dry_run``, apply it atomically (rolled back whole on a switch
         error). Never raises for a bad document: the result carries the problems."""
@@ -286,6 +488,19 @@ class NorthboundService(Protocol):
 
     async def delete_ina_job(self, name: str) -> None:
         """Remove an aggregation job. Raises :class:`NotFound`, :class:`Unavailable`."""
+        ...
+
+    async def audit(self, after: int, limit: int) -> AuditPage:
+        """The audit records whose sequence is above ``after``, oldest first, at most
+        ``limit``."""
+        ...
+
+    async def drift(self, switches: tuple[str, ...]) -> DriftReport:
+        """Read ``switches`` (every switch when empty) back and compare each with its intended
+        plan; nothing is written and the controller's record of what they hold is untouched.
+
+        Raises :class:`NotFound` (a switch the fabric does not have), :class:`Busy` (a check
+        is running)."""
         ...
 
     def subscribe(self, kinds: frozenset[str] | None) -> Subscription:

@@ -44,7 +44,9 @@ from google.protobuf.message import Message
 
 from controller.northbound.convert import (
     apply_result_to_proto,
+    audit_page_to_proto,
     confirmation_to_proto,
+    drift_to_proto,
     event_to_proto,
     flow_to_proto,
     ina_grant_to_proto,
@@ -56,6 +58,7 @@ from controller.northbound.convert import (
 from controller.northbound.limits import DEFAULT_LIMITS, NorthboundLimits, parse_request
 from controller.northbound.model import (
     Busy,
+    Caller,
     FieldError,
     NorthboundService,
     NotConfirmed,
@@ -63,7 +66,7 @@ from controller.northbound.model import (
     Unavailable,
 )
 from controller.northbound.v1 import aifabric_pb2 as pb
-from controller.security.interceptor import current_principal
+from controller.security.interceptor import current_principal, peer_certificate_subject
 from controller.security.tokens import Role
 from controller.telemetry.events import SlowSubscriber, Subscription
 
@@ -81,6 +84,24 @@ _STATUS: dict[type[Exception], grpc.StatusCode] = {
     NotConfirmed: grpc.StatusCode.UNAVAILABLE,
     SlowSubscriber: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
+
+
+def caller_of(context: grpc.aio.ServicerContext[Any, Any]) -> Caller:
+    """Who makes the call being handled (the audit trail's "who"): the token the interceptor
+    let in (:func:`~controller.security.interceptor.current_principal`: its name and role),
+    the subject of the client's certificate (mutual TLS), and the client's address."""
+    p = current_principal()
+    try:
+        auth = context.auth_context()
+    except (AttributeError, RuntimeError):
+        auth = {}
+    return Caller("grpc", p.name if p is not None else "",
+                  p.role.label if p is not None else "", peer_certificate_subject(auth),
+                  str(context.peer() or ""))
+
+
+Work = Callable[[Any, Caller], Awaitable[Message]]
+"""A unary method's work: (the parsed request, its caller) → the reply."""
 
 
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -108,32 +129,33 @@ class _Handlers:
         self.subscriptions: set[Subscription] = set()
 
     # -- unary calls -----------------------------------------------------------------------------
-    def unary(self, method: str, req_cls: type[Message],
-              work: Callable[[Any], Awaitable[Message]]
-              ) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Message]]:
+    def unary(self, method: str, req_cls: type[Message], work: Work
+              ) -> Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Awaitable[Message]]:
         """A handler: count the call against ``max_unary_calls``, parse the request, await
-        ``work(request)`` shielded from the client's cancellation, map errors."""
+        ``work(request, caller)`` shielded from the client's cancellation, map errors."""
 
-        async def handle(data: bytes, context: grpc.aio.ServicerContext) -> Message:
+        async def handle(data: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
             if self.unary_active >= self.limits.max_unary_calls:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                     f"busy: {self.unary_active} calls in progress, at most "
                                     f"{self.limits.max_unary_calls}; retry later")
             self.unary_active += 1
-            task = asyncio.ensure_future(self._run(method, req_cls, work, data))
+            task = asyncio.ensure_future(self._run(method, req_cls, work, data,
+                                                   caller_of(context)))
             task.add_done_callback(self._unary_done)
             code, details = await asyncio.shield(task)
             if code is None:
-                return details
+                done: Message = details
+                return done
             await context.abort(code, details)
 
         return handle
 
-    async def _run(self, method: str, req_cls: type[Message],
-                   work: Callable[[Any], Awaitable[Message]], data: bytes) -> tuple[Any, Any]:
+    async def _run(self, method: str, req_cls: type[Message], work: Work, data: bytes,
+                   caller: Caller) -> tuple[Any, Any]:
         """(None, reply) or (status code, details); never raises."""
         try:
-            return None, await work(parse_request(req_cls, data, self.limits))
+            return None, await work(parse_request(req_cls, data, self.limits), caller)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
             code, details = status_of(exc)
             if code == grpc.StatusCode.INTERNAL:
@@ -143,39 +165,47 @@ class _Handlers:
     def _unary_done(self, task: asyncio.Future[Any]) -> None:
         self.unary_active -= 1
 
-    async def register(self, req: pb.RegisterCollectiveRequest) -> Message:
-        return registration_to_proto(await self.service.register(request_from_proto(req)))
+    async def register(self, req: pb.RegisterCollectiveRequest, caller: Caller) -> Message:
+        return registration_to_proto(await self.service.register(request_from_proto(req),
+                                                                 caller))
 
-    async def unregister(self, req: pb.UnregisterCollectiveRequest) -> Message:
+    async def unregister(self, req: pb.UnregisterCollectiveRequest, caller: Caller) -> Message:
         if not req.collective:
             raise FieldError("collective", "must not be empty")
-        conf, gen = await self.service.unregister(req.collective)
+        conf, gen = await self.service.unregister(req.collective, caller)
         return pb.UnregisterCollectiveResponse(confirmation=confirmation_to_proto(conf),
                                                plan_generation=gen)
 
-    async def paths(self, req: pb.GetPathsRequest) -> Message:
+    async def paths(self, req: pb.GetPathsRequest, caller: Caller) -> Message:
         flows = await self.service.paths(req.collective)
         return pb.GetPathsResponse(flows=[flow_to_proto(f) for f in flows])
 
-    async def status(self, req: pb.GetStatusRequest) -> Message:
+    async def status(self, req: pb.GetStatusRequest, caller: Caller) -> Message:
         return status_to_proto(await self.service.status())
 
-    async def apply_policy(self, req: pb.ApplyPolicyRequest) -> Message:
+    async def apply_policy(self, req: pb.ApplyPolicyRequest, caller: Caller) -> Message:
         source = req.source_name or "<northbound>"
-        res = await self.service.apply_policy(req.document, source, req.dry_run)
+        res = await self.service.apply_policy(req.document, source, req.dry_run, caller)
         return apply_result_to_proto(res, self.limits)
 
-    async def create_ina_job(self, req: pb.CreateInaJobRequest) -> Message:
+    async def create_ina_job(self, req: pb.CreateInaJobRequest, caller: Caller) -> Message:
         return ina_grant_to_proto(await self.service.create_ina_job(ina_request_from_proto(req)))
 
-    async def delete_ina_job(self, req: pb.DeleteInaJobRequest) -> Message:
+    async def delete_ina_job(self, req: pb.DeleteInaJobRequest, caller: Caller) -> Message:
         if not req.name:
             raise FieldError("name", "must not be empty")
         await self.service.delete_ina_job(req.name)
         return pb.DeleteInaJobResponse()
+    async def list_audit(self, req: pb.ListAuditRequest, caller: Caller) -> Message:
+        most = self.limits.max_audit_records
+        limit = most if req.limit == 0 else min(req.limit, most)
+        return audit_page_to_proto(await self.service.audit(req.after_sequence, limit))
+
+    async def check_drift(self, req: pb.CheckDriftRequest, caller: Caller) -> Message:
+        return drift_to_proto(await self.service.drift(tuple(req.switches)), self.limits)
 
     # -- the event stream ------------------------------------------------------------------------
-    async def watch_events(self, data: bytes, context: grpc.aio.ServicerContext) -> None:
+    async def watch_events(self, data: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """Stream events until the client leaves, the server stops (OK) or the watcher is too
         slow (``RESOURCE_EXHAUSTED``)."""
         caller = current_principal()
@@ -213,7 +243,7 @@ class _Handlers:
             LOG.warning("[northbound] event watcher %s dropped: %s", context.peer(), slow)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(slow))
 
-    async def _stream(self, sub: Subscription, context: grpc.aio.ServicerContext
+    async def _stream(self, sub: Subscription, context: grpc.aio.ServicerContext[Any, Any]
                       ) -> SlowSubscriber | None:
         """Write ``sub``'s events; the reason to drop the watcher, or None when ``sub`` ended.
         A write waits for the watcher's HTTP/2 window at most ``max_write_wait_s``, and no
@@ -302,7 +332,7 @@ async def start_northbound(service: NorthboundService, host: str, port: int, *,
     h = _Handlers(service, limits)
 
     def unary(method: str, req_cls: type[Message], resp_cls: type[Message],
-              work: Callable[[Any], Awaitable[Message]]) -> grpc.RpcMethodHandler:
+              work: Work) -> grpc.RpcMethodHandler[Any, Any]:
         return grpc.unary_unary_rpc_method_handler(
             h.unary(method, req_cls, work), request_deserializer=None,
             response_serializer=resp_cls.SerializeToString)
@@ -320,6 +350,10 @@ async def start_northbound(service: NorthboundService, host: str, port: int, *,
                               h.create_ina_job),
         "DeleteInaJob": unary("DeleteInaJob", pb.DeleteInaJobRequest, pb.DeleteInaJobResponse,
                               h.delete_ina_job),
+        "ListAudit": unary("ListAudit", pb.ListAuditRequest, pb.ListAuditResponse,
+                           h.list_audit),
+        "CheckDrift": unary("CheckDrift", pb.CheckDriftRequest, pb.CheckDriftResponse,
+                            h.check_drift),
         "WatchEvents": grpc.unary_stream_rpc_method_handler(
             h.watch_events, request_deserializer=None,
             response_serializer=pb.Event.SerializeToString),

@@ -33,7 +33,15 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import grpc
+    from finsy.grpcutil import GRPCCredentialsTLS
+
+    from controller.cluster.etcd import EtcdTLS
+    from controller.security.metrics_http import BasicAuth
+    from controller.security.tokens import TokenTable
 
 from controller.security.transport import TLSFiles, is_loopback, require_tls
 
@@ -82,15 +90,15 @@ class Channels:
     """What each channel runs with (None: plain text, allowed by ``--insecure``)."""
 
     openflow: ssl.SSLContext | None = None
-    northbound: Any = None                  # grpc.ServerCredentials
-    northbound_interceptors: tuple[Any, ...] = ()
+    northbound: grpc.ServerCredentials | None = None
+    northbound_interceptors: tuple[grpc.aio.ServerInterceptor, ...] = ()
     northbound_mtls: bool = False
-    p4runtime: Any = None                   # finsy.GRPCCredentialsTLS
-    etcd: Any = None                        # controller.cluster.etcd.EtcdTLS
+    p4runtime: GRPCCredentialsTLS | None = None
+    etcd: EtcdTLS | None = None
     metrics_tls: TLSFiles | None = None
-    metrics_auth: Any = None                # controller.security.metrics_http.BasicAuth
+    metrics_auth: BasicAuth | None = None
     view_tls: ssl.SSLContext | None = None
-    view_tokens: Any = None                 # controller.security.tokens.TokenTable
+    view_tokens: TokenTable | None = None
     insecure: bool = False
     #: the channels in use: "openflow", "northbound", "p4runtime", "etcd", "view"
     used: frozenset[str] = frozenset()

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, assert_never
 
@@ -156,8 +156,8 @@ class Controller:
     repair, reoptimise
         The two steps of link-event handling (:mod:`controller.runtime.placement`).
     mastership : Mastership
-    executor : Executor, optional
-        Where costly decisions run (a 2-thread pool when None).
+    executor : Executor
+        Where costly decisions run (the process creates it: only its edge makes threads).
     clock
         Monotonic seconds.
     """
@@ -166,7 +166,7 @@ class Controller:
                  telemetry: Telemetry | None = None, events: EventBus | None = None,
                  repair: Repair = repair_moved,
                  reoptimise: Reoptimise | None = reoptimise_moves,
-                 mastership: Mastership | None = None, executor: Executor | None = None,
+                 mastership: Mastership | None = None, executor: Executor,
                  clock: Callable[[], float] = time.monotonic, tick_s: float = 0.1) -> None:
         self.state = state
         self.drivers = dict(drivers)
@@ -175,7 +175,7 @@ class Controller:
         self.repair = repair
         self.reoptimise = reoptimise
         self.mastership: Mastership = mastership or SoleController()
-        self.executor = executor or ThreadPoolExecutor(2, thread_name_prefix="aifabric-compute")
+        self.executor = executor
         self.clock = clock
         self.tick_s = tick_s
         self.meter = TrafficMeter()

@@ -454,9 +454,7 @@ def _placement(state: RuntimeState, ev: PlacementReady, now_s: float,
                                    f"state moved on to {state.generation}"))
         return state
     if ev.error:
-        fx.append(Log("error", "", f"{ev.kind} failed, the installed plan stays: {ev.error}"))
-        fx.append(Publish("replan-failed", f"recomputation failed, the installed plan stays: "
-                                           f"{ev.error}"))
+        fx += writes.replan_failed(ev.kind, ev.error)
         return state
     if ev.placement is None:
         if out is not None:
@@ -481,10 +479,7 @@ def _placement(state: RuntimeState, ev: PlacementReady, now_s: float,
     try:
         intended_plan(new)
     except (PlanInvariantError, ValueError) as exc:
-        fx.append(Log("error", "", f"{ev.kind}: recomputation failed, the installed plan "
-                                   f"stays: {exc}"))
-        fx.append(Publish("replan-failed", f"recomputation failed, the installed plan stays: "
-                                           f"{exc}"))
+        fx += writes.replan_failed(ev.kind, exc)
         return state
     why = {"repair": "link state changed", "reoptimise": "re-optimisation",
            "rebalance": "re-balance"}[ev.kind]

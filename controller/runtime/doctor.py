@@ -9,6 +9,9 @@ found); only FAIL fails the run. The checks, in order:
   (the tokens file is present too);
 * ``etcd``: every member of ``cluster.url`` answers ``/version`` (its version is reported) and
   ``/health`` says ``true`` (etcd's HTTP endpoints on the client port, v3.4+);
+* ``audit``: a controller alone keeps its audit trail in ``audit.file``, which must be a file
+  this user may append to (or create); without one the trail is in memory only (a warning); a
+  cluster keeps it in etcd;
 * ``switch NAME``: a P4Runtime switch answers P4Runtime's ``Capabilities`` at its address and
   knows its device_id (``GetForwardingPipelineConfig``, P4Runtime spec v1.3 §16); an OpenFlow
   switch with an ``address`` (a passive listener: Open vSwitch's ``unix:/var/run/openvswitch/
@@ -31,6 +34,7 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 import json
+import os
 import socket
 import ssl
 import struct
@@ -219,6 +223,31 @@ def check_etcd(cfg: ServiceConfig, wall: Callable[[], float] = time.time
                          f"{version}, healthy" if ok else f"{version}, NOT healthy: "
                          f"{reason or health}"))
     return out, skews
+
+
+def check_audit(cfg: ServiceConfig) -> list[Check]:
+    """Where the audit trail goes (module docstring); as the user running doctor."""
+    if cfg.cluster.url is not None:
+        return [Check("SKIP", "audit", "kept in etcd (a cluster): audit.file is not used")]
+    if cfg.audit.file is None:
+        return [Check("WARN", "audit", "audit.file is not set: the audit trail is kept in "
+                                       "memory and lost at a restart")]
+    path = Path(cfg.audit.file)
+    keep = f"the newest {cfg.audit.retention_records} records kept"
+    if path.exists():
+        if not path.is_file():
+            return [Check("FAIL", "audit", f"{path}: not a regular file")]
+        if not os.access(path, os.W_OK):
+            return [Check("FAIL", "audit", f"{path}: this user may not append to it")]
+        return [Check("PASS", "audit", f"{path}: appendable, {path.stat().st_size} bytes; "
+                                       f"{keep}")]
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return [Check("FAIL", "audit", f"{path}: cannot be created ({parent} is not a "
+                                       "directory this user may write)")]
+    return [Check("PASS", "audit", f"{path}: will be created (in {parent}); {keep}")]
 
 
 def _openflow_probe(address: str) -> tuple[int, int]:
@@ -411,6 +440,7 @@ def run_checks(config_file: str | None, load: Callable[[], ServiceConfig],
     lines += check_certificates(cfg, now or dt.datetime.now(dt.UTC))
     etcd, skews = check_etcd(cfg)
     lines += etcd
+    lines += check_audit(cfg)
     if fabric is not None:
         lines += check_switches(cfg, fabric)
         lines += _bridge_lines(cfg, fabric, bridges or read_bridges)

@@ -18,9 +18,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from controller.drivers.southbound import SouthboundDriver
+    from controller.runtime.controller import ControllerStats
+    from controller.runtime.state import RuntimeState
+    from controller.telemetry import Telemetry
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -195,16 +202,16 @@ class MetricsSource(Protocol):
     """What the collector reads (a :class:`controller.runtime.controller.Controller`)."""
 
     @property
-    def state(self) -> Any: ...  # RuntimeState
+    def state(self) -> RuntimeState: ...
 
     @property
-    def telemetry(self) -> Any: ...  # Telemetry
+    def telemetry(self) -> Telemetry | None: ...
 
     @property
-    def stats(self) -> Any: ...  # ControllerStats
+    def stats(self) -> ControllerStats: ...
 
     @property
-    def drivers(self) -> Mapping[str, Any]: ...  # southbound kind -> driver (messages_sent())
+    def drivers(self) -> Mapping[str, SouthboundDriver]: ...
 
 
 class TelemetryCollector(Collector):
@@ -215,7 +222,9 @@ class TelemetryCollector(Collector):
                  mono: Callable[[], float] = time.monotonic,
                  certificates: Mapping[tuple[str, str], float] | None = None) -> None:
         self.source = source
-        self.telemetry = source.telemetry
+        if source.telemetry is None:
+            raise ValueError("the metrics are read from the controller's telemetry: none runs")
+        self.telemetry: Telemetry = source.telemetry
         self.sample_interval_s = sample_interval_s
         self.mono = mono
         #: (certificate, path) -> notAfter (Unix s), read once: the files the process loaded
@@ -269,23 +278,23 @@ class TelemetryCollector(Collector):
                 a, b = sorted((link.a, link.b))
                 f["aifabric_link_up"].add_metric([f"{a}-{b}"],
                                                  0 if frozenset((a, b)) in down else 1)
-        for c in tel.collective_status():
-            f["aifabric_collective_flows"].add_metric([c.name], len(c.flows))
-            f["aifabric_collective_bytes"].add_metric([c.name], c.bytes_total)
-            f["aifabric_collective_collision_links"].add_metric([c.name], len(c.collision_links))
+        for coll in tel.collective_status():
+            f["aifabric_collective_flows"].add_metric([coll.name], len(coll.flows))
+            f["aifabric_collective_bytes"].add_metric([coll.name], coll.bytes_total)
+            f["aifabric_collective_collision_links"].add_metric([coll.name], len(coll.collision_links))
             caps = [fab.link_between(u, v).capacity_bps
-                    for _, p, _ in c.flows for u, v in zip(p, p[1:], strict=False)]
+                    for _, p, _ in coll.flows for u, v in zip(p, p[1:], strict=False)]
             if caps:
-                f["aifabric_collective_bound_bits_per_second"].add_metric([c.name], min(caps))
-            for d, p, nbytes in c.flows:
+                f["aifabric_collective_bound_bits_per_second"].add_metric([coll.name], min(caps))
+            for d, p, nbytes in coll.flows:
                 # sub-flows of one peer pair are told apart, or their series would collide
                 label = f"{d.src}->{d.dst}" + (f" #{d.subflow}" if d.subflows > 1 else "")
-                f["aifabric_flow_bytes"].add_metric([c.name, label], nbytes)
-                f["aifabric_flow_path_info"].add_metric([c.name, label, " ".join(p)], 1)
+                f["aifabric_flow_bytes"].add_metric([coll.name, label], nbytes)
+                f["aifabric_flow_path_info"].add_metric([coll.name, label, " ".join(p)], 1)
         for (src, dst), nbytes in tel.traffic_matrix().items():
             f["aifabric_host_pair_bytes"].add_metric([src, dst], nbytes)
-        for a in tel.active_alerts():
-            f["aifabric_alert_active"].add_metric([a.kind, a.subject], 1)
+        for al in tel.active_alerts():
+            f["aifabric_alert_active"].add_metric([al.kind, al.subject], 1)
         for kind in KINDS:
             f["aifabric_alerts_raised"].add_metric([kind], tel.alerts.raised_total.get(kind, 0))
         now = self.mono()
@@ -340,10 +349,10 @@ def registry_for(source: MetricsSource, sample_interval_s: float,
     return reg
 
 
-def start_metrics_server(source: MetricsSource, sample_interval_s: float, host: str, port: int,
-                         *, tls: Any = None, basic_auth: Any = None,
-                         insecure: bool = False,
-                         certificates: Mapping[str, str] | None = None) -> Any:
+async def start_metrics_server(source: MetricsSource, sample_interval_s: float, host: str,
+                               port: int, *, render: Executor, tls: Any = None,
+                               basic_auth: Any = None, insecure: bool = False,
+                               certificates: Mapping[str, str] | None = None) -> Any:
     """Serve ``/metrics`` on ``host:port`` (0: a free port) with
     :func:`controller.security.metrics_http.serve_metrics` (``tls``: HTTPS; ``basic_auth``:
     answer 401 without it; a non-loopback address needs TLS or ``insecure``; ``certificates``:
@@ -361,5 +370,6 @@ def start_metrics_server(source: MetricsSource, sample_interval_s: float, host: 
     """
     from controller.security.metrics_http import serve_metrics
 
-    return serve_metrics(registry_for(source, sample_interval_s, certificates), host=host,
-                         port=port, tls=tls, basic_auth=basic_auth, insecure=insecure)
+    return await serve_metrics(registry_for(source, sample_interval_s, certificates),
+                               render=render, host=host, port=port, tls=tls,
+                               basic_auth=basic_auth, insecure=insecure)

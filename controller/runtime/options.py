@@ -135,4 +135,5 @@ def controller_options(cfg: ServiceConfig) -> ControllerOptions:
         ina=InaOptions(cfg.ina.address, cfg.ina.device_id, cfg.ina.host, cfg.ina.port,
                        cfg.ina.pool_size, cfg.ina.election_id) if cfg.ina.address else None,
         ready_timeout_s=cfg.runtime.ready_timeout_s,
+        audit_file=cfg.audit.file, audit_retention=cfg.audit.retention_records,
         security=security_options(cfg), cluster=cluster_options(cfg))

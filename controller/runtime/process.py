@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -56,16 +57,26 @@ from controller.errors import ConfigError, ConfigProblem, PlanInvariantError
 # The runtime, the planner (scipy) and os-ken are imported once the OpenFlow socket is bound
 # (module docstring): only what validating the input needs is imported at the top.
 if TYPE_CHECKING:
+    import socket
+
+    from controller.cluster.store import IntentSnapshot
     from controller.config.model import ServiceConfig
-    from controller.drivers.southbound import SouthboundKind
+    from controller.drivers.southbound import SouthboundDriver, SouthboundKind
     from controller.model.topology import Fabric
+    from controller.northbound.server import NorthboundServer
+    from controller.policy.model import Policy
     from controller.runtime.channels import Channels, SecurityOptions
-    from controller.runtime.cluster import ClusterOptions
+    from controller.runtime.cluster import ClusterOptions, ClusterRuntime
     from controller.runtime.controller import Controller, Mastership
-    from controller.runtime.ina import InaOptions
+    from controller.runtime.ina import InaManager, InaOptions
+    from controller.runtime.notify import Notifier
     from controller.runtime.service import FabricService
     from controller.runtime.state import RuntimeState
+    from controller.security.metrics_http import MetricsServer
     from controller.te.reroute import Hysteresis
+    from controller.telemetry.alerts import AlertRules
+    from controller.view.limits import ViewLimits
+    from controller.view.server import ViewServer
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -95,8 +106,8 @@ class ControllerOptions:
     metrics_listen: tuple[str, int] | None = None
     grpc_listen: tuple[str, int] | None = None
     view_listen: tuple[str, int] | None = None
-    view_limits: Any = None                 # controller.view.limits.ViewLimits
-    alert_rules: Any = None
+    view_limits: ViewLimits | None = None
+    alert_rules: AlertRules | None = None
     microburst_threshold: float | None = None
     p4_targets: str | None = None
     p4_target: str = "bmv2"
@@ -115,6 +126,8 @@ class ControllerOptions:
     ina: InaOptions | None = None
     security: SecurityOptions | None = None
     cluster: ClusterOptions | None = None
+    audit_file: str | None = None
+    audit_retention: int = 10_000
 
 
 def summary_lines(state: RuntimeState) -> list[str]:
@@ -377,7 +390,7 @@ class _Failed(Exception):
     pass
 
 
-def build_state(fabric: Fabric, policy: Any, document: str, source: str,
+def build_state(fabric: Fabric, policy: Policy, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], opts: ControllerOptions,
                 failover_capable: frozenset[str],
                 probe_capable: frozenset[str] = frozenset()) -> RuntimeState:
@@ -419,9 +432,9 @@ def build_state(fabric: Fabric, policy: Any, document: str, source: str,
     return state
 
 
-async def _main(fabric: Fabric, policy: Any, document: str, source: str,
+async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], p4_addresses: Mapping[str, str],
-                opts: ControllerOptions, sock: Any, early: _EarlySignals,
+                opts: ControllerOptions, sock: socket.socket | None, early: _EarlySignals,
                 channels: Channels) -> int:
     from controller.runtime.controller import Controller, StaticMastership
     from controller.runtime.notify import Notifier
@@ -429,7 +442,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
     notifier = Notifier.from_env()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    drivers: dict[str, Any] = {}
+    drivers: dict[str, SouthboundDriver] = {}
     of_handle = None
     ready = threading.Event()
     if sock is not None:
@@ -501,13 +514,15 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         mastership = cluster.mastership
     # the core's timers fire on ticks: the liveness rounds need one at least every interval
     tick_s = min(0.1, state.settings.liveness_interval_s or 0.1)
+    compute = ThreadPoolExecutor(2, thread_name_prefix="aifabric-compute")
     ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership,
-                     tick_s=tick_s)
+                     executor=compute, tick_s=tick_s)
+    from controller.runtime.auditlog import open_audit_log
     from controller.runtime.service import FabricService
 
     if cluster is not None:
         cluster.attach(ctl)
-    ina = None
+    ina: InaManager | None = None
     if opts.ina is not None:
         from controller.runtime.ina import InaManager
 
@@ -517,9 +532,15 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
             if of_handle is not None:
                 of_handle.stop()
             raise _Invalid(str(exc)) from None
+    try:
+        audit = open_audit_log(opts.audit_file, opts.audit_retention, compute, cluster)
+    except OSError as exc:
+        if of_handle is not None:
+            of_handle.stop()
+        raise _Failed(f"audit.file {opts.audit_file}: {exc.strerror or exc}") from None
     service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
                             policy_targets=policy_targets(southbound, opts), cluster=cluster,
-                            ina=ina)
+                            audit=audit, ina=ina)
     service.checker.warm()   # the fork server starts now, not at the first ApplyPolicy
     qos = None
     if opts.apply_qos:
@@ -545,6 +566,9 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         print(qos.summary(), flush=True)
     for line in channels.lines():
         print(line, flush=True)
+    print(f"audit trail: {audit.where}, the newest {audit.retention} records kept"
+          + (" (audit.file is not used in a cluster)" if cluster is not None
+             and opts.audit_file else ""), flush=True)
     edges = _Edges()
     try:
         await edges.start(ctl, service, opts, state.settings.stats_interval_s or 1.0, channels)
@@ -567,6 +591,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
         loop.add_signal_handler(signal.SIGINT, stop.set)
         loop.add_signal_handler(signal.SIGHUP, on_hup)
     await ctl.start()
+    await service.trail.start()
     # Everything loaded so far (modules, os-ken, the fabric, the first plan) lives as long as
     # the process: out of the garbage collector's reach, a full collection (which stops every
     # thread, the loop's too) scans only what came later. Measured with a 3,000-collective
@@ -605,6 +630,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
                 loop.remove_signal_handler(sig)
         if joining is not None:
             joining.cancel()
+        await service.trail.stop()
         if cluster is not None:
             await cluster.stop()
         await edges.stop()
@@ -621,7 +647,7 @@ async def _main(fabric: Fabric, policy: Any, document: str, source: str,
 
 async def _join_cluster(fabric: Fabric, southbound: Mapping[str, SouthboundKind],
                         opts: ControllerOptions, channels: Channels, state: RuntimeState
-                        ) -> tuple[Any, Any, RuntimeState]:
+                        ) -> tuple[ClusterRuntime, IntentSnapshot, RuntimeState]:
     """Connect to etcd, read (or seed) the intent and adopt it, load the mastership view.
     Returns (ClusterRuntime, the snapshot read, the state holding it); raises _Failed."""
     from dataclasses import replace
@@ -637,7 +663,7 @@ async def _join_cluster(fabric: Fabric, southbound: Mapping[str, SouthboundKind]
     copts = replace(opts.cluster, etcd_tls=channels.etcd)
     targets = policy_targets(southbound, opts)
 
-    def resolve_policy(document: str, source: str) -> Any:
+    def resolve_policy(document: str, source: str) -> Policy:
         return check_policy_for_targets(parse_document(document, source), fabric,
                                         targets).policy
 
@@ -679,7 +705,7 @@ def _stopped_while_starting(of_handle: Any) -> int:
     return EXIT_OK
 
 
-def _notify_tasks(notifier: Any, ctl: Controller, in_cluster: bool, ready_timeout_s: float
+def _notify_tasks(notifier: Notifier, ctl: Controller, in_cluster: bool, ready_timeout_s: float
                   ) -> list[asyncio.Task[Any]]:
     """systemd's READY (every switch this process writes reconciled, or the deadline) and the
     watchdog (:mod:`controller.runtime.notify`)."""
@@ -699,7 +725,7 @@ def _notify_tasks(notifier: Any, ctl: Controller, in_cluster: bool, ready_timeou
             asyncio.create_task(notifier.watchdog(), name="watchdog")]
 
 
-async def _reload_notified(service: FabricService, path: str, notifier: Any) -> None:
+async def _reload_notified(service: FabricService, path: str, notifier: Notifier) -> None:
     """SIGHUP under systemd: RELOADING=1, the reload, READY=1 (whatever its outcome: a bad
     policy leaves the running one in force)."""
     notifier.reloading(f"reloading the policy {path}")
@@ -714,7 +740,7 @@ async def reload_policy(service: FabricService, path: str) -> None:
     (:class:`~controller.runtime.policycheck.DocumentLimits`: a file larger than ``max_bytes``
     is not even read; parsing runs in the checker's child process). Problems are logged as
     FILE:LINE:COL, a limit by its name; the running policy stays in force."""
-    from controller.northbound.model import Busy, FieldError, Unavailable
+    from controller.northbound.model import Busy, Caller, FieldError, Unavailable
     from controller.runtime.policycheck import too_large
 
     LOG.info("[controller] SIGHUP: re-reading the policy %s", path)
@@ -736,7 +762,7 @@ async def reload_policy(service: FabricService, path: str) -> None:
         service.controller.publish("apply-failed", f"policy {path} not read: {exc}")
         return
     try:
-        res = await service.apply_policy(text, path, False)
+        res = await service.apply_policy(text, path, False, Caller("signal", peer="SIGHUP"))
     except (FieldError, Busy, Unavailable) as exc:
         LOG.error("[controller] policy %s not applied: %s", path, exc)
         return
@@ -749,11 +775,12 @@ class _Edges:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.metrics: Any = None
-        self.grpc: Any = None
-        self.view: Any = None
+        self.metrics: MetricsServer | None = None
+        self.render: ThreadPoolExecutor | None = None
+        self.grpc: NorthboundServer | None = None
+        self.view: ViewServer | None = None
 
-    async def start(self, ctl: Controller, service: Any, opts: ControllerOptions,
+    async def start(self, ctl: Controller, service: FabricService, opts: ControllerOptions,
                     interval_s: float, channels: Channels) -> None:
         if ctl.telemetry is not None:
             self.lines.append(f"telemetry: port, queue and flow counters every {interval_s:g} "
@@ -763,11 +790,12 @@ class _Edges:
 
             h, p = opts.metrics_listen
             sec = opts.security
-            self.metrics = start_metrics_server(ctl, interval_s, h, p, tls=channels.metrics_tls,
-                                                basic_auth=channels.metrics_auth,
-                                                insecure=channels.insecure,
-                                                certificates=sec.certificate_files() if sec
-                                                else None)
+            # the exposition text is rendered off the loop, by threads the edge owns
+            self.render = ThreadPoolExecutor(2, thread_name_prefix="metrics-render")
+            self.metrics = await start_metrics_server(
+                ctl, interval_s, h, p, render=self.render, tls=channels.metrics_tls,
+                basic_auth=channels.metrics_auth, insecure=channels.insecure,
+                certificates=sec.certificate_files() if sec else None)
             auth = " (basic auth)" if channels.metrics_auth is not None else ""
             self.lines.append(f"metrics: {self.metrics.url}{auth}")
         if opts.grpc_listen is not None:
@@ -787,7 +815,8 @@ class _Edges:
         if opts.view_listen is not None:
             await self._start_view(ctl, service, opts, interval_s, channels)
 
-    async def _start_view(self, ctl: Controller, service: Any, opts: ControllerOptions,
+    async def _start_view(self, ctl: Controller, service: FabricService,
+                          opts: ControllerOptions,
                           interval_s: float, channels: Channels) -> None:
         from controller import __version__
         from controller.view.limits import ViewLimits
@@ -819,5 +848,8 @@ class _Edges:
             await self.grpc.stop(1.0)
             self.grpc = None
         if self.metrics is not None:
-            self.metrics.close()
+            await self.metrics.aclose()
             self.metrics = None
+        if self.render is not None:
+            self.render.shutdown(wait=False, cancel_futures=True)
+            self.render = None

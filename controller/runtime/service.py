@@ -23,6 +23,11 @@ refuses is put back (the last good intent is committed again), so nothing stays 
   the commit's generation and the document's sha256 digest; ``policy-applied``/``apply-failed``
   events and log lines say what happened.
 * **paths**, **status**, **subscribe** read the state.
+* **audit** reads the audit trail (:mod:`controller.runtime.audit`): :meth:`FabricService.
+  _propose` keeps a record of every change it is asked for, with who asked (the
+  :class:`~controller.northbound.model.Caller` the northbound server names) and the outcome;
+  so does :meth:`~FabricService.apply_policy` for a document it refuses. **drift** reads the
+  switches back and compares (:mod:`controller.runtime.drift`), one check at a time.
 """
 
 from __future__ import annotations
@@ -34,13 +39,19 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from controller.cluster.auditlog import DEFAULT_RETENTION
 from controller.cluster.store import MAX_CHANGES, StaleGeneration
 from controller.errors import ConfigError, ConfigProblem, DocumentLimitError, PlanInvariantError
 from controller.model.topology import Fabric
 from controller.northbound.model import (
+    UNKNOWN_CALLER,
+    AuditPage,
+    AuditSubject,
     Busy,
+    Caller,
     CollectiveRequest,
     Confirmation,
+    DriftReport,
     FieldError,
     FlowInfo,
     InaJobGrant,
@@ -56,8 +67,12 @@ from controller.plan.model import SwitchChanges
 from controller.plan.pinned import path_is_up, pinned_match
 from controller.policy.model import Collective, Policy
 from controller.runtime import core
+from controller.runtime.audit import AuditTrail, Proposal, registrations_digest
+from controller.runtime.auditlog import AuditLog, open_audit_log
 from controller.runtime.cluster import ClusterRuntime, EtcdIntent
+from controller.runtime.clustercodec import registered_spec
 from controller.runtime.controller import Controller
+from controller.runtime.drift import check_drift
 from controller.runtime.ina import InaManager
 from controller.runtime.intent import plan_tables
 from controller.runtime.intentstore import (
@@ -98,6 +113,7 @@ class _Pending:
     req: CollectiveRequest | str
     future: asyncio.Future[Any]
     t0: float
+    caller: Caller
 
 
 def switches_of(placement: Mapping[FlowDemand, Path], collectives: Collection[str]) -> set[str]:
@@ -135,6 +151,9 @@ class FabricService:
     ina : InaManager, optional
         The controller's aggregation switch (:mod:`controller.runtime.ina`); None: the
         northbound's CreateInaJob and DeleteInaJob are refused (FAILED_PRECONDITION).
+    audit : AuditLog, optional
+        Where the audit trail is kept (:mod:`controller.runtime.auditlog`); None: etcd in a
+        cluster (10,000 records), memory alone.
     """
 
     def __init__(self, controller: Controller, *, sample_interval_s: float = 0.0,
@@ -146,7 +165,8 @@ class FabricService:
                  cluster: ClusterRuntime | None = None,
                  confirm_timeout_s: float = 10.0,
                  document_limits: DocumentLimits = DEFAULT_DOCUMENT_LIMITS,
-                 ina: InaManager | None = None) -> None:
+                 ina: InaManager | None = None,
+                 audit: AuditLog | None = None) -> None:
         self.controller = controller
         self.ina = ina
         self.cluster = cluster
@@ -166,6 +186,13 @@ class FabricService:
         self.checker = PolicyChecker(document_limits)
         if cluster is not None:
             cluster.use_checker(self._check_document)
+        if audit is None:
+            audit = open_audit_log(None, DEFAULT_RETENTION, controller.executor, cluster)
+        self.replica = cluster.opts.replica if cluster is not None else ""
+        self.trail = AuditTrail(audit, replica=self.replica, publish=controller.publish,
+                                wall=wall)
+        self.trail.watch_roles(controller)
+        self._drift: asyncio.Lock | None = None
 
     @property
     def state(self) -> RuntimeState:
@@ -173,19 +200,38 @@ class FabricService:
 
     # -- the one write path ------------------------------------------------------------------------
     async def _propose(self, st: RuntimeState, update: IntentUpdate, switches: Collection[str],
-                       what: str, previewed: bool = False) -> InForce:
-        """Preview ``update`` on ``st`` (its plan must pass every invariant; off the loop,
-        skipped when the caller ``previewed`` it), commit it, and wait for the masters of
-        ``switches``. A refusal puts ``st``'s intent back.
+                       what: str, ask: Proposal,
+                       previewed: tuple[SwitchDiff, ...] | None = None) -> InForce:
+        """Preview ``update`` on ``st`` (its plan must pass every invariant; off the loop;
+        ``previewed``: the caller did, this is its diff), commit it, and wait for the masters
+        of ``switches``. A refusal puts ``st``'s intent back. Every outcome but a stale
+        generation (tried again by :meth:`_retrying`) is kept in the audit trail as ``ask``.
 
         Raises StaleGeneration, PlanInvariantError / ValueError (nothing committed),
-        NotConfirmed (the store did not take it), _Refused."""
-        if not previewed:
-            await asyncio.get_running_loop().run_in_executor(
-                self.controller.executor, _preview, st, update, self.wall(), self.mono())
-        gen = await self.store.commit(update, st)
+        NotConfirmed / NotFound (the store did not take it), _Refused."""
+        if previewed is not None:
+            diff = previewed
+        else:
+            try:
+                _, diff = await asyncio.get_running_loop().run_in_executor(
+                    self.controller.executor, _preview, st, update, self.wall(), self.mono())
+            except (PlanInvariantError, ValueError) as exc:
+                await self.trail.proposed(ask, "not-applied",
+                                          policy_generation=st.policy.generation,
+                                          detail=f"its plan is invalid: {exc}")
+                raise
+        try:
+            gen = await self.store.commit(update, st)
+        except (NotConfirmed, NotFound, ValueError) as exc:
+            await self.trail.proposed(ask, "not-applied", diff=diff,
+                                      policy_generation=st.policy.generation, detail=str(exc))
+            raise
         res = await self.store.wait_in_force(switches, gen)
         if res.refusal is None:
+            await self.trail.proposed(
+                ask, "pending" if res.pending else "in-force", diff=diff,
+                intent_generation=gen, policy_generation=self.state.policy.generation,
+                detail=f"not confirmed yet by {', '.join(res.pending)}" if res.pending else "")
             return res
         ref = res.refusal
         back = ""
@@ -202,6 +248,9 @@ class FabricService:
                     "back")
         LOG.error("[fabric %s] %s refused by %s, rolled back: %s%s", st.fabric.name, what,
                   ref.switch, ref.error, back)
+        await self.trail.proposed(ask, "refused", diff=diff, intent_generation=gen,
+                                  policy_generation=self.state.policy.generation,
+                                  detail=f"refused by {ref.switch}: {ref.error}{back}")
         raise _Refused(f"{ref.error}{back}")
 
     async def _retrying(self, attempt: Callable[[], Any], what: str) -> Any:
@@ -214,7 +263,8 @@ class FabricService:
         raise NotConfirmed(f"{what}: the intent kept changing while it was decided; retry")
 
     # -- registration ---------------------------------------------------------------------------
-    async def register(self, req: CollectiveRequest) -> Registration:
+    async def register(self, req: CollectiveRequest,
+                       caller: Caller = UNKNOWN_CALLER) -> Registration:
         st = self.state
         if st.policy.policy.routing.mode != "pinned":
             raise Unavailable(f"routing.mode is {st.policy.policy.routing.mode!r}: the "
@@ -223,26 +273,27 @@ class FabricService:
         if again is not None:
             return again
         collective_from_request(req, st.fabric, st.effective_policy, st.placement)
-        reg: Registration = await self._enqueue("register", req)
+        reg: Registration = await self._enqueue("register", req, caller)
         return reg
 
-    async def unregister(self, name: str) -> tuple[Confirmation, int]:
+    async def unregister(self, name: str,
+                         caller: Caller = UNKNOWN_CALLER) -> tuple[Confirmation, int]:
         st = self.state
         if any(c.name == name for c in st.policy.policy.collectives):
             raise Unavailable(f"collective {name!r} is declared by the policy file, not "
                               "registered; change the policy instead")
         if name not in st.registered:
             raise NotFound(f"no registered collective {name[:64]!r}")
-        out: tuple[Confirmation, int] = await self._enqueue("unregister", name)
+        out: tuple[Confirmation, int] = await self._enqueue("unregister", name, caller)
         return out
 
     async def _enqueue(self, kind: Literal["register", "unregister"],
-                       req: CollectiveRequest | str) -> Any:
+                       req: CollectiveRequest | str, caller: Caller) -> Any:
         if len(self._queue) >= self.max_queue:
             raise Busy(f"{len(self._queue)} requests are waiting (limit {self.max_queue}); "
                        "retry later")
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(kind, req, fut, self.wall()))
+        self._queue.append(_Pending(kind, req, fut, self.wall(), caller))
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._batches(), name="northbound-batcher")
         return await fut
@@ -345,9 +396,11 @@ class FabricService:
                             for p, c in ok)
             names = [c.name for _, c in ok]
             what = f"registering {', '.join(names)}"
+            ask = Proposal("register", tuple(AuditSubject(c.name, p.caller) for p, c in ok),
+                           registrations_digest([registered_spec(e) for e in entries]))
             try:
                 res = await self._propose(st, IntentUpdate(register=entries, placement=placement),
-                                          switches_of(placement, names), what)
+                                          switches_of(placement, names), what, ask)
             except (PlanInvariantError, ValueError) as exc:
                 raise Unavailable(f"the plan with {', '.join(names)} is invalid: {exc}") from None
             except _Refused as exc:
@@ -377,6 +430,7 @@ class FabricService:
         async def attempt() -> None:
             st = self.state
             names: list[str] = []
+            callers: dict[str, Caller] = {}
             for p in batch:
                 if p.future.done():
                     continue
@@ -385,15 +439,17 @@ class FabricService:
                     p.future.set_exception(NotFound(f"no registered collective {name[:64]!r}"))
                 elif name not in names:
                     names.append(name)
+                    callers[name] = p.caller
             if not names:
                 return
             gone = set(names)
             on = switches_of(st.placement, gone)
             placement = {d: p for d, p in st.placement.items() if d.collective not in gone}
             what = f"unregistering {', '.join(names)}"
+            ask = Proposal("unregister", tuple(AuditSubject(n, callers[n]) for n in names))
             try:
                 res = await self._propose(st, IntentUpdate(unregister=frozenset(gone),
-                                                           placement=placement), on, what)
+                                                           placement=placement), on, what, ask)
             except (PlanInvariantError, ValueError, _Refused) as exc:
                 raise Unavailable(f"{what} failed: {exc}") from None
             self.batches += 1
@@ -505,6 +561,22 @@ class FabricService:
         if self.ina is None:
             raise Unavailable("this controller has no in-network aggregation switch")
         await self.ina.delete(name)
+    async def audit(self, after: int, limit: int) -> AuditPage:
+        """The audit records after ``after`` (at most ``limit``). Raises Unavailable."""
+        return await self.trail.page(after, limit)
+
+    async def drift(self, switches: tuple[str, ...]) -> DriftReport:
+        """Every switch (or those named) read back against its intended plan
+        (:func:`~controller.runtime.drift.check_drift`; each read has the confirmation
+        timeout). Raises NotFound, Busy (a check is running)."""
+        if self._drift is None:
+            self._drift = asyncio.Lock()
+        if self._drift.locked():
+            raise Busy("a drift check is running; retry when it is done")
+        async with self._drift:
+            return await check_drift(self.controller, switches,
+                                     timeout_s=self.state.settings.confirm_timeout_s,
+                                     replica=self.replica, wall=self.wall)
 
     def subscribe(self, kinds: frozenset[str] | None) -> Subscription:
         bus = self.controller.events
@@ -529,25 +601,31 @@ class FabricService:
         return await self.checker.check(document, source_name, self.state.fabric,
                                         self.policy_targets)
 
-    async def apply_policy(self, document: str, source_name: str,
-                           dry_run: bool) -> PolicyApplyResult:
+    async def apply_policy(self, document: str, source_name: str, dry_run: bool,
+                           caller: Caller = UNKNOWN_CALLER) -> PolicyApplyResult:
         """Raises FieldError (``document`` beyond a limit of :class:`DocumentLimits`, the limit
-        named), Busy (too many documents being checked), Unavailable (no checker process)."""
+        named), Busy (too many documents being checked), Unavailable (no checker process).
+        Unless ``dry_run``, the outcome is kept in the audit trail with ``caller``."""
         loop = asyncio.get_running_loop()
+        ask = Proposal("policy", (AuditSubject(source_name, caller),), digest_of(document))
         try:
             policy = await self._check_document(document, source_name)
         except DocumentLimitError as exc:
             self._beyond_limit(exc, dry_run, source_name)
+            if not dry_run:
+                await self.trail.proposed(ask, "invalid",
+                                          policy_generation=self.state.policy.generation,
+                                          detail=f"limit {exc.limit}: {exc.problems[0]}")
             raise FieldError("document", str(exc.problems[0])) from None
         except ConfigError as exc:
-            return self._refused(exc.problems, dry_run, source_name)
+            return await self._invalid(exc.problems, dry_run, source_name, ask)
         except CheckerBusy as exc:
             raise Busy(str(exc)) from None
         except CheckerUnavailable as exc:
             raise Unavailable(str(exc)) from None
         problems = _registration_problems(policy, self.state, source_name)
         if problems:
-            return self._refused(problems, dry_run, source_name)
+            return await self._invalid(problems, dry_run, source_name, ask)
         diff: tuple[SwitchDiff, ...] = ()
 
         async def attempt() -> PolicyApplyResult:
@@ -558,8 +636,8 @@ class FabricService:
                 placement = await loop.run_in_executor(
                     self.controller.executor, _replace_policy_placement, st, policy)
             except ValueError as exc:
-                return self._refused([_problem(source_name, "collectives", str(exc))], dry_run,
-                                     source_name)
+                return await self._invalid([_problem(source_name, "collectives", str(exc))],
+                                           dry_run, source_name, ask)
             pif = PolicyInForce(policy, document, source_name, st.intent_generation + 1,
                                 digest_of(document), self.wall())
             update = IntentUpdate(policy=pif, placement=placement)
@@ -568,6 +646,10 @@ class FabricService:
                     self.controller.executor, _preview, st, update, pif.applied_unix_s,
                     self.mono())
             except (PlanInvariantError, ValueError) as exc:
+                if not dry_run:
+                    await self.trail.proposed(ask, "not-applied",
+                                              policy_generation=cur.generation,
+                                              detail=f"its plan is invalid: {exc}")
                 return self._failed(source_name, dry_run, str(exc), ())
             if dry_run:
                 LOG.info("[fabric %s] policy %s (dry run): %s", st.fabric.name, source_name,
@@ -575,7 +657,7 @@ class FabricService:
                 return PolicyApplyResult(True, True, (), diff, cur.generation, cur.digest)
             try:
                 res = await self._propose(st, update, set(changes), f"policy {source_name}",
-                                          previewed=True)
+                                          ask, previewed=diff)
             except (_Refused, NotConfirmed, PlanInvariantError, ValueError) as exc:
                 return self._failed(source_name, False, str(exc), diff)
             now_in = self.state.policy
@@ -596,8 +678,23 @@ class FabricService:
         try:
             out: PolicyApplyResult = await self._retrying(attempt, f"policy {source_name}")
         except NotConfirmed as exc:
+            if not dry_run:
+                await self.trail.proposed(ask, "not-applied", diff=diff,
+                                          policy_generation=self.state.policy.generation,
+                                          detail=str(exc))
             return self._failed(source_name, dry_run, str(exc), diff)
         return out
+
+    async def _invalid(self, problems: Any, dry_run: bool, source: str,
+                       ask: Proposal) -> PolicyApplyResult:
+        """:meth:`_refused`, kept in the audit trail (unless ``dry_run``)."""
+        probs = tuple(problems)
+        res = self._refused(probs, dry_run, source)
+        if not dry_run:
+            await self.trail.proposed(ask, "invalid", policy_generation=res.generation,
+                                      detail=f"{len(probs)} problem(s); first: "
+                                             f"{probs[0] if probs else '?'}")
+        return res
 
     def _beyond_limit(self, exc: DocumentLimitError, dry_run: bool, source: str) -> None:
         cur = self.state.policy

@@ -13,10 +13,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.errors import ConfigError, ConfigProblem
 from controller.model.topology import Fabric
+
+if TYPE_CHECKING:
+    from finsy.grpcutil import GRPCCredentialsTLS
+
+    from controller.drivers.p4runtime.driver import P4RuntimeDriver
+    from controller.runtime.process import ControllerOptions
 
 
 def load_targets(path: str | Path, fabric: Fabric) -> dict[str, str]:
@@ -83,8 +89,8 @@ def p4_pipeline(target: str, tofino_build: str | Path | None) -> tuple[Any, Any]
     return p4t, (p4t.p4info, blob)
 
 
-def p4_driver(fabric: Fabric, addresses: Mapping[str, str], opts: Any,
-              credentials: Any = None) -> Any:
+def p4_driver(fabric: Fabric, addresses: Mapping[str, str], opts: ControllerOptions,
+              credentials: GRPCCredentialsTLS | None = None) -> P4RuntimeDriver:
     """The P4Runtime driver for the switches of ``addresses`` (options: ``p4_target``,
     ``tofino_build``, ``p4_election_id``; the liveness timers of protected hops come with the
     plan, :func:`controller.runtime.intent.liveness_timers`); counters are read on every

@@ -339,10 +339,7 @@ def _next_batch(state: RuntimeState, fx: list[Effect]) -> RuntimeState:
     try:
         intended_plan(new)
     except (PlanInvariantError, ValueError) as exc:
-        fx.append(Log("error", "", f"reoptimise: recomputation failed, the installed plan "
-                                   f"stays: {exc}"))
-        fx.append(Publish("replan-failed", f"recomputation failed, the installed plan stays: "
-                                           f"{exc}"))
+        fx += replan_failed("reoptimise", exc)
         return replace(state, reopt=None)
     fx += repins(state.placement, new.placement, "re-optimisation")
     fx.append(TelemetryPaths(new.placement))
@@ -350,6 +347,12 @@ def _next_batch(state: RuntimeState, fx: list[Effect]) -> RuntimeState:
         new = replace(new, te_form=TeForm(new.placement, r.te))
     return replace(new, reopt=None if last else replace(
         r, index=r.index + 1, expected_generation=new.generation))
+
+
+def replan_failed(kind: str, exc: object) -> list[Effect]:
+    """The installed plan stays: a ``kind`` decision could not be adopted (``exc`` says why)."""
+    return [Log("error", "", f"{kind}: recomputation failed, the installed plan stays: {exc}"),
+            Publish("replan-failed", f"recomputation failed, the installed plan stays: {exc}")]
 
 
 def repins(before: Mapping[FlowDemand, tuple[str, ...]],
@@ -369,4 +372,4 @@ def repins(before: Mapping[FlowDemand, tuple[str, ...]],
 
 
 __all__ = ["answered", "begin_reoptimisation", "drive", "finish", "forget",
-           "programmed", "read_back", "read_back_done", "repins", "target_of"]
+           "programmed", "read_back", "read_back_done", "replan_failed", "repins", "target_of"]

@@ -25,7 +25,7 @@ import contextvars
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -37,7 +37,9 @@ from controller.security.tokens import NORTHBOUND_METHOD_ROLES, Principal, Role,
 
 LOG = logging.getLogger("aifabric.security")
 Metadata = Sequence[tuple[str, str | bytes]]
-AuthContext = Mapping[str, Sequence[bytes]]
+AuthContext = Mapping[str, Any]
+"""A call's ``auth_context()``: property name → the property's values (a list of bytes; grpc's
+type stubs disagree between the sync and asyncio APIs)."""
 
 _CALLER: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
     "aifabric_caller", default=None)
@@ -67,10 +69,26 @@ def certificate_role(pem: bytes) -> Role | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def certificate_subject(pem: bytes) -> str:
+    """The subject of a client certificate (PEM) as RFC 4514 text (``CN=alice,OU=operator``),
+    "" when it cannot be read. Cached by the certificate's bytes."""
+    try:
+        return x509.load_pem_x509_certificate(pem).subject.rfc4514_string()
+    except ValueError:
+        return ""
+
+
+def peer_certificate_subject(auth: Mapping[str, Iterable[bytes]]) -> str:
+    """The subject of the client certificate in a call's ``auth_context()`` ("" none)."""
+    pem = next(iter(auth.get("x509_pem_cert") or ()), None)
+    return certificate_subject(bytes(pem)) if pem else ""
+
+
 def peer_certificate_role(auth: AuthContext) -> Role | None:
     """The role of the client certificate in a call's ``auth_context()`` (None: no client
     certificate, or one that names no role)."""
-    pems = auth.get("x509_pem_cert") or ()
+    pems = list(auth.get("x509_pem_cert") or ())
     return certificate_role(bytes(pems[0])) if pems else None
 
 
@@ -223,10 +241,11 @@ class AioTokenAuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, tokens: TokenTable | AccessPolicy):
         self.policy = tokens if isinstance(tokens, AccessPolicy) else AccessPolicy(tokens)
 
-    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails],
-                                                             Awaitable[grpc.RpcMethodHandler]],
-                                handler_call_details: grpc.HandlerCallDetails
-                                ) -> grpc.RpcMethodHandler:
+    async def intercept_service(
+            self, continuation: Callable[[grpc.HandlerCallDetails],
+                                         Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+            handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler

@@ -8,11 +8,12 @@ the network in clear). The password is kept as a SHA-256 digest and compared in 
 
 Bounded (:class:`MetricsLimits`; issue 23: 300 idle connections held 316 threads of
 ``http.server``'s thread-per-connection server until their clients closed, the TLS handshake in
-each): connections live on one asyncio loop in one thread, whatever their number; the TLS
+each): connections live on the controller's one asyncio loop, whatever their number; the TLS
 handshake (``handshake_timeout_s``) and the request head (``read_timeout_s``,
 ``max_request_bytes``) are awaited there, not in a thread; at most ``max_connections`` are open
 and a new one beyond closes the oldest that has not sent a whole request (an idle client never
-locks Prometheus out); the exposition text is rendered by a pool of ``workers`` threads. One
+locks Prometheus out); the exposition text is rendered in an executor the process gives
+(``workers`` threads). One
 request per connection (HTTP/1.0 style, ``Connection: close``), ``GET`` or ``HEAD``, any path,
 ``name[]`` query parameters and gzip as prometheus_client's own server
 (:func:`prometheus_client.exposition.choose_encoder`).
@@ -28,9 +29,8 @@ import hmac
 import logging
 import socket
 import ssl
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
@@ -235,35 +235,33 @@ class _Connection(asyncio.Protocol):
 
 
 class MetricsServer:
-    """A running endpoint (module docstring): ``url``, ``host``, ``port``, ``stats``,
-    ``open_connections()`` and :meth:`close`. Its loop runs in one thread (``metrics-http``);
-    rendering in ``limits.workers`` others."""
+    """An endpoint (module docstring) on the event loop that calls :meth:`listen` (the
+    controller's one loop): ``url``, ``host``, ``port``, ``stats``, ``open_connections()`` and
+    :meth:`aclose`. Rendering runs in ``render`` (an executor its owner made: the process edge
+    creates threads, this module none)."""
 
-    def __init__(self, registry: Collector, host: str, port: int, *,
-                 tls: ssl.SSLContext | None, basic_auth: BasicAuth | None,
-                 limits: MetricsLimits) -> None:
+    def __init__(self, registry: Collector, *, tls: ssl.SSLContext | None,
+                 basic_auth: BasicAuth | None, limits: MetricsLimits,
+                 render: Executor) -> None:
         self.registry = registry
         self.tls = tls
         self.auth = basic_auth
         self.limits = limits
         self.stats = MetricsStats()
         self._conns: dict[int, _Connection] = {}
-        self._pool = ThreadPoolExecutor(limits.workers, thread_name_prefix="metrics-render")
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="metrics-http",
-                                        daemon=True)
-        self._thread.start()
-        try:
-            self._server = asyncio.run_coroutine_threadsafe(self._listen(host, port),
-                                                            self.loop).result(10)
-        except BaseException:
-            self._halt()
-            raise
+        self._pool = render
+        self._server: asyncio.Server | None = None
+        self.host, self.port, self.url = "", 0, ""
+
+    async def listen(self, host: str, port: int) -> MetricsServer:
+        """Bind ``host:port`` (0: a free port) on the running loop. Raises OSError."""
+        self._server = await self._listen(host, port)
         sockname = self._server.sockets[0].getsockname()
         self.host, self.port = str(sockname[0]), int(sockname[1])
-        scheme = "https" if tls is not None else "http"
+        scheme = "https" if self.tls is not None else "http"
         shown = f"[{self.host}]" if ":" in self.host else self.host
         self.url = f"{scheme}://{shown}:{self.port}/metrics"
+        return self
 
     async def _listen(self, host: str, port: int) -> asyncio.Server:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -311,23 +309,16 @@ class MetricsServer:
         return status, headers, b"" if method == "HEAD" else body
 
     # -- stopping ------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Stop listening, close every connection, stop the thread and the pool."""
-        async def stop() -> None:
-            self._server.close()
-            for c in list(self._conns.values()):
-                c.abort()
-            await self._server.wait_closed()
+    async def aclose(self) -> None:
+        """Stop listening and close every connection (the render executor is its owner's)."""
+        if self._server is None:
+            return
+        self._server.close()
+        for c in list(self._conns.values()):
+            c.abort()
+        await self._server.wait_closed()
+        self._server = None
 
-        try:
-            asyncio.run_coroutine_threadsafe(stop(), self.loop).result(5)
-        finally:
-            self._halt()
-
-    def _halt(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _render(registry: Collector, accept: str, accept_encoding: str,
@@ -351,11 +342,13 @@ def _response(status: str, headers: list[tuple[str, str]], body: bytes) -> bytes
     return "\r\n".join(lines).encode("latin-1") + body
 
 
-def serve_metrics(registry: Collector = REGISTRY, *, host: str = DEFAULT_HOST, port: int = 0,
-                  tls: TLSFiles | None = None, basic_auth: BasicAuth | None = None,
-                  insecure: bool = False, logger: logging.Logger = LOG,
-                  limits: MetricsLimits = DEFAULT_METRICS_LIMITS) -> MetricsServer:
-    """Serve ``registry`` at ``/metrics`` (any path answers, as prometheus_client's own server).
+async def serve_metrics(registry: Collector = REGISTRY, *, render: Executor,
+                        host: str = DEFAULT_HOST, port: int = 0, tls: TLSFiles | None = None,
+                        basic_auth: BasicAuth | None = None, insecure: bool = False,
+                        logger: logging.Logger = LOG,
+                        limits: MetricsLimits = DEFAULT_METRICS_LIMITS) -> MetricsServer:
+    """Serve ``registry`` at ``/metrics`` (any path answers, as prometheus_client's own server)
+    on the running loop, rendering in ``render``.
 
     ``tls``: the server's certificate and key (``tls.ca`` set → clients must present a
     certificate signed by it). ``basic_auth``: answer 401 to requests without these credentials.
@@ -374,4 +367,5 @@ def serve_metrics(registry: Collector = REGISTRY, *, host: str = DEFAULT_HOST, p
         if tls.ca is not None:
             ctx.load_verify_locations(str(tls.ca))
             ctx.verify_mode = ssl.CERT_REQUIRED
-    return MetricsServer(registry, host, port, tls=ctx, basic_auth=basic_auth, limits=limits)
+    srv = MetricsServer(registry, tls=ctx, basic_auth=basic_auth, limits=limits, render=render)
+    return await srv.listen(host, port)

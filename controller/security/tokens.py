@@ -2,8 +2,10 @@
 
 Roles (each includes the ones before it):
 
-* ``read-only``: GetStatus, GetPaths, WatchEvents;
-* ``operator``: also RegisterCollective, UnregisterCollective, ApplyPolicy.
+* ``read-only``: GetStatus, GetPaths, WatchEvents, ListAudit (the audit trail);
+* ``operator``: also RegisterCollective, UnregisterCollective, ApplyPolicy, CheckDrift (it reads
+  every switch back: a load on the switches a reader should not be able to cause), CreateInaJob
+  and DeleteInaJob (they write the aggregation switch).
 
 The token file has one token per line, ``ROLE TOKEN [NAME]`` (``#`` starts a comment); ``aifabric
 certs init`` writes one with a random token per role. A client sends ``authorization: Bearer
@@ -55,9 +57,13 @@ NORTHBOUND_METHOD_ROLES: Mapping[str, Role] = {
     _NB + "GetStatus": Role.READ_ONLY,
     _NB + "GetPaths": Role.READ_ONLY,
     _NB + "WatchEvents": Role.READ_ONLY,
+    _NB + "ListAudit": Role.READ_ONLY,
     _NB + "RegisterCollective": Role.OPERATOR,
     _NB + "UnregisterCollective": Role.OPERATOR,
     _NB + "ApplyPolicy": Role.OPERATOR,
+    _NB + "CheckDrift": Role.OPERATOR,
+    _NB + "CreateInaJob": Role.OPERATOR,
+    _NB + "DeleteInaJob": Role.OPERATOR,
 }
 
 

@@ -85,11 +85,12 @@ class PatchedRows:
         idx = np.asarray(key)
         if idx.dtype.kind not in "iu":
             raise TypeError("PatchedRows is read by integer gathers along its first axis")
-        out = self.base[idx]
+        out: np.ndarray = self.base[idx]
         slot = self._slot[idx]
         hit = slot >= 0
         if idx.ndim == 0:
-            return self.values[int(slot)].copy() if bool(hit) else out
+            one: np.ndarray = self.values[int(slot)].copy() if bool(hit) else out
+            return one
         if hit.any():
             out[hit] = self.values[slot[hit]]
         return out
@@ -202,7 +203,7 @@ class ClosTables:
             raise ValueError("an inner path has an even number of links")
         got = self.index.fabric_memo("clos-column-of-link", self._column_of_link)
         assert isinstance(got, np.ndarray)
-        out = got[row[..., :h]]
+        out: np.ndarray = got[row[..., :h]]
         if (out < 0).any():
             raise ValueError("a path's first half is not made of up-links")
         return out
@@ -370,7 +371,7 @@ class ClosTables:
         reach = self.reach(r)
         ok = (u >= 0) & (v >= 0)
         a = reach[np.where(ok, u, 0)]
-        out = (a == reach[np.where(ok, v, 0)]) & (a >= 0)
+        out: np.ndarray = (a == reach[np.where(ok, v, 0)]) & (a >= 0)
         out &= ok[:, None]
         return out
 

@@ -63,7 +63,8 @@ class FlowDemand:
         dataclass's own hash re-hashes ten fields on every call). Not pickled
         (:meth:`__getstate__`): string hashes differ between processes."""
         try:
-            return self.__dict__["_hash"]
+            cached: int = self.__dict__["_hash"]
+            return cached
         except KeyError:
             got = self.__dict__["_hash"] = hash((
                 self.collective, self.index, self.src, self.dst, self.dscp, self.ip_proto,

@@ -78,13 +78,14 @@ def min_congestion_exact(
     rows.extend(range(n_links))
     cols.extend([z] * n_links)
     vals = [1.0] * (len(rows) - n_links) + [-1.0] * n_links
-    cap = coo_matrix((vals, (rows, cols)), shape=(n_links, n_x + 1))
+    cap = coo_matrix((np.asarray(vals), (np.asarray(rows), np.asarray(cols))),
+                     shape=(n_links, n_x + 1))
     one = coo_matrix(
-        ([1.0] * n_x, ([f for f, _ in var_of], list(range(n_x)))), shape=(len(flows), n_x + 1)
-    )
+        (np.ones(n_x), (np.asarray([f for f, _ in var_of]), np.arange(n_x))),
+        shape=(len(flows), n_x + 1))
     cost = np.zeros(n_x + 1)
     cost[z] = 1.0
-    integrality = np.ones(n_x + 1)
+    integrality = np.ones(n_x + 1, dtype=np.int64)
     res = milp(
         cost,
         constraints=[

@@ -14,6 +14,7 @@ are comparable with :func:`controller.te.placer.place`. LP ≤ MILP ≤ any pinn
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
@@ -26,7 +27,7 @@ from controller.te.pathindex import DirectedLink, PathIndex
 
 def _model(fabric: Fabric, demands: Mapping[FlowDemand, float],
            down_links: Iterable[frozenset[str]],
-           base_load_bps: Mapping[DirectedLink, float] | None):
+           base_load_bps: Mapping[DirectedLink, float] | None) -> tuple[Any, ...]:
     idx = PathIndex(fabric, down_links)
     flows = list(demands)
     cands = []
@@ -55,8 +56,9 @@ def _model(fabric: Fabric, demands: Mapping[FlowDemand, float],
     rows += list(range(n_l))
     cols += [n_x] * n_l
     vals += [-1.0] * n_l
-    a_ub = coo_matrix((vals, (rows, cols)), shape=(n_l, n_x + 1)).tocsr()
-    a_eq = coo_matrix(([1.0] * n_x, ([f for f, _ in var], list(range(n_x)))),
+    a_ub = coo_matrix((np.asarray(vals), (np.asarray(rows), np.asarray(cols))),
+                      shape=(n_l, n_x + 1)).tocsr()
+    a_eq = coo_matrix((np.ones(n_x), (np.asarray([f for f, _ in var]), np.arange(n_x))),
                       shape=(len(flows), n_x + 1)).tocsr()
     cost = np.zeros(n_x + 1)
     cost[n_x] = 1.0
@@ -84,7 +86,9 @@ def min_max_utilisation_lp(
                   bounds=[(0, 1)] * len(var) + [(0, None)], method="highs-ipm")
     if res.status != 0:
         raise RuntimeError(f"LP not solved: {res.message}")
-    return max(float(res.fun), other)
+    fun = res.fun
+    assert fun is not None  # status 0: solved
+    return max(float(fun), float(other))
 
 
 def min_max_utilisation_exact(
@@ -105,4 +109,5 @@ def min_max_utilisation_exact(
                bounds=Bounds(np.zeros(n + 1), np.r_[np.ones(n), np.inf]))
     if res.status != 0 or res.x is None:
         raise RuntimeError(f"MILP not solved to optimality: {res.message}")
-    return max(float(res.x[n]), other)
+    x: np.ndarray = res.x
+    return max(float(x[n]), float(other))

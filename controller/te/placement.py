@@ -127,14 +127,15 @@ class Placement:
         """Pinned demand per directed link (background excluded), bits/s, shape
         (n_directed_links,); read-only. :meth:`replace` carries it over, updated by the
         moved flows only."""
-        out = np.bincount(self.ids, weights=self.rate_bps[self.owner],
-                          minlength=len(self.index.links))
+        out: np.ndarray = np.bincount(self.ids, weights=self.rate_bps[self.owner],
+                                      minlength=len(self.index.links))
         out.setflags(write=False)
         return out
 
     def load_bps(self) -> np.ndarray:
         """Background + pinned demand per directed link, bits/s, shape (n_directed_links,)."""
-        return self.base_bps + self.pinned_bps
+        out: np.ndarray = self.base_bps + self.pinned_bps
+        return out
 
     def _successor(self, idx: PathIndex, ids: np.ndarray, starts: np.ndarray, base: np.ndarray,
                    moved: np.ndarray, new_ids: np.ndarray, new_starts: np.ndarray) -> Placement:
@@ -252,5 +253,6 @@ def concat_ranges(first: np.ndarray, length: np.ndarray) -> np.ndarray:
     if not total:
         return np.empty(0, dtype=np.int64)
     ends = np.cumsum(length)
-    return (np.arange(total, dtype=np.int64) - np.repeat(ends - length, length)
-            + np.repeat(first, length))
+    out: np.ndarray = (np.arange(total, dtype=np.int64) - np.repeat(ends - length, length)
+                       + np.repeat(first, length))
+    return out

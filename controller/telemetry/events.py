@@ -7,7 +7,9 @@ failed; the installed plan stays), ``alert-raised``, ``alert-cleared``, ``regist
 in force: ``policy_generation``, ``policy_digest``), ``apply-failed`` (a policy change was
 refused or rolled back; the message names the file position, or the switch and the entry),
 ``table-overflow`` (a switch's pinned entries do not fit its table: the message says how many
-flows fall back to ECMP; :func:`controller.runtime.intent.plan_tables`).
+flows fall back to ECMP; :func:`controller.runtime.intent.plan_tables`), ``audit`` (a record
+was added to the audit trail: ``audit_sequence`` is its sequence number, the message says who did
+what and how it ended; :mod:`controller.runtime.audit`).
 
 Back-pressure: every subscriber has its own bounded queue (``queue_len`` events).
 :meth:`EventBus.publish` never blocks and never waits for a subscriber: when a subscriber's
@@ -30,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 EVENT_KINDS = ("link-down", "link-up", "repin", "replan-failed", "alert-raised", "alert-cleared",
-               "registered", "unregistered", "policy-applied", "apply-failed", "table-overflow")
+               "registered", "unregistered", "policy-applied", "apply-failed", "table-overflow",
+               "audit")
 #: events a subscriber may leave unread before it is dropped (default of EventBus.queue_len)
 DEFAULT_QUEUE_LEN = 1000
 
@@ -39,7 +42,8 @@ DEFAULT_QUEUE_LEN = 1000
 class Event:
     """One event. ``time_s``: seconds since the Unix epoch (the bus's clock); ``switch``: the
     switch it concerns (for log lines); ``link``: ``a-b`` or ``u->v``; paths are host … host;
-    ``policy_generation``/``policy_digest`` (sha256 hex): the policy of ``policy-applied``."""
+    ``policy_generation``/``policy_digest`` (sha256 hex): the policy of ``policy-applied``;
+    ``audit_sequence``: the audit record of an ``audit`` event."""
 
     kind: str
     time_s: float
@@ -53,6 +57,7 @@ class Event:
     alert: str = ""
     policy_generation: int = 0
     policy_digest: str = ""
+    audit_sequence: int = 0
 
 
 class SlowSubscriber(Exception):

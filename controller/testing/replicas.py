@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ from controller.runtime.cluster import ClusterOptions, ClusterRuntime
 from controller.runtime.controller import Controller
 from controller.runtime.process import ControllerOptions, build_state
 from controller.runtime.service import FabricService
+from controller.telemetry.events import EventBus
 from controller.testing.fakeoftable import FakeFabric
 from controller.testing.fakeswitch import FakeSwitch, RoleArbiter
 
@@ -112,10 +114,11 @@ class ReplicaSet:
         await cluster.observe()
         driver = OpenFlowDriver({s.dpid: s.name for s in self.fabric.switches})
         ctl = Controller(state, {"openflow": driver}, mastership=cluster.mastership,
-                         tick_s=0.1)
+                         events=EventBus(), tick_s=0.1, executor=ThreadPoolExecutor(2))
         cluster.attach(ctl)
         service = FabricService(ctl, cluster=cluster)
         await ctl.start()
+        await service.trail.start()
         sws = {s.name: FakeSwitch(driver, s.dpid, self.ff.tables[s.name], 4,
                                   address=f"{name}:{s.name}", arbiter=self.arbiters[s.name],
                                   name=s.name)
@@ -134,6 +137,7 @@ class ReplicaSet:
         if not rep.alive:
             return
         rep.alive = False
+        await rep.service.trail.stop()
         await rep.cluster.stop()
         for sw in rep.switches.values():
             sw.close()
@@ -146,6 +150,7 @@ class ReplicaSet:
         if not rep.alive:
             return
         rep.alive = False
+        rep.service.trail.abandon()   # a dead process keeps no more records
         for sw in rep.switches.values():
             sw.close()
         await rep.cluster.client.close()   # keep-alives fail from now on

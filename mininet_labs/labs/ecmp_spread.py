@@ -4,7 +4,7 @@ Example (``mininet_labs/experiments/ecmp_spread.yaml``)::
 
     name: ecmp-spread
     topology: ../topologies/fattree_k4.yaml
-    policy: ../../policies/ecmp_default.yaml     # routing.ecmp left at its defaults
+    policy: ../policies/ecmp_default.yaml     # routing.ecmp left at its defaults
     variants: [default, seeds-off, switch-default]
     seeds: [1, 2]                                # source-port bases of the mesh runs
     mesh: {udp_per_destination: 6, tcp_per_destination: 4, bytes: 16KB, duration: 8s}

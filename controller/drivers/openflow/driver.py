@@ -406,7 +406,7 @@ class OpenFlowDriver:
                                          f"{timeout_s or self.reply_timeout_s:g} s") from None
 
     # -- requests ------------------------------------------------------------------------------
-    async def read_state(self, switch: str) -> SwitchState:
+    async def read_state(self, switch: str, *, adopt: bool = True) -> SwitchState:
         s = self.session(switch)
         d = s.dialect
         # every entry, not only ours: the foreign ones are counted (and left alone), so the
@@ -421,7 +421,8 @@ class OpenFlowDriver:
             raise ApplyError(switch, f"read-back refused: {exc}") from None
         dec = encode.decode_state(switch, s.conn.dpid, d.flow_records(flows),
                                   d.group_records(groups), d)
-        s.groups, s.stale, s.orphans = dec.groups, dec.stale, dec.orphan_groups
+        if adopt:
+            s.groups, s.stale, s.orphans = dec.groups, dec.stale, dec.orphan_groups
         return SwitchState(dec.plan, dec.foreign_flows, dec.foreign_groups)
 
     async def apply(self, switch: str, changes: SwitchChanges, held: SwitchPlan,

@@ -166,6 +166,8 @@ class P4Switch:
     highest_seen : int, optional
         The highest election id seen for this switch before (kept across reconnects: a backup
         stays backup when the server promotes it against the spec).
+    pipeline : Pipeline, optional
+        ``p4info`` and ``p4blob`` parsed already (a driver parses them once for every switch).
     """
 
     def __init__(self, name: str, address: str, device_id: int, *, election_id: int = 10,
@@ -173,15 +175,15 @@ class P4Switch:
                  force_pipeline: bool = False, role_name: str = "",
                  credentials: GRPCCredentialsTLS | None = None, backup_ok: bool = False,
                  on_role: Callable[[SessionRole, str], None] | None = None,
-                 highest_seen: int | None = None) -> None:
+                 highest_seen: int | None = None, pipeline: Pipeline | None = None) -> None:
         if election_id <= 0:
             raise ValueError(f"{name}: election_id must be > 0 (P4Runtime spec §5), got {election_id}")
         self.name = name
         self.address = address
         self.device_id = device_id
         self.election_id = election_id
-        self.schema = _schema(p4info, p4blob)
-        self.codec = _codec(self.schema)
+        pipe = pipeline or Pipeline.load(p4info, p4blob)
+        self.schema, self.codec = pipe.schema, pipe.codec
         self.force_pipeline = force_pipeline
         self.backup_ok = backup_ok
         self.session = P4Session(name, address, device_id, election_id=election_id,
@@ -535,21 +537,15 @@ def _took_effect(state: SwitchEntities, u: Update) -> bool:
     return bool(have == e)
 
 
-_SCHEMAS: dict[tuple[Any, ...], fy.P4Schema] = {}
-_CODECS: dict[int, WireCodec] = {}
+@dataclass(frozen=True)
+class Pipeline:
+    """A P4 program as the clients use it: finsy's schema of its P4Info and device config, and
+    our wire codec over it. Parsed once by whoever owns it (the driver, for all its switches)."""
 
+    schema: fy.P4Schema
+    codec: WireCodec
 
-def _schema(p4info: Path, p4blob: Any) -> fy.P4Schema:
-    """finsy's schema of the P4Info and blob, parsed once per process."""
-    key = (str(p4info), p4blob if isinstance(p4blob, Path | str) else id(p4blob))
-    s = _SCHEMAS.get(key)
-    if s is None:
-        s = _SCHEMAS[key] = fy.P4Schema(Path(p4info), p4blob)
-    return s
-
-
-def _codec(schema: fy.P4Schema) -> WireCodec:
-    c = _CODECS.get(id(schema))
-    if c is None:
-        c = _CODECS[id(schema)] = WireCodec(schema)
-    return c
+    @classmethod
+    def load(cls, p4info: Path, p4blob: Any) -> Pipeline:
+        schema = fy.P4Schema(Path(p4info), p4blob)
+        return cls(schema, WireCodec(schema))

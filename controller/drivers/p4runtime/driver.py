@@ -62,6 +62,7 @@ from controller.drivers.p4runtime.client import (
     NotPrimaryError,
     P4Switch,
     P4SwitchError,
+    Pipeline,
     WriteError,
 )
 from controller.drivers.p4runtime.decode import (
@@ -251,12 +252,16 @@ class P4RuntimeDriver:
         self._stopping = False
 
     def _default_factory(self, p4info: Path, p4blob: Any) -> ClientFactory:
+        pipeline: list[Pipeline] = []  # parsed at the first connection, for every switch
+
         def make(name: str, address: str, device_id: int, election_id: int, *,
                  on_role: Any = None, highest_seen: int | None = None) -> P4Client:
+            if not pipeline:
+                pipeline.append(Pipeline.load(p4info, p4blob))
             return P4Switch(name, address, device_id, election_id=election_id, p4info=p4info,
                             p4blob=p4blob, role_name=self.role_name,
                             credentials=self.credentials, backup_ok=True, on_role=on_role,
-                            highest_seen=highest_seen)
+                            highest_seen=highest_seen, pipeline=pipeline[0])
         return make
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -355,7 +360,7 @@ class P4RuntimeDriver:
         return s
 
     # -- requests ------------------------------------------------------------------------------
-    async def read_state(self, switch: str) -> SwitchState:
+    async def read_state(self, switch: str, *, adopt: bool = True) -> SwitchState:
         s = self._session(switch)
         assert s.client is not None
         try:
@@ -364,13 +369,15 @@ class P4RuntimeDriver:
             raise ApplyError(switch, f"read-back failed: {exc}") from None
         ours = owned(ents)
         dec = decode_entities(ours)
+        foreign = ents.count - ours.count - len(ents.multicast)
+        if not adopt:
+            return SwitchState(dec.plan, foreign, 0)
         s.group_ids = dict(dec.group_ids)
         try:
             canon = self._encode(s, dec.plan, s.group_ids)
             s.extra, s.missing = _minus(ours, canon), _minus(canon, ours)
         except (EncodeError, KeyError):
             s.extra, s.missing = ours, None
-        foreign = ents.count - ours.count - len(ents.multicast)
         return SwitchState(dec.plan, foreign, 0)
 
     def _allocate(self, s: _Session, plan: SwitchPlan) -> dict[tuple[int, ...], int]:

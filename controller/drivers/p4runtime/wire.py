@@ -371,16 +371,16 @@ class WireCodec:
             match.append((name, fv))
         match.sort(key=lambda kv: t.order[kv[0]])
         ta = m.action
-        how = ta.WhichOneof("type")
-        if how == "action":
+        which = ta.WhichOneof("type")
+        if which == "action":
             a = self.actions[self.action_names[ta.action.action_id]]
             params = tuple(sorted((a.by_id[p.param_id][0], _int(p.value))
                                   for p in ta.action.params))
             return TableEntry(t.name, tuple(match), m.priority, a.name, params)
-        if how == "action_profile_member_id":
+        if which == "action_profile_member_id":
             return TableEntry(t.name, tuple(match), m.priority,
                               member_id=ta.action_profile_member_id)
-        if how == "action_profile_group_id":
+        if which == "action_profile_group_id":
             return TableEntry(t.name, tuple(match), m.priority,
                               group_id=ta.action_profile_group_id)
         return TableEntry(t.name, tuple(match), m.priority)

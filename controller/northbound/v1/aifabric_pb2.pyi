@@ -163,7 +163,7 @@ class WatchEventsRequest(_message.Message):
     def __init__(self, kinds: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("kind", "time_unix_s", "message", "switch", "link", "collective", "flow", "old_path", "new_path", "alert", "policy_generation", "policy_digest")
+    __slots__ = ("kind", "time_unix_s", "message", "switch", "link", "collective", "flow", "old_path", "new_path", "alert", "policy_generation", "policy_digest", "audit_sequence")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TIME_UNIX_S_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +176,7 @@ class Event(_message.Message):
     ALERT_FIELD_NUMBER: _ClassVar[int]
     POLICY_GENERATION_FIELD_NUMBER: _ClassVar[int]
     POLICY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     kind: str
     time_unix_s: float
     message: str
@@ -188,7 +189,8 @@ class Event(_message.Message):
     alert: str
     policy_generation: int
     policy_digest: str
-    def __init__(self, kind: _Optional[str] = ..., time_unix_s: _Optional[float] = ..., message: _Optional[str] = ..., switch: _Optional[str] = ..., link: _Optional[str] = ..., collective: _Optional[str] = ..., flow: _Optional[str] = ..., old_path: _Optional[_Iterable[str]] = ..., new_path: _Optional[_Iterable[str]] = ..., alert: _Optional[str] = ..., policy_generation: _Optional[int] = ..., policy_digest: _Optional[str] = ...) -> None: ...
+    audit_sequence: int
+    def __init__(self, kind: _Optional[str] = ..., time_unix_s: _Optional[float] = ..., message: _Optional[str] = ..., switch: _Optional[str] = ..., link: _Optional[str] = ..., collective: _Optional[str] = ..., flow: _Optional[str] = ..., old_path: _Optional[_Iterable[str]] = ..., new_path: _Optional[_Iterable[str]] = ..., alert: _Optional[str] = ..., policy_generation: _Optional[int] = ..., policy_digest: _Optional[str] = ..., audit_sequence: _Optional[int] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()
@@ -423,3 +425,141 @@ class ApplyPolicyResponse(_message.Message):
     error: str
     confirmation: Confirmation
     def __init__(self, ok: bool = ..., dry_run: bool = ..., problems: _Optional[_Iterable[_Union[PolicyProblem, _Mapping]]] = ..., diff: _Optional[_Iterable[_Union[SwitchDiff, _Mapping]]] = ..., generation: _Optional[int] = ..., digest: _Optional[str] = ..., error: _Optional[str] = ..., confirmation: _Optional[_Union[Confirmation, _Mapping]] = ...) -> None: ...
+
+class ListAuditRequest(_message.Message):
+    __slots__ = ("after_sequence", "limit")
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    after_sequence: int
+    limit: int
+    def __init__(self, after_sequence: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class Caller(_message.Message):
+    __slots__ = ("via", "token", "role", "certificate", "peer")
+    VIA_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    via: str
+    token: str
+    role: str
+    certificate: str
+    peer: str
+    def __init__(self, via: _Optional[str] = ..., token: _Optional[str] = ..., role: _Optional[str] = ..., certificate: _Optional[str] = ..., peer: _Optional[str] = ...) -> None: ...
+
+class AuditSubject(_message.Message):
+    __slots__ = ("name", "caller")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    caller: Caller
+    def __init__(self, name: _Optional[str] = ..., caller: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
+
+class AuditSwitch(_message.Message):
+    __slots__ = ("switch", "flows_added", "flows_modified", "flows_deleted", "role", "token")
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    FLOWS_ADDED_FIELD_NUMBER: _ClassVar[int]
+    FLOWS_MODIFIED_FIELD_NUMBER: _ClassVar[int]
+    FLOWS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    switch: str
+    flows_added: int
+    flows_modified: int
+    flows_deleted: int
+    role: str
+    token: str
+    def __init__(self, switch: _Optional[str] = ..., flows_added: _Optional[int] = ..., flows_modified: _Optional[int] = ..., flows_deleted: _Optional[int] = ..., role: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class AuditRecord(_message.Message):
+    __slots__ = ("sequence", "time_unix_s", "kind", "outcome", "subjects", "replica", "digest", "intent_generation", "policy_generation", "switches", "detail")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TIME_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    SUBJECTS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    INTENT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    time_unix_s: float
+    kind: str
+    outcome: str
+    subjects: _containers.RepeatedCompositeFieldContainer[AuditSubject]
+    replica: str
+    digest: str
+    intent_generation: int
+    policy_generation: int
+    switches: _containers.RepeatedCompositeFieldContainer[AuditSwitch]
+    detail: str
+    def __init__(self, sequence: _Optional[int] = ..., time_unix_s: _Optional[float] = ..., kind: _Optional[str] = ..., outcome: _Optional[str] = ..., subjects: _Optional[_Iterable[_Union[AuditSubject, _Mapping]]] = ..., replica: _Optional[str] = ..., digest: _Optional[str] = ..., intent_generation: _Optional[int] = ..., policy_generation: _Optional[int] = ..., switches: _Optional[_Iterable[_Union[AuditSwitch, _Mapping]]] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class ListAuditResponse(_message.Message):
+    __slots__ = ("records", "first_sequence", "last_sequence")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[AuditRecord]
+    first_sequence: int
+    last_sequence: int
+    def __init__(self, records: _Optional[_Iterable[_Union[AuditRecord, _Mapping]]] = ..., first_sequence: _Optional[int] = ..., last_sequence: _Optional[int] = ...) -> None: ...
+
+class CheckDriftRequest(_message.Message):
+    __slots__ = ("switches",)
+    SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    switches: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, switches: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DriftEntry(_message.Message):
+    __slots__ = ("kind", "entry", "found")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    entry: str
+    found: str
+    def __init__(self, kind: _Optional[str] = ..., entry: _Optional[str] = ..., found: _Optional[str] = ...) -> None: ...
+
+class SwitchDrift(_message.Message):
+    __slots__ = ("switch", "read", "error", "entries_read", "entries_intended", "foreign_entries", "missing", "extra", "modified", "entries", "note")
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    READ_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_READ_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_INTENDED_FIELD_NUMBER: _ClassVar[int]
+    FOREIGN_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FIELD_NUMBER: _ClassVar[int]
+    MODIFIED_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    switch: str
+    read: bool
+    error: str
+    entries_read: int
+    entries_intended: int
+    foreign_entries: int
+    missing: int
+    extra: int
+    modified: int
+    entries: _containers.RepeatedCompositeFieldContainer[DriftEntry]
+    note: str
+    def __init__(self, switch: _Optional[str] = ..., read: bool = ..., error: _Optional[str] = ..., entries_read: _Optional[int] = ..., entries_intended: _Optional[int] = ..., foreign_entries: _Optional[int] = ..., missing: _Optional[int] = ..., extra: _Optional[int] = ..., modified: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[DriftEntry, _Mapping]]] = ..., note: _Optional[str] = ...) -> None: ...
+
+class CheckDriftResponse(_message.Message):
+    __slots__ = ("switches", "intent_generation", "plan_generation", "checked_unix_s", "replica")
+    SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    INTENT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PLAN_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CHECKED_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    switches: _containers.RepeatedCompositeFieldContainer[SwitchDrift]
+    intent_generation: int
+    plan_generation: int
+    checked_unix_s: float
+    replica: str
+    def __init__(self, switches: _Optional[_Iterable[_Union[SwitchDrift, _Mapping]]] = ..., intent_generation: _Optional[int] = ..., plan_generation: _Optional[int] = ..., checked_unix_s: _Optional[float] = ..., replica: _Optional[str] = ...) -> None: ...

@@ -74,6 +74,16 @@ class NorthboundStub(object):
                 request_serializer=aifabric__pb2.DeleteInaJobRequest.SerializeToString,
                 response_deserializer=aifabric__pb2.DeleteInaJobResponse.FromString,
                 _registered_method=True)
+        self.ListAudit = channel.unary_unary(
+                '/aifabric.v1.Northbound/ListAudit',
+                request_serializer=aifabric__pb2.ListAuditRequest.SerializeToString,
+                response_deserializer=aifabric__pb2.ListAuditResponse.FromString,
+                _registered_method=True)
+        self.CheckDrift = channel.unary_unary(
+                '/aifabric.v1.Northbound/CheckDrift',
+                request_serializer=aifabric__pb2.CheckDriftRequest.SerializeToString,
+                response_deserializer=aifabric__pb2.CheckDriftResponse.FromString,
+                _registered_method=True)
 
 
 class NorthboundServicer(object):
@@ -101,7 +111,8 @@ class NorthboundServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def WatchEvents(self, request, context):
-        """Server stream: link-down/up, repin, replan-failed, alert-raised/cleared, (un)registered.
+        """Server stream: link-down/up, repin, replan-failed, alert-raised/cleared, (un)registered,
+        policy-applied, apply-failed, table-overflow, audit (a new audit record).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -137,6 +148,26 @@ class NorthboundServicer(object):
 
     def DeleteInaJob(self, request, context):
         """Remove a job and every entity of it (NOT_FOUND for an unknown name).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAudit(self, request, context):
+        """The audit trail, oldest first: every applied (or refused) policy, registration,
+        unregistration and role change, with who asked, when, what and the outcome. Kept in etcd in
+        a cluster, in a JSON-lines file alone, the newest audit.retention_records of them. New
+        records are announced on WatchEvents as kind "audit" (audit_sequence).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckDrift(self, request, context):
+        """Read every switch (or those named) back and report the entries of ours that differ from
+        the intended state: missing, extra, modified. Changes nothing, on the switches or in the
+        controller's record of what they hold. NOT_FOUND for an unknown switch; RESOURCE_EXHAUSTED
+        while another check runs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -184,6 +215,16 @@ def add_NorthboundServicer_to_server(servicer, server):
                     servicer.DeleteInaJob,
                     request_deserializer=aifabric__pb2.DeleteInaJobRequest.FromString,
                     response_serializer=aifabric__pb2.DeleteInaJobResponse.SerializeToString,
+            ),
+            'ListAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAudit,
+                    request_deserializer=aifabric__pb2.ListAuditRequest.FromString,
+                    response_serializer=aifabric__pb2.ListAuditResponse.SerializeToString,
+            ),
+            'CheckDrift': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckDrift,
+                    request_deserializer=aifabric__pb2.CheckDriftRequest.FromString,
+                    response_serializer=aifabric__pb2.CheckDriftResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -402,6 +443,60 @@ class Northbound(object):
             '/aifabric.v1.Northbound/DeleteInaJob',
             aifabric__pb2.DeleteInaJobRequest.SerializeToString,
             aifabric__pb2.DeleteInaJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aifabric.v1.Northbound/ListAudit',
+            aifabric__pb2.ListAuditRequest.SerializeToString,
+            aifabric__pb2.ListAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckDrift(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aifabric.v1.Northbound/CheckDrift',
+            aifabric__pb2.CheckDriftRequest.SerializeToString,
+            aifabric__pb2.CheckDriftResponse.FromString,
             options,
             channel_credentials,
             insecure,
