@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import finsy as fy
+from google.protobuf import empty_pb2
 
 from controller.ina.job import JobEntities, JobError, JobSpec, Region, TableWrite, allocate, job_entities
 from controller.ina.program import (
@@ -104,8 +105,11 @@ class InaSwitch:
                  p4info: Path = P4INFO_TXT, p4blob: Path = BMV2_JSON,
                  role_name: str = "") -> None:
         self.name = name
+        # finsy sends a named role only with a config (an Any); the spec leaves its contents to
+        # the server (§5), and an empty message asks for nothing beyond the name
         opts = fy.SwitchOptions(p4info=p4info, p4blob=p4blob, device_id=device_id,
-                                initial_election_id=election_id, role_name=role_name)
+                                initial_election_id=election_id, role_name=role_name,
+                                role_config=empty_pb2.Empty() if role_name else None)
         self._sw = fy.Switch(name, address, opts)
 
     async def __aenter__(self) -> InaSwitch:

@@ -94,10 +94,10 @@ class InaManager:
         from controller.ina.p4rt import INA_ROLE
 
         o = self.options
-        sw = self._factory(self.name, o.address, o.device_id, o.election_id, INA_ROLE)
         try:
+            sw = self._factory(self.name, o.address, o.device_id, o.election_id, INA_ROLE)
             await sw.__aenter__()
-        except (JobError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - finsy, gRPC, a bad address: not reachable
             raise Unavailable(f"aggregation switch {self.name} ({o.address}) not reachable: "
                               f"{exc}") from None
         LOG.info("[%s] aggregation switch connected at %s (device id %d, role %s)",
