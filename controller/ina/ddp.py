@@ -93,6 +93,7 @@ class InaHookState:
         return b, e
 
     def fall_back(self, reason: str) -> None:
+        """Switch to gloo for the rest of the run (once: one event, one log line)."""
         if not self.on_gloo:
             self.on_gloo, self.reason = True, reason
             self.fallback_events += 1
