@@ -7,9 +7,11 @@ same N ``pinned`` entries (ternary IPv4 src/dst → set_egress) with each writer
 deleting them (untimed) in between; ``pinned`` holds 4,096 entries, so a phase of N entries
 fills it N / 4,000 times:
 
-* **ours**: the driver's client, :meth:`controller.drivers.p4runtime.client.P4Switch.write_batch`
-  (entities encoded by :class:`~controller.drivers.p4runtime.wire.WireCodec`, one WriteRequest
-  per batch, per-update errors reported);
+* **ours**: the driver's client, :meth:`controller.drivers.p4runtime.client.P4Switch.write_updates`
+  (what :meth:`~controller.drivers.p4runtime.client.P4Switch.write_phases` sends a phase with:
+  entities encoded by :class:`~controller.drivers.p4runtime.wire.WireCodec`, one WriteRequest
+  per batch, each sent once the last was answered, the next encoded while the last is in the
+  switch; per-update errors reported);
 * **finsy-raw**: finsy's own batched write, ``finsy.Switch.insert`` of ``finsy.P4TableEntry``
   objects built before the clock starts (finsy encodes them, one WriteRequest per batch);
 * **raw gRPC**: the P4Runtime stub's ``Write`` with WriteRequests encoded before the clock starts
@@ -101,9 +103,10 @@ async def bench(addr: str, sizes: dict[int, int], rounds: int) -> dict[int, dict
                 force = False
                 t = 0.0
                 for _ in range(cycles):
-                    t += await timed(ours.write_batch, chunks(ups[:fill], batch))
-                    for b in dels:
-                        await ours.write_batch(b)
+                    t0 = time.perf_counter()
+                    await ours.write_updates(ups[:fill], batch)
+                    t += time.perf_counter() - t0
+                    await ours.write_updates(deletes[:fill], 1000)
                 res["ours"].append(cycles * fill / t)
                 ses = ours.session
                 raw = [p4r.WriteRequest(device_id=DEVICE_ID, election_id=ses._eid,

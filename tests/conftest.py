@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.p4summary import P4Tally
+
 # Every process this test session starts (controllers, workloads, Mininet shells) inherits this,
 # so leak checks count only our own processes, not those of another user of the machine.
 SESSION_TOKEN = f"AIFABRIC_TEST_SESSION={uuid.uuid4().hex}"
@@ -134,3 +136,31 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
     if config.getoption("--update-golden"):
         terminalreporter.section("golden files rewritten (--update-golden)")
         terminalreporter.write("".join(_GOLDEN_DIFFS) or "no golden file changed\n")
+
+
+# -- the P4 summary line ---------------------------------------------------------------------
+# Tests marked ``p4`` need a P4 tool (BMv2's simple_switch_grpc, p4c-bm2-ss, p4test, bf-p4c) and
+# skip with the reason when it is missing. Skips hide in pytest's counts, so a session that ran
+# none of them would look like one that ran them all: the last line of the output says how many
+# ran and why the others did not (tests/p4summary.py builds it; make test ends with it).
+_P4_TALLY = P4Tally()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "p4" in report.keywords:
+        _P4_TALLY.add(report.nodeid, report.when, report.outcome, _skip_reason(report))
+
+
+def _skip_reason(report: pytest.TestReport) -> str | None:
+    if not report.skipped:
+        return None
+    lr = report.longrepr
+    return str(lr[2]) if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # after pytest's own "N passed, M skipped" line (printed at session finish)
+    line = _P4_TALLY.line()
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if line is not None and tr is not None:
+        tr.write_line(line)

@@ -26,7 +26,7 @@ from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason
 from tests.test_fencing_ovs import _terms_from_a_handover
 
 _why = bmv2_missing_reason()
-pytestmark = [pytest.mark.mininet, pytest.mark.skipif(_why is not None, reason=_why or "")]
+pytestmark = [pytest.mark.p4, pytest.mark.mininet, pytest.mark.skipif(_why is not None, reason=_why or "")]
 
 
 def _entry(port: int, threshold: int) -> list[Update]:

@@ -24,7 +24,7 @@ from controller.ina.wire import L2_L4_BYTES, InaPacket, decode, udp_frame
 from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason
 
 _why = bmv2_missing_reason()
-pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+pytestmark = [pytest.mark.p4, pytest.mark.skipif(_why is not None, reason=_why or "")]
 
 SERVICE_IP, SERVICE_MAC = "10.0.0.254", "02:00:00:00:00:fe"
 N = 4

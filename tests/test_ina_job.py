@@ -134,8 +134,6 @@ def test_program_names_match_the_committed_p4info():
     ("job_id: 3", 'job_id: "7"', "1:9: job_id", "must be an integer, got '7'"),
     ("udp_port: 40000, switch_port: 2", "udp_port: 40000, switch_port: 2.5",
      "7:78: workers[1].switch_port", "must be an integer, got 2.5"),
-    ("udp_port: 40000, switch_port: 2", "udp_port: 40000, switch_port: 1",
-     "7:78: workers[1].switch_port", "port 1 is already worker 0's (one worker per switch port)"),
     ("ipv4: 10.0.0.2,", "ipv4: 10.0.0.1,", "7:12: workers[1].ipv4",
      "10.0.0.1 is already worker 0's (one worker per address)"),
     ("udp_port: 40000, switch_port: 2", "udp_port: 40000, switch_port: 255",
@@ -162,3 +160,16 @@ def test_simulate_refuses_nan_loss_and_lengths_past_the_bound():
         r = CliRunner().invoke(ina, ["simulate", "--length", length])
         assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
         assert f"1<=x<={MAX_SIM_LENGTH}" in r.output
+
+
+def test_workers_behind_one_switch_port_are_one_job(tmp_path):
+    # an aggregation switch attached to a fabric hears every worker by the port facing it
+    p = tmp_path / "job.yaml"
+    p.write_text(JOB.replace("udp_port: 40000, switch_port: 2", "udp_port: 40000, switch_port: 1"))
+    spec = load_job(p)
+    assert {w.switch_port for w in spec.workers} == {1}
+    ents = job_entities(spec, Region(0, spec.pool_size))
+    keys = sorted(t.match for t in ents.entries if t.table == "ina_workers")
+    assert keys == [(("job_id", 3), ("worker_id", w), ("ingress_port", 1))
+                    for w in range(len(spec.workers))]
+    assert ents.replicas == tuple((1, w) for w in range(len(spec.workers)))

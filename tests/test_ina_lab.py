@@ -55,6 +55,7 @@ _why = "; ".join(req.missing(requirements_of(*load(EXPERIMENT)))) or None
 
 
 @pytest.mark.mininet
+@pytest.mark.p4
 @pytest.mark.skipif(_why is not None, reason=f"ina-allreduce lab unavailable: {_why}")
 def test_lab_all_reduces_exactly_with_and_without_loss(tmp_path):
     from mininet_labs.lab.runner import run_experiment

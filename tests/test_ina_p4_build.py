@@ -37,6 +37,7 @@ def test_committed_artefacts_exist_and_parse():
     assert "InaIngress.ina_sum63" in names and "InaIngress.ina_bitmap" in names
 
 
+@pytest.mark.p4
 @pytest.mark.skipif(_p4c() is None, reason="p4c-bm2-ss not found on PATH or in /opt/p4/bin")
 def test_recompiling_reproduces_the_committed_artefacts(tmp_path):
     out_json, out_info = tmp_path / "aggregation.json", tmp_path / "aggregation.p4info.txtpb"

@@ -31,7 +31,7 @@ from controller.plan.model import ETH_TYPE_IPV4, Action, FlowIntent, Match, empt
 from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason
 
 _why = bmv2_missing_reason()
-pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+pytestmark = [pytest.mark.p4, pytest.mark.skipif(_why is not None, reason=_why or "")]
 
 
 @pytest.fixture

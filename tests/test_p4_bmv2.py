@@ -33,7 +33,7 @@ from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason, thrift_cli_c
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
 
 _why = bmv2_missing_reason()
-pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+pytestmark = [pytest.mark.p4, pytest.mark.skipif(_why is not None, reason=_why or "")]
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 from tests.test_p4_bmv2 import Ports, arp_request
 
 _why = bmv2_missing_reason()
-pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+pytestmark = [pytest.mark.p4, pytest.mark.skipif(_why is not None, reason=_why or "")]
 ROOT = Path(__file__).resolve().parent.parent
 QOS = {"tables": [{"table": "ecn_threshold", "match": {"egress_port": 3, "priority": 0},
                    "action": "mark_ecn", "params": {"threshold_pkts": 7}}]}

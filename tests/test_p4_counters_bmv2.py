@@ -22,7 +22,7 @@ from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 from tests.test_p4_bmv2 import Ports, ipv4_udp
 
 _why = bmv2_missing_reason()
-pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+pytestmark = [pytest.mark.p4, pytest.mark.skipif(_why is not None, reason=_why or "")]
 
 
 def test_one_sample_has_ports_queues_ce_marks_depth_and_pinned_hits(tmp_path):

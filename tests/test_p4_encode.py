@@ -236,20 +236,43 @@ def test_expand_policy_is_what_pinning_covers(fabric):
     assert len(build_plan(fabric, pol).pinning.paths) == len(expand_policy(pol))
 
 
-def test_a_protected_pinned_hop_encodes_its_backup_and_timeout_and_decodes_back():
-    """fabric.p4 header comment: pin_egress_protected(port, backup_port, timeout_us); the
-    driver reads it back as the failover pair the plan asked for."""
-    from controller.drivers.p4runtime.decode import decode_entry
+def test_a_protected_pinned_hop_encodes_its_backup_and_the_switchs_liveness_and_decodes_back():
+    """fabric.p4 header comment: pin_egress_protected(port, backup_port), a bounce as backup 0,
+    and one liveness entry per switch with the timers its failover sets carry; the driver
+    reads them back as the failover sets the plan asked for, timers included."""
+    from controller.drivers.p4runtime.decode import decode_entities, decode_entry
+    from controller.plan.model import LivenessTimers, SwitchPlan
 
-    fi = FlowIntent(0, 500, Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1",
-                                  ipv4_dst="10.0.0.2"),
-                    Action.via(NextHopSet("failover", (3, 4))), "pin x")
-    e = enc.encode_flow("leaf1", fi, timeout_us=75_000)
-    assert (e.table, e.action) == ("pinned", "pin_egress_protected")
-    assert dict(e.params) == {"port": 3, "backup_port": 4, "timeout_us": 75_000}
-    assert decode_entry(e) == dataclasses.replace(fi, origin="")
-    with pytest.raises(enc.EncodeError, match="liveness timeout 0"):
-        enc.encode_flow("leaf1", fi, timeout_us=0)
+    timers = LivenessTimers(60_000, 2_000_000)
+    match = Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1", ipv4_dst="10.0.0.2")
+    fi = FlowIntent(0, 500, match, Action.via(NextHopSet("failover", (3, 4), liveness=timers)),
+                    "pin x")
+    e = enc.encode_flow("leaf1", fi)
+    assert (e.table, e.action, dict(e.params)) == ("pinned", "pin_egress_protected",
+                                                   {"port": 3, "backup_port": 4})
+    assert decode_entry(e, liveness=timers) == dataclasses.replace(fi, origin="")
+    back = FlowIntent(0, 500, dataclasses.replace(match, ipv4_src="10.0.0.5"), Action.via(
+        NextHopSet("failover", (2,), bounce=True, liveness=timers)), "pin y")
+    b = enc.encode_flow("spine1", back)
+    assert dict(b.params) == {"port": 2, "backup_port": 0}
+    plan = SwitchPlan("spine1", 0x11, frozenset({fi, back}))
+    ents = enc.encode_switch(plan)
+    live = [x for x in ents.entries if x.table == "liveness"]
+    assert [(x.action, dict(x.params), x.match) for x in live] == [
+        ("set_liveness", {"timeout_us": 60_000, "hold_us": 2_000_000}, ())]  # every frame
+    assert decode_entities(ents).plan == SwitchPlan(
+        "spine1", 0x11, frozenset(dataclasses.replace(f, origin="") for f in (fi, back)))
+    # without timers (liveness off) the sets still encode; no liveness entry
+    bare = SwitchPlan("leaf1", 3, frozenset({dataclasses.replace(fi, action=Action.via(
+        NextHopSet("failover", (3, 4))))}))
+    assert not [x for x in enc.encode_switch(bare).entries if x.table == "liveness"]
+    # one switch judges its ports one way
+    other = dataclasses.replace(back, action=Action.via(NextHopSet(
+        "failover", (2,), bounce=True, liveness=LivenessTimers(30_000, 0))))
+    with pytest.raises(enc.EncodeError, match="different liveness timers"):
+        enc.encode_switch(SwitchPlan("spine1", 0x11, frozenset({fi, other})))
+    with pytest.raises(ValueError, match="liveness timeout 0"):
+        LivenessTimers(0, 0)
 
 
 def test_an_arp_reply_encodes_to_the_responder_table_and_decodes_back():

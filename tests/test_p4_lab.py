@@ -60,6 +60,7 @@ def _missing(path: Path) -> str | None:
 
 
 @pytest.mark.mininet
+@pytest.mark.p4
 @pytest.mark.skipif(_missing(ECN) is not None, reason=f"BMv2 lab unavailable: {_missing(ECN)}")
 def test_ecn_lab_marks_only_with_the_threshold(tmp_path):
     res = run_experiment(ECN, tmp_path)
@@ -69,6 +70,7 @@ def test_ecn_lab_marks_only_with_the_threshold(tmp_path):
 
 
 @pytest.mark.mininet
+@pytest.mark.p4
 @pytest.mark.skipif(_missing(MAIN) is not None, reason=f"BMv2 lab unavailable: {_missing(MAIN)}")
 def test_main_experiment_on_bmv2_pinned_beats_ecmp(tmp_path):
     # What holds on a loaded machine too: correct results, ECMP collisions and the pinned

@@ -30,7 +30,7 @@ from tests.conftest import MAIN_TOPOLOGY
 from tests.test_p4_controller_bmv2 import _Controller
 
 _why = bmv2_missing_reason()
-pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+pytestmark = [pytest.mark.p4, pytest.mark.skipif(_why is not None, reason=_why or "")]
 INTERVAL_S, MISSES, HOLD_S, TICK_S = 0.2, 3, 4.0, 0.1
 
 

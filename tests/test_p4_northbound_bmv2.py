@@ -33,7 +33,7 @@ from tests.conftest import PINNED_POLICY
 from tests.test_p4_controller_bmv2 import _Controller
 
 _why = bmv2_missing_reason()
-pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+pytestmark = [pytest.mark.p4, pytest.mark.skipif(_why is not None, reason=_why or "")]
 
 
 async def _tables(address: str) -> dict[str, frozenset[str]]:

@@ -30,7 +30,7 @@ from mininet_labs.lab.processes import free_port
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 
 _why = bmv2_missing_reason()
-pytestmark = [pytest.mark.mininet, pytest.mark.skipif(_why is not None, reason=_why or "")]
+pytestmark = [pytest.mark.p4, pytest.mark.mininet, pytest.mark.skipif(_why is not None, reason=_why or "")]
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -126,8 +126,10 @@ def test_source_declares_the_counters_and_register_with_fabric_p4_sizes():
         assert m, f"counter {name} missing"
         assert sizes.get(m.group(1), int(m.group(1)) if m.group(1).isdigit() else None) == size
     for name, (size, width) in TNA_REGISTERS.items():
-        assert re.search(rf"Register<bit<{width}>, bit<12>>\(PORT_QUEUES, 0\) {name};", SRC)
-        assert size == 4096
+        m = re.search(rf"Register<bit<{width}>, [\w<>]+>\((\w+), 0\) {name};", SRC)
+        assert m, f"register {name} missing"
+        assert {"PORTS": 512, "PORT_QUEUES": 4096, "REMOTE_CELLS": 4096, "1": 1}[
+            m.group(1)] == size
 
 
 def test_depth_buckets_in_cells_are_full_size_packets():
@@ -221,6 +223,7 @@ def test_every_tofino_entity_round_trips_through_p4runtime_encoding(schema):
 # --- with the compilers --------------------------------------------------------------------
 
 
+@pytest.mark.p4
 @pytest.mark.skipif(_tool("p4test") is None or _tna_include() is None,
                     reason="p4test (p4c) or the TNA headers (tna.p4) not found: PATH, /opt/p4, "
                            "or AIFABRIC_TNA_INCLUDE")
@@ -237,6 +240,7 @@ def _bf_p4c() -> str | None:
     return _tool("bf-p4c") or _tool("p4c-barefoot")
 
 
+@pytest.mark.p4
 @pytest.mark.skipif(_bf_p4c() is None,
                     reason="bf-p4c (p4c's Tofino back end) not found on PATH or in /opt/p4/bin")
 def test_bf_p4c_reproduces_the_committed_p4info(tmp_path):

@@ -6,6 +6,8 @@ OpenFlow port-status (re-pinning); a flapping link stays down (hold-down) so pat
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from controller.drivers.southbound import PacketIn, PortStatus, SwitchConnected, SwitchFeatures
@@ -204,3 +206,51 @@ def test_a_silent_switch_takes_none_of_its_links_down():
         mem, out = liveness.check(mem, keys, t, INTERVAL_S, MISSES, HOLD_S, peers)
         got += [(x.switch, x.port, x.up) for x in out]
     assert sorted(got) == [("leaf1", 3, False), ("spine1", 1, False)]
+
+
+def test_p4_failover_sets_carry_the_liveness_timers_and_hops_without_a_choice_send_back():
+    """With fast failover and liveness on, a probe-driven (P4) switch's failover sets carry the
+    liveness settings as timers (dead after misses x interval, hold as the controller's), and a
+    hop with no alternative between two switches (a spine towards a leaf; never the last leaf
+    towards its host, whose port is not probed) sends back to the hop before
+    (controller/plan/pinned.py). OpenFlow switches get neither: their ports have a status."""
+    from controller.plan.model import LivenessTimers
+    from controller.runtime.intent import intended_plan, liveness_timers
+
+    pol = load_policy(PINNED_POLICY, FABRIC)
+    sb = {s.name: "p4runtime" if s.role == "spine" or s.name == "leaf1" else "openflow"
+          for s in FABRIC.switches}
+    p4 = frozenset(n for n, k in sb.items() if k == "p4runtime")
+    settings = RuntimeSettings(fast_failover=True, failover_switches=frozenset(sb),
+                               probed_switches=p4, liveness_interval_s=0.02,
+                               liveness_misses=3, liveness_hold_s=10.0)
+    state = initial_state(FABRIC, PolicyInForce(pol), settings, sb,
+                          initial_placement(FABRIC, pol))
+    timers = LivenessTimers(60_000, 10_000_000)
+    assert liveness_timers(settings) == dict.fromkeys(sorted(p4), timers)
+    plan = intended_plan(state)
+    sets = {name: {s for s in sp.next_hop_sets() if s.kind == "failover"}
+            for name, sp in plan.switches.items()}
+    assert sets["leaf1"] and all(s.liveness == timers and not s.bounce for s in sets["leaf1"])
+    for spine in ("spine1", "spine2"):
+        assert sets[spine] and all(s.bounce and s.liveness == timers and len(s.ports) == 1
+                                   for s in sets[spine])
+    assert sets["leaf2"] and all(s.liveness is None and not s.bounce for s in sets["leaf2"])
+    # every spine hop of a pinned path is protected that way: the hop before is a leaf
+    for d, path in state.placement.items():
+        for i in range(2, len(path) - 1):
+            if path[i].startswith("spine"):
+                flows = [f for f in plan.switches[path[i]].flows if f.origin == f"pin {d.label}"]
+                assert flows and all(f.action.next_hops is not None
+                                     and f.action.next_hops.bounce for f in flows), d.label
+    # the data plane's own window (it hears every frame, the controller only its probes)
+    assert liveness_timers(replace(settings, liveness_misses=10, liveness_dataplane_misses=3)
+                           )["spine1"] == timers
+    # liveness off, or fast failover off: no timers, no bounce
+    for off in (replace(settings, liveness_interval_s=None), replace(settings,
+                                                                    fast_failover=False)):
+        assert liveness_timers(off) == {}
+        plain = intended_plan(initial_state(FABRIC, PolicyInForce(pol), off, sb,
+                                            initial_placement(FABRIC, pol)))
+        assert not any(s.bounce or s.liveness for sp in plain.switches.values()
+                       for s in sp.next_hop_sets())

@@ -110,11 +110,17 @@ class OpenFlowSection(Section):
 
 class LivenessSection(Section):
     """``p4runtime.liveness``: LLDP probes on every switch-switch port of the P4Runtime
-    switches (P4Runtime has no port status); ``interval_s`` 0 turns them off."""
+    switches (P4Runtime has no port status); ``interval_s`` 0 turns them off. The controller
+    takes a port down after ``misses`` silent intervals; with fast failover, the switches' own
+    protected hops judge a port dead after ``dataplane_misses`` intervals without a frame
+    (None: ``misses``). The data plane hears every frame, the controller only its probes
+    (whose timing jitters with the controller's CPU), so the data plane can afford the
+    shorter window."""
 
     interval_s: Annotated[Seconds, Field(ge=0.0, le=3600.0)] = 0.25
     misses: Annotated[int, Field(ge=1, le=1000)] = 3
-    hold_s: Annotated[Seconds, Field(gt=0.0, le=86400.0)] = 10.0
+    hold_s: Annotated[Seconds, Field(gt=0.0, le=4294.0)] = 10.0
+    dataplane_misses: Annotated[int | None, Field(ge=1, le=1000)] = None
 
 
 class P4RuntimeSection(Section):
@@ -294,6 +300,22 @@ class ClusterSection(Section):
         return self
 
 
+class InaSection(Section):
+    """``ina``: the controller's in-network aggregation switch (a switch running
+    p4/aggregation, attached to the fabric where the topology's host ``host`` is: that host's
+    address is the service address workers send to). The controller sets jobs up on it over
+    P4Runtime (``address``, ``device_id``; its role ``aifabric.ina``) when the northbound
+    ``CreateInaJob`` asks; ``port`` is the switch's port facing the fabric, ``pool_size`` the
+    default slots per job. No ``address``: no aggregation switch (CreateInaJob is refused)."""
+
+    address: str | None = None
+    device_id: Annotated[int, Field(ge=0, le=2**64 - 1)] = 1
+    host: str | None = None
+    port: Annotated[int, Field(ge=0, le=510)] = 1
+    pool_size: Annotated[int, Field(ge=1, le=4096)] = 64
+    election_id: Annotated[int, Field(ge=1, le=2**128 - 1)] = 10
+
+
 class RuntimeSection(Section):
     """``runtime``: fast failover (pinned entries protected by a failover next hop where the
     switch has another towards the destination), how long a write waits for a switch's
@@ -335,6 +357,7 @@ class ServiceConfig(Section):
     rebalance: RebalanceSection = RebalanceSection()
     cluster: ClusterSection = ClusterSection()
     runtime: RuntimeSection = RuntimeSection()
+    ina: InaSection = InaSection()
     audit: AuditSection = AuditSection()
 
 

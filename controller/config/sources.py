@@ -118,6 +118,19 @@ FLAGS: tuple[Flag, ...] = (
        "A P4 port is down after this many intervals without a probe."),
     _f("--p4-liveness-hold", "p4_liveness_hold_s", "p4runtime.liveness.hold_s",
        "Seconds a P4 port taken down must hear probes without a gap before it is up again."),
+    _f("--p4-dataplane-misses", "p4_dataplane_misses", "p4runtime.liveness.dataplane_misses",
+       "With --fast-failover: a P4 switch's protected hop judges a port dead after this many "
+       "intervals without a frame (default: --p4-liveness-misses)."),
+    _f("--ina-switch", "ina_address", "ina.address",
+       "P4Runtime address (host:port or unix:PATH) of the in-network aggregation switch "
+       "(p4/aggregation) the northbound CreateInaJob sets jobs up on."),
+    _f("--ina-host", "ina_host", "ina.host",
+       "The topology host standing for the aggregation switch (its address is the service "
+       "address workers send to)."),
+    _f("--ina-device-id", "ina_device_id", "ina.device_id",
+       "P4Runtime device id of the aggregation switch."),
+    _f("--ina-port", "ina_port", "ina.port", "The aggregation switch's port facing the fabric."),
+    _f("--ina-pool-size", "ina_pool_size", "ina.pool_size", "Default slots per aggregation job."),
     _f("--election-id", "p4_election_id", "p4runtime.election_id",
        "P4Runtime election_id (the highest connected client is primary)."),
     _f("--openflow-role", "openflow_role", "openflow.role",

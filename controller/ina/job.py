@@ -10,6 +10,11 @@ A job file::
     workers:                  # worker_id = position in this list
       - {ipv4: 10.0.0.1, mac: "02:00:00:00:00:01", udp_port: 40000, switch_port: 1}
 
+Workers may share a switch port: a switch attached to a fabric (an aggregation appliance behind
+one leaf port) hears every worker by that port, and ``ina_workers`` keys on (job, worker id,
+port), the worker id telling them apart; results go back by the same port, addressed to each
+worker (``ina_dst``), and the fabric routes them.
+
 Several jobs share a switch: each gets a disjoint region ``[base, base + pool_size)`` of the
 switch's :data:`~controller.ina.program.MAX_SLOTS` slots (first fit), multicast group
 ``job_id + 1`` (replica instance = worker id) and its own table entries, so creating or deleting
@@ -78,7 +83,6 @@ class JobSpec:
                         f"elements per packet (got {self.elems}); recompile p4/aggregation"))
         if not 1 <= len(self.workers) <= MAX_WORKERS:
             out.append((("workers",), f"needs 1..{MAX_WORKERS} workers (got {len(self.workers)})"))
-        port_of: dict[int, int] = {}
         ip_of: dict[str, int] = {}
         for i, w in enumerate(self.workers):
             if w.worker_id != i:
@@ -90,10 +94,6 @@ class JobSpec:
             elif w.switch_port == CPU_PORT:
                 out.append((("workers", i, "switch_port"), f"port {CPU_PORT} is the program's "
                             "CPU_PORT (packet-in/out), not a worker port"))
-            elif w.switch_port in port_of:
-                out.append((("workers", i, "switch_port"), f"port {w.switch_port} is already "
-                            f"worker {port_of[w.switch_port]}'s (one worker per switch port)"))
-            port_of.setdefault(w.switch_port, i)
             if w.ipv4 in ip_of:
                 out.append((("workers", i, "ipv4"), f"{w.ipv4} is already worker "
                             f"{ip_of[w.ipv4]}'s (one worker per address)"))

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import finsy as fy
+from google.protobuf import empty_pb2
 
 from controller.ina.job import JobEntities, JobError, JobSpec, Region, TableWrite, allocate, job_entities
 from controller.ina.program import (
@@ -45,6 +46,11 @@ from controller.ina.program import (
 from controller.ina.wire import reset_frame
 
 LOG = logging.getLogger("aifabric.ina")
+#: The P4Runtime role the controller sets aggregation jobs up under (P4Runtime spec v1.3 §5;
+#: its routing role on the fabric switches is ``aifabric.routing``). PI's server (BMv2) sends
+#: and accepts the name but arbitrates every role as one; a server with role support (Stratum)
+#: keeps the two writers apart.
+INA_ROLE = "aifabric.ina"
 _E = TypeVar("_E")
 
 
@@ -90,13 +96,20 @@ class InaSwitch:
         P4Runtime device id (simple_switch_grpc ``--device-id``).
     election_id : int
         Our election id (P4Runtime spec v1.3 §5: only the primary may write).
+    role_name : str
+        Our P4Runtime role (§5; "" = the default role). The controller sets jobs up under
+        :data:`INA_ROLE`, apart from its routing role on the fabric switches.
     """
 
     def __init__(self, name: str, address: str, device_id: int, *, election_id: int = 10,
-                 p4info: Path = P4INFO_TXT, p4blob: Path = BMV2_JSON) -> None:
+                 p4info: Path = P4INFO_TXT, p4blob: Path = BMV2_JSON,
+                 role_name: str = "") -> None:
         self.name = name
+        # finsy sends a named role only with a config (an Any); the spec leaves its contents to
+        # the server (§5), and an empty message asks for nothing beyond the name
         opts = fy.SwitchOptions(p4info=p4info, p4blob=p4blob, device_id=device_id,
-                                initial_election_id=election_id)
+                                initial_election_id=election_id, role_name=role_name,
+                                role_config=empty_pb2.Empty() if role_name else None)
         self._sw = fy.Switch(name, address, opts)
 
     async def __aenter__(self) -> InaSwitch:

@@ -169,6 +169,19 @@ class FabricClient:
                           pb.ApplyPolicyRequest(document=document, source_name=source_name,
                                                 dry_run=dry_run), timeout_s)
 
+    def create_ina_job(self, name: str, workers: Sequence[tuple[str, str, int]],
+                       pool_size: int = 0, timeout_s: float | None = None) -> Any:
+        """Set up an in-network aggregation job on the controller's aggregation switch:
+        ``workers`` as (IPv4, MAC, UDP port) in rank order (worker id = position);
+        ``pool_size`` 0: the controller's default. Returns ``CreateInaJobResponse`` (job id,
+        service address, slots); a job of the same name is replaced."""
+        req = pb.CreateInaJobRequest(name=name, pool_size=pool_size, workers=[
+            pb.InaWorker(ipv4=ip, mac=mac, udp_port=port) for ip, mac, port in workers])
+        return self._call(self.stub.CreateInaJob, req, timeout_s)
+
+    def delete_ina_job(self, name: str) -> None:
+        """Remove the aggregation job ``name``."""
+        self._call(self.stub.DeleteInaJob, pb.DeleteInaJobRequest(name=name))
     def audit(self, after_sequence: int = 0, limit: int = 0) -> Any:
         """``ListAuditResponse``: the audit records after ``after_sequence``, oldest first (at
         most ``limit``; 0: the server's page size). Page with the last record's sequence."""

@@ -20,6 +20,9 @@ from controller.northbound.model import (
     Confirmation,
     DriftReport,
     FlowInfo,
+    InaJobGrant,
+    InaJobRequest,
+    InaWorkerRequest,
     L4Request,
     PolicyApplyResult,
     PolicyProblem,
@@ -41,6 +44,19 @@ def request_from_proto(msg: pb.RegisterCollectiveRequest) -> CollectiveRequest:
         job=msg.job, name=msg.name, algorithm=msg.algorithm, ranks=tuple(msg.ranks),
         bidirectional=msg.bidirectional, dscp=msg.dscp if msg.HasField("dscp") else None,
         l4=l4, expected_bytes=msg.expected_bytes if msg.HasField("expected_bytes") else None)
+
+
+def ina_request_from_proto(msg: pb.CreateInaJobRequest) -> InaJobRequest:
+    """The request as plain values (the service validates)."""
+    return InaJobRequest(msg.name, tuple(InaWorkerRequest(w.ipv4, w.mac, w.udp_port)
+                                         for w in msg.workers), msg.pool_size)
+
+
+def ina_grant_to_proto(g: InaJobGrant) -> pb.CreateInaJobResponse:
+    return pb.CreateInaJobResponse(
+        name=g.name, job_id=g.job_id, pool_size=g.pool_size,
+        elements_per_packet=g.elements_per_packet, service_ipv4=g.service_ipv4,
+        service_port=g.service_port, slot_base=g.slot_base, switch=g.switch)
 
 
 def flow_to_proto(f: FlowInfo) -> pb.FlowPath:

@@ -143,6 +143,41 @@ class Registration:
     plan_generation: int
 
 
+@dataclass(frozen=True)
+class InaWorkerRequest:
+    """A worker of an aggregation job: where its results go (``ipv4``, ``mac``, ``udp_port``)."""
+
+    ipv4: str
+    mac: str
+    udp_port: int
+
+
+@dataclass(frozen=True)
+class InaJobRequest:
+    """An in-network aggregation job to set up: its ``name``, its workers in rank order
+    (worker id = position), slots per worker (``pool_size``; 0: the controller's default)."""
+
+    name: str
+    workers: tuple[InaWorkerRequest, ...]
+    pool_size: int = 0
+
+
+@dataclass(frozen=True)
+class InaJobGrant:
+    """A job set up on the aggregation switch: what the workers put in their packets
+    (``job_id``, ``pool_size``, ``elements_per_packet``), where they send them
+    (``service_ipv4``:``service_port``), the job's slot region start, the switch's name."""
+
+    name: str
+    job_id: int
+    pool_size: int
+    elements_per_packet: int
+    service_ipv4: str
+    service_port: int
+    slot_base: int
+    switch: str
+
+
 PolicyProblem = ConfigProblem
 """One validation problem of a policy document, as ``aifabric policy check`` prints it:
 ``file``, 1-based ``line`` and ``column`` (0: unknown), dotted ``field``, ``message``;
@@ -441,6 +476,18 @@ class NorthboundService(Protocol):
         """Validate ``document`` (problems located in ``source_name``), compute the per-switch
         diff and, unless ``dry_run``, apply it atomically (rolled back whole on a switch
         error). Never raises for a bad document: the result carries the problems."""
+        ...
+
+    async def create_ina_job(self, req: InaJobRequest) -> InaJobGrant:
+        """Set up an aggregation job on the controller's aggregation switch (replacing one of
+        the same name).
+
+        Raises :class:`FieldError`, :class:`Unavailable` (no aggregation switch, or not
+        reachable), :class:`Busy` (no free job id or slot region)."""
+        ...
+
+    async def delete_ina_job(self, name: str) -> None:
+        """Remove an aggregation job. Raises :class:`NotFound`, :class:`Unavailable`."""
         ...
 
     async def audit(self, after: int, limit: int) -> AuditPage:

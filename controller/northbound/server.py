@@ -49,6 +49,8 @@ from controller.northbound.convert import (
     drift_to_proto,
     event_to_proto,
     flow_to_proto,
+    ina_grant_to_proto,
+    ina_request_from_proto,
     registration_to_proto,
     request_from_proto,
     status_to_proto,
@@ -186,6 +188,14 @@ class _Handlers:
         res = await self.service.apply_policy(req.document, source, req.dry_run, caller)
         return apply_result_to_proto(res, self.limits)
 
+    async def create_ina_job(self, req: pb.CreateInaJobRequest, caller: Caller) -> Message:
+        return ina_grant_to_proto(await self.service.create_ina_job(ina_request_from_proto(req)))
+
+    async def delete_ina_job(self, req: pb.DeleteInaJobRequest, caller: Caller) -> Message:
+        if not req.name:
+            raise FieldError("name", "must not be empty")
+        await self.service.delete_ina_job(req.name)
+        return pb.DeleteInaJobResponse()
     async def list_audit(self, req: pb.ListAuditRequest, caller: Caller) -> Message:
         most = self.limits.max_audit_records
         limit = most if req.limit == 0 else min(req.limit, most)
@@ -336,6 +346,10 @@ async def start_northbound(service: NorthboundService, host: str, port: int, *,
         "GetStatus": unary("GetStatus", pb.GetStatusRequest, pb.GetStatusResponse, h.status),
         "ApplyPolicy": unary("ApplyPolicy", pb.ApplyPolicyRequest, pb.ApplyPolicyResponse,
                              h.apply_policy),
+        "CreateInaJob": unary("CreateInaJob", pb.CreateInaJobRequest, pb.CreateInaJobResponse,
+                              h.create_ina_job),
+        "DeleteInaJob": unary("DeleteInaJob", pb.DeleteInaJobRequest, pb.DeleteInaJobResponse,
+                              h.delete_ina_job),
         "ListAudit": unary("ListAudit", pb.ListAuditRequest, pb.ListAuditResponse,
                            h.list_audit),
         "CheckDrift": unary("CheckDrift", pb.CheckDriftRequest, pb.CheckDriftResponse,

@@ -137,6 +137,34 @@ class EcmpHash:
 
 
 @dataclass(frozen=True, order=True)
+class LivenessTimers:
+    """How a switch that learns port liveness from probes (a P4 switch: no port status) judges
+    a port, for its failover sets: a port is **dead** once it has heard no probe for
+    ``timeout_us``, and a port whose probes came back after such a silence is used again only
+    ``hold_us`` later (hold-down: a flapping link does not move traffic back and forth).
+    The controller's own liveness (:mod:`controller.runtime.liveness`) uses the same numbers:
+    ``timeout_us`` = misses × interval, ``hold_us`` = its hold time.
+
+    Raises
+    ------
+    ValueError
+        ``timeout_us`` outside 1..2**32-1 or ``hold_us`` outside 0..2**32-1 (µs: the data
+        plane keeps 32-bit parameters).
+    """
+
+    timeout_us: int
+    hold_us: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.timeout_us < 1 << 32 or not 0 <= self.hold_us < 1 << 32:
+            raise ValueError(f"liveness timeout {self.timeout_us} us / hold {self.hold_us} us: "
+                             "expected 1..2**32-1 and 0..2**32-1")
+
+    def __str__(self) -> str:
+        return f"dead after {self.timeout_us / 1e3:g} ms, hold {self.hold_us / 1e3:g} ms"
+
+
+@dataclass(frozen=True, order=True)
 class NextHopSet:
     """A set of egress ports one entry forwards by, as a value.
 
@@ -145,34 +173,46 @@ class NextHopSet:
     targets: :data:`DEFAULT_HASH_FIELDS`);
     a switch skips ports that are down (OpenFlow 1.3.5 §5.6.1 ``watch_port``).
     ``kind`` ``"failover"``: ``ports`` in order of preference, the planned port first; the
-    switch forwards by the first live one (OpenFlow fast-failover groups, §5.6.1).
+    switch forwards by the first live one (OpenFlow fast-failover groups, §5.6.1). With
+    ``bounce``, the last resort is the port the packet came in by: a hop with no other next
+    hop (a spine towards a leaf) sends a packet whose planned port is dead back to the hop
+    before it, which has an alternative and takes it (fabric.p4's header comment: P4
+    switches only; an OpenFlow switch never drops a packet back out of its in-port by a
+    failover group, §5.6.1). ``liveness``: how a probe-driven switch judges its ports
+    (:class:`LivenessTimers`; None: the switch knows its ports' state, OpenFlow port status).
 
     Raises
     ------
     ValueError
-        Fewer than two ports, a repeated or non-positive port, ECMP ports not ascending, or a
-        hash on a failover set.
+        Fewer than two ports (one with ``bounce``), a repeated or non-positive port, ECMP
+        ports not ascending, or a hash, ``bounce`` or ``liveness`` on the wrong kind of set.
     """
 
     kind: Literal["ecmp", "failover"]
     ports: tuple[int, ...]
     hash: EcmpHash | None = None
+    bounce: bool = False
+    liveness: LivenessTimers | None = None
 
     def __post_init__(self) -> None:
-        if len(self.ports) < 2 or len(set(self.ports)) != len(self.ports):
-            raise ValueError(f"a next-hop set needs >= 2 distinct ports, got {self.ports}")
+        least = 1 if self.bounce else 2
+        if len(self.ports) < least or len(set(self.ports)) != len(self.ports):
+            raise ValueError(f"a next-hop set needs >= {least} distinct ports, got {self.ports}")
         if any(p < 1 for p in self.ports):
             raise ValueError(f"next-hop set ports {self.ports}: ports are >= 1")
         if self.kind == "ecmp" and list(self.ports) != sorted(self.ports):
             raise ValueError(f"ECMP ports {self.ports} must be ascending")
         if self.kind == "failover" and self.hash is not None:
             raise ValueError("a failover set has no hash")
+        if self.kind == "ecmp" and (self.bounce or self.liveness is not None):
+            raise ValueError("bounce and liveness timers belong to failover sets")
         if self.kind not in ("ecmp", "failover"):
             raise ValueError(f"unknown next-hop set kind {self.kind!r}")
 
     def __str__(self) -> str:
         if self.kind == "failover":
-            return "failover(" + ">".join(map(str, self.ports)) + ")"
+            hops = ">".join(map(str, self.ports)) + (">in-port" if self.bounce else "")
+            return f"failover({hops}" + (f"; {self.liveness}" if self.liveness else "") + ")"
         h = f" {self.hash}" if self.hash is not None else ""
         return "ecmp(" + ",".join(map(str, self.ports)) + h + ")"
 

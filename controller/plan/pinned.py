@@ -9,6 +9,14 @@ its planned port first, then the other next hops ascending, so the switch moves 
 moment the port goes down (OpenFlow 1.3.5 §5.6.1), before the controller re-pins. Where only one
 next hop exists (a spine towards a leaf), nothing local can help and the re-pin restores the
 flow. No port-number limit applies: the set is a value, the driver gives it an id.
+
+``probed`` names the failover switches that learn port liveness from probes (P4 switches: no
+port status), with their :class:`~controller.plan.model.LivenessTimers`. Their failover sets
+carry the timers, and there a hop with no other next hop between two switches (not the first
+hop of the path, nor the last towards the destination host) gets a ``bounce`` set: its planned
+port, else back to the hop before, whose own failover set moves the flow to its alternative
+(fabric.p4's header comment). So a failure past the first hop is also handled in the data
+plane, by the last switch that has a choice.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from controller.plan.model import (
     Action,
     FabricPlan,
     FlowIntent,
+    LivenessTimers,
     Match,
     NextHopSet,
     SwitchPlan,
@@ -71,7 +80,8 @@ links, one route plan's next hops and one set of failover switches."""
 def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Path],
                 down_links: DownLinks = frozenset(), next_hops: NextHopMap | None = None,
                 failover: Collection[str] = (), cache: PinnedCache | None = None,
-                routes_only: bool = False) -> FabricPlan:
+                routes_only: bool = False,
+                probed: Mapping[str, LivenessTimers] | None = None) -> FabricPlan:
     """``base`` (control and route entries) plus the pinned entries of ``paths``.
 
     Parameters
@@ -96,6 +106,8 @@ def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Pat
         built again (a registration batch changes a few flows of thousands).
     routes_only : bool
         ``base`` holds no pinned entry (a route plan): its entries are not scanned for them.
+    probed : mapping of str to LivenessTimers, optional
+        Failover switches that judge ports by probes, and their timers (module docstring).
 
     Returns
     -------
@@ -112,7 +124,7 @@ def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Pat
     for demand, path in paths.items():
         hit = cache.get((demand, path)) if cache is not None else None
         if hit is None:
-            hit = _flow_entries(fabric, demand, path, down_links, next_hops, ff)
+            hit = _flow_entries(fabric, demand, path, down_links, next_hops, ff, probed)
             if cache is not None:
                 cache[(demand, path)] = hit
         for node, fi in hit:
@@ -139,10 +151,11 @@ def with_pinned(fabric: Fabric, base: FabricPlan, paths: Mapping[FlowDemand, Pat
 
 
 def _flow_entries(fabric: Fabric, demand: FlowDemand, path: Path, down_links: DownLinks,
-                  next_hops: NextHopMap | None, ff: frozenset[str]
+                  next_hops: NextHopMap | None, ff: frozenset[str],
+                  probed: Mapping[str, LivenessTimers] | None = None
                   ) -> tuple[tuple[str, FlowIntent], ...]:
     """One flow's pinned entries along ``path`` (checked: :func:`~controller.te.invariants.
-    check_path`)."""
+    check_path`); ``probed``: see :func:`with_pinned`."""
     check_path(fabric, path, down_links, src=demand.src, dst=demand.dst)
     match = pinned_match(fabric, demand)
     origin = f"pin {demand.label}"
@@ -153,7 +166,14 @@ def _flow_entries(fabric: Fabric, demand: FlowDemand, path: Path, down_links: Do
         action = Action("output", port)
         if node in ff and next_hops is not None:
             alts = tuple(p for p in next_hops.get(node, {}).get(demand.dst, ()) if p != port)
+            timers = (probed or {}).get(node)
             if alts:
-                action = Action.via(NextHopSet("failover", (port, *sorted(alts))))
+                action = Action.via(NextHopSet("failover", (port, *sorted(alts)),
+                                               liveness=timers))
+            elif timers is not None and i > 1 and i + 1 < len(path) - 1:
+                # a switch feeds this hop and it feeds a switch (not the last hop to the
+                # destination host, whose port is not probed)
+                action = Action.via(NextHopSet("failover", (port,), bounce=True,
+                                               liveness=timers))
         out.append((node, FlowIntent(TABLE, PRIO_PINNED, match, action, origin)))
     return tuple(out)

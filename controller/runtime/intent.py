@@ -47,11 +47,11 @@ from controller.plan.capacity import (
     capacities,
 )
 from controller.plan.hashing import hashing_notes
-from controller.plan.model import PRIO_PINNED, FabricPlan, Match
+from controller.plan.model import PRIO_PINNED, FabricPlan, LivenessTimers, Match
 from controller.plan.pinned import TABLE, path_is_up, pinned_match, with_pinned
 from controller.policy.model import Policy
 from controller.runtime.placement import pinned_demands_bps
-from controller.runtime.state import DownLinks, Path, RuntimeState
+from controller.runtime.state import DownLinks, Path, RuntimeSettings, RuntimeState
 from controller.te.collectives import FlowDemand
 
 Capacities = tuple[tuple[str, TableCapacity], ...]
@@ -110,13 +110,28 @@ def known_capacities(state: RuntimeState) -> Capacities:
     return tuple(out)
 
 
+def liveness_timers(settings: RuntimeSettings) -> dict[str, LivenessTimers]:
+    """The :class:`~controller.plan.model.LivenessTimers` of every probed failover switch when
+    fast failover and liveness are on: dead after ``dataplane misses × interval`` without a
+    frame (by default the controller's own ``misses``, :mod:`controller.runtime.liveness`),
+    used again ``hold_s`` after frames came back."""
+    if not settings.fast_failover or not settings.liveness_interval_s:
+        return {}
+    misses = settings.liveness_dataplane_misses or settings.liveness_misses
+    timers = LivenessTimers(max(1, round(misses * settings.liveness_interval_s * 1e6)),
+                            round(settings.liveness_hold_s * 1e6))
+    return dict.fromkeys(sorted(settings.probed_switches & settings.failover_switches), timers)
+
+
 def _fitted(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path],
             down_links: DownLinks, failover: frozenset[str], capacity: Capacities,
-            routes: RoutePlan | None = None, cannot_hash: Unhashed = ()
+            routes: RoutePlan | None = None, cannot_hash: Unhashed = (),
+            probed: Mapping[str, LivenessTimers] | None = None
             ) -> tuple[FabricPlan, CapacityReport | None]:
     rp = routes or build_routes(fabric, policy, down_links, dict(cannot_hash))
     live = {d: p for d, p in placement.items() if path_is_up(p, down_links)}
-    plan = with_pinned(fabric, rp.plan, live, down_links, rp.next_hops, failover)
+    plan = with_pinned(fabric, rp.plan, live, down_links, rp.next_hops, failover,
+                       probed=probed)
     report: CapacityReport | None = None
     if live and (capacity or policy.tables is not None):
         plan, report = fit_plan_tables(fabric, policy, plan, live, rp.next_hops,
@@ -164,10 +179,12 @@ def _pinned_plan(state: RuntimeState) -> None:
     # entries of the flows placed before, valid while the routes and failover switches stay
     # (a pinned entry depends on the next hops only through fast failover: without it, the
     # entries stay valid when links go down; the flows crossing them are not live)
-    key = (memo.routes[0] if ff else None, ff)
+    # and the probed switches' liveness timers stay
+    probed = liveness_timers(state.settings)
+    key = (memo.routes[0] if ff else None, ff, tuple(probed.items()))
     cache = memo.entries[1] if memo.entries is not None and memo.entries[0] == key else {}
     plan = with_pinned(state.fabric, rp.plan, live, down, rp.next_hops, ff, cache,
-                       routes_only=True)
+                       routes_only=True, probed=probed)
     memo.entries = (key, {k: cache[k] for k in live.items()})
     # a switch's pinned entries: its entries beyond the route plan's (with_pinned adds them
     # to the route entries, which have another priority)

@@ -93,6 +93,7 @@ def view_limits(cfg: ServiceConfig) -> ViewLimits:
 
 def controller_options(cfg: ServiceConfig) -> ControllerOptions:
     """The runtime's options for ``cfg``. Raises OptionsError."""
+    from controller.runtime.ina import InaOptions
     from controller.runtime.process import ControllerOptions
     from controller.te.reroute import Hysteresis
     from controller.telemetry import AlertRules
@@ -130,6 +131,9 @@ def controller_options(cfg: ServiceConfig) -> ControllerOptions:
         max_unfinished=of.limits.max_unfinished, confirm_timeout_s=cfg.runtime.confirm_timeout_s,
         p4_liveness_interval_s=p4.liveness.interval_s,
         p4_liveness_misses=p4.liveness.misses, p4_liveness_hold_s=p4.liveness.hold_s,
+        p4_dataplane_misses=p4.liveness.dataplane_misses,
+        ina=InaOptions(cfg.ina.address, cfg.ina.device_id, cfg.ina.host, cfg.ina.port,
+                       cfg.ina.pool_size, cfg.ina.election_id) if cfg.ina.address else None,
         ready_timeout_s=cfg.runtime.ready_timeout_s,
         audit_file=cfg.audit.file, audit_retention=cfg.audit.retention_records,
         security=security_options(cfg), cluster=cluster_options(cfg))

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from controller.runtime.channels import Channels, SecurityOptions
     from controller.runtime.cluster import ClusterOptions, ClusterRuntime
     from controller.runtime.controller import Controller, Mastership
+    from controller.runtime.ina import InaManager, InaOptions
     from controller.runtime.notify import Notifier
     from controller.runtime.service import FabricService
     from controller.runtime.state import RuntimeState
@@ -121,6 +122,8 @@ class ControllerOptions:
     p4_liveness_interval_s: float = 0.25
     p4_liveness_misses: int = 3
     p4_liveness_hold_s: float = 10.0
+    p4_dataplane_misses: int | None = None
+    ina: InaOptions | None = None
     security: SecurityOptions | None = None
     cluster: ClusterOptions | None = None
     audit_file: str | None = None
@@ -190,8 +193,12 @@ def adaptive_lines(state: RuntimeState, opts: ControllerOptions) -> list[str]:
     if cfg.fast_failover:
         n = sum(1 for sp in intended_plan(state).switches.values()
                 for s in sp.next_hop_sets() if s.kind == "failover")
+        bounce = sum(1 for sp in intended_plan(state).switches.values()
+                     for s in sp.next_hop_sets() if s.bounce)
         others = sorted(set(state.southbound) - cfg.failover_switches)
         out.append(f"fast failover: {n} failover next-hop set(s) protect pinned entries"
+                   + (f" ({bounce} of them send back to the hop before when their only "
+                      "port is dead)" if bounce else "")
                    + (f"; {', '.join(others)} re-pin only (their southbound has no "
                       "fast-failover groups)" if others else ""))
     return out
@@ -398,7 +405,8 @@ class _Failed(Exception):
 
 def build_state(fabric: Fabric, policy: Policy, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], opts: ControllerOptions,
-                failover_capable: frozenset[str]) -> RuntimeState:
+                failover_capable: frozenset[str],
+                probe_capable: frozenset[str] = frozenset()) -> RuntimeState:
     """The initial state (initial placement computed). Raises _Invalid on a bad plan."""
     from controller.runtime.collector import freeze_heap
     from controller.runtime.intent import intended_plan
@@ -416,12 +424,14 @@ def build_state(fabric: Fabric, policy: Policy, document: str, source: str,
     settings = RuntimeSettings(
         fast_failover=opts.fast_failover,
         failover_switches=frozenset(n for n, k in southbound.items() if k in failover_capable),
+        probed_switches=frozenset(n for n, k in southbound.items() if k in probe_capable),
         rebalance=opts.rebalance, lldp_interval_s=opts.lldp_interval_s,
         lldp_grace_s=3 * opts.lldp_interval_s, stats_interval_s=stats, telemetry=telemetry,
         confirm_timeout_s=opts.confirm_timeout_s,
         liveness_interval_s=(opts.p4_liveness_interval_s or None)
         if "p4runtime" in southbound.values() else None,
         liveness_misses=opts.p4_liveness_misses, liveness_hold_s=opts.p4_liveness_hold_s,
+        liveness_dataplane_misses=opts.p4_dataplane_misses,
         standing_depth=opts.standing_depth, queued_fraction=opts.queued_fraction)
     pif = PolicyInForce(policy, document, source, 1, digest_of(document), time.time())
     try:
@@ -481,8 +491,10 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
     if early.stop.is_set():  # SIGTERM while the heavy imports ran: stop before the rest
         return _stopped_while_starting(of_handle)
     capable = frozenset(k for k, d in drivers.items() if "failover" in d.capabilities)
+    probing = frozenset(k for k, d in drivers.items() if "liveness-failover" in d.capabilities)
     try:
-        state = build_state(fabric, policy, document, source, southbound, opts, capable)
+        state = build_state(fabric, policy, document, source, southbound, opts, capable,
+                            probing)
     except _Invalid:
         if of_handle is not None:
             of_handle.stop()
@@ -510,14 +522,26 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
                 of_handle.stop()
             raise
         mastership = cluster.mastership
+    # the core's timers fire on ticks: the liveness rounds need one at least every interval
+    tick_s = min(0.1, state.settings.liveness_interval_s or 0.1)
     compute = ThreadPoolExecutor(2, thread_name_prefix="aifabric-compute")
     ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership,
-                     executor=compute)
+                     executor=compute, tick_s=tick_s)
     from controller.runtime.auditlog import open_audit_log
     from controller.runtime.service import FabricService
 
     if cluster is not None:
         cluster.attach(ctl)
+    ina: InaManager | None = None
+    if opts.ina is not None:
+        from controller.runtime.ina import InaManager
+
+        try:
+            ina = InaManager(fabric, opts.ina)
+        except ValueError as exc:
+            if of_handle is not None:
+                of_handle.stop()
+            raise _Invalid(str(exc)) from None
     try:
         audit = open_audit_log(opts.audit_file, opts.audit_retention, compute, cluster)
     except OSError as exc:
@@ -526,7 +550,7 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
         raise _Failed(f"audit.file {opts.audit_file}: {exc.strerror or exc}") from None
     service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
                             policy_targets=policy_targets(southbound, opts), cluster=cluster,
-                            audit=audit)
+                            audit=audit, ina=ina)
     service.checker.warm()   # the fork server starts now, not at the first ApplyPolicy
     qos = None
     if opts.apply_qos:
@@ -544,6 +568,10 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
         print(line, flush=True)
     for line in adaptive_lines(state, opts):
         print(line, flush=True)
+    if ina is not None:
+        print(f"in-network aggregation: switch {ina.name} at {ina.options.address} (device id "
+              f"{ina.options.device_id}, port {ina.options.port}), service address "
+              f"{ina.service_ipv4}; jobs through the northbound (CreateInaJob)", flush=True)
     if qos is not None:
         print(qos.summary(), flush=True)
     for line in channels.lines():
@@ -617,6 +645,8 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
             await cluster.stop()
         await edges.stop()
         service.checker.close()
+        if ina is not None:
+            await ina.close()
         await ctl.stop()
         qos_stop.set()
         if qos is not None:

@@ -54,6 +54,8 @@ from controller.northbound.model import (
     DriftReport,
     FieldError,
     FlowInfo,
+    InaJobGrant,
+    InaJobRequest,
     NotConfirmed,
     NotFound,
     PolicyApplyResult,
@@ -71,6 +73,7 @@ from controller.runtime.cluster import ClusterRuntime, EtcdIntent
 from controller.runtime.clustercodec import registered_spec
 from controller.runtime.controller import Controller
 from controller.runtime.drift import check_drift
+from controller.runtime.ina import InaManager
 from controller.runtime.intent import placed_by_collective, placed_by_match, plan_tables
 from controller.runtime.intentstore import (
     InForce,
@@ -155,6 +158,9 @@ class FabricService:
         documents from etcd are checked by the same checker (off the loop).
     document_limits : DocumentLimits
         Bounds of a policy document (ApplyPolicy, SIGHUP); its checker is started here.
+    ina : InaManager, optional
+        The controller's aggregation switch (:mod:`controller.runtime.ina`); None: the
+        northbound's CreateInaJob and DeleteInaJob are refused (FAILED_PRECONDITION).
     audit : AuditLog, optional
         Where the audit trail is kept (:mod:`controller.runtime.auditlog`); None: etcd in a
         cluster (10,000 records), memory alone.
@@ -169,8 +175,10 @@ class FabricService:
                  cluster: ClusterRuntime | None = None,
                  confirm_timeout_s: float = 10.0,
                  document_limits: DocumentLimits = DEFAULT_DOCUMENT_LIMITS,
+                 ina: InaManager | None = None,
                  audit: AuditLog | None = None) -> None:
         self.controller = controller
+        self.ina = ina
         self.cluster = cluster
         self.store: IntentStore = (EtcdIntent(cluster) if cluster is not None
                                    else MemoryIntent(controller, confirm_timeout_s))
@@ -555,6 +563,18 @@ class FabricService:
             "cluster": self.cluster.view() if self.cluster is not None else None,
         }
 
+    async def create_ina_job(self, req: InaJobRequest) -> InaJobGrant:
+        """:meth:`controller.runtime.ina.InaManager.create` (the protocol's contract)."""
+        if self.ina is None:
+            raise Unavailable("this controller has no in-network aggregation switch (start it "
+                              "with --ina-switch ADDRESS --ina-host HOST)")
+        return await self.ina.create(req)
+
+    async def delete_ina_job(self, name: str) -> None:
+        """:meth:`controller.runtime.ina.InaManager.delete`."""
+        if self.ina is None:
+            raise Unavailable("this controller has no in-network aggregation switch")
+        await self.ina.delete(name)
     async def audit(self, after: int, limit: int) -> AuditPage:
         """The audit records after ``after`` (at most ``limit``). Raises Unavailable."""
         return await self.trail.page(after, limit)

@@ -128,8 +128,13 @@ class RuntimeSettings:
     must have been connected before a declared link of it may be reported missing;
     ``confirm_timeout_s``: how long a switch has to confirm a change; ``failover_switches``:
     the switches whose southbound offers failover next-hop sets (their driver says so);
+    ``probed_switches``: those of them that judge their ports by the liveness probes (P4:
+    their failover sets carry :class:`~controller.plan.model.LivenessTimers` of the liveness
+    settings, and a hop without an alternative sends back to the hop before, ``bounce``);
     ``liveness_interval_s`` (None: off), ``liveness_misses``, ``liveness_hold_s``: LLDP link
-    liveness of P4Runtime switches (:mod:`controller.runtime.liveness`); ``standing_depth``
+    liveness of P4Runtime switches (:mod:`controller.runtime.liveness`);
+    ``liveness_dataplane_misses``: the probed switches' own window, in intervals (None:
+    ``liveness_misses``); ``standing_depth``
     (the switch's depth unit: packets on BMv2; None: queue depth not used) and
     ``queued_fraction``: the re-balancer counts a link congested at once when at least that
     share of its packets found that depth ahead of them (:mod:`controller.runtime.rebalance`;
@@ -137,6 +142,7 @@ class RuntimeSettings:
 
     fast_failover: bool = False
     failover_switches: frozenset[str] = frozenset()
+    probed_switches: frozenset[str] = frozenset()
     rebalance: Hysteresis | None = None
     persist_rounds: int = 2
     lldp_interval_s: float = 5.0
@@ -148,6 +154,7 @@ class RuntimeSettings:
     liveness_interval_s: float | None = None
     liveness_misses: int = 3
     liveness_hold_s: float = 10.0
+    liveness_dataplane_misses: int | None = None
     standing_depth: int | None = None
     queued_fraction: float = 0.5
 

@@ -92,20 +92,15 @@ def p4_pipeline(target: str, tofino_build: str | Path | None) -> tuple[Any, Any]
 def p4_driver(fabric: Fabric, addresses: Mapping[str, str], opts: ControllerOptions,
               credentials: GRPCCredentialsTLS | None = None) -> P4RuntimeDriver:
     """The P4Runtime driver for the switches of ``addresses`` (options: ``p4_target``,
-    ``tofino_build``, ``p4_election_id``, ``p4_liveness_interval_s``, ``p4_liveness_misses``:
-    protected pinned hops fail over in the data plane after ``misses × interval`` without a
-    probe, the controller's own bound); counters are read on every fabric port;
-    ``credentials``: finsy's TLS channel credentials (None: plain text)."""
+    ``tofino_build``, ``p4_election_id``; the liveness timers of protected hops come with the
+    plan, :func:`controller.runtime.intent.liveness_timers`); counters are read on every
+    fabric port; ``credentials``: finsy's TLS channel credentials (None: plain text)."""
     from controller.drivers.p4runtime.driver import P4RuntimeDriver
 
     p4t, (p4info, blob) = p4_pipeline(opts.p4_target, opts.tofino_build)
     ports = {n: sorted(p for sw, p in fabric.port_map if sw == n) for n in addresses}
-    kw: dict[str, Any] = {}
-    interval_s = opts.p4_liveness_interval_s
-    if interval_s:  # the data plane's timeout of protected hops = the controller's own bound
-        kw["liveness_timeout_us"] = max(1, round(opts.p4_liveness_misses * interval_s * 1e6))
     return P4RuntimeDriver({n: (a, fabric.switch_by_name[n].p4_device_id)
                             for n, a in addresses.items()},
                            target=p4t, p4info=p4info, p4blob=blob,
                            election_id=opts.p4_election_id, credentials=credentials,
-                           ports=ports, **kw)
+                           ports=ports)

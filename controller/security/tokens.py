@@ -4,7 +4,8 @@ Roles (each includes the ones before it):
 
 * ``read-only``: GetStatus, GetPaths, WatchEvents, ListAudit (the audit trail);
 * ``operator``: also RegisterCollective, UnregisterCollective, ApplyPolicy, CheckDrift (it reads
-  every switch back: a load on the switches a reader should not be able to cause).
+  every switch back: a load on the switches a reader should not be able to cause), CreateInaJob
+  and DeleteInaJob (they write the aggregation switch).
 
 The token file has one token per line, ``ROLE TOKEN [NAME]`` (``#`` starts a comment); ``aifabric
 certs init`` writes one with a random token per role. A client sends ``authorization: Bearer
@@ -61,6 +62,8 @@ NORTHBOUND_METHOD_ROLES: Mapping[str, Role] = {
     _NB + "UnregisterCollective": Role.OPERATOR,
     _NB + "ApplyPolicy": Role.OPERATOR,
     _NB + "CheckDrift": Role.OPERATOR,
+    _NB + "CreateInaJob": Role.OPERATOR,
+    _NB + "DeleteInaJob": Role.OPERATOR,
 }
 
 

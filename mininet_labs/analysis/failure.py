@@ -26,24 +26,106 @@ def failure_outage(report: dict[str, Any], t_fail: float, t_done: float
     return max(hit, key=lambda o: o["gap_ms"], default=None)
 
 
-def table(cases: list[dict[str, Any]]) -> Any:
+def table(cases: list[dict[str, Any]], openflow: dict[str, Any] | None = None) -> Any:
+    """The lab's table, one row per case; with ``openflow`` (:func:`openflow_reference`), the
+    Open vSwitch run's gap of the same failure beside this run's (:func:`openflow_gap`)."""
     from rich.table import Table
 
     t = Table(title="link failure mid-collective: probe gap and collective results")
-    for col in ("case", "link down", "fast failover", "gap ms", "lost", "resumed ms",
-                "bound ms", "congestion gap ms", "CCT s (per collective)", "correct"):
+    cols = ["case", "link down", "fast failover", "gap ms", "lost", "resumed ms", "bound ms"]
+    if openflow is not None:
+        cols.append("Open vSwitch gap ms")
+    cols += ["congestion gap ms", "CCT s (per collective)", "correct"]
+    for col in cols:
         t.add_column(col, justify="left" if col in ("case", "link down") else "right")
     for c in cases:
         ok = all(x["correct"] for x in c["collectives"])
-        t.add_row(c["case"], "-".join(c["link"]), "yes" if c["fast_failover"] else "no",
-                  f"{c['gap_ms']:.1f}", str(c["gap_lost_packets"]),
-                  "-" if c["resumed_after_failure_ms"] is None
-                  else f"{c['resumed_after_failure_ms']:.1f}",
-                  f"{c['max_gap_ms_allowed']:.0f}", f"{c['max_congestion_gap_ms']:.1f}",
-                  " ".join("-" if x["cct_s"] is None else f"{x['cct_s']:.2f}"
-                           for x in c["collectives"]),
-                  "yes" if ok else "[red]NO[/]")
+        row = [c["case"], "-".join(c["link"]),
+               "yes" if c["fast_failover"] else "no",
+               f"{c['gap_ms']:.1f}", str(c["gap_lost_packets"]),
+               "-" if c["resumed_after_failure_ms"] is None
+               else f"{c['resumed_after_failure_ms']:.1f}",
+               f"{c['max_gap_ms_allowed']:.0f}"]
+        if openflow is not None:
+            g = openflow_gap(openflow, c)
+            row.append("-" if g is None else f"{g:.1f}")
+        row += [f"{c['max_congestion_gap_ms']:.1f}",
+                " ".join("-" if x["cct_s"] is None else f"{x['cct_s']:.2f}"
+                         for x in c["collectives"]),
+                "yes" if ok else "[red]NO[/]"]
+        t.add_row(*row)
+    if openflow is not None:
+        t.caption = (f"Open vSwitch: {openflow['file']} ({openflow['when']}, load average "
+                     f"{openflow['load_average']})")
     return t
+
+
+def openflow_reference(results_json: Path) -> dict[str, Any]:
+    """The cases of an Open vSwitch run of the lab (its ``results.json``): ``cases`` (name,
+    link role, fast failover, flapped, gap), with when it ran and its load average; ``cases``
+    empty (and ``error`` set) when the file is missing or not such a run, so the table says so
+    instead of failing the BMv2 run."""
+    import json
+    import time
+
+    out: dict[str, Any] = {"file": str(results_json), "cases": [], "when": "-",
+                           "load_average": "-"}
+    try:
+        data = json.loads(Path(results_json).read_text())
+        out["cases"] = [{"case": r["case"], "link_role": r["link_role"],
+                         "fast_failover": bool(r["fast_failover"]),
+                         "flapped": bool(r.get("flaps")), "gap_ms": float(r["gap_ms"])}
+                        for r in data["runs"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        out["error"] = f"no Open vSwitch results read from {results_json}: {exc}"
+        return out
+    env = data.get("environment", {})
+    out["load_average"] = f"{env.get('load_average_start')} -> {env.get('load_average_end')}"
+    out["when"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(Path(results_json).stat()
+                                                                  .st_mtime))
+    return out
+
+
+def openflow_gap(openflow: dict[str, Any], case: dict[str, Any]) -> float | None:
+    """The Open vSwitch gap of the same failure as ``case``: same link role, fast failover and
+    flapping (a BMv2 case's name may differ: ``downlink-bounce`` is Open vSwitch's
+    ``downlink-repin``, the same failure handled by the data plane); None when it ran none.
+
+    >>> ovs = {"cases": [{"case": "downlink-repin", "link_role": "destination-downlink",
+    ...                   "fast_failover": True, "flapped": False, "gap_ms": 63.1}]}
+    >>> openflow_gap(ovs, {"link_role": "destination-downlink", "fast_failover": True})
+    63.1
+    """
+    for c in openflow.get("cases", ()):
+        if (c["link_role"], c["fast_failover"], c["flapped"]) == (
+                case["link_role"], case["fast_failover"], bool(case.get("flaps"))):
+            return float(c["gap_ms"])
+    return None
+
+
+def controller_cpu(cpu_s: float, wall_s: float, links: int) -> dict[str, float]:
+    """The controller's CPU over a case: seconds, share of one core, and per switch–switch
+    link (µs of CPU per second per link: what each link's liveness probes, packet-ins and
+    counters cost it).
+
+    >>> controller_cpu(1.5, 10.0, 16)
+    {'cpu_s': 1.5, 'core_share': 0.15, 'us_per_link_s': 9375.0}
+
+    Raises
+    ------
+    ValueError
+        ``wall_s`` or ``links`` not positive.
+    """
+    if wall_s <= 0 or links <= 0:
+        raise ValueError(f"wall_s {wall_s} and links {links} must be > 0")
+    return {"cpu_s": round(cpu_s, 3), "core_share": round(cpu_s / wall_s, 4),
+            "us_per_link_s": round(cpu_s / wall_s / links * 1e6, 1)}
+
+
+def cpu_line(case: str, cpu: dict[str, float]) -> str:
+    """One line: the controller's CPU over ``case``."""
+    return (f"controller CPU during {case}: {cpu['cpu_s']:.2f} s, {cpu['core_share'] * 100:.1f} "
+            f"% of a core, {cpu['us_per_link_s']:.0f} µs per second per switch-switch link")
 
 
 def plot(cases: list[dict[str, Any]], path: Path, title: str) -> None:

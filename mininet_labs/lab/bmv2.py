@@ -109,6 +109,10 @@ def switch_command(binary: str, ports: Sequence[tuple[int, str]], *, device_id: 
         cmd += ["-i", f"{num}@{ifname}"]
     if log_file is not None:
         cmd += ["--log-file", str(log_file), "--log-flush"]
+    else:
+        # BMv2's default level is trace: built with its logging macros (the default), it formats
+        # every per-packet message and hands it to a null sink when no log is asked for
+        cmd += ["--log-level", "off"]
     if pcap_dir is not None:
         cmd += ["--pcap", str(pcap_dir)]
     cmd += ["--", "--grpc-server-addr", grpc_addr, "--cpu-port", str(CPU_PORT),
@@ -135,6 +139,9 @@ class NetnsSwitch:
     proc: subprocess.Popen[bytes] | None = None
     #: simple_switch_grpc target options (after ``--``), e.g. its TLS server
     target_args: tuple[str, ...] = ()
+    #: BMv2 writes its per-packet and per-write log to :attr:`log_file` (the tests read it when
+    #: something fails; a benchmark of the data plane turns it off, as the labs run)
+    log: bool = True
 
     @property
     def netns(self) -> str:
@@ -192,7 +199,7 @@ class NetnsSwitch:
             _ip("-n", self.netns, "link", "set", m_sw, "up")
             cmd = switch_command(binary, [(p, self._sw_if(p)) for p in range(1, self.ports + 1)],
                                  device_id=self.device_id, grpc_addr=self.grpc_address,
-                                 log_file=self.log_file, pcap_dir=None,
+                                 log_file=self.log_file if self.log else None, pcap_dir=None,
                                  target_args=self.target_args)
             self.proc = subprocess.Popen(  # noqa: S603
                 ["ip", "netns", "exec", self.netns, "nice", "-n", "5", *cmd],

@@ -27,6 +27,7 @@ KINDS: dict[str, str] = {
     "telemetry-p4": "mininet_labs.labs.telemetry:BMV2",
     "ecn-marking-p4": "mininet_labs.labs.ecn_marking_p4:LAB",
     "ina-allreduce": "mininet_labs.labs.ina_allreduce:LAB",
+    "ddp-ina": "mininet_labs.labs.ddp_ina:LAB",
     "ha-failover": "mininet_labs.labs.ha_failover:LAB",
     "ecmp-spread": "mininet_labs.labs.ecmp_spread:LAB",
     "no-controller": "mininet_labs.labs.no_controller:LAB",

@@ -15,6 +15,8 @@ Hosts get static ARP, MTU, no TX checksum offload, no IPv6. The caller tears the
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,62 @@ def build_fabric(fabric: Fabric, sock_dir: Path, log_dir: Path, lab: Any, shaped
             net.addLink(ln.a, ln.b, port1=ln.a_port, port2=ln.b_port)
     net.build()
     return _finish(net, lab.mtu_bytes)
+
+
+def bmv2_cpu_s(net: Any) -> dict[str, float]:
+    """``{switch: CPU seconds}`` its simple_switch_grpc process has used so far (user +
+    system, every thread; :func:`mininet_labs.lab.bmv2.process_cpu_s`); a switch whose
+    process is gone is left out. Differences of two calls give a run's CPU per switch."""
+    from mininet_labs.lab.processes import process_cpu_s
+
+    out: dict[str, float] = {}
+    for sw in net.switches:
+        proc = getattr(sw, "proc", None)
+        cpu = process_cpu_s(proc.pid) if proc is not None else None
+        if cpu is not None:
+            out[sw.name] = cpu
+    return out
+
+
+_COUNTER_VALUE = re.compile(r"(\d+) packets\)")
+
+
+def parse_counter_read(text: str) -> int:
+    """The packet count in ``simple_switch_CLI``'s ``counter_read C I`` output
+    (``RuntimeCmd: C[I]= (B bytes, P packets)``, BMv2 1.15).
+
+    >>> parse_counter_read("RuntimeCmd: FabricIngress.bounced[2]= (196 bytes, 2 packets)")
+    2
+
+    Raises
+    ------
+    ValueError
+        No count in ``text`` (the CLI's error is in the message).
+    """
+    m = _COUNTER_VALUE.search(text)
+    if m is None:
+        raise ValueError(f"no counter value in simple_switch_CLI output: {text.strip()[-300:]}")
+    return int(m.group(1))
+
+
+def counter_reads(node: Any, cells: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Packets of counter cells ``(full name, index)`` of the BMv2 node ``node``, over Thrift
+    (``simple_switch_CLI`` in the node's namespace, one process for all cells): the lab reads
+    counters the controller does not. Raises RuntimeError without a usable CLI."""
+    from mininet_labs.lab.bmv2 import thrift_cli_command
+
+    found = thrift_cli_command()
+    if found is None:
+        raise RuntimeError("simple_switch_CLI or a Python with the thrift module not found")
+    argv, env = found
+    script = "".join(f"counter_read {name} {i}\n" for name, i in cells)
+    pre = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    out = node.cmd(f"printf {shlex.quote(script)} | {pre} {' '.join(map(shlex.quote, argv))}")
+    values = [int(m.group(1)) for m in _COUNTER_VALUE.finditer(out)]
+    if len(values) != len(cells):
+        raise RuntimeError(f"{node.name}: {len(values)} of {len(cells)} counters read: "
+                           f"{out.strip()[-300:]}")
+    return dict(zip(cells, values, strict=True))
 
 
 def grpc_targets(net: Any) -> dict[str, str]:

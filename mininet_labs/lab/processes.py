@@ -97,6 +97,16 @@ class ControllerSecurity:
                             insecure=tls is None and "--insecure" in self.args)
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far, every thread counted
+    (``/proc/PID/stat`` fields 14 and 15, in clock ticks); None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class ControllerSession:
     """A running controller (see the module docstring). ``port``: its OpenFlow port (0 for P4);

@@ -134,16 +134,25 @@ class Bmv2LabSpec(LabSpec):
 
 class LivenessSpec(StrictModel):
     """The P4 controller's LLDP liveness (P4Runtime has no port status): a probe out of every
-    switch–switch port every ``interval``; a port is down after ``misses`` intervals without one
-    (also the data plane's timeout of a protected hop)."""
+    switch–switch port every ``interval``; the controller takes a port down after ``misses``
+    intervals without one, and up again after ``hold`` of probes without a gap; the switches'
+    protected hops judge a port dead after ``dataplane_misses`` intervals without a frame
+    (None: ``misses``; :class:`controller.config.model.LivenessSection`)."""
 
-    interval: Annotated[Seconds, Field(ge=0.02, le=5.0)] = 0.25
+    interval: Annotated[Seconds, Field(ge=0.005, le=5.0)] = 0.25
     misses: Annotated[int, Field(ge=1, le=100)] = 3
+    hold: Annotated[Seconds | None, Field(gt=0, le=4294)] = None
+    dataplane_misses: Annotated[int | None, Field(ge=1, le=100)] = None
 
     def args(self) -> tuple[str, ...]:
         """The ``aifabric controller`` flags."""
-        return ("--p4-liveness-interval", f"{self.interval:g}", "--p4-liveness-misses",
-                str(self.misses))
+        out = ["--p4-liveness-interval", f"{self.interval:g}", "--p4-liveness-misses",
+               str(self.misses)]
+        if self.hold is not None:
+            out += ["--p4-liveness-hold", f"{self.hold:g}"]
+        if self.dataplane_misses is not None:
+            out += ["--p4-dataplane-misses", str(self.dataplane_misses)]
+        return tuple(out)
 
 
 class RingWorkloadSpec(StrictModel):

@@ -117,3 +117,42 @@ def pinned_flow(doc: Document, fabric: Fabric, policy: Policy, src: str, dst: st
         raise ConfigError([doc.problem(where, f"{d.label} stays on one leaf ({' '.join(p)}): "
                                               "its probe would cross no fabric link")])
     return d, tuple(p)
+
+
+class PathWatch:
+    """The controller's path of one flow, polled (GetPaths) every ``every_s`` on a thread from
+    :meth:`start` to :meth:`stop`: :meth:`changes` gives each path it had, in order, with no
+    repeats (a flow that moved once has two). A poll that fails is skipped."""
+
+    def __init__(self, ctl: Any, flow: tuple[str, str], every_s: float = 0.05) -> None:
+        import threading
+
+        self.ctl, self.flow, self.every_s = ctl, flow, every_s
+        self._seen: list[tuple[str, ...]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                p = self.ctl.paths().get(self.flow)
+            except Exception:  # noqa: BLE001 - a gRPC error: skip this poll
+                p = None
+            if p is not None and (not self._seen or self._seen[-1] != tuple(p)):
+                self._seen.append(tuple(p))
+            self._stop.wait(self.every_s)
+
+    def start(self) -> None:
+        import threading
+
+        self._thread = threading.Thread(target=self._run, name="path-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def changes(self) -> list[tuple[str, ...]]:
+        return list(self._seen)

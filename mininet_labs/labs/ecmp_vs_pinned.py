@@ -39,11 +39,13 @@ from pydantic import Discriminator, Field, Tag, field_validator
 from controller.errors import ConfigError
 from controller.units import format_rate
 from controller.yamlsrc import Document
+from mininet_labs.analysis.bmv2cpu import cpu_line, cpu_summary, cpu_table, cpu_used
 from mininet_labs.analysis.collectives import TARGET_RATIO, flows_per_link, plot_busbw, run_table
 from mininet_labs.analysis.compare import compare_modes, comparison_table, verdicts_of
 from mininet_labs.lab.counters import PortCounters
 from mininet_labs.lab.grpc_bridge import UnixBridge
 from mininet_labs.lab.interface import ControllerConfig, Lab, RunContext, Variant, Verdict
+from mininet_labs.lab.p4net import bmv2_cpu_s
 from mininet_labs.lab.policies import policy_variant
 from mininet_labs.lab.schema import (
     Bmv2LabSpec,
@@ -170,11 +172,14 @@ class EcmpVsPinned(Lab):
                   if counters is None and ctx.controller is not None else None)
         if "grpc_bridge" in ctx.state and ctx.controller is not None:
             ctx.state["grpc_bridge"].upstream = ctx.controller.grpc_target
+        cpu0 = bmv2_cpu_s(ctx.net) if self.network == "bmv2" else None
         t0 = time.time()
         started = start_collectives(ctx, exp.policy.collectives, w, seed,
                                     ctx.out / f"seed{seed}")
         entries = finish_collectives(ctx, started, w)
         wall = time.time() - t0
+        cpu = (cpu_used(cpu0, bmv2_cpu_s(ctx.net), wall) if cpu0 is not None and wall > 0
+               else None)
         if counters is not None and before_ports is not None:
             loads = counters.tx_by_link(before_ports, counters.read(counters.switch_ports()))
         elif before is not None and ctx.controller is not None:
@@ -187,20 +192,27 @@ class EcmpVsPinned(Lab):
         return {"mode": ctx.variant.name, "seed": seed, "wall_s": round(wall, 3),
                 "collectives": entries, "fabric_link_bytes": loads,
                 "fabric_link_load_flows": per_link,
-                "max_flows_per_fabric_link": max(per_link.values(), default=None)}
+                "max_flows_per_fabric_link": max(per_link.values(), default=None),
+                **({"bmv2_cpu": cpu} if cpu is not None else {})}
 
     def run_report(self, exp: Any, record: dict[str, Any]) -> list[Any]:
-        return [run_table(record["mode"], record["seed"], record["collectives"],
-                          record["max_flows_per_fabric_link"], scale_note(exp.scale))]
+        out: list[Any] = [run_table(record["mode"], record["seed"], record["collectives"],
+                                    record["max_flows_per_fabric_link"], scale_note(exp.scale))]
+        if "bmv2_cpu" in record:
+            out.append(cpu_line(record["bmv2_cpu"]))
+        return out
 
     def summarize(self, exp: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
         from mininet_labs.analysis.collectives import ring_bound_bps
 
-        return {"link_rate_bps": min(ln.capacity_bps for ln in exp.fabric.links),
-                "bounds_bps": {c.name: ring_bound_bps(exp.fabric, c)
-                               for c in exp.policy.collectives},
-                "target_ratio": TARGET_RATIO,
-                "comparison": compare_modes(records, TARGET_RATIO)}
+        out = {"link_rate_bps": min(ln.capacity_bps for ln in exp.fabric.links),
+               "bounds_bps": {c.name: ring_bound_bps(exp.fabric, c)
+                              for c in exp.policy.collectives},
+               "target_ratio": TARGET_RATIO,
+               "comparison": compare_modes(records, TARGET_RATIO)}
+        if self.network == "bmv2":
+            out["bmv2_cpu"] = cpu_summary(records)
+        return out
 
     def verdicts(self, exp: Any, records: list[dict[str, Any]],
                  summary: dict[str, Any]) -> list[Verdict]:
@@ -209,7 +221,12 @@ class EcmpVsPinned(Lab):
     def report(self, exp: Any, records: list[dict[str, Any]], summary: dict[str, Any]
                ) -> list[Any]:
         cmp = summary["comparison"]
-        return [comparison_table(cmp)] if cmp["rows"] else []
+        out: list[Any] = [comparison_table(cmp)] if cmp["rows"] else []
+        if summary.get("bmv2_cpu"):
+            out.append(cpu_table(summary["bmv2_cpu"], "BMv2 processes' CPU per mode (user + "
+                                                      "system, all runs of the mode; share of "
+                                                      "one core over the runs' wall time)"))
+        return out
 
     def plots(self, exp: Any, records: list[dict[str, Any]], summary: dict[str, Any],
               out: Path) -> list[Path]:

@@ -56,6 +56,7 @@ from mininet_labs.lab.collectives import finish_ring, start_rings
 from mininet_labs.lab.interface import ControllerConfig, Lab, RunContext, Variant
 from mininet_labs.lab.policies import policy_variant
 from mininet_labs.lab.probes import UdpStream
+from mininet_labs.lab.processes import process_cpu_s
 from mininet_labs.lab.schema import (
     Bmv2LabSpec,
     Experiment,
@@ -68,7 +69,7 @@ from mininet_labs.lab.schema import (
     StrictModel,
     check_host,
 )
-from mininet_labs.lab.switchstate import pinned_flow
+from mininet_labs.lab.switchstate import PathWatch, pinned_flow
 from mininet_labs.lab.wait import sleep_until
 
 PROBE_PORT = 9200
@@ -84,11 +85,23 @@ class ProbeSpec(StrictModel):
     payload: Annotated[SizeBytes, Field(ge=0, le=1400)] = 64
 
 
+class FlapSpec(StrictModel):
+    """The link flaps before it fails: ``times`` × (down ``down``, up ``up``), then down."""
+
+    down: Annotated[Seconds, Field(gt=0, le=60)]
+    up: Annotated[Seconds, Field(gt=0, le=60)]
+    times: Annotated[int, Field(ge=1, le=100)] = 5
+
+
 class CaseSpec(StrictModel):
+    """One failure: which ``link`` of the probe's path, with ``fast_failover`` or not, its own
+    ``max_gap`` (None: the experiment's), and ``flap`` (the link flaps first)."""
+
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     link: Literal["source-uplink", "destination-downlink"]
     fast_failover: bool = False
     max_gap: Annotated[Seconds | None, Field(gt=0)] = None
+    flap: FlapSpec | None = None
 
 
 class ExpectSpec(StrictModel):
@@ -116,9 +129,14 @@ class Spec(FabricExperimentSpec):
 
 
 class P4Spec(Spec):
+    """``openflow_results``: the ``results.json`` of a run of the Open vSwitch lab
+    (``link_failure.yaml``), relative to the experiment file: its gaps are printed beside the
+    BMv2 ones, case by case (same case names)."""
+
     kind: Literal["link-failure-p4"] = "link-failure-p4"  # type: ignore[assignment]
     switch: Literal["bmv2"] = "bmv2"
     liveness: LivenessSpec = LivenessSpec()
+    openflow_results: str | None = None
     lab: Bmv2LabSpec = Bmv2LabSpec()
 
 
@@ -154,19 +172,39 @@ class LinkFailure(Lab):
 
     def describe(self, exp: Any) -> str:
         cases = ", ".join(f"{c.name} ({'-'.join(exp.failed_link(c.link))}"
-                          f"{', fast failover' if c.fast_failover else ''})"
+                          f"{', fast failover' if c.fast_failover else ''}"
+                          f"{f', {c.flap.times} flaps' if c.flap else ''})"
                           for c in exp.spec.cases)
         on = ""
         if self.network == "bmv2":
             lv = exp.spec.liveness
+            dp = lv.dataplane_misses or lv.misses
             on = (f" on BMv2 ({len(exp.fabric.switches)} simple_switch_grpc, LLDP liveness "
-                  f"{lv.misses} x {lv.interval * 1e3:g} ms)")
+                  f"{lv.misses} x {lv.interval * 1e3:g} ms, data plane {dp} x "
+                  f"{lv.interval * 1e3:g} ms)")
         return (f"{exp.fabric.name}{on}; probe {exp.probe_flow.label} on "
                 f"{' '.join(exp.probe_path)}; cases: {cases}")
 
     def set_link(self, ctx: RunContext, a: str, b: str, up: bool) -> None:
         """Take the link ``a``–``b`` down (both ends, ``ip link set``) or up again."""
         ctx.net.configLinkStatus(a, b, "up" if up else "down")
+
+    def dataplane_moves(self, ctx: RunContext) -> dict[str, int] | None:
+        """Packets the switches on the probe's path moved by themselves so far (None: the
+        switches keep no such counters, Open vSwitch)."""
+        return None
+
+    @staticmethod
+    def dataplane_record(start: dict[str, int] | None, before: dict[str, int] | None,
+                         after: dict[str, int] | None) -> dict[str, Any]:
+        """What the data plane moved before the failure (a move then was not caused by it: the
+        case's gap would not measure the failover) and over the whole case."""
+        if start is None or before is None or after is None:
+            return {}
+        return {"dataplane_moved_before_failure": {k: before[k] - start[k] for k in start
+                                                   if before[k] != start[k]},
+                "dataplane_moved": {k: after[k] - start[k] for k in start
+                                    if after[k] != start[k]}}
 
     def controller_args(self, exp: Any, case: Any) -> tuple[str, ...]:
         """The controller flags of ``case``."""
@@ -187,23 +225,45 @@ class LinkFailure(Lab):
         flow = (exp.probe_flow.src, exp.probe_flow.dst)
         probe = UdpStream(ctx, s.probe.src, s.probe.dst, PROBE_PORT, ctx.out, "probe")
         link_down = False
+        watcher = PathWatch(ctl, flow)
+        cpu0 = process_cpu_s(ctl.popen.pid)
+        dp_start = self.dataplane_moves(ctx)
+        flaps: list[tuple[float, bool]] = []
         try:
             probe.start_receiver()
             rings, t_data = start_rings(ctx, exp.policy.collectives, seed=s.seed,
                                         nbytes=s.workload.bytes,
                                         chunk_bytes=s.workload.chunk_bytes,
                                         timeout_s=s.workload.timeout_s)
+            t_cpu = time.time()
             probe.start_sender(s.probe.interval * 1e6, s.probe.payload, s.workload.timeout_s)
             before = ctl.paths().get(flow)
+            sleep_until(t_data + s.fail_after - 0.5)
+            dp_before = self.dataplane_moves(ctx)
             sleep_until(t_data + s.fail_after)
+            watcher.start()
             t_fail = time.time()
             self.set_link(ctx, a, b, False)
             link_down = True
             t_fail_done = time.time()
+            if case.flap is not None:  # up and down again, `times` times, then down for good
+                flaps.append((t_fail, False))
+                for _ in range(case.flap.times):
+                    time.sleep(case.flap.down)
+                    self.set_link(ctx, a, b, True)
+                    flaps.append((time.time(), True))
+                    time.sleep(case.flap.up)
+                    self.set_link(ctx, a, b, False)
+                    flaps.append((time.time(), False))
             results = [finish_ring(ctx, ring, s.workload.timeout_s) for ring in rings]
+            t_end = time.time()
+            cpu1 = process_cpu_s(ctl.popen.pid)
+            dp_after = self.dataplane_moves(ctx)
+            watcher.stop()
             after = ctl.paths().get(flow)
             got = probe.finish()
         finally:
+            watcher.stop()
             probe.stop()
             if link_down:
                 self.set_link(ctx, a, b, True)
@@ -215,22 +275,50 @@ class LinkFailure(Lab):
         def out_port(hops: tuple[str, ...] | None) -> int | None:
             return fab.port_towards(hops[1], hops[2]) if hops else None
 
+        liveness_lines = [ln for ln in text.splitlines() if "by LLDP liveness" in ln]
+        fabric_links = sum(1 for ln in fab.links
+                           if ln.a in fab.switch_by_name and ln.b in fab.switch_by_name)
+        cpu = (None if cpu0 is None or cpu1 is None or t_end <= t_cpu
+               else failure.controller_cpu(cpu1 - cpu0, t_end - t_cpu, fabric_links))
         return {"case": case.name, "link": [a, b], "link_role": case.link,
                 "fast_failover": case.fast_failover, **rec,
                 "failure_at_s": round(t_fail - t_data, 3),
                 "failure_command_ms": round((t_fail_done - t_fail) * 1e3, 1),
                 "probe_path_before": list(before or ()), "probe_path_after": list(after or ()),
                 "probe_output_before": out_port(before), "probe_output_after": out_port(after),
+                "probe_paths_seen": [list(p) for p in watcher.changes()],
+                "flaps": [[round(t - t_fail, 3), up] for t, up in flaps],
+                "controller_cpu": cpu,
+                **self.dataplane_record(dp_start, dp_before, dp_after),
                 "controller_port_events": [ln for ln in text.splitlines() if " down: " in ln],
-                "controller_liveness_events": [ln for ln in text.splitlines()
-                                               if "by LLDP liveness" in ln],
+                "controller_liveness_events": liveness_lines,
+                "controller_ups": sum(1 for ln in liveness_lines if " up by LLDP" in ln),
                 "controller_updates": [ln for ln in text.splitlines() if "] sent " in ln],
                 "collectives": results}
 
     def verdicts(self, exp: Any, records: list[dict[str, Any]],
                  summary: dict[str, Any]) -> list[Verdict]:
         correct = [x["correct"] for c in records for x in c["collectives"]]
-        return [
+        flapped = [c for c in records if c.get("flaps")]
+        extra = [Verdict(
+            "paths_do_not_flap",
+            all(len(c["probe_paths_seen"]) <= 2 and c["controller_ups"] == 0 for c in flapped),
+            "; ".join(f"{c['case']}: {len(c['flaps']) // 2} flaps, the controller's path of the "
+                      f"probe flow changed {max(0, len(c['probe_paths_seen']) - 1)} time(s), "
+                      f"{c['controller_ups']} port(s) back up" for c in flapped),
+            timing_sensitive=True)] if flapped else []
+        dp = [c for c in records if "dataplane_moved_before_failure" in c]
+        if dp:
+            extra.append(Verdict(
+                "dataplane_quiet_before_failure",
+                all(not c["dataplane_moved_before_failure"] for c in dp),
+                "; ".join(f"{c['case']}: " + (", ".join(
+                    f"{k} +{v}" for k, v in c["dataplane_moved_before_failure"].items())
+                    or "nothing moved") for c in dp) + " (from the case's start to 0.5 s before "
+                "the failure: a move then is a false failover, and the gap would not measure "
+                "one)",
+                timing_sensitive=True))
+        return [*extra,
             Verdict("all_correct", bool(correct) and all(correct),
                     f"{sum(correct)} of {len(correct)} collectives correct"),
             Verdict("probe_intact", all(c["probe"]["corrupt"] == 0 and c["probe"]["duplicates"] == 0
@@ -248,7 +336,13 @@ class LinkFailure(Lab):
                     "the controller's path of the probe flow avoids the failed link after it")]
 
     def summarize(self, exp: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
+        compare = None
+        ref = getattr(exp.spec, "openflow_results", None)
+        if ref:
+            compare = failure.openflow_reference(Path(exp.path).parent / ref)
         return {"gaps_ms": {c["case"]: c["gap_ms"] for c in records},
+                **({"openflow": compare} if compare is not None else {}),
+                "controller_cpu": {c["case"]: c.get("controller_cpu") for c in records},
                 "units": {"gap_ms": "ms, from the probe's send timestamps (resolution: one "
                                     "interval)",
                           "failure_at_s": "s after the collectives' data started",
@@ -259,7 +353,10 @@ class LinkFailure(Lab):
 
     def report(self, exp: Any, records: list[dict[str, Any]], summary: dict[str, Any]
                ) -> list[Any]:
-        return [failure.table(records)]
+        out: list[Any] = [failure.table(records, summary.get("openflow"))]
+        out += [failure.cpu_line(c["case"], c["controller_cpu"]) for c in records
+                if c.get("controller_cpu")]
+        return out
 
     def plots(self, exp: Any, records: list[dict[str, Any]], summary: dict[str, Any],
               out: Path) -> list[Path]:
@@ -291,6 +388,21 @@ class LinkFailureP4(LinkFailure):
         from mininet_labs.lab.p4net import set_link_cut
 
         set_link_cut(ctx.net, a, b, not up, ctx.exp.spec.lab.queue_packets)
+
+    def dataplane_moves(self, ctx: RunContext) -> dict[str, int] | None:
+        """fabric.p4's ``failover_used`` and ``bounced`` at each hop of the probe's planned
+        path, for its planned port (Thrift: the controller does not read them), as
+        ``{"<switch> failover_used[<port>]": packets, ...}``."""
+        from mininet_labs.lab.p4net import counter_reads
+
+        fab, path = ctx.exp.fabric, ctx.exp.probe_path
+        out: dict[str, int] = {}
+        for here, nxt in zip(path[1:-2], path[2:-1], strict=True):
+            port = fab.port_towards(here, nxt)
+            cells = [(f"FabricIngress.{c}", port) for c in ("failover_used", "bounced")]
+            for (name, i), v in counter_reads(ctx.net.get(here), cells).items():
+                out[f"{here} {name.rsplit('.', 1)[1]}[{i}]"] = v
+        return out
 
 
 LAB = LinkFailure()

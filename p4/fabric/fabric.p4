@@ -8,18 +8,21 @@
  *   ingress  arp_responder     exact arp_tpa                          -> arp_reply(mac)
  *            punt              ternary eth_type                       -> send_to_cpu
  *            dscp_to_priority  exact dscp                             -> set_priority(priority)
+ *            liveness          ternary eth_type                       -> set_liveness(timeout_us,
+ *                                                                             hold_us)
  *            pinned            ternary ipv4_src ipv4_dst ip_proto     -> set_egress(port)
  *                                      dscp l4_src l4_dst                   | drop
  *                              direct counter pinned_hits                   | pin_egress_protected(
- *                                                                             port, backup_port,
- *                                                                             timeout_us)
+ *                                                                             port, backup_port)
  *            ecmp_hash         ternary eth_type                       -> set_hash(seed, masks)
  *            routes            lpm ipv4_dst, action selector          -> set_egress(port)
  *                              ecmp_selector (over meta.hash_value, see below)
  *   egress   ecn_threshold     exact egress_port priority             -> mark_ecn(threshold_pkts)
  *   counters port_rx, port_tx (index: port), queue_tx, ecn_marked, ecn_ce_tx
  *            (index: port * 8 + priority), punted (index: 0 ARP, 1 LLDP, 2 other),
- *            dropped (index: 0 no route, 1 not IP), failover_used (index: the dead primary port)
+ *            dropped (index: 0 no route, 1 not IP, 2 a pinned packet would leave by its ingress
+ *            port), failover_used (index: the planned port a protected hop moved off),
+ *            bounced (index: the dead planned port a hop sent packets back instead of)
  *            queue_depth_hist (index: (port * 8 + priority) * 8 + bucket): packets by the queue
  *            depth they saw, bucket b covering depths [QDEPTH_LO[b], QDEPTH_LO[b+1]) with
  *            QDEPTH_LO = 0, 1, 2, 4, 8, 16, 32, 64 (the last bucket open-ended)
@@ -28,6 +31,10 @@
  *            server does not read registers (UNIMPLEMENTED, p4lang/PI#376): on BMv2 the
  *            controller reads queue depth from queue_depth_hist (a P4Runtime counter); the
  *            register stays for targets that read registers (Thrift register_read, Tofino).
+ *   register port_alive_until_us, port_usable_from_us, port_probed (index: port),
+ *            switch_heard_us, switch_woke_us (index 0), remote_dead_until_us (index: hash of
+ *            (planned port, IPv4 destination) mod REMOTE_CELLS): the data plane's port
+ *            liveness, below.
  *
  * ECMP hash entropy (policy routing.ecmp.hash_fields / hash_seeds): the controller writes one
  * ecmp_hash entry per switch whose action sets a 32-bit seed and a mask per header field (all
@@ -43,15 +50,47 @@
  * threshold); ecn_ce_tx counts every packet leaving a queue with CE set, marked here or on an
  * earlier hop (the CE marks a receiver behind that port will see).
  *
- * Pinned hops protected in the data plane (P4 has no port-status input; liveness comes from
- * probes): every LLDP frame received on a port stamps port_heard_us[port] with the ingress
- * timestamp (µs); the controller sends an LLDP probe out of every fabric port each liveness
- * interval, so each end of a live link hears its peer that often. A pinned entry written as
- * pin_egress_protected(port, backup_port, timeout_us) sends to backup_port instead of port while
- * port has heard nothing for more than timeout_us and backup_port has (a dead primary, a live
- * backup); when neither has heard a probe (no controller sending them) the primary is kept.
- * The switch flips the liveness bit itself, within timeout_us of the last probe, before the
- * controller re-pins. failover_used[port] counts the packets sent to the backup of a dead port.
+ * Pinned hops protected in the data plane. BMv2 cannot see a port go down: simple_switch reads
+ * and writes its ports through libpcap/AF_PACKET sockets, has no link-state input and puts
+ * nothing in standard_metadata about it, and its P4Runtime server (PI) sends no port status
+ * (gNMI is not implemented). A link whose far end stops sending looks exactly like an idle
+ * link. So liveness comes from what a port hears: the controller sends an LLDP probe out of
+ * every fabric port each liveness interval, so each end of a live link hears its peer at least
+ * that often, and every other frame received proves the link alive too (a busy link does not
+ * depend on the probes' timing, which jitters with the controller's and BMv2's CPU).
+ * The liveness entry (one per switch, every frame: eth_type wildcarded) says how to judge a
+ * port: set_liveness(timeout_us, hold_us), the controller's own misses x interval and hold.
+ * On every frame received on a port (µs, ingress timestamp):
+ *   port_alive_until_us[port] = now + timeout_us                 (alive until then)
+ *   port_usable_from_us[port] = now + hold_us   when the frame ends a silence longer than
+ *                                                timeout_us (not the first frame ever heard)
+ *                                                while the switch heard other ports
+ *   port_probed[port] = 1                        on an LLDP probe (a switch is there)
+ * A port is live when now <= alive_until and now >= usable_from: dead once silent for more
+ * than timeout_us, and after a silence used again only hold_us later (hold-down: a flapping
+ * link does not move traffic back and forth; the controller holds the same time). A silent
+ * switch is not a set of dead links: when the whole switch heard nothing for timeout_us (its
+ * BMv2 starved of CPU; measured on this loaded machine), switch_woke_us records when it heard
+ * again, and a port's silence that this covers puts it in no hold-down.
+ * A pinned entry written as pin_egress_protected(port, backup_port):
+ *  - sends to backup_port instead of port while port is not live and backup_port is (and the
+ *    backup is not where the packet came from); when port is dead (silent, or the next hop
+ *    sent packets back) a backup still in hold-down is taken too, rather than a certain drop;
+ *    when neither is alive (no controller probing, or this switch starved of CPU: a silent
+ *    switch is not a set of dead links) the planned port is kept; failover_used[port] counts
+ *    the packets moved;
+ *  - with backup_port 0 (a hop with no other next hop, e.g. a spine towards a leaf): while port
+ *    is dead (silent; a port in hold-down still forwards) but was heard before, the packet
+ *    goes back out of the port it came in by, if that port is alive and has heard a probe (a
+ *    switch, not a host), and bounced[port] counts it;
+ *  - a packet that comes back in by the planned port (the next hop sent it back) is a bounce:
+ *    its destination is avoided through that port for REMOTE_AVOID_US (remote_dead_until_us,
+ *    a cell per hash of planned port and destination) and it goes to the backup, so the last
+ *    hop with a choice takes the other path; after REMOTE_AVOID_US one packet tries the
+ *    planned port again (a detour, not a loss).
+ * A pinned packet never leaves by the port it came in by except as a bounce: it is dropped
+ * (dropped[2]), so a bounce goes back one hop and never loops. The switch moves traffic
+ * within timeout_us of the last probe, before the controller re-pins.
  *
  * ARP responder: the switch answers an ARP request (IPv4 over Ethernet) for a fabric host by
  * itself, with no controller. arp_responder holds one entry per host, written by the controller
@@ -88,6 +127,9 @@ const bit<16> INA_UDP_PORT   = 48864;   /* SwitchML's UDP port, reserved for iss
 const bit<32> PORTS          = 512;     /* bit<9> port numbers */
 const bit<32> PORT_QUEUES    = 4096;    /* PORTS * 8 priorities */
 const bit<2>  ECN_CE         = 3;
+const bit<32> REMOTE_CELLS   = 4096;    /* remote_dead_until_us cells */
+const bit<48> REMOTE_AVOID_US = 100000; /* a bounced destination avoids the planned port */
+const bit<9>  BOUNCE_PORT    = 0;       /* pin_egress_protected's backup: "where it came from" */
 
 typedef bit<9>  port_t;
 typedef bit<32> ipv4_addr_t;
@@ -194,10 +236,12 @@ struct metadata_t {
     bit<32> hash_value;
     bit<19> ecn_threshold_pkts;
     bit<1>  ecn_enabled;
-    /* data-plane protection of pinned hops (pin_egress_protected) */
+    /* data-plane protection of pinned hops (pin_egress_protected, set_liveness) */
     bit<1>  protected;
     port_t  backup_port;
+    bit<1>  bounce;
     bit<48> liveness_timeout_us;
+    bit<48> liveness_hold_us;
 }
 
 parser FabricParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
@@ -261,10 +305,16 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
                       inout standard_metadata_t standard_metadata) {
     counter(PORTS, CounterType.packets_and_bytes) port_rx;
     counter(3, CounterType.packets) punted;
-    counter(2, CounterType.packets) dropped;
+    counter(3, CounterType.packets) dropped;
     counter(PORTS, CounterType.packets) failover_used;
+    counter(PORTS, CounterType.packets) bounced;
     direct_counter(CounterType.packets_and_bytes) pinned_hits;
-    register<bit<48>>(PORTS) port_heard_us;
+    register<bit<48>>(PORTS) port_alive_until_us;
+    register<bit<48>>(PORTS) port_usable_from_us;
+    register<bit<1>>(PORTS) port_probed;
+    register<bit<48>>(1) switch_heard_us;
+    register<bit<48>>(1) switch_woke_us;
+    register<bit<48>>(REMOTE_CELLS) remote_dead_until_us;
     action_selector(HashAlgorithm.identity, 32w1024, 32w32) ecmp_selector;
 
     action drop() {
@@ -280,11 +330,25 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
     }
 
     /* A pinned hop with a backup next hop (header comment: data-plane protection). */
-    action pin_egress_protected(port_t port, port_t backup_port, bit<32> timeout_us) {
+    action pin_egress_protected(port_t port, port_t backup_port) {
         standard_metadata.egress_spec = port;
         meta.protected = 1;
         meta.backup_port = backup_port;
+    }
+
+    /* How this switch judges its ports from the LLDP probes (header comment). */
+    action set_liveness(bit<32> timeout_us, bit<32> hold_us) {
         meta.liveness_timeout_us = (bit<48>) timeout_us;
+        meta.liveness_hold_us = (bit<48>) hold_us;
+    }
+
+    table liveness {
+        key = {
+            hdr.ethernet.ether_type : ternary @name("eth_type");
+        }
+        actions = { set_liveness; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 4;
     }
 
     action set_priority(bit<3> priority) {
@@ -386,9 +450,28 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
             exit;
         }
         port_rx.count((bit<32>) standard_metadata.ingress_port);
-        if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
-            port_heard_us.write((bit<32>) standard_metadata.ingress_port,
-                                standard_metadata.ingress_global_timestamp);
+        bit<48> now = standard_metadata.ingress_global_timestamp;
+        bit<32> in_port = (bit<32>) standard_metadata.ingress_port;
+        if (liveness.apply().hit) {  /* header comment: data-plane protection */
+            bit<48> until;
+            bit<48> heard_any;
+            bit<48> woke;
+            port_alive_until_us.read(until, in_port);
+            switch_heard_us.read(heard_any, 0);
+            switch_woke_us.read(woke, 0);
+            if (now - heard_any > meta.liveness_timeout_us) {
+                woke = now;  /* the whole switch heard nothing for a timeout: a stall */
+                switch_woke_us.write(0, now);
+            }
+            switch_heard_us.write(0, now);
+            if (until != 0 && now > until && woke < until) {
+                /* a silence longer than the timeout ended, the switch hearing throughout */
+                port_usable_from_us.write(in_port, now + meta.liveness_hold_us);
+            }
+            port_alive_until_us.write(in_port, now + meta.liveness_timeout_us);
+            if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
+                port_probed.write(in_port, 1);
+            }
         }
         if (hdr.arp.isValid() && hdr.arp.htype == ARP_HTYPE_ETH
                 && hdr.arp.ptype == ETH_TYPE_IPV4 && hdr.arp.hlen == 6 && hdr.arp.plen == 4
@@ -415,16 +498,59 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
         dscp_to_priority.apply();
         if (pinned.apply().hit) {
             if (meta.protected == 1) {
-                bit<48> heard;
-                bit<48> backup_heard;
-                bit<48> now = standard_metadata.ingress_global_timestamp;
-                port_heard_us.read(heard, (bit<32>) standard_metadata.egress_spec);
-                port_heard_us.read(backup_heard, (bit<32>) meta.backup_port);
-                if (now - heard > meta.liveness_timeout_us
-                        && now - backup_heard <= meta.liveness_timeout_us) {
-                    failover_used.count((bit<32>) standard_metadata.egress_spec);
-                    standard_metadata.egress_spec = meta.backup_port;
+                port_t planned = standard_metadata.egress_spec;
+                bit<48> p_until;
+                bit<48> p_from;
+                port_alive_until_us.read(p_until, (bit<32>) planned);
+                port_usable_from_us.read(p_from, (bit<32>) planned);
+                bool planned_alive = now <= p_until;
+                bool planned_usable = planned_alive && now >= p_from;
+                bit<32> cell;
+                hash(cell, HashAlgorithm.crc32, 32w0, { planned, hdr.ipv4.dst_addr },
+                     REMOTE_CELLS);
+                bit<48> r_until;
+                remote_dead_until_us.read(r_until, cell);
+                bool broken = !planned_alive;   /* the planned way is dead, not just held */
+                if (standard_metadata.ingress_port == planned) {
+                    /* the next hop sent it back: avoid it for this destination a while */
+                    remote_dead_until_us.write(cell, now + REMOTE_AVOID_US);
+                    broken = true;
+                } else if (now < r_until) {
+                    broken = true;
                 }
+                if (meta.backup_port == BOUNCE_PORT) {
+                    /* no other way: back to the hop before, only while the port is dead (a
+                       port in hold-down still forwards), and only to a probed, live port */
+                    bit<48> i_until;
+                    bit<1> i_probed;
+                    port_alive_until_us.read(i_until, in_port);
+                    port_probed.read(i_probed, in_port);
+                    if (!planned_alive && p_until != 0
+                            && standard_metadata.ingress_port != planned
+                            && i_probed == 1 && now <= i_until) {
+                        bounced.count((bit<32>) planned);
+                        standard_metadata.egress_spec = standard_metadata.ingress_port;
+                        meta.bounce = 1;
+                    }
+                } else if (broken || !planned_usable) {
+                    /* the backup when it is usable; when the planned way is broken, also a
+                       backup still in hold-down (better than a certain drop) */
+                    bit<48> b_until;
+                    bit<48> b_from;
+                    port_alive_until_us.read(b_until, (bit<32>) meta.backup_port);
+                    port_usable_from_us.read(b_from, (bit<32>) meta.backup_port);
+                    bool b_alive = now <= b_until;
+                    if (meta.backup_port != standard_metadata.ingress_port && b_alive
+                            && (now >= b_from || broken)) {
+                        failover_used.count((bit<32>) planned);
+                        standard_metadata.egress_spec = meta.backup_port;
+                    }
+                }
+            }
+            if (standard_metadata.egress_spec == standard_metadata.ingress_port
+                    && meta.bounce == 0) {
+                dropped.count(2);
+                drop();
             }
         } else {
             ecmp_hash.apply();

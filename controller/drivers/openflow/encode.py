@@ -236,9 +236,15 @@ def group_add(group_id: int, nhs: NextHopSet, dialect: Dialect = DEFAULT_DIALECT
     Raises
     ------
     EncodeError
-        An ECMP set with a hash on a dialect without group selection properties.
+        An ECMP set with a hash on a dialect without group selection properties; a failover
+        set that sends back out of the in-port (``bounce``) or judges ports by probe timers:
+        P4 data-plane protection, which an OpenFlow fast-failover group cannot express.
     """
     o = dialect.ofp
+    if nhs.bounce or nhs.liveness is not None:
+        raise EncodeError(f"{nhs}: a bounce or probe-timed failover set is P4 data-plane "
+                          "protection (fabric.p4's pin_egress_protected); an OpenFlow switch "
+                          "forwards by its ports' status")
     if nhs.kind == "ecmp":
         if nhs.hash is not None and CAP_ECMP_HASH not in dialect.capabilities:
             raise EncodeError(

@@ -6,10 +6,11 @@ other tables (QoS tables written by a lab or another client) are neither read ba
 ever deleted. :func:`decode_entities` turns our entities into a
 :class:`~controller.plan.model.SwitchPlan`: routes to a member or an ECMP group, pinned entries
 (plan priority = P4 priority // :data:`~.encode.PRIORITY_SCALE`; ``pin_egress_protected`` as a
-failover next-hop set of the planned port and its backup), punts, ARP replies
-(``arp_reply(mac)`` on ``arp_tpa``: the reply for that address); the ``ecmp_hash`` entry gives
-the ECMP sets' hash; the group ids of the read-back groups are kept (the driver's allocation:
-port set → id).
+failover next-hop set of the planned port and its backup, or a ``bounce`` set when the backup
+is :data:`~.pipeline.BOUNCE_PORT`), punts, ARP replies (``arp_reply(mac)`` on ``arp_tpa``: the
+reply for that address); the ``ecmp_hash`` entry gives the ECMP sets' hash and the
+``liveness`` entry the failover sets' :class:`~controller.plan.model.LivenessTimers`; the group
+ids of the read-back groups are kept (the driver's allocation: port set → id).
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from controller.drivers.p4runtime.entities import (
 )
 from controller.drivers.p4runtime.pipeline import (
     ARP_RESPONDER,
+    BOUNCE_PORT,
     ECMP_HASH,
     ECMP_SELECTOR,
     HASH_FIELD_BITS,
+    LIVENESS,
     PINNED,
     PUNT,
     ROUTES,
@@ -44,6 +47,7 @@ from controller.plan.model import (
     ArpReply,
     EcmpHash,
     FlowIntent,
+    LivenessTimers,
     Match,
     NextHopSet,
     SwitchPlan,
@@ -52,7 +56,10 @@ from controller.plan.model import (
 from controller.plan.pinned import TABLE
 
 OWNED_TABLES = frozenset({ARP_RESPONDER.name, PUNT.name, ROUTES.name, PINNED.name,
-                          ECMP_HASH.name})
+                          ECMP_HASH.name, LIVENESS.name})
+#: Tables whose entries are settings of other intents (the ECMP sets' hash, the failover sets'
+#: liveness timers), not intents of their own.
+_SETTINGS_TABLES = frozenset({ECMP_HASH.name, LIVENESS.name})
 _PINNED_FIELDS = {"ipv4_src": "ipv4_src", "ipv4_dst": "ipv4_dst", "ip_proto": "ip_proto",
                   "dscp": "ip_dscp", "l4_src": "l4_src", "l4_dst": "l4_dst"}
 _PINNED_BITS = {k: w for k, _, w in PINNED.keys}
@@ -86,12 +93,24 @@ def _hash_of(ents: SwitchEntities) -> EcmpHash | None:
     return None
 
 
+def _liveness_of(ents: SwitchEntities) -> LivenessTimers | None:
+    for e in ents.entries:
+        if e.table == LIVENESS.name and e.action == "set_liveness":
+            params = dict(e.params)
+            try:
+                return LivenessTimers(params.get("timeout_us", 0), params.get("hold_us", 0))
+            except ValueError:
+                return None
+    return None
+
+
 def decode_entities(ents: SwitchEntities) -> DecodedP4:
     """Our entities of a switch as plan intents (module docstring)."""
     ents = owned(ents)
     ports = {m.member_id: dict(m.params).get("port") for m in ents.members
              if m.action == "set_egress"}
     h = _hash_of(ents)
+    timers = _liveness_of(ents)
     groups: dict[int, NextHopSet] = {}
     ids: dict[tuple[int, ...], int] = {}
     for g in sorted(ents.groups, key=lambda g: g.group_id):
@@ -106,18 +125,20 @@ def decode_entities(ents: SwitchEntities) -> DecodedP4:
     flows: list[FlowIntent] = []
     bad = 0
     for e in ents.entries:
-        fi = decode_entry(e, ports, groups)
+        fi = decode_entry(e, ports, groups, timers)
         if fi is None:
-            bad += e.table != ECMP_HASH.name
+            bad += e.table not in _SETTINGS_TABLES
         else:
             flows.append(fi)
     return DecodedP4(SwitchPlan(ents.switch, ents.device_id, frozenset(flows)), ids, bad)
 
 
 def decode_entry(e: TableEntry, ports: Mapping[int, int | None] | None = None,
-                 groups: Mapping[int, NextHopSet] | None = None) -> FlowIntent | None:
+                 groups: Mapping[int, NextHopSet] | None = None,
+                 liveness: LivenessTimers | None = None) -> FlowIntent | None:
     """The plan intent of one of our entries (None: not one the encoder writes). ``ports``:
-    member id → port, ``groups``: group id → next-hop set (for routes)."""
+    member id → port, ``groups``: group id → next-hop set (for routes), ``liveness``: the
+    switch's liveness timers (its ``liveness`` entry), carried by its failover sets."""
     m = dict(e.match)
     if e.table == ARP_RESPONDER.name:
         tpa, mac = m.get("arp_tpa"), dict(e.params).get("mac")
@@ -158,10 +179,15 @@ def decode_entry(e: TableEntry, ports: Mapping[int, int | None] | None = None,
             action = Action("output", params.get("port", 0))
         elif e.action == "drop":
             action = Action("drop")
+        elif e.action == "pin_egress_protected" and params.get("port", 0) >= 1 and \
+                params.get("backup_port") == BOUNCE_PORT:
+            action = Action.via(NextHopSet("failover", (params["port"],), bounce=True,
+                                           liveness=liveness))
         elif e.action == "pin_egress_protected" and params.get("port") != params.get(
-                "backup_port"):
+                "backup_port") and params.get("port", 0) >= 1:
             action = Action.via(NextHopSet("failover", (params.get("port", 0),
-                                                        params.get("backup_port", 0))))
+                                                        params.get("backup_port", 0)),
+                                           liveness=liveness))
         else:
             return None
         return FlowIntent(TABLE, e.priority // PRIORITY_SCALE, Match(**fields), action)

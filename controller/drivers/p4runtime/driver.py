@@ -35,10 +35,12 @@ clients (:class:`~.client.P4Switch`), on the runtime's asyncio loop.
   runtime answers ARP and hears LLDP, which is also how it tells P4 links alive); packet-outs
   go out of the named port.
 * **data-plane protection**: a pinned hop with a failover next-hop set becomes
-  ``pin_egress_protected(port, backup_port, timeout_us)`` (:mod:`.encode`): the switch itself
-  moves to the backup when the planned port stops hearing LLDP probes (capability
-  ``failover``). fabric.p4 keeps one backup per hop: the runtime plans failover pairs for P4
-  switches.
+  ``pin_egress_protected(port, backup_port)`` (:mod:`.encode`): the switch itself moves to
+  the backup when the planned port stops hearing LLDP probes (capability ``failover``), and a
+  hop with no alternative sends back to the hop before (a ``bounce`` set); the ``liveness``
+  entry carries the timers the plan's failover sets carry (capability ``liveness-failover``:
+  the runtime gives them the liveness settings). fabric.p4 keeps one backup per hop: the
+  runtime plans failover pairs for P4 switches.
 """
 
 from __future__ import annotations
@@ -71,7 +73,6 @@ from controller.drivers.p4runtime.decode import (
     owned,
 )
 from controller.drivers.p4runtime.encode import (
-    DEFAULT_LIVENESS_TIMEOUT_US,
     EncodeError,
     encode_switch,
     plan_ecmp_hash,
@@ -206,8 +207,6 @@ class P4RuntimeDriver:
         allowed, :func:`controller.security.southbound.p4runtime_client_credentials`).
     ports : mapping of str to sequence of int, optional
         Each switch's fabric ports (whose counters are read).
-    liveness_timeout_us : int
-        ``timeout_us`` of protected pinned hops (:mod:`.encode`).
     priorities : sequence of int
         Queues (priorities) whose counters are read on each port.
     client_factory : callable, optional
@@ -223,7 +222,6 @@ class P4RuntimeDriver:
                  role_name: str = ROUTING_ROLE,
                  credentials: GRPCCredentialsTLS | TLSFiles | None = None,
                  ports: Mapping[str, Sequence[int]] | None = None,
-                 liveness_timeout_us: int = DEFAULT_LIVENESS_TIMEOUT_US,
                  priorities: Sequence[int] = tuple(range(8)),
                  client_factory: ClientFactory | None = None, reconnect_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -239,12 +237,13 @@ class P4RuntimeDriver:
         self.reconnect_s = reconnect_s
         self.tables = program_tables(p4info or target.p4info)
         self.ports = {n: tuple(sorted(p)) for n, p in (ports or {}).items()}
-        self.liveness_timeout_us = liveness_timeout_us
         self.priorities = tuple(priorities)
         self.clock = clock
         caps = {"roles", "ecmp_hash", "queue_depth"}
         if "pin_egress_protected" in target.actions:
             caps.add("failover")
+        if "set_liveness" in target.actions:
+            caps.add("liveness-failover")  # its failover sets carry the probes' timers
         self.capabilities = frozenset(caps)
         self._sessions = {n: _Session(n, a, d, election_id) for n, (a, d) in switches.items()}
         self._sink: EventSink | None = None
@@ -395,8 +394,7 @@ class P4RuntimeDriver:
 
     def _encode(self, s: _Session, plan: SwitchPlan,
                 ids: Mapping[tuple[int, ...], int]) -> SwitchEntities:
-        return encode_switch(plan, None, plan_ecmp_hash(plan), self.target, ids,
-                             self.liveness_timeout_us)
+        return encode_switch(plan, None, plan_ecmp_hash(plan), self.target, ids)
 
     def _writable(self, s: _Session) -> None:
         assert s.client is not None

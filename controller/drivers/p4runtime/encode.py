@@ -17,12 +17,19 @@ one table of the program (names in :mod:`.pipeline`):
 * any other IPv4 match (pinned flows) → ``pinned`` (ternary on each given field) →
   ``set_egress(port)`` or ``drop``; a pinned hop protected by a failover
   :class:`~controller.plan.model.NextHopSet` (planned port, backup port) →
-  ``pin_egress_protected(port, backup_port, timeout_us)``: the switch sends to the backup while
-  the planned port has heard no LLDP probe for ``timeout_us`` and the backup has (fabric.p4's
-  header comment). P4Runtime orders overlapping ternary entries by priority,
+  ``pin_egress_protected(port, backup_port)``: the switch sends to the backup while the planned
+  port is dead by its liveness probes and the backup is not; a ``bounce`` set (planned port
+  only) → ``pin_egress_protected(port, 0)``: back out of the ingress port instead
+  (:data:`~.pipeline.BOUNCE_PORT`; fabric.p4's header comment). fabric.p4 keeps one backup
+  per hop. P4Runtime orders overlapping ternary entries by priority,
   higher first (P4Runtime spec v1.3 §9.1); the entry's priority is ``8 × plan priority +
   number of fields given``, so the plan's order is kept and, within one plan priority, a more
   specific match wins (a flow with DSCP over one without).
+
+* the :class:`~controller.plan.model.LivenessTimers` the switch's failover sets carry → one
+  ``liveness`` entry (every frame: ``eth_type`` wildcarded) → ``set_liveness(timeout_us,
+  hold_us)``: how the switch judges its ports from what they hear. None without failover
+  sets that carry timers (the protected entries then keep their planned port).
 
 * the hash the switch's ECMP sets carry (the policy's ``routing.ecmp``, per switch:
   :mod:`controller.plan.hashing`; by default the 5-tuple with a seed derived from the switch's
@@ -60,10 +67,13 @@ from controller.drivers.p4runtime.entities import (
 from controller.drivers.p4runtime.pipeline import (
     ARP_RESPONDER,
     BMV2,
+    BOUNCE_PORT,
     ECMP_HASH,
     ECMP_HASH_PRIORITY,
     ECMP_SELECTOR,
     HASH_FIELD_BITS,
+    LIVENESS,
+    LIVENESS_PRIORITY,
     PINNED,
     PORTS,
     PUNT,
@@ -77,6 +87,7 @@ from controller.plan.model import (
     ETH_TYPE_IPV4,
     FabricPlan,
     FlowIntent,
+    LivenessTimers,
     SwitchPlan,
 )
 from controller.plan.model import EcmpHash as PlanHash
@@ -110,12 +121,7 @@ def _member(port: int) -> ProfileMember:
     return ProfileMember(ECMP_SELECTOR, port, "set_egress", (("port", port),))
 
 
-#: Default ``timeout_us`` of protected pinned hops: three probes of a 20 ms liveness interval.
-DEFAULT_LIVENESS_TIMEOUT_US = 60_000
-
-
 def _pinned_entry(switch: str, flow: FlowIntent, cpu_port: int,
-                  timeout_us: int = DEFAULT_LIVENESS_TIMEOUT_US,
                   protected_ok: bool = True) -> TableEntry:
     m = flow.match
     given = {
@@ -144,20 +150,23 @@ def _pinned_entry(switch: str, flow: FlowIntent, cpu_port: int,
                                                        cpu_port)),)
     elif flow.action.kind == "drop":
         action, params = "drop", ()
-    elif nhs is not None and nhs.kind == "failover" and len(nhs.ports) >= 2:
+    elif nhs is not None and nhs.kind == "failover" and (
+            len(nhs.ports) == 1 if nhs.bounce else len(nhs.ports) >= 2):
         if not protected_ok:
             raise EncodeError(f"{switch}: {flow.origin or flow}: {nhs}: this target's program "
-                              "has no pin_egress_protected (fabric.p4 only)")
-        if not 1 <= timeout_us < 1 << 32:
-            raise EncodeError(f"{switch}: {flow.origin or flow}: liveness timeout {timeout_us} "
-                              "us outside 1..2**32-1")
-        primary, backup = (_port(switch, flow.origin, p, cpu_port) for p in nhs.ports[:2])
-        action, params = "pin_egress_protected", (("backup_port", backup), ("port", primary),
-                                                  ("timeout_us", timeout_us))
+                              "has no pin_egress_protected")
+        primary = _port(switch, flow.origin, nhs.ports[0], cpu_port)
+        backup = (BOUNCE_PORT if nhs.bounce
+                  else _port(switch, flow.origin, nhs.ports[1], cpu_port))
+        if backup == BOUNCE_PORT and not nhs.bounce:
+            raise EncodeError(f"{switch}: {flow.origin or flow}: {nhs}: port {BOUNCE_PORT} "
+                              "means 'back out of the ingress port' in pin_egress_protected")
+        action, params = "pin_egress_protected", (("backup_port", backup), ("port", primary))
     else:
         raise EncodeError(
             f"{switch}: {flow.origin or flow}: table pinned takes output, drop or a failover "
-            f"pair, not {flow.action} (fabric.p4 has no ECMP groups on pinned entries)"
+            f"pair (or one port and a bounce), not {flow.action} (fabric.p4 has no ECMP "
+            "groups on pinned entries and keeps one backup per hop)"
         )
     prio = flow.priority * PRIORITY_SCALE + len(match)
     return TableEntry(PINNED.name, tuple(match), prio, action, params, origin=flow.origin)
@@ -226,11 +235,10 @@ def ecmp_hash_entry(switch: str, setting: EcmpHash) -> TableEntry:
 
 
 def encode_flow(switch: str, flow: FlowIntent, target: P4Target = BMV2,
-                group_ids: Mapping[tuple[int, ...], int] | None = None,
-                timeout_us: int = DEFAULT_LIVENESS_TIMEOUT_US) -> TableEntry:
+                group_ids: Mapping[tuple[int, ...], int] | None = None) -> TableEntry:
     """The table entry for one flow intent (see the module docstring for the table rules);
     ``target`` supplies the CPU port no entry may forward to; ``group_ids`` the id of each ECMP
-    port set; ``timeout_us`` the liveness timeout of protected pinned hops.
+    port set.
 
     Raises
     ------
@@ -268,14 +276,39 @@ def encode_flow(switch: str, flow: FlowIntent, target: P4Target = BMV2,
         if gid is None:
             raise EncodeError(f"{switch}: {what}: {nhs} has no group id")
         return TableEntry(ROUTES.name, key, 0, group_id=gid, origin=flow.origin)
-    return _pinned_entry(switch, flow, target.cpu_port, timeout_us,
+    return _pinned_entry(switch, flow, target.cpu_port,
                          "pin_egress_protected" in target.actions)
+
+
+def plan_liveness(plan: SwitchPlan) -> LivenessTimers | None:
+    """The liveness timers a switch's failover sets carry (None: none carries any).
+
+    Raises
+    ------
+    EncodeError
+        Two failover sets of the switch carry different timers (fabric.p4 judges its ports
+        one way per switch).
+    """
+    timers = {s.liveness for s in plan.next_hop_sets()
+              if s.kind == "failover" and s.liveness is not None}
+    if len(timers) > 1:
+        raise EncodeError(f"{plan.switch}: failover sets carry different liveness timers "
+                          f"{sorted(map(str, timers))}; fabric.p4 judges its ports one way")
+    return next(iter(timers), None)
+
+
+def liveness_entry(switch: str, timers: LivenessTimers) -> TableEntry:
+    """The ``liveness`` entry of ``timers``: every frame (``eth_type`` wildcarded) →
+    ``set_liveness(timeout_us, hold_us)`` (fabric.p4's header comment: any frame a port hears
+    proves its link alive; LLDP probes also mark the port as a switch's)."""
+    return TableEntry(LIVENESS.name, (), LIVENESS_PRIORITY, "set_liveness",
+                      (("hold_us", timers.hold_us), ("timeout_us", timers.timeout_us)),
+                      origin=f"liveness: {timers}")
 
 
 def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
                   ecmp_hash: EcmpHash | None = None, target: P4Target = BMV2,
-                  group_ids: Mapping[tuple[int, ...], int] | None = None,
-                  timeout_us: int = DEFAULT_LIVENESS_TIMEOUT_US) -> SwitchEntities:
+                  group_ids: Mapping[tuple[int, ...], int] | None = None) -> SwitchEntities:
     """All entities of one switch: ``plan``'s flows and groups, plus the QoS entries of
     ``qos`` (one switch's document of :func:`controller.render.bmv2.render_bmv2`, or of
     :func:`controller.render.tofino.render_tofino` for ``target`` TOFINO) and the
@@ -285,14 +318,14 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
     for: both share every name except ``mark_ecn``'s threshold parameter.
 
     ``device_id`` is the switch's dpid (simple_switch_grpc ``--device-id``); ``group_ids``:
-    ECMP port set → group id (default: :func:`allocate_groups` over the plan's sets);
-    ``timeout_us``: the liveness timeout of protected pinned hops.
+    ECMP port set → group id (default: :func:`allocate_groups` over the plan's sets). The
+    ``liveness`` entry comes from the plan's failover sets (:func:`plan_liveness`).
 
     Raises
     ------
     EncodeError
         An intent the program cannot express (see :func:`encode_flow`); two flows that become
-        the same entry with different actions.
+        the same entry with different actions; failover sets with different timers.
     """
     sw = plan.switch
     sets = {s.ports: s for s in plan.next_hop_sets() if s.kind == "ecmp"}
@@ -302,7 +335,7 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
     ports_used: set[int] = set()
     groups_used: set[int] = set()
     for flow in sorted(plan.flows, key=FlowIntent.sort_key):
-        e = encode_flow(sw, flow, target, ids, timeout_us)
+        e = encode_flow(sw, flow, target, ids)
         old = entries.get(e.key)
         if old is not None and old.value != e.value:
             raise EncodeError(f"{sw}: '{old.origin}' and '{e.origin}' both become {e} "
@@ -323,6 +356,9 @@ def encode_switch(plan: SwitchPlan, qos: Mapping[str, Any] | None = None,
         out_entries |= set(qos_entries(sw, qos, target))
     if ecmp_hash is not None:
         out_entries.add(ecmp_hash_entry(sw, ecmp_hash))
+    timers = plan_liveness(plan)
+    if timers is not None:
+        out_entries.add(liveness_entry(sw, timers))
     return SwitchEntities(
         switch=sw, device_id=plan.dpid, entries=frozenset(out_entries),
         members=frozenset(_member(p) for p in ports_used), groups=frozenset(pgroups),

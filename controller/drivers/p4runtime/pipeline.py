@@ -64,10 +64,25 @@ ECMP_HASH = TableSpec("ecmp_hash", (("eth_type", "ternary", 16),), ("set_hash",)
 ECN_THRESHOLD = TableSpec(
     "ecn_threshold", (("egress_port", "exact", 9), ("priority", "exact", 3)), ("mark_ecn",)
 )
+#: How the switch judges its ports from what they hear (fabric.p4's header comment): one entry
+#: per switch, every frame (``eth_type`` wildcarded), ``set_liveness(timeout_us, hold_us)``.
+LIVENESS = TableSpec("liveness", (("eth_type", "ternary", 16),), ("set_liveness",))
 TABLES: dict[str, TableSpec] = {
     t.name: t for t in (ARP_RESPONDER, PUNT, DSCP_TO_PRIORITY, PINNED, ROUTES, ECMP_HASH,
-                        ECN_THRESHOLD)
+                        ECN_THRESHOLD, LIVENESS)
 }
+#: ``liveness`` entry priority (its only entry matches LLDP).
+LIVENESS_PRIORITY = 1
+#: ``pin_egress_protected``'s ``backup_port`` meaning "back out of the port the packet came in
+#: by" (a hop with no alternative of its own: fabric.p4's header comment). Port 0 is never a
+#: fabric port here (the topology numbers ports from 1).
+BOUNCE_PORT = 0
+#: Cells of ``remote_dead_until_us``: a protected hop remembers, per (planned port, destination
+#: address) hashed into this many cells, that the hop after it sent packets back.
+REMOTE_CELLS = 4096
+#: How long (µs) a protected hop sends a destination to its backup after the hop after it sent
+#: one of its packets back; then one packet tries the planned port again (a detour, not a loss).
+REMOTE_AVOID_US = 100_000
 
 #: action → ((param, bitwidth), ...)
 ACTIONS: dict[str, tuple[tuple[str, int], ...]] = {
@@ -75,7 +90,8 @@ ACTIONS: dict[str, tuple[tuple[str, int], ...]] = {
     "arp_reply": (("mac", 48),),
     "drop": (),
     "set_egress": (("port", 9),),
-    "pin_egress_protected": (("port", 9), ("backup_port", 9), ("timeout_us", 32)),
+    "pin_egress_protected": (("port", 9), ("backup_port", 9)),
+    "set_liveness": (("timeout_us", 32), ("hold_us", 32)),
     "set_priority": (("priority", 3),),
     "mark_ecn": (("threshold_pkts", 19),),
     "set_hash": (("seed", 32), ("eth_src_mask", 48), ("eth_dst_mask", 48), ("ipv4_src_mask", 32),
@@ -108,26 +124,38 @@ COUNTERS: dict[str, tuple[int, str]] = {
     "queue_tx": (PORTS * PRIORITY_QUEUES, "egress port * 8 + priority"),
     "ecn_marked": (PORTS * PRIORITY_QUEUES, "egress port * 8 + priority"),
     "ecn_ce_tx": (PORTS * PRIORITY_QUEUES, "egress port * 8 + priority"),
-    "failover_used": (PORTS, "the dead primary port of a protected pinned hop"),
+    "failover_used": (PORTS, "the planned port of a protected pinned hop whose packets went "
+                             "to the backup (the port dead, or the hop after it sent back)"),
+    "bounced": (PORTS, "the dead planned port of a hop with no alternative that sent its "
+                       "packets back to the hop before"),
     "queue_depth_hist": (PORTS * PRIORITY_QUEUES * len(QDEPTH_BUCKETS_PKTS),
                          "(egress port * 8 + priority) * 8 + depth bucket"),
     "punted": (3, "0 ARP, 1 LLDP, 2 other"),
-    "dropped": (2, "0 no route, 1 not IPv4"),
+    "dropped": (3, "0 no route, 1 not IPv4, 2 a pinned packet would leave by its ingress "
+                   "port (sent back where nothing else is left)"),
 }
-#: Counters of fabric_tna.p4: fabric.p4's without ``ecn_ce_tx`` and ``failover_used``, which the
-#: TNA program does not have yet (its P4Info is bf-p4c's output, and bf-p4c is not built here),
-#: nor the direct counter ``pinned_hits`` or ``pin_egress_protected``.
+#: Counters of fabric_tna.p4: fabric.p4's without ``ecn_ce_tx``, which the TNA program does not
+#: have, nor the direct counter ``pinned_hits``.
 TNA_COUNTERS: dict[str, tuple[int, str]] = {
-    k: v for k, v in COUNTERS.items() if k not in ("ecn_ce_tx", "failover_used")}
+    k: v for k, v in COUNTERS.items() if k != "ecn_ce_tx"}
 #: Direct counters: name → the table whose entries they count (read with DirectCounterEntry).
 DIRECT_COUNTERS: dict[str, str] = {"pinned_hits": "pinned"}
 #: Registers: ``queue_depth_pkts[port * 8 + priority]`` = ``enq_qdepth`` (packets) of the last
 #: packet queued there. BMv2's P4Runtime server cannot read registers (UNIMPLEMENTED,
 #: p4lang/PI#376); on BMv2 read ``queue_depth_hist`` (:func:`depth_hist_index`) instead.
-#: ``port_heard_us[port]``: ingress timestamp (µs) of the last LLDP frame received on the port,
-#: the data plane's liveness input (fabric.p4's header comment; the controller does not read it).
+#: The data plane's liveness (fabric.p4's header comment; the controller does not read them):
+#: ``port_alive_until_us[port]`` (last frame heard + timeout), ``port_usable_from_us[port]``
+#: (when a port heard again after a silence may be used again), ``port_probed[port]`` (an LLDP
+#: probe was heard: a switch is there), ``switch_heard_us[0]`` and ``switch_woke_us[0]`` (the
+#: last frame on any port, the end of the last switch-wide silence) and
+#: ``remote_dead_until_us[cell]`` (a destination avoided by a planned port after a bounce).
 REGISTERS: dict[str, tuple[int, int]] = {"queue_depth_pkts": (PORTS * PRIORITY_QUEUES, 19),
-                                         "port_heard_us": (PORTS, 48)}
+                                         "port_alive_until_us": (PORTS, 48),
+                                         "port_usable_from_us": (PORTS, 48),
+                                         "port_probed": (PORTS, 1),
+                                         "switch_heard_us": (1, 48),
+                                         "switch_woke_us": (1, 48),
+                                         "remote_dead_until_us": (REMOTE_CELLS, 48)}
 
 
 def queue_index(port: int, priority: int) -> int:
@@ -218,24 +246,33 @@ BMV2 = P4Target(
     counters=frozenset(COUNTERS), direct_counters=frozenset(DIRECT_COUNTERS),
 )
 
-#: fabric_tna.p4 keeps the table, key and action names of fabric.p4 (less ``pinned``'s
-#: ``pin_egress_protected`` and the counters :data:`TNA_COUNTERS` leaves out); what differs: the ECN
-#: threshold counts cells (``threshold_cells``), the ``priority`` key of ``ecn_threshold`` is the
-#: 5-bit egress queue id, and the depth register is ``queue_depth_cells`` (32 bits).
+#: fabric_tna.p4 keeps the table, key and action names of fabric.p4 (less the counters
+#: :data:`TNA_COUNTERS` leaves out); what differs: the ECN threshold counts cells
+#: (``threshold_cells``), the ``priority`` key of ``ecn_threshold`` is the 5-bit egress queue
+#: id, and the depth register is ``queue_depth_cells`` (32 bits). Its ports' liveness comes from
+#: Tofino's packet generator and port-down events (tna/README.md), with the same
+#: ``liveness`` entry and ``pin_egress_protected`` semantics.
 TOFINO = P4Target(
     name="tofino", source=TNA_SOURCE, p4info=TNA_P4INFO_TXT, cpu_port=TNA_CPU_PORT,
     tables={**TABLES, "ecn_threshold": TableSpec(
         "ecn_threshold", (("egress_port", "exact", 9), ("priority", "exact", 5)),
-        ("mark_ecn",)), "pinned": TableSpec(PINNED.name, PINNED.keys, ("set_egress", "drop"))},
-    actions={**{k: v for k, v in ACTIONS.items() if k != "pin_egress_protected"},
-             "mark_ecn": (("threshold_cells", 19),)},
+        ("mark_ecn",))},
+    actions={**ACTIONS, "mark_ecn": (("threshold_cells", 19),)},
     depth_unit="cells", cell_bytes=TOFINO_CELL_BYTES, ecn_param="threshold_cells",
     depth_register="queue_depth_cells", depth_buckets=QDEPTH_BUCKETS_CELLS,
     counters=frozenset(TNA_COUNTERS), direct_counters=frozenset(),
 )
 TARGETS: dict[str, P4Target] = {t.name: t for t in (BMV2, TOFINO)}
 #: Registers of fabric_tna.p4 (name → (size, bit width)).
-TNA_REGISTERS: dict[str, tuple[int, int]] = {"queue_depth_cells": (PORTS * PRIORITY_QUEUES, 32)}
+#: The liveness state is kept in copies (``_p`` read at the planned port, ``_b`` at the backup,
+#: ``_i`` at the ingress port, alive-until only): a Tofino register array is accessed at one
+#: index per packet (tna/fabric_tna.p4's header comment).
+TNA_REGISTERS: dict[str, tuple[int, int]] = {
+    "queue_depth_cells": (PORTS * PRIORITY_QUEUES, 32),
+    **{f"port_alive_until_{copy}": (PORTS, 32) for copy in "pbi"},
+    **{f"port_usable_from_{copy}": (PORTS, 32) for copy in "pb"},
+    "port_probed": (PORTS, 32), "switch_heard": (1, 32), "switch_woke": (1, 32),
+    "remote_dead_until": (REMOTE_CELLS, 32)}
 
 
 def tofino_device_config(program: str, tofino_bin: bytes, context_json: bytes) -> bytes:

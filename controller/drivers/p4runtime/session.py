@@ -148,6 +148,7 @@ class P4Session:
         self.deviations: list[str] = []
         self._client = _Client(address, credentials, wait_for_ready=False)
         self._stub: Any = None
+        self._write_bytes: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._send_lock = asyncio.Lock()
         self._role_msg = p4r.Role(name=role_name) if role_name else None
@@ -168,6 +169,10 @@ class P4Session:
         ch = self._client.channel
         assert ch is not None
         self._stub = p4r_grpc.P4RuntimeStub(ch)
+        # the Write RPC for a request serialized already (no request serializer: the bytes go
+        # out as they are; the answer is decoded as the stub's is)
+        self._write_bytes = ch.unary_unary("/p4.v1.P4Runtime/Write",
+                                           response_deserializer=p4r.WriteResponse.FromString)
         try:
             await self._client.send(p4r.StreamMessageRequest(arbitration=p4r.MasterArbitrationUpdate(
                 device_id=self.device_id, role=self._role_msg, election_id=self._eid)))
@@ -288,9 +293,10 @@ class P4Session:
         return p4r.WriteRequest(device_id=self.device_id, role=self.role_name,
                                 election_id=self._eid)
 
-    async def write(self, updates: Sequence[p4r.Update] | p4r.WriteRequest) -> None:
+    async def write(self, updates: Sequence[p4r.Update] | p4r.WriteRequest | bytes) -> None:
         """One WriteRequest of ``updates``, or ``updates`` itself when it is a WriteRequest
-        from :meth:`write_request` (CONTINUE_ON_ERROR, §12.2).
+        from :meth:`write_request`, or one serialized (``bytes``: sent as they are,
+        :meth:`~.wire.WireCodec.write_request_bytes`) (CONTINUE_ON_ERROR, §12.2).
 
         Raises
         ------
@@ -302,18 +308,23 @@ class P4Session:
             The switch refused updates (``details``: update index → error).
         """
         self._require_primary("write")
-        if isinstance(updates, p4r.WriteRequest):
+        req: p4r.WriteRequest | bytes
+        if isinstance(updates, p4r.WriteRequest | bytes):
             req = updates
         else:
             req = self.write_request()
             req.updates.extend(updates)
         self.requests += 1
         try:
-            await self._stub.Write(req, timeout=RPC_TIMEOUT_S)
+            if isinstance(req, bytes):
+                await self._write_bytes(req, timeout=RPC_TIMEOUT_S)
+            else:
+                await self._stub.Write(req, timeout=RPC_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - a gRPC status: the drivers import no grpc
             if not hasattr(exc, "trailing_metadata"):
                 raise
-            err = P4ClientError(cast(Any, exc), "Write", msg=req)  # a grpc.RpcError
+            msg = p4r.WriteRequest.FromString(req) if isinstance(req, bytes) else req
+            err = P4ClientError(cast(Any, exc), "Write", msg=msg)  # a grpc.RpcError
             if _code(err) == "PERMISSION_DENIED":
                 self._demote(err.message)
                 raise Demoted(f"{self.name}: write refused, we were demoted ({err.message}); "

@@ -6,6 +6,56 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class InaWorker(_message.Message):
+    __slots__ = ("ipv4", "mac", "udp_port")
+    IPV4_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    UDP_PORT_FIELD_NUMBER: _ClassVar[int]
+    ipv4: str
+    mac: str
+    udp_port: int
+    def __init__(self, ipv4: _Optional[str] = ..., mac: _Optional[str] = ..., udp_port: _Optional[int] = ...) -> None: ...
+
+class CreateInaJobRequest(_message.Message):
+    __slots__ = ("name", "workers", "pool_size")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    POOL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    workers: _containers.RepeatedCompositeFieldContainer[InaWorker]
+    pool_size: int
+    def __init__(self, name: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[InaWorker, _Mapping]]] = ..., pool_size: _Optional[int] = ...) -> None: ...
+
+class CreateInaJobResponse(_message.Message):
+    __slots__ = ("name", "job_id", "pool_size", "elements_per_packet", "service_ipv4", "service_port", "slot_base", "switch")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    POOL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ELEMENTS_PER_PACKET_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_IPV4_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_PORT_FIELD_NUMBER: _ClassVar[int]
+    SLOT_BASE_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    job_id: int
+    pool_size: int
+    elements_per_packet: int
+    service_ipv4: str
+    service_port: int
+    slot_base: int
+    switch: str
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[int] = ..., pool_size: _Optional[int] = ..., elements_per_packet: _Optional[int] = ..., service_ipv4: _Optional[str] = ..., service_port: _Optional[int] = ..., slot_base: _Optional[int] = ..., switch: _Optional[str] = ...) -> None: ...
+
+class DeleteInaJobRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteInaJobResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class L4Match(_message.Message):
     __slots__ = ("proto", "src_port", "dst_port")
     PROTO_FIELD_NUMBER: _ClassVar[int]

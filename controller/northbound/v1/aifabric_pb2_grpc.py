@@ -64,6 +64,16 @@ class NorthboundStub(object):
                 request_serializer=aifabric__pb2.ApplyPolicyRequest.SerializeToString,
                 response_deserializer=aifabric__pb2.ApplyPolicyResponse.FromString,
                 _registered_method=True)
+        self.CreateInaJob = channel.unary_unary(
+                '/aifabric.v1.Northbound/CreateInaJob',
+                request_serializer=aifabric__pb2.CreateInaJobRequest.SerializeToString,
+                response_deserializer=aifabric__pb2.CreateInaJobResponse.FromString,
+                _registered_method=True)
+        self.DeleteInaJob = channel.unary_unary(
+                '/aifabric.v1.Northbound/DeleteInaJob',
+                request_serializer=aifabric__pb2.DeleteInaJobRequest.SerializeToString,
+                response_deserializer=aifabric__pb2.DeleteInaJobResponse.FromString,
+                _registered_method=True)
         self.ListAudit = channel.unary_unary(
                 '/aifabric.v1.Northbound/ListAudit',
                 request_serializer=aifabric__pb2.ListAuditRequest.SerializeToString,
@@ -125,6 +135,24 @@ class NorthboundServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateInaJob(self, request, context):
+        """In-network aggregation: set up a job on the controller's aggregation switch (p4/aggregation,
+        written under its own P4Runtime role aifabric.ina): slots, its workers, the result multicast;
+        the reply says how the workers reach it. FAILED_PRECONDITION when the controller has no
+        aggregation switch or it is not connected; RESOURCE_EXHAUSTED when no job id or slot region
+        is free; INVALID_ARGUMENT naming the field (workers[1].ipv4). A name in use is replaced.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteInaJob(self, request, context):
+        """Remove a job and every entity of it (NOT_FOUND for an unknown name).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListAudit(self, request, context):
         """The audit trail, oldest first: every applied (or refused) policy, registration,
         unregistration and role change, with who asked, when, what and the outcome. Kept in etcd in
@@ -177,6 +205,16 @@ def add_NorthboundServicer_to_server(servicer, server):
                     servicer.ApplyPolicy,
                     request_deserializer=aifabric__pb2.ApplyPolicyRequest.FromString,
                     response_serializer=aifabric__pb2.ApplyPolicyResponse.SerializeToString,
+            ),
+            'CreateInaJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateInaJob,
+                    request_deserializer=aifabric__pb2.CreateInaJobRequest.FromString,
+                    response_serializer=aifabric__pb2.CreateInaJobResponse.SerializeToString,
+            ),
+            'DeleteInaJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteInaJob,
+                    request_deserializer=aifabric__pb2.DeleteInaJobRequest.FromString,
+                    response_serializer=aifabric__pb2.DeleteInaJobResponse.SerializeToString,
             ),
             'ListAudit': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAudit,
@@ -351,6 +389,60 @@ class Northbound(object):
             '/aifabric.v1.Northbound/ApplyPolicy',
             aifabric__pb2.ApplyPolicyRequest.SerializeToString,
             aifabric__pb2.ApplyPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateInaJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aifabric.v1.Northbound/CreateInaJob',
+            aifabric__pb2.CreateInaJobRequest.SerializeToString,
+            aifabric__pb2.CreateInaJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteInaJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/aifabric.v1.Northbound/DeleteInaJob',
+            aifabric__pb2.DeleteInaJobRequest.SerializeToString,
+            aifabric__pb2.DeleteInaJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -6,18 +6,21 @@
  * P4Info aliases; bf-p4c prefixes full names with the pipe ("pipe.FabricIngress.pinned"), and
  * the driver addresses entities by alias, so both programs answer to the same names:
  *
- *   ingress  arp_responder     exact arp_tpa                          -> arp_reply(mac)
+ *   ingress  liveness          ternary eth_type                       -> set_liveness(timeout_us,
+ *                                                                             hold_us)
+ *            arp_responder     exact arp_tpa                          -> arp_reply(mac)
  *            punt              ternary eth_type                       -> send_to_cpu
  *            dscp_to_priority  exact dscp                             -> set_priority(priority)
  *            pinned            ternary ipv4_src ipv4_dst ip_proto     -> set_egress(port) | drop
- *                                      dscp l4_src l4_dst
+ *                                      dscp l4_src l4_dst                   | pin_egress_protected(
+ *                                                                             port, backup_port)
  *            ecmp_hash         ternary eth_type                       -> set_hash(seed, masks)
  *            routes            lpm ipv4_dst, action selector          -> set_egress(port)
  *                              ecmp_selector
  *   egress   ecn_threshold     exact egress_port priority             -> mark_ecn(threshold_cells)
- *   counters port_rx, port_tx, queue_tx, ecn_marked, queue_depth_hist, punted, dropped
- *            (same sizes and indexing as fabric.p4)
- *   register queue_depth_cells (index: port * 8 + priority)
+ *   counters port_rx, port_tx, queue_tx, ecn_marked, queue_depth_hist, punted, dropped,
+ *            failover_used, bounced (same sizes and indexing as fabric.p4)
+ *   register queue_depth_cells (index: port * 8 + priority); the liveness registers below
  *
  * Where the architectures differ, and what the controller must do about it (pipeline.py,
  * TNA_DIFFERENCES, holds the same list as data):
@@ -45,6 +48,39 @@
  * bf-p4c was not available to compile it, and the P4Info entries for it were added by hand
  * with the ids p4c assigns: see README.md.)
  *
+ * Port liveness and protected pinned hops: what fabric.p4 does, with what Tofino adds.
+ * BMv2 cannot see a port go down (fabric.p4's header comment), so there every liveness fact
+ * is a probe the controller sent. Tofino can:
+ *   - Port-down events. The MAC detects loss of signal / link fault in microseconds, and the
+ *     packet generator's port-down application (app PORT_DOWN_APP) injects one packet per
+ *     port that goes down, carrying the port number (pktgen_port_down_header_t), into the
+ *     pipe through the generator port (PKTGEN_PORT, 68 on pipe 0 of Tofino 1). The program
+ *     marks that port dead at once (alive_until = 1: heard before, dead now): a link that
+ *     fails cleanly moves its protected flows within the port-down latency, with no probe
+ *     timeout and no controller.
+ *   - The packet generator. Its timer application (app PROBE_APP) injects a probe every
+ *     period (any rate, e.g. every 1 ms: no CPU involved); the program multicasts it out of
+ *     every fabric port (PRE group PROBE_MCAST_GROUP) and the far end hears it exactly as it
+ *     hears the controller's LLDP probes on BMv2. This catches what carrier loss does not
+ *     (a far end that stops forwarding with its link up; a unidirectional fault), with
+ *     timeouts of a few milliseconds instead of the controller's tens.
+ * The generator applications, the probe template in the generator's buffer, the generator
+ * port and the probe multicast group are set up with the switch (bf_switchd / BfRt
+ * tf1.pktgen tables and the PRE), not by the P4Runtime controller; without them the program
+ * behaves as fabric.p4 does: the controller's LLDP probes are its only liveness input.
+ * The decisions are fabric.p4's (its header comment): set_liveness(timeout_us, hold_us) from
+ * the liveness entry (every frame a port hears proves its link; a switch-wide silence, a
+ * stall, starts no hold-down); a port is live when now <= alive_until and now >= usable_from;
+ * pin_egress_protected(port, backup_port) moves to a live backup, or with backup_port 0 sends
+ * a packet back out of its ingress port (bounce), and a protected hop that gets one of its
+ * packets back from its planned port avoids that port for the destination REMOTE_AVOID.
+ * On Tofino: time is the global timestamp in units of 1024 ns (the µs parameters are used as
+ * such units: 2.4 % longer); registers are 32 bits and compared modulo 2**32 (wraps every
+ * 73 minutes); a register array is accessed at one index per packet, so the liveness state
+ * is kept in copies (p: read at the planned port, b: at the backup, i: at the ingress port,
+ * alive_until only), all written by every frame. Written by hand; bf-p4c was not available to check that
+ * it fits (README.md).
+ *
  * ECN marking follows fabric.p4: an ECT packet (ECN 01 or 10) leaving a queue whose enq_qdepth
  * is at least the threshold is marked CE (11), counted in ecn_marked, and the IPv4 checksum is
  * recomputed in the egress deparser (RFC 3168 section 6.1.1.1 marking; Alizadeh et al.,
@@ -59,6 +95,18 @@
 #ifndef ECMP_CRC_POLY
 #define ECMP_CRC_POLY 32w0x04C11DB7   /* IEEE 802.3 CRC-32 */
 #endif
+#ifndef PKTGEN_PORT
+#define PKTGEN_PORT 68                /* the packet generator's port on pipe 0 (Tofino 1) */
+#endif
+#ifndef PROBE_APP
+#define PROBE_APP 1                   /* the generator's timer application sending probes */
+#endif
+#ifndef PORT_DOWN_APP
+#define PORT_DOWN_APP 2               /* the generator's port-down application */
+#endif
+#ifndef PROBE_MCAST_GROUP
+#define PROBE_MCAST_GROUP 0xff00      /* PRE group of the fabric ports (set up with the switch) */
+#endif
 
 const bit<16> ETH_TYPE_IPV4  = 0x0800;
 const bit<16> ETH_TYPE_ARP   = 0x0806;
@@ -71,6 +119,9 @@ const bit<8>  IP_PROTO_UDP   = 17;
 const bit<32> PORTS          = 512;     /* 9-bit port numbers */
 const bit<32> PORT_QUEUES    = 4096;    /* PORTS * 8 priorities */
 const bit<2>  ECN_CE         = 3;
+const bit<32> REMOTE_CELLS   = 4096;    /* remote_dead_until cells */
+const bit<32> REMOTE_AVOID   = 97656;   /* 100 ms in 1024-ns units */
+const bit<32> HALF           = 0x80000000;  /* comparisons modulo 2**32 */
 
 typedef bit<32> ipv4_addr_t;
 
@@ -127,6 +178,8 @@ header l4_ports_h {
 }
 
 struct ingress_headers_t {
+    pktgen_timer_header_t     pktgen_timer;
+    pktgen_port_down_header_t pktgen_port_down;
     packet_out_h packet_out;
     packet_in_h  packet_in;
     ethernet_h   ethernet;
@@ -154,6 +207,25 @@ struct ingress_metadata_t {
     bit<8>  h_ip_proto;
     bit<16> h_l4_src;
     bit<16> h_l4_dst;
+    /* liveness and protected pinned hops (header comment) */
+    bit<32> now;              /* global timestamp, 1024-ns units */
+    bit<32> timeout;
+    bit<32> hold;
+    bit<32> until;            /* a port's alive_until before this frame */
+    bit<32> heard_any;        /* the switch's last frame on any port before this one */
+    bit<32> woke;             /* end of the switch's last switch-wide silence */
+    bit<32> in_probed;
+    bit<1>  protected;
+    PortId_t backup_port;
+    PortId_t planned;
+    bit<1>  planned_alive;
+    bit<1>  planned_usable;
+    bit<1>  backup_alive;
+    bit<1>  backup_usable;
+    bit<1>  in_alive;
+    bit<1>  remote_dead;
+    bit<1>  bounce;
+    bit<12> remote_cell;
 }
 
 struct egress_headers_t {
@@ -182,8 +254,25 @@ parser FabricIngressParser(packet_in pkt, out ingress_headers_t hdr,
         meta.l4_dst = 0;
         transition select(ig_intr_md.ingress_port) {
             CPU_PORT: parse_packet_out;
+            PKTGEN_PORT: parse_pktgen;
             default: parse_ethernet;
         }
+    }
+    state parse_pktgen {
+        pktgen_timer_header_t g = pkt.lookahead<pktgen_timer_header_t>();
+        transition select(g.app_id) {
+            PROBE_APP: parse_pktgen_timer;
+            PORT_DOWN_APP: parse_pktgen_port_down;
+            default: reject;
+        }
+    }
+    state parse_pktgen_timer {
+        pkt.extract(hdr.pktgen_timer);   /* the probe template follows: Ethernet, LLDP */
+        transition parse_ethernet;
+    }
+    state parse_pktgen_port_down {
+        pkt.extract(hdr.pktgen_port_down);
+        transition accept;
     }
     state parse_packet_out {
         pkt.extract(hdr.packet_out);
@@ -224,7 +313,114 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
     Counter<bit<64>, PortId_t>(PORTS, CounterType_t.PACKETS_AND_BYTES) port_rx;
     Counter<bit<64>, bit<2>>(3, CounterType_t.PACKETS) punted;
-    Counter<bit<64>, bit<1>>(2, CounterType_t.PACKETS) dropped;
+    Counter<bit<64>, bit<2>>(3, CounterType_t.PACKETS) dropped;
+    Counter<bit<64>, PortId_t>(PORTS, CounterType_t.PACKETS) failover_used;
+    Counter<bit<64>, PortId_t>(PORTS, CounterType_t.PACKETS) bounced;
+
+    /* Port liveness (header comment): three copies, each read at one index per packet. */
+    Register<bit<32>, PortId_t>(PORTS, 0) port_alive_until_p;
+    Register<bit<32>, PortId_t>(PORTS, 0) port_alive_until_b;
+    Register<bit<32>, PortId_t>(PORTS, 0) port_alive_until_i;
+    Register<bit<32>, PortId_t>(PORTS, 0) port_usable_from_p;
+    Register<bit<32>, PortId_t>(PORTS, 0) port_usable_from_b;
+    Register<bit<32>, PortId_t>(PORTS, 0) port_probed;
+    Register<bit<32>, bit<1>>(1, 0) switch_heard;
+    Register<bit<32>, bit<1>>(1, 0) switch_woke;
+    Register<bit<32>, bit<12>>(REMOTE_CELLS, 0) remote_dead_until;
+    Hash<bit<12>>(HashAlgorithm_t.CRC16) remote_hash;
+
+    /* a probe heard: alive until now + timeout; the old value says whether a silence ended */
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_alive_until_p) hear_p = {
+        void apply(inout bit<32> value, out bit<32> old) {
+            old = value;
+            value = meta.now + meta.timeout;
+        }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_alive_until_b) hear_b = {
+        void apply(inout bit<32> value) { value = meta.now + meta.timeout; }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_alive_until_i) hear_i = {
+        void apply(inout bit<32> value) { value = meta.now + meta.timeout; }
+    };
+    /* the switch hears a frame: the last one before it */
+    RegisterAction<bit<32>, bit<1>, bit<32>>(switch_heard) hear_any = {
+        void apply(inout bit<32> value, out bit<32> old) {
+            old = value;
+            value = meta.now;
+        }
+    };
+    /* a frame after a switch-wide silence longer than the timeout (a stall) records its end */
+    RegisterAction<bit<32>, bit<1>, bit<32>>(switch_woke) wake = {
+        void apply(inout bit<32> value, out bit<32> rv) {
+            if (meta.now - meta.heard_any > meta.timeout) { value = meta.now; }
+            rv = value;
+        }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_probed) mark_probed = {
+        void apply(inout bit<32> value) { value = 1; }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_probed) read_probed = {
+        void apply(inout bit<32> value, out bit<32> rv) { rv = value; }
+    };
+    /* after a silence (meta.until != 0 and past): used again only hold later */
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_usable_from_p) hold_p = {
+        void apply(inout bit<32> value) { value = meta.now + meta.hold; }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_usable_from_b) hold_b = {
+        void apply(inout bit<32> value) { value = meta.now + meta.hold; }
+    };
+    /* a port-down event: heard before, dead now */
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_alive_until_p) down_p = {
+        void apply(inout bit<32> value) { value = 1; }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_alive_until_b) down_b = {
+        void apply(inout bit<32> value) { value = 1; }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<32>>(port_alive_until_i) down_i = {
+        void apply(inout bit<32> value) { value = 1; }
+    };
+    /* alive: now <= alive_until (modulo 2**32); 0 never heard */
+    RegisterAction<bit<32>, PortId_t, bit<1>>(port_alive_until_p) alive_p = {
+        void apply(inout bit<32> value, out bit<1> rv) {
+            rv = 0;
+            if (value != 0 && value - meta.now < HALF) { rv = 1; }
+        }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<1>>(port_alive_until_b) alive_b = {
+        void apply(inout bit<32> value, out bit<1> rv) {
+            rv = 0;
+            if (value != 0 && value - meta.now < HALF) { rv = 1; }
+        }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<1>>(port_alive_until_i) alive_i = {
+        void apply(inout bit<32> value, out bit<1> rv) {
+            rv = 0;
+            if (value != 0 && value - meta.now < HALF) { rv = 1; }
+        }
+    };
+    /* usable: now >= usable_from (0: never held) */
+    RegisterAction<bit<32>, PortId_t, bit<1>>(port_usable_from_p) usable_p = {
+        void apply(inout bit<32> value, out bit<1> rv) {
+            rv = 0;
+            if (value == 0 || meta.now - value < HALF) { rv = 1; }
+        }
+    };
+    RegisterAction<bit<32>, PortId_t, bit<1>>(port_usable_from_b) usable_b = {
+        void apply(inout bit<32> value, out bit<1> rv) {
+            rv = 0;
+            if (value == 0 || meta.now - value < HALF) { rv = 1; }
+        }
+    };
+    /* the next hop sent a packet back: avoid it for this destination a while */
+    RegisterAction<bit<32>, bit<12>, bit<1>>(remote_dead_until) remote_mark = {
+        void apply(inout bit<32> value) { value = meta.now + REMOTE_AVOID; }
+    };
+    RegisterAction<bit<32>, bit<12>, bit<1>>(remote_dead_until) remote_check = {
+        void apply(inout bit<32> value, out bit<1> rv) {
+            rv = 0;
+            if (value != 0 && value - meta.now < HALF) { rv = 1; }
+        }
+    };
 
     CRCPolynomial<bit<32>>(ECMP_CRC_POLY, true, false, false, 32w0xFFFFFFFF, 32w0xFFFFFFFF)
         ecmp_poly;
@@ -247,6 +443,29 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
 
     action set_egress(PortId_t port) {
         ig_tm_md.ucast_egress_port = port;
+    }
+
+    /* A pinned hop with a backup next hop (header comment; fabric.p4 has the same). */
+    action pin_egress_protected(PortId_t port, PortId_t backup_port) {
+        ig_tm_md.ucast_egress_port = port;
+        meta.planned = port;
+        meta.protected = 1;
+        meta.backup_port = backup_port;
+    }
+
+    /* How this switch judges its ports (header comment). */
+    action set_liveness(bit<32> timeout_us, bit<32> hold_us) {
+        meta.timeout = timeout_us;
+        meta.hold = hold_us;
+    }
+
+    table liveness {
+        key = {
+            hdr.ethernet.ether_type : ternary @name("eth_type");
+        }
+        actions = { set_liveness; @defaultonly NoAction; }
+        const default_action = NoAction();
+        size = 4;
     }
 
     action set_priority(bit<3> priority) {
@@ -336,7 +555,7 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
             meta.l4_src       : ternary @name("l4_src");
             meta.l4_dst       : ternary @name("l4_dst");
         }
-        actions = { set_egress; drop; @defaultonly NoAction; }
+        actions = { set_egress; drop; pin_egress_protected; @defaultonly NoAction; }
         const default_action = NoAction();
         size = 4096;
     }
@@ -358,13 +577,48 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
         size = 4096;
     }
 
+    /* Protected pinned hops (header comment): the planned port's state, then the backup's,
+       or the ingress port's for a bounce. */
+    action remote_cell() {
+        meta.remote_cell = remote_hash.get({meta.planned, hdr.ipv4.dst_addr});
+    }
+
     apply {
-        if (hdr.packet_out.isValid()) {
+        meta.now = ig_prsr_md.global_tstamp[41:10];
+        meta.protected = 0;
+        meta.bounce = 0;
+        if (hdr.pktgen_port_down.isValid()) {
+            down_p.execute(hdr.pktgen_port_down.port_num);
+            down_b.execute(hdr.pktgen_port_down.port_num);
+            down_i.execute(hdr.pktgen_port_down.port_num);
+            drop();
+        } else if (hdr.pktgen_timer.isValid()) {
+            hdr.pktgen_timer.setInvalid();       /* the template leaves: Ethernet, LLDP */
+            ig_tm_md.mcast_grp_a = PROBE_MCAST_GROUP;
+            ig_tm_md.bypass_egress = 1;
+        } else if (hdr.packet_out.isValid()) {
             ig_tm_md.ucast_egress_port = hdr.packet_out.egress_port;
             ig_tm_md.bypass_egress = 1;
             hdr.packet_out.setInvalid();
         } else {
             port_rx.count(ig_intr_md.ingress_port);
+            if (liveness.apply().hit) {   /* every frame a port hears proves its link */
+                meta.heard_any = hear_any.execute(0);
+                meta.woke = wake.execute(0);
+                meta.until = hear_p.execute(ig_intr_md.ingress_port);
+                hear_b.execute(ig_intr_md.ingress_port);
+                hear_i.execute(ig_intr_md.ingress_port);
+                /* a silence longer than the timeout ended, the switch hearing throughout
+                   (woke before the port's deadline) */
+                if (meta.until != 0 && meta.now - meta.until < HALF && meta.now != meta.until
+                        && meta.until - meta.woke < HALF && meta.until != meta.woke) {
+                    hold_p.execute(ig_intr_md.ingress_port);
+                    hold_b.execute(ig_intr_md.ingress_port);
+                }
+                if (hdr.ethernet.ether_type == ETH_TYPE_LLDP) {
+                    mark_probed.execute(ig_intr_md.ingress_port);
+                }
+            }
             bool answered = false;
             if (hdr.arp.isValid() && hdr.arp.htype == ARP_HTYPE_ETH
                     && hdr.arp.ptype == ETH_TYPE_IPV4 && hdr.arp.hlen == 6
@@ -388,7 +642,52 @@ control FabricIngress(inout ingress_headers_t hdr, inout ingress_metadata_t meta
                 drop();
             } else {
                 dscp_to_priority.apply();
-                if (!pinned.apply().hit) {
+                if (pinned.apply().hit) {
+                    if (meta.protected == 1) {
+                        meta.planned_alive = alive_p.execute(meta.planned);
+                        meta.planned_usable = usable_p.execute(meta.planned);
+                        remote_cell();
+                        meta.remote_dead = 0;
+                        if (ig_intr_md.ingress_port == meta.planned) {
+                            remote_mark.execute(meta.remote_cell);
+                            meta.remote_dead = 1;
+                        } else {
+                            meta.remote_dead = remote_check.execute(meta.remote_cell);
+                        }
+                        if (meta.backup_port == 0) {
+                            /* back to the hop before only while the port is dead (a port in
+                               hold-down still forwards), to a probed, live port */
+                            if (meta.planned_alive == 0) {
+                                meta.in_alive = alive_i.execute(ig_intr_md.ingress_port);
+                                meta.in_probed = read_probed.execute(ig_intr_md.ingress_port);
+                                if (meta.in_alive == 1 && meta.in_probed == 1
+                                        && ig_intr_md.ingress_port != meta.planned) {
+                                    bounced.count(meta.planned);
+                                    ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+                                    meta.bounce = 1;
+                                }
+                            }
+                        } else if (meta.planned_alive == 0 || meta.planned_usable == 0
+                                || meta.remote_dead == 1) {
+                            /* the backup when usable; when the planned way is broken (dead,
+                               or sent back), also a backup still in hold-down */
+                            meta.backup_alive = alive_b.execute(meta.backup_port);
+                            meta.backup_usable = usable_b.execute(meta.backup_port);
+                            if (meta.backup_alive == 1
+                                    && meta.backup_port != ig_intr_md.ingress_port
+                                    && (meta.backup_usable == 1 || meta.planned_alive == 0
+                                        || meta.remote_dead == 1)) {
+                                failover_used.count(meta.planned);
+                                ig_tm_md.ucast_egress_port = meta.backup_port;
+                            }
+                        }
+                    }
+                    if (ig_tm_md.ucast_egress_port == ig_intr_md.ingress_port
+                            && meta.bounce == 0) {
+                        dropped.count(2);
+                        drop();
+                    }
+                } else {
                     ecmp_hash.apply();
                     mask_hash_fields();
                     if (!routes.apply().hit) {
