@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -352,7 +353,13 @@ def bring_up(path: str | Path, targets: Sequence[str], cli: bool, console: Conso
     spec = LabSpec()
     protocols = bridge_protocols(fabric)
     names = [s.name for s in fabric.switches]
-    say = lambda m: console.print(m, markup=False)  # noqa: E731
+
+    def say(line: str) -> None:
+        try:
+            console.print(line, markup=False)
+        except OSError:  # the terminal went away (SIGHUP): tear down all the same
+            pass
+
     net = None
     spaces: dict[str, str] = {}
     how = "stopped"
@@ -379,6 +386,7 @@ def bring_up(path: str | Path, targets: Sequence[str], cli: bool, console: Conso
                     say(f"lab fabric {fabric.name} is up")
                     for line in _usage(path, fabric, targets, cli):
                         say(line)
+                    sys.stdout.flush()
                     if cli:
                         from mininet.cli import CLI
 
