@@ -315,11 +315,59 @@ def test_lab_up_a_controller_and_its_live_view_then_nothing_left(tmp_path):
         "on h3 (iperf3 -s)" in text, text[-2000:]
     assert "SIGTERM: tearing leafspine-2x4x2 down" in text
     assert "leafspine-2x4x2 torn down: no bridge, interface or host of it is left" in text
-    # and independently of what it says
-    left = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True,
-                          check=True).stdout.split()
-    assert not names & set(left), left
-    assert not [d for d in os.listdir("/sys/class/net") if d.partition("-eth")[0] in names]
+    # and independently of what it says (under the lab lock: the main fabric's switch names
+    # are every other lab's too)
+    with labnet.waiting_lab_lock():
+        left = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True,
+                              check=True).stdout.split()
+        assert not names & set(left), left
+        assert not [d for d in os.listdir("/sys/class/net") if d.partition("-eth")[0] in names]
     assert not session.exists()
     assert not labnet.state_file(up.pid).exists()
     assert _our_processes() == []
+
+
+@pytest.mark.mininet
+@pytest.mark.skipif(REASON is not None, reason=f"Mininet lab unavailable: {REASON}")
+def test_lab_cleanup_of_a_topology_removes_what_a_killed_lab_up_left(tmp_path):
+    """``kill -9`` of ``lab up`` leaves its bridges, veths and host shells; ``aifabric lab
+    cleanup TOPOLOGY.yaml`` removes them all, and the session file (``lab exec`` then says no
+    fabric is up)."""
+    from controller.model.topology import load_topology
+    from mininet_labs.lab import net as labnet
+    from mininet_labs.lab.processes import child_env, log_tail
+    from mininet_labs.lab.up import left_behind
+    from mininet_labs.lab.wait import wait_until
+
+    topo = ROOT / "mininet_labs" / "topologies" / "leafspine_1x2x2.yaml"
+    fabric = load_topology(topo)
+    log = tmp_path / "up.log"
+    with open(log, "w") as out:
+        up = subprocess.Popen([sys.executable, "-m", "controller.cli", "lab", "up", str(topo)],
+                              cwd=ROOT, env=child_env(), stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL)
+    session = labnet.STATE_DIR / f"up-{up.pid}.json"
+    try:
+        wait_until(lambda: session.exists() or up.poll() is not None, 960,
+                   "lab up to build the fabric", every_s=0.5)
+        assert up.poll() is None, log_tail(log, 40)
+    finally:
+        up.kill()
+        up.wait()
+    shells = {h: int(v["pid"]) for h, v in json.loads(session.read_text())["hosts"].items()}
+    left = left_behind(fabric, shells)
+    assert {f"bridge {s.name}" for s in fabric.switches} <= set(left), left
+    assert {f"host shell pid {pid} ({h})" for h, pid in shells.items()} <= set(left), left
+    r = _cli("lab", "exec", "h1", "--", "true")
+    assert r.returncode == 2 and "no lab fabric is up" in r.stderr, r.stderr
+
+    def cleaned() -> subprocess.CompletedProcess[str] | None:
+        # the lab lock may be taken by another lab first (whose start removes the same)
+        r = _cli("lab", "cleanup", str(topo))
+        return r if r.returncode == 0 else None
+
+    r = wait_until(cleaned, 960, "lab cleanup to get the lab lock", every_s=5)
+    assert r.stdout.startswith("removed: "), r.stdout
+    with labnet.waiting_lab_lock():  # another lab's bridges may have the same names
+        assert left_behind(fabric, shells) == []
+    assert not session.exists()

@@ -268,20 +268,18 @@ def stop_host_processes(namespaces: dict[str, str], shells: set[int]) -> list[st
     return [f"pid {pid} on {h} ({cmd or 'exited'})" for pid, h, cmd in found]
 
 
-def left_behind(fabric: Fabric, namespaces: dict[str, str] | None = None) -> list[str]:
+def left_behind(fabric: Fabric, shells: dict[str, int] | None = None,
+                namespaces: dict[str, str] | None = None) -> list[str]:
     """What of ``fabric`` still exists: OVS bridges named like its switches, their interfaces
-    (``<switch>-eth<port>``), its hosts' Mininet shells (``mininet:<host>``) and any process
-    in its hosts' ``namespaces``."""
+    (``<switch>-eth<port>``), its hosts' Mininet ``shells`` (host → pid; alive with
+    ``mininet:<host>`` on their command line) and any process in its hosts' ``namespaces``.
+    Call it holding the lab lock: another lab's bridges may have the same names."""
     names = {s.name for s in fabric.switches}
     left = [f"bridge {b}" for b in labnet.our_bridges(names) if b in names]
     left += [f"link {d}" for d in sorted(os.listdir("/sys/class/net"))
              if (p := d.partition("-eth"))[1] and p[0] in names and p[2].isdigit()]
-    hosts = {f"mininet:{h.name}" for h in fabric.hosts}
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            cmd = labnet._cmdline(int(pid)).split()
-            if any(c in hosts for c in cmd):
-                left.append(f"host shell pid {pid} ({cmd[-1]})")
+    left += [f"host shell pid {pid} ({h})" for h, pid in (shells or {}).items()
+             if f"mininet:{h}" in labnet._cmdline(pid).split()]
     left += [f"pid {pid} in {h}'s namespace" for pid, h in processes_in(namespaces or {}, set())]
     return left
 
@@ -411,8 +409,9 @@ def bring_up(path: str | Path, targets: Sequence[str], cli: bool, console: Conso
                     stopped = stop_host_processes(spaces, {h.pid for h in net.hosts})
                     if stopped:
                         say("stopped what was still running on the hosts: " + ", ".join(stopped))
+                shells = {h.name: h.pid for h in net.hosts} if net is not None else {}
                 labnet.teardown(net, names)
-                left = left_behind(fabric, spaces)
+                left = left_behind(fabric, shells, spaces)
     if left:
         say("LEFT BEHIND: " + ", ".join(left) + f" (aifabric lab cleanup {path})")
         return 1
