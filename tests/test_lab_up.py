@@ -330,9 +330,8 @@ def test_lab_up_a_controller_and_its_live_view_then_nothing_left(tmp_path):
 @pytest.mark.mininet
 @pytest.mark.skipif(REASON is not None, reason=f"Mininet lab unavailable: {REASON}")
 def test_lab_cleanup_of_a_topology_removes_what_a_killed_lab_up_left(tmp_path):
-    """``kill -9`` of ``lab up`` leaves its bridges, veths and host shells; ``aifabric lab
-    cleanup TOPOLOGY.yaml`` removes them all, and the session file (``lab exec`` then says no
-    fabric is up)."""
+    """``kill -9`` of ``lab up`` leaves its bridges, veths and session file (``lab exec`` says
+    no fabric is up all the same); ``aifabric lab cleanup TOPOLOGY.yaml`` removes them all."""
     from controller.model.topology import load_topology
     from mininet_labs.lab import net as labnet
     from mininet_labs.lab.processes import child_env, log_tail
@@ -357,7 +356,7 @@ def test_lab_cleanup_of_a_topology_removes_what_a_killed_lab_up_left(tmp_path):
     shells = {h: int(v["pid"]) for h, v in json.loads(session.read_text())["hosts"].items()}
     left = left_behind(fabric, shells)
     assert {f"bridge {s.name}" for s in fabric.switches} <= set(left), left
-    assert {f"host shell pid {pid} ({h})" for h, pid in shells.items()} <= set(left), left
+    assert session.exists()  # (the host shells end by themselves: their stdin closed)
     r = _cli("lab", "exec", "h1", "--", "true")
     assert r.returncode == 2 and "no lab fabric is up" in r.stderr, r.stderr
 
