@@ -149,8 +149,12 @@ def sessions(tmp_path, monkeypatch):
     monkeypatch.setattr(labnet, "STATE_DIR", tmp_path)
     monkeypatch.setattr(up.os, "geteuid", lambda: 0)
     monkeypatch.setattr(up.shutil, "which", lambda name: f"/usr/bin/{name}")
+    from mininet_labs.lab.wait import wait_until
+
     shell = subprocess.Popen(["bash", "-c", 'exec -a "bash mininet:h1" sleep 60'])
     try:
+        wait_until(lambda: labnet._cmdline(shell.pid).startswith("bash mininet:h1 "), 10,
+                   "the fake host shell to exec", every_s=0.01)
         yield tmp_path, shell.pid
     finally:
         shell.kill()
