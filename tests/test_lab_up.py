@@ -220,6 +220,7 @@ def _get(url: str) -> dict[str, object]:
                     "installs Debian's iperf3")
 def test_lab_up_a_controller_and_its_live_view_then_nothing_left(tmp_path):
     from controller.model.topology import load_topology
+    from controller.view import frames
     from mininet_labs.lab import net as labnet
     from mininet_labs.lab.processes import child_env, free_port, log_tail
     from mininet_labs.lab.wait import wait_until
@@ -237,7 +238,7 @@ def test_lab_up_a_controller_and_its_live_view_then_nothing_left(tmp_path):
                               env=child_env(), stdout=out, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL)
     session = labnet.STATE_DIR / f"up-{up.pid}.json"
-    ctl = server = None
+    ctl = server = client = None
     try:
         # another engineer's lab may hold the lab lock: lab up waits for it (up to 15 min)
         wait_until(lambda: session.exists() or up.poll() is not None, 960,
@@ -289,10 +290,26 @@ def test_lab_up_a_controller_and_its_live_view_then_nothing_left(tmp_path):
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until(lambda: ":5201 " in _cli("lab", "exec", "h3", "--", "ss", "-ltn").stdout,
                    30, "iperf3 -s to listen on h3", every_s=0.5)
-        r = _cli("lab", "exec", "h1", "--", "iperf3", "-c", "10.0.0.3", "-t", "10")
-        assert r.returncode == 0 and "receiver" in r.stdout, r.stdout + r.stderr
+        client = subprocess.Popen([sys.executable, "-m", "controller.cli", "lab", "exec", "h1",
+                                   "--", "iperf3", "-c", "10.0.0.3", "-t", "10"], cwd=ROOT,
+                                  env=child_env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        # the live view sees it: h1's uplink loaded, drawn in a colour other than idle grey
+        def loaded() -> dict[str, object] | None:
+            st = _get(f"http://127.0.0.1:{view_port}/api/snapshot")["state"]
+            assert isinstance(st, dict)
+            link = st["links"]["h1->leaf1"]
+            return link if link["utilisation"] > 0.3 else None
+
+        link = wait_until(loaded, 30, "the view to show h1->leaf1 loaded", every_s=0.5)
+        assert link["colour"] not in (frames.IDLE_COLOUR, frames.UNMEASURED_COLOUR), link
+        out = client.communicate(timeout=60)[0]
+        assert client.returncode == 0 and "receiver" in out, out
         assert server.poll() is None
     finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait()
         up.send_signal(signal.SIGTERM)
         try:
             up_rc = up.wait(timeout=120)
