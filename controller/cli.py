@@ -471,10 +471,51 @@ def lab_check(experiment: str) -> None:
 @lab.command("cleanup")
 @click.argument("experiment", type=click.Path(dir_okay=False))
 def lab_cleanup(experiment: str) -> None:
-    """Remove what a crashed run of EXPERIMENT left (only its own bridges and processes)."""
+    """Remove what a crashed run of EXPERIMENT (or a killed ``lab up`` of a TOPOLOGY file) left
+    (only its own bridges and processes)."""
     from mininet_labs.lab.__main__ import main as lab_main
 
     sys.exit(lab_main(["cleanup", experiment]))
+
+
+@lab.command("up")
+@click.argument("topology", type=click.Path(dir_okay=False))
+@click.option("--controller", "targets", multiple=True, metavar="tcp:HOST:PORT",
+              help="Where every bridge connects (repeat for the replicas of a cluster). "
+                   "[default: tcp:127.0.0.1:6653, aifabric controller's default --listen]")
+@click.option("--cli", "cli", is_flag=True,
+              help="Drop into Mininet's CLI (mininet> h1 ping -c3 h3); exiting it tears down.")
+def lab_up(topology: str, targets: tuple[str, ...], cli: bool) -> None:
+    """Build a lab fabric of TOPOLOGY.yaml in Mininet and hold it until Ctrl-C.
+
+    One Open vSwitch bridge per switch (the topology's datapath ids and port numbers,
+    fail_mode=secure, OpenFlow 1.3 and 1.5), one host per host (its IPv4 and MAC), links shaped
+    as the labs do; every bridge points at --controller. It prints the switches and hosts and
+    how to run a controller on them, then holds: Ctrl-C or SIGTERM tears everything down.
+    Run commands on a host from another terminal with ``aifabric lab exec``. Needs root.
+
+    Exit 0 when torn down with nothing left, 1 when a step failed or something was left (named;
+    ``aifabric lab cleanup TOPOLOGY.yaml`` removes it), 2 for invalid input or a machine that
+    cannot build it (not root, Open vSwitch not running; nothing built), 130 when interrupted
+    while waiting for another lab.
+    """
+    from mininet_labs.lab.__main__ import main as lab_main
+
+    args = ["up", topology, *(a for t in targets for a in ("--controller", t))]
+    sys.exit(lab_main([*args, "--cli"] if cli else args))
+
+
+@lab.command("exec", context_settings={"ignore_unknown_options": True,
+                                       "allow_interspersed_args": False})
+@click.argument("host")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def lab_exec(host: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND on HOST of the lab fabric ``aifabric lab up`` holds (in the host's network
+    namespace), e.g. ``aifabric lab exec h1 -- ping -c3 10.0.0.3``. Exits with the command's
+    code; 2 when no fabric is up, HOST is not one of its hosts, or not root."""
+    from mininet_labs.lab.__main__ import main as lab_main
+
+    sys.exit(lab_main(["exec", host, "--", *command]))
 
 
 # -- te ----------------------------------------------------------------------------------------

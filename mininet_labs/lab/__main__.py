@@ -1,8 +1,11 @@
-"""``python -m mininet_labs.lab run|check|cleanup EXPERIMENT.yaml`` (also ``aifabric lab ...``).
+"""``python -m mininet_labs.lab run|check|cleanup EXPERIMENT.yaml``, ``up TOPOLOGY.yaml``,
+``exec HOST -- COMMAND`` (also ``aifabric lab ...``).
 
-Exit codes: 0 every verdict held (run) / valid and runnable here (check); 1 a run failed, a
-result was wrong or a verdict did not hold (run) / something this lab needs is missing (check);
-2 invalid input (``FILE:LINE:COL: field: message``); 130 interrupted.
+Exit codes: 0 every verdict held (run) / valid and runnable here (check) / torn down with nothing
+left (up); 1 a run failed, a result was wrong or a verdict did not hold (run) / something this
+lab needs is missing (check) / a step failed or something was left behind (up); 2 invalid input
+(``FILE:LINE:COL: field: message``; for up and exec also a bad option, or this machine cannot
+build a lab fabric: nothing built); 130 interrupted. ``exec`` exits with its command's code.
 """
 
 from __future__ import annotations
@@ -24,10 +27,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--out", required=True, help="output directory")
     chk = sub.add_parser("check", help="validate an experiment and check what it needs here")
     chk.add_argument("experiment")
-    clean = sub.add_parser("cleanup", help="remove what a crashed run of this experiment left "
-                                           "(its bridges, links and recorded processes only)")
+    clean = sub.add_parser("cleanup", help="remove what a crashed run of this experiment (or "
+                                           "lab up of this topology) left (its bridges, links "
+                                           "and recorded processes only)")
     clean.add_argument("experiment")
+    upp = sub.add_parser("up", help="build a lab fabric of a topology, pointed at a controller, "
+                                   "and hold it until Ctrl-C (needs root)")
+    upp.add_argument("topology")
+    upp.add_argument("--controller", action="append", default=[], metavar="tcp:HOST:PORT",
+                    help="where every bridge connects (repeat for the replicas of a cluster; "
+                         "default tcp:127.0.0.1:6653)")
+    upp.add_argument("--cli", action="store_true", help="Mininet's CLI; tear down when it exits")
+    ex = sub.add_parser("exec", help="run a command on a host of the fabric lab up holds")
+    ex.add_argument("host")
+    ex.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
+    if a.cmd in ("up", "exec"):
+        return up_or_exec(a)
     # Tables stay readable when stdout is a file or a pipe (rich would assume 80 columns).
     console = Console() if sys.stdout.isatty() else Console(width=160)
     from mininet_labs.lab import runner
@@ -36,7 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.cmd == "check":
             return check(a.experiment, console)
         if a.cmd == "cleanup":
-            removed = runner.cleanup(a.experiment)
+            from mininet_labs.lab import up
+
+            removed = (up.cleanup(a.experiment) if up.is_topology(a.experiment)
+                       else runner.cleanup(a.experiment))
             console.print("removed: " + (", ".join(removed) if removed else "nothing"),
                           markup=False)
             return 0
@@ -58,6 +77,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                   + ("every verdict held" if res.ok else "NOT EVERY VERDICT HELD: "
                      + ", ".join(failed)), markup=False)
     return 0 if res.ok else 1
+
+
+def up_or_exec(a: argparse.Namespace) -> int:
+    """``up`` (:func:`mininet_labs.lab.up.bring_up`) or ``exec`` (replaces this process with
+    the host's command: :func:`mininet_labs.lab.up.host_command`)."""
+    import os
+
+    from mininet_labs.lab import up
+
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    try:
+        if a.cmd == "exec":
+            cmd = up.host_command(a.host, a.command[1:] if a.command[:1] == ["--"] else a.command)
+            sys.stdout.flush()
+            os.execvp(cmd[0], cmd)
+        return up.bring_up(a.topology, a.controller, a.cli, console)
+    except ConfigError as exc:
+        for prob in exc.problems:
+            print(str(prob), file=sys.stderr)
+        return 2
+    except up.UpRefused as exc:
+        print(f"lab {a.cmd}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; nothing was built", file=sys.stderr)
+        return 130
+    except RuntimeError as exc:
+        print(f"lab {a.cmd} failed: {exc}", file=sys.stderr)
+        return 1
 
 
 def check(path: str, console: Console) -> int:

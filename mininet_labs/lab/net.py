@@ -22,7 +22,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -138,11 +138,13 @@ def save_state(state: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _states_to_clean() -> list[Path]:
-    """This process's state file and those of lab processes that are gone (a killed run's)."""
+def _states_to_clean(pattern: str = "state-*.json") -> list[Path]:
+    """This process's state file and those of lab processes that are gone (a killed run's);
+    ``pattern``: ``up-*.json`` for the session files of ``aifabric lab up``
+    (:mod:`mininet_labs.lab.up`)."""
     out = []
-    for path in sorted(STATE_DIR.glob("state-*.json")):
-        owner = path.stem.removeprefix("state-")
+    for path in sorted(STATE_DIR.glob(pattern)):
+        owner = path.stem.partition("-")[2]
         if owner.isdigit() and (int(owner) == os.getpid() or not _alive(int(owner))):
             out.append(path)
     return out
@@ -282,7 +284,7 @@ def cleanup_leftovers(switch_names: Iterable[str]) -> list[str]:
             _sh(["ip", "link", "del", dev])
             removed.append(f"link {dev}")
     removed += remove_orphan_qos(names)
-    for path in files:
+    for path in files + _states_to_clean("up-*.json"):
         path.unlink(missing_ok=True)
     return removed
 
@@ -416,12 +418,14 @@ def socket_rx_buffer_default(nbytes: int) -> Iterator[None]:
 
 def build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
                   htb_burst_bytes: int | None = None,
-                  protocols: Sequence[str] = ("OpenFlow13",)) -> Any:
+                  protocols: Sequence[str] = ("OpenFlow13",),
+                  switch_protocols: Mapping[str, Sequence[str]] | None = None) -> Any:
     """Build and start a Mininet network of Open vSwitch bridges for ``fabric``, with no
     controller yet (:func:`set_controller` points the bridges at one; until then, in
     ``fail_mode=secure``, they forward nothing). ``htb_burst_bytes``: see
     :func:`shaped_intf_class` (None: Mininet's 15k); ``protocols``: the OpenFlow versions of
-    every bridge (OVS ``Bridge.protocols``).
+    every bridge (OVS ``Bridge.protocols``), except those ``switch_protocols`` names (switch →
+    its own versions).
 
     No Mininet controller node is created: Mininet's ``RemoteController.stop()`` does nothing,
     so its shell outlived ``net.stop()`` and every clean run's teardown had to kill it ("host
@@ -430,12 +434,13 @@ def build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
     Returns the started ``mininet.net.Mininet``. The caller must call :func:`teardown`.
     """
     with socket_rx_buffer_default(OVS_RX_BUFFER_BYTES):
-        return _build_network(fabric, mtu_bytes, queue_packets, htb_burst_bytes, protocols)
+        return _build_network(fabric, mtu_bytes, queue_packets, htb_burst_bytes, protocols,
+                              switch_protocols or {})
 
 
 def _build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
-                   htb_burst_bytes: int | None = None,
-                   protocols: Sequence[str] = ("OpenFlow13",)) -> Any:
+                   htb_burst_bytes: int | None, protocols: Sequence[str],
+                   switch_protocols: Mapping[str, Sequence[str]]) -> Any:
     from mininet.link import Link
     from mininet.net import Mininet
     from mininet.node import Host, OVSSwitch
@@ -445,7 +450,8 @@ def _build_network(fabric: Fabric, mtu_bytes: int, queue_packets: int,
                   autoSetMacs=False, autoStaticArp=False, waitConnected=False)
     for s in fabric.switches:
         net.addSwitch(s.name, dpid=f"{s.dpid:016x}", datapath="user",
-                      protocols=",".join(protocols), failMode="secure")
+                      protocols=",".join(switch_protocols.get(s.name, protocols)),
+                      failMode="secure")
     for h in fabric.hosts:
         net.addHost(h.name, ip=f"{h.ipv4}/8", mac=h.mac)
     for ln in fabric.links:
@@ -485,19 +491,26 @@ def controller_rows(switches: Iterable[str], port: int | Sequence[int],
                     tls: bool = False) -> list[str]:
     """The ``ovs-vsctl`` arguments (one transaction) that point every bridge of ``switches`` at
     ``tcp:127.0.0.1:PORT`` (``ssl:`` with ``tls``; one Controller row per port: the replicas of
-    a cluster) through new Controller rows with :data:`MAX_BACKOFF_MS` and
-    :data:`INACTIVITY_PROBE_MS`, and keep ``fail_mode=secure`` (a bridge without its controller
-    forwards with the entries it has and learns nothing). The one place a lab configures
+    a cluster): :func:`target_rows` of those targets. The one place a lab configures
     controllers."""
     ports = [port] if isinstance(port, int) else list(port)
     scheme = "ssl" if tls else "tcp"
+    return target_rows(switches, [f"{scheme}:127.0.0.1:{p}" for p in ports])
+
+
+def target_rows(switches: Iterable[str], targets: Sequence[str]) -> list[str]:
+    """The ``ovs-vsctl`` arguments (one transaction) that point every bridge of ``switches`` at
+    the controller ``targets`` (OVS connection methods, ``tcp:HOST:PORT`` or ``ssl:HOST:PORT``;
+    one Controller row per target) through new Controller rows with :data:`MAX_BACKOFF_MS` and
+    :data:`INACTIVITY_PROBE_MS`, and keep ``fail_mode=secure`` (a bridge without its controller
+    forwards with the entries it has and learns nothing)."""
     args: list[str] = []
     for i, sw in enumerate(switches):
         ids = []
-        for j, p in enumerate(ports):
+        for j, target in enumerate(targets):
             ids.append(f"@c{i}_{j}")
             args += ["--", f"--id=@c{i}_{j}", "create", "Controller",
-                     f"target=\"{scheme}:127.0.0.1:{p}\"", f"max_backoff={MAX_BACKOFF_MS}",
+                     f"target=\"{target}\"", f"max_backoff={MAX_BACKOFF_MS}",
                      f"inactivity_probe={INACTIVITY_PROBE_MS}"]
         args += ["--", "set", "Bridge", sw, f"controller=[{','.join(ids)}]", "fail_mode=secure"]
     return args
@@ -518,10 +531,18 @@ def set_controller(net: Any, port: int | Sequence[int], tls: bool = False) -> No
     ``tls``: ``ssl:`` targets, after :func:`set_switch_tls`). A bridge that gets its first
     controller loses every entry it held: each one that held some is logged as a warning
     first (:func:`flush_warnings`)."""
+    ports = [port] if isinstance(port, int) else list(port)
+    scheme = "ssl" if tls else "tcp"
+    set_controller_targets(net, [f"{scheme}:127.0.0.1:{p}" for p in ports])
+
+
+def set_controller_targets(net: Any, targets: Sequence[str]) -> None:
+    """Point every switch of ``net`` at the controller ``targets`` (:func:`target_rows`), with
+    the warnings of :func:`set_controller`. Raises RuntimeError when ``ovs-vsctl`` refuses."""
     names = [s.name for s in net.switches]
     for w in flush_warnings(names):
         LOG.warning("%s", w)
-    _sh(["ovs-vsctl", *controller_rows(names, port, tls)], check=True)
+    _sh(["ovs-vsctl", *target_rows(names, targets)], check=True)
 
 
 def set_switch_tls(key: Path, cert: Path, ca: Path) -> None:
