@@ -16,7 +16,7 @@ Hosts get static ARP, MTU, no TX checksum offload, no IPv6. The caller tears the
 from __future__ import annotations
 
 import re
-import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +107,24 @@ def parse_counter_read(text: str) -> int:
     return int(m.group(1))
 
 
-def counter_reads(node: Any, cells: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+def counter_reads(node: Any, cells: list[tuple[str, int]],
+                  timeout_s: float = 60.0) -> dict[tuple[str, int], int]:
     """Packets of counter cells ``(full name, index)`` of the BMv2 node ``node``, over Thrift
     (``simple_switch_CLI`` in the node's namespace, one process for all cells): the lab reads
-    counters the controller does not. Raises RuntimeError without a usable CLI."""
+    counters the controller does not.
+
+    The CLI runs through ``node.popen`` (``mnexec -a``: the node's namespace, no shell) with
+    the commands on its stdin, not through ``node.cmd``: the node's interactive shell turned
+    the multi-line command into continuation prompts and, under load, handed back the CLI's
+    output cut after its first line ("0 of 2 counters read: > > Obtaining JSON from
+    switch...", a link_failure_p4 run at load 3), with neither its stderr nor its exit status.
+
+    Raises
+    ------
+    RuntimeError
+        No usable CLI, the CLI failed or timed out, or a cell's count is missing from its
+        output (the output's end is in the message).
+    """
     from mininet_labs.lab.bmv2 import thrift_cli_command
 
     found = thrift_cli_command()
@@ -118,12 +132,21 @@ def counter_reads(node: Any, cells: list[tuple[str, int]]) -> dict[tuple[str, in
         raise RuntimeError("simple_switch_CLI or a Python with the thrift module not found")
     argv, env = found
     script = "".join(f"counter_read {name} {i}\n" for name, i in cells)
-    pre = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    out = node.cmd(f"printf {shlex.quote(script)} | {pre} {' '.join(map(shlex.quote, argv))}")
+    proc = node.popen(["env", *(f"{k}={v}" for k, v in env.items()), *argv],
+                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      text=True)
+    try:
+        out, err = proc.communicate(script, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise RuntimeError(f"{node.name}: simple_switch_CLI did not answer in {timeout_s} s") \
+            from None
     values = [int(m.group(1)) for m in _COUNTER_VALUE.finditer(out)]
-    if len(values) != len(cells):
-        raise RuntimeError(f"{node.name}: {len(values)} of {len(cells)} counters read: "
-                           f"{out.strip()[-300:]}")
+    if proc.returncode != 0 or len(values) != len(cells):
+        raise RuntimeError(f"{node.name}: {len(values)} of {len(cells)} counters read "
+                           f"(simple_switch_CLI exit {proc.returncode}): "
+                           f"{(out.strip() + ' ' + err.strip())[-300:]}")
     return dict(zip(cells, values, strict=True))
 
 
