@@ -32,8 +32,8 @@ as a packet-in at the far end; a port that stops hearing its peer is down.
   only; it goes down after twice that window (``far``). Both ends of a cut link fall silent
   together, so a cut is still taken down within one probe interval of the second end's window.
   Measured in the BMv2 lab (link_failure_p4, load 1.9): 0.4 s after the controller programmed
-  the fabric, spine2's probes reached none of leaf2–4 for 0.135 s while spine2 still heard the
-  leaves (not mute); with the one window, leaf2–4's ports towards spine2 went down, their
+  the fabric, spine2's probes reached none of leaf2–4 for 0.135 s while spine2 still heard
+  probes (it was not mute); with the one window, leaf2–4's ports towards spine2 went down, their
   10 s hold-down left the h1→h3 flow no way round the link the case then cut, and the probe
   lost 5.3 s. The price: a link failing in one direction only is seen after
   ``2 × misses × interval_s``.
