@@ -47,6 +47,11 @@ def test_shipped_experiments_load_with_the_controller_flags():
                        "--p4-liveness-misses", "6", "--p4-liveness-hold", "10",
                        "--p4-dataplane-misses", "3")
     assert "--fast-failover" not in by_case["uplink-repin"].args
+    # a case starts once the last one's link is out of the data plane's hold-down (10 s) and
+    # one window (3 x 20 ms) after it came back; an Open vSwitch port is used at once
+    assert lab.settle_s(exp) == pytest.approx(10.06)
+    ovs_lab, ovs_exp = load(EXPERIMENTS / "link_failure.yaml")
+    assert ovs_lab.settle_s(ovs_exp) == 0.0
     assert exp.spec.expect.max_gap == pytest.approx(0.1)
     lab, exp = load(ADAPTIVE)
     assert exp.spec.kind == "adaptive-reroute-p4" and lab.network == "bmv2"

@@ -208,6 +208,59 @@ def test_a_silent_switch_takes_none_of_its_links_down():
     assert sorted(got) == [("leaf1", 3, False), ("spine1", 1, False)]
 
 
+def test_probes_stuck_on_their_way_out_take_no_link_down_within_one_window():
+    # What the BMv2 lab saw (link_failure_p4, liveness.py docstring): spine2's probes reach no
+    # leaf for a little more than the window while spine2 still hears every leaf: one way only,
+    # so the leaves' ports towards spine2 wait twice the window. A link cut both ways goes down
+    # at both ends once both windows have passed.
+    far = {("leaf1", 4): ("spine2", 1), ("spine2", 1): ("leaf1", 4),
+           ("leaf2", 4): ("spine2", 2), ("spine2", 2): ("leaf2", 4),
+           ("leaf1", 3): ("spine1", 1), ("spine1", 1): ("leaf1", 3),
+           ("leaf2", 3): ("spine1", 2), ("spine1", 2): ("leaf2", 3)}
+    peers = {k: v[0] for k, v in far.items()}
+    keys = sorted(far)
+    limit = MISSES * INTERVAL_S
+
+    def steps(mem, first, last, quiet):
+        got = []
+        for i in range(first, last):
+            t = round(i * INTERVAL_S / 2, 3)
+            for k in keys:
+                if k not in quiet:
+                    mem = liveness.heard(mem, k, t, INTERVAL_S, MISSES)
+            mem, out = liveness.check(mem, keys, t, INTERVAL_S, MISSES, HOLD_S, peers, far)
+            got += [(t, x.switch, x.port, x.up) for x in out]
+        return mem, got
+
+    mem, got = steps(liveness.LivenessMemory(), 0, 20, set())
+    assert got == []
+    # spine2's probes stop arriving for 1.5 windows (steps of half an interval)
+    stuck = {("leaf1", 4), ("leaf2", 4)}
+    mem, got = steps(mem, 20, 20 + int(1.5 * limit / (INTERVAL_S / 2)), stuck)
+    assert got == [], got
+    mem, got = steps(mem, 29, 40, set())
+    assert got == []
+    # without the far ends, the same silence takes both ports down
+    mem2, _ = steps(liveness.LivenessMemory(), 0, 20, set())
+    got = []
+    for i in range(20, 29):
+        t = round(i * INTERVAL_S / 2, 3)
+        for k in keys:
+            if k not in stuck:
+                mem2 = liveness.heard(mem2, k, t, INTERVAL_S, MISSES)
+        mem2, out = liveness.check(mem2, keys, t, INTERVAL_S, MISSES, HOLD_S, peers)
+        got += [(x.switch, x.port) for x in out]
+    assert sorted(got) == [("leaf1", 4), ("leaf2", 4)]
+    # stuck for longer than twice the window: down (a link failing one way)
+    mem, got = steps(mem, 40, 40 + int(2.5 * limit / (INTERVAL_S / 2)), {("leaf2", 4)})
+    assert [(s, p, up) for _, s, p, up in got] == [("leaf2", 4, False)]
+    assert got[0][0] - 39 * INTERVAL_S / 2 > 2 * limit
+    # a cut both ways: both ends down within one step of the later window's end
+    mem, got = steps(mem, 60, 80, {("leaf2", 4), ("leaf1", 3), ("spine1", 1)})
+    assert sorted((s, p) for _, s, p, _ in got) == [("leaf1", 3), ("spine1", 1)]
+    assert max(t for t, *_ in got) - 59 * INTERVAL_S / 2 <= limit + INTERVAL_S / 2 + 1e-9
+
+
 def test_p4_failover_sets_carry_the_liveness_timers_and_hops_without_a_choice_send_back():
     """With fast failover and liveness on, a probe-driven (P4) switch's failover sets carry the
     liveness settings as timers (dead after misses x interval, hold as the controller's), and a

@@ -552,7 +552,8 @@ def _liveness(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeSta
                     fab.switch_by_name[peer].dpid, peer_port)))
     mem, moves = liveness.check(state.liveness, watched, now_s, cfg.liveness_interval_s,
                                 cfg.liveness_misses, cfg.liveness_hold_s,
-                                {k: fab.port_map[k][0] for k in watched})
+                                {k: fab.port_map[k][0] for k in watched},
+                                {k: fab.port_map[k] for k in watched})
     for t in moves:
         fx.append(Log("warning" if not t.up else "info", t.switch,
                       f"port {t.port} {'up' if t.up else 'down'} by LLDP liveness: {t.reason}"))

@@ -27,6 +27,16 @@ as a packet-in at the far end; a port that stops hearing its peer is down.
   its P4Runtime stream and is not watched at all. A switch with one watched port has no such
   evidence: its port goes down on silence alone. The price: a switch whose links all fail at
   once while its control channel stays up is not seen by liveness.
+* **a probe stuck on its way out is not a dead link**: a port whose link's far end still hears
+  its probes (the far end is watched and heard within ``misses × interval_s``) is silent one way
+  only; it goes down after twice that window (``far``). Both ends of a cut link fall silent
+  together, so a cut is still taken down within one probe interval of the second end's window.
+  Measured in the BMv2 lab (link_failure_p4, load 1.9): 0.4 s after the controller programmed
+  the fabric, spine2's probes reached none of leaf2–4 for 0.135 s while spine2 still heard
+  probes (it was not mute); with the one window, leaf2–4's ports towards spine2 went down, their
+  10 s hold-down left the h1→h3 flow no way round the link the case then cut, and the probe
+  lost 5.3 s. The price: a link failing in one direction only is seen after
+  ``2 × misses × interval_s``.
 * **up again** only after the port has heard probes without a gap longer than
   ``misses × interval_s`` for ``hold_s`` (hold-down): a link that flaps faster than that stays
   down, so the paths moved off it do not move back and forth with it.
@@ -90,10 +100,12 @@ def forget(mem: LivenessMemory, switch: str) -> LivenessMemory:
 
 
 def check(mem: LivenessMemory, watched: Iterable[PortKey], now_s: float, interval_s: float,
-          misses: int, hold_s: float, peers: Mapping[PortKey, str] | None = None
+          misses: int, hold_s: float, peers: Mapping[PortKey, str] | None = None,
+          far: Mapping[PortKey, PortKey] | None = None
           ) -> tuple[LivenessMemory, tuple[Transition, ...]]:
     """The ports to take down or bring back at ``now_s`` (module docstring); ``peers``: the
-    switch at the far end of each watched port (None: not known, no peer rule).
+    switch at the far end of each watched port (None: not known, no peer rule); ``far``: the
+    port at the far end of each watched port (None: not known, no one-way rule).
 
     Raises
     ------
@@ -110,7 +122,8 @@ def check(mem: LivenessMemory, watched: Iterable[PortKey], now_s: float, interva
     if mem.checked_s is not None and now_s - mem.checked_s > 2 * interval_s:
         stall = now_s - mem.checked_s - interval_s  # the controller was away (docstring)
         heard_at = {k: min(t + stall, now_s) for k, t in heard_at.items()}
-    ports = sorted(set(watched))
+    watched_set = set(watched)
+    ports = sorted(watched_set)
     by_switch: dict[str, list[PortKey]] = {}
     for key in ports:
         by_switch.setdefault(key[0], []).append(key)
@@ -123,11 +136,17 @@ def check(mem: LivenessMemory, watched: Iterable[PortKey], now_s: float, interva
             continue
         silent = now_s - last
         peer_mute = peers is not None and peers.get(key) in mute
-        if key not in down and silent > limit and key[0] not in mute and not peer_mute:
+        other = far.get(key) if far is not None else None
+        far_heard = heard_at.get(other) if other is not None and other in watched_set else None
+        one_way = far_heard is not None and now_s - far_heard <= limit
+        if (key not in down and silent > (2 * limit if one_way else limit)
+                and key[0] not in mute and not peer_mute):
             down.add(key)
+            why = (f"(> 2 x {misses} x {interval_s:g} s: one way, {other[0]} port {other[1]} "
+                   "still hears)" if one_way and other is not None
+                   else f"(> {misses} x {interval_s:g} s)")
             out.append(Transition(key[0], key[1], False,
-                                  f"no LLDP probe heard for {silent:.3f} s (> {misses} x "
-                                  f"{interval_s:g} s)"))
+                                  f"no LLDP probe heard for {silent:.3f} s {why}"))
         elif key in down and silent <= limit and now_s - mem.since.get(key, now_s) >= hold_s:
             down.discard(key)
             out.append(Transition(key[0], key[1], True,
