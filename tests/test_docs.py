@@ -93,6 +93,24 @@ def test_cli_reference_lists_every_command_and_option(pages):
     walk(main, click.Context(main, info_name="aifabric"))
 
 
+def test_config_reference_lists_every_key_with_its_variable_and_flag(pages):
+    from controller.config.model import leaf_keys
+    from controller.config.sources import FLAGS, env_name
+
+    text = pages["reference/config.md"]
+    flags = {f.key: f.name for f in FLAGS}
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()
+            if line.startswith("| `")}
+    for key, _ in leaf_keys():
+        dotted = ".".join(key)
+        row = next(r for k, r in rows.items() if k.split(" ")[0] == f"`{dotted}`")
+        assert f"`{env_name(key)}`" in row, dotted
+        assert (f"`{flags[dotted]}`" in row) if dotted in flags else row.endswith("| — |"), row
+    assert "| `metrics.password` (secret) | string | not set |" in text
+    assert "| `log.level` | string | `INFO` | one of `DEBUG`, `INFO`, `WARNING`, `ERROR` |" in text
+    assert "## Example" in text and "ready_timeout_s: 60" in text
+
+
 def test_grpc_reference_lists_every_method_and_message(pages):
     from controller.northbound.v1 import aifabric_pb2
 

@@ -11,6 +11,9 @@ page                        generated from
 ``reference/topology.md``   the pydantic models of :mod:`controller.model.topology`; examples from
                             the shipped topology files
 ``reference/cli.md``        the click command tree of :mod:`controller.cli`
+``reference/config.md``     the pydantic models of :mod:`controller.config.model` (the service
+                            configuration), its flags and environment variables; the example
+                            ``deploy/aifabric.yaml``
 ``reference/grpc.md``       ``controller/northbound/aifabric.proto``, parsed by protoc
                             (grpcio-tools) with its comments
 ``reference/metrics.md``    a scrape of the exporter's own registry
@@ -42,6 +45,7 @@ def generators() -> dict[str, Callable[[], str]]:
     from controller.docsgen.alertsdoc import alerts_page
     from controller.docsgen.clidoc import cli_page
     from controller.docsgen.codemap import code_page
+    from controller.docsgen.configdoc import config_page
     from controller.docsgen.metricsdoc import metrics_page
     from controller.docsgen.models import policy_page, topology_page
     from controller.docsgen.protodoc import grpc_page
@@ -50,6 +54,7 @@ def generators() -> dict[str, Callable[[], str]]:
         "reference/policy.md": policy_page,
         "reference/topology.md": topology_page,
         "reference/cli.md": cli_page,
+        "reference/config.md": config_page,
         "reference/grpc.md": grpc_page,
         "reference/metrics.md": metrics_page,
         "reference/alerts.md": alerts_page,
