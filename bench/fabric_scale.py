@@ -115,6 +115,7 @@ class Bench:
     lease_ttl_s: int | None = None
     etcd_election_ms: int = 1000
     extra_args: list[str] = field(default_factory=list)
+    protocols: str = "OpenFlow13,OpenFlow15"
     fabric: Fabric = field(init=False)
     ovs: OvsFabric = field(init=False)
     replicas: list[Replica] = field(default_factory=list)
@@ -165,7 +166,8 @@ class Bench:
                                     election_ms=self.etcd_election_ms, client_tls=(
                 self.pki.controller_cert, self.pki.controller_key, self.pki.ca_cert))
             self.etcd.start()
-        self.ovs = OvsFabric(self.fabric, f"k28s{self.k}x", batch=self.batch)
+        self.ovs = OvsFabric(self.fabric, f"k28s{self.k}x", batch=self.batch,
+                             protocols=self.protocols)
         t0 = time.monotonic()
         self.ovs.create()
         t1 = time.monotonic()
@@ -377,9 +379,9 @@ class Bench:
 
         def load_one(sw: str) -> None:
             br = self.ovs.bridges[sw]
-            run(["ovs-ofctl", "-O", "OpenFlow13", "--bundle", "add-groups", br,
+            run(["ovs-ofctl", "-O", self.ovs.ofctl_version, "--bundle", "add-groups", br,
                  str(dumps / f"{sw}.groups")])
-            run(["ovs-ofctl", "-O", "OpenFlow13", "--bundle", "add-flows", br,
+            run(["ovs-ofctl", "-O", self.ovs.ofctl_version, "--bundle", "add-flows", br,
                  str(dumps / f"{sw}.flows")])
         with ThreadPoolExecutor(self.ofctl_workers) as pool:
             list(pool.map(load_one, names))
@@ -618,7 +620,7 @@ def run_one(args: argparse.Namespace, k: int) -> dict[str, Any]:
     out = Path(args.out_dir) / f"{args.topology}-k{k}-r{args.replicas}-{stamp}"
     b = Bench(k, args.topology, args.replicas, out, args.batch, args.ofctl_workers,
               args.profile, args.lease_ttl, args.etcd_election_ms,
-              [a for arg in args.controller_arg for a in arg.split()])
+              [a for arg in args.controller_arg for a in arg.split()], args.protocols)
     phases = set(args.phases)
     try:
         b.setup()
@@ -694,6 +696,10 @@ def main() -> None:
     ap.add_argument("--topology", choices=("fat-tree", "rail"), default="fat-tree")
     ap.add_argument("--phases", default="abcdefg", help="which phases (a always runs)")
     ap.add_argument("--batch", type=int, default=20, help="bridges per ovs-vsctl transaction")
+    ap.add_argument("--protocols", default="OpenFlow13,OpenFlow15",
+                    help="the bridges' OpenFlow versions (default 1.3 and 1.5, as the README "
+                         "sets them; OpenFlow13 alone: every switch's ECMP is planned with its "
+                         "own hash, and each that connects changes the plan)")
     ap.add_argument("--ofctl-workers", type=int, default=2,
                     help="ovs-ofctl processes at a time in phase b")
     ap.add_argument("--registrations", type=int, default=1000)

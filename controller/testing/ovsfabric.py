@@ -60,7 +60,10 @@ class OvsFabric:
     fabric: Fabric
     tag: str
     batch: int = 20
-    protocols: str = "OpenFlow13"
+    #: the bridges' OpenFlow versions: 1.3 and 1.5, as an operator sets them (README: 1.5 for
+    #: per-switch ECMP hash seeds; a 1.3-only bridge is planned with its own hash, and each one
+    #: that connects changes the plan)
+    protocols: str = "OpenFlow13,OpenFlow15"
     bridges: dict[str, str] = field(init=False)
     index: dict[str, int] = field(init=False)
 
@@ -176,8 +179,14 @@ class OvsFabric:
         vsctl(args)
 
     # -- reading ----------------------------------------------------------------------------------
+    @property
+    def ofctl_version(self) -> str:
+        """The version ``ovs-ofctl`` speaks to the bridges: the newest they allow (1.5 shows
+        and takes groups' selection methods)."""
+        return "OpenFlow15" if "OpenFlow15" in self.protocols else "OpenFlow13"
+
     def ofctl(self, *args: str, timeout_s: float = 300.0) -> str:
-        return run(["ovs-ofctl", "-O", self.protocols, *args], timeout_s)
+        return run(["ovs-ofctl", "-O", self.ofctl_version, *args], timeout_s)
 
     def entries(self, switch: str, cookie: int | None = None) -> tuple[int, int]:
         """(flow entries — with ``cookie`` only those — , groups) ``switch`` holds."""
