@@ -263,6 +263,32 @@ class Dialect:
         msg.serialize()
         return bytes(msg.buf)
 
+    def _wire_records(self, xid: int, frame: bytes, entries: list[Any],
+                      parse: Any) -> WireFlowStatsReply:
+        """The records of a flow statistics (1.3) or description (1.5) reply's ``entries``
+        (:func:`~.wire.flow_stats_entries`, :func:`~.wire.flow_desc_entries`): those of a
+        shape the plan writes read from the wire, any other by os-ken's ``parse``."""
+        (flags,) = struct.unpack_from("!H", frame, 10)
+        body: list[Any] = []
+        parsed = self._instructions
+        for table, prio, cookie, nbytes, packets, match, action, off, ins in entries:
+            if match is None:
+                body.append(parse(frame, off))
+            elif action is not None:
+                body.append(WireRecord(table, prio, cookie, match, (action,), nbytes, packets))
+            else:
+                # instructions of another shape (the ARP responder's: the same bytes on every
+                # edge switch): parsed by os-ken once per distinct bytes, the parse shared
+                (length,) = struct.unpack_from("!H", frame, off)
+                raw = bytes(frame[ins:off + length])
+                got = parsed.get(raw)
+                if got is None:
+                    if len(parsed) > 1 << 16:
+                        parsed.clear()
+                    got = parsed[raw] = SharedInstructions(parse(frame, off).instructions)
+                body.append(WireRecord(table, prio, cookie, match, got, nbytes, packets))
+        return WireFlowStatsReply(xid, flags, body)
+
 
 class OF13(Dialect):
     """OpenFlow 1.3 with the ONF EXT-230 bundle extension."""
@@ -331,28 +357,8 @@ class OF13(Dialect):
         of a shape the plan writes as a :class:`FlowRecord` with a plan ``Match`` and a
         :class:`~.wire.WireAction` (:func:`~.wire.flow_stats_entries`: a few µs instead of
         os-ken's ~60 µs per entry), any other by os-ken's parser."""
-        (flags,) = struct.unpack_from("!H", frame, 10)
-        body: list[Any] = []
-        parse = self.parser.OFPFlowStats.parser
-        parsed = self._instructions
-        for table, prio, cookie, nbytes, packets, match, action, off, ins in \
-                wire.flow_stats_entries(frame, 16, len(frame)):
-            if match is None:
-                body.append(parse(frame, off))
-            elif action is not None:
-                body.append(WireRecord(table, prio, cookie, match, (action,), nbytes, packets))
-            else:
-                # instructions of another shape (the ARP responder's: the same bytes on every
-                # edge switch): parsed by os-ken once per distinct bytes, the parse shared
-                (length,) = struct.unpack_from("!H", frame, off)
-                raw = bytes(frame[ins:off + length])
-                got = parsed.get(raw)
-                if got is None:
-                    if len(parsed) > 1 << 16:
-                        parsed.clear()
-                    got = parsed[raw] = SharedInstructions(parse(frame, off).instructions)
-                body.append(WireRecord(table, prio, cookie, match, got, nbytes, packets))
-        return WireFlowStatsReply(xid, flags, body)
+        return self._wire_records(xid, frame, wire.flow_stats_entries(frame, 16, len(frame)),
+                                  self.parser.OFPFlowStats.parser)
 
     def group_records(self, body: list[Any]) -> list[GroupRecord]:
         out = []
@@ -432,9 +438,19 @@ class OF15(Dialect):
                                                o.OFPG_ANY, cookie, 0xFFFFFFFFFFFFFFFF,
                                                p.OFPMatch()))
 
+    def wire_flow_stats(self, xid: int, frame: bytes) -> WireFlowStatsReply:
+        """A flow description reply (``OFPMP_FLOW_DESC``, what :meth:`entries_request` asks
+        for) read straight from its bytes, as :meth:`OF13.wire_flow_stats` reads 1.3's
+        (:func:`~.wire.flow_desc_entries`)."""
+        return self._wire_records(xid, frame, wire.flow_desc_entries(frame, 16, len(frame)),
+                                  self.parser.OFPFlowDesc.parser)
+
     def flow_records(self, body: list[Any]) -> list[Record]:
         out: list[Record] = []
         for s in body:
+            if isinstance(s, WireRecord):
+                out.append(s)
+                continue
             # OXS statistics as a dict once (os-ken's OFPStats lookup scans its fields)
             st = dict(getattr(s.stats, "fields", None) or ())
             nbytes, npk = int(st.get("byte_count", 0)), int(st.get("packet_count", 0))

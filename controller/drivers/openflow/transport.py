@@ -231,8 +231,9 @@ class WireConnection:
 
     def _main(self, frame: bytes, version: int, mtype: int, xid: int) -> None:
         d = DIALECTS[self.version]
-        if mtype == OFPT_MULTIPART_REPLY and self.version == 4 and \
+        if mtype == OFPT_MULTIPART_REPLY and self.version in (4, 6) and \
                 struct.unpack_from("!H", frame, 8)[0] == OFPMP_FLOW:
+            # 1.3's OFPMP_FLOW and 1.5's OFPMP_FLOW_DESC (both 1): the read-back
             msg: Any = d.wire_flow_stats(xid, frame)  # type: ignore[attr-defined]
         else:
             msg = ofproto_parser.msg(d.desc, version, mtype, len(frame), xid, frame)

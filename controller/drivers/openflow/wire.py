@@ -305,5 +305,63 @@ def flow_stats_entries(buf: bytes, off: int, end: int) -> list[tuple[int, int, i
     return out
 
 
-__all__ = ["WireAction", "bundle_add", "decode_oxm_match", "flow_mod", "flow_stats_entries",
+#: ofp_flow_desc up to its match (OpenFlow 1.5.1 §7.3.5.2: length, pad, table, pad, priority,
+#: idle and hard timeouts, flags, importance, cookie: 24 bytes), then the match, then an
+#: ofp_stats (§7.2.4: reserved, length, OXS TLVs; padded to 8), then the instructions
+_FLOW_DESC = struct.Struct("!H2xBxHHHHHQ")
+OFPXSC_OPENFLOW_BASIC_STATS = 0x8002
+_OXS_PACKET_COUNT, _OXS_BYTE_COUNT = 4, 5
+_U64 = struct.Struct("!Q")
+
+
+def flow_desc_entries(buf: bytes, off: int, end: int) -> list[tuple[int, int, int, int, int,
+                                                                    Match | None,
+                                                                    WireAction | None, int,
+                                                                    int]]:
+    """The entries of an OpenFlow 1.5 ``OFPMP_FLOW_DESC`` reply body ``buf[off:end]``, as
+    :func:`flow_stats_entries` gives them for 1.3 (byte and packet counts from the entry's OXS
+    statistics, 0 when it has none).
+
+    Raises
+    ------
+    ValueError
+        An entry's lengths do not fit in it (a malformed reply).
+    """
+    out = []
+    while off < end:
+        length, table, prio, _, _, _, _, cookie = _FLOW_DESC.unpack_from(buf, off)
+        stop = off + length
+        mstart = off + _FLOW_DESC.size
+        if length < _FLOW_DESC.size + 8 or stop > end:
+            raise ValueError(f"flow description of length {length} at {off}")
+        mtype, mlen = _MATCH_HEAD.unpack_from(buf, mstart)
+        st = mstart + ((mlen + 7) // 8) * 8
+        if st + 4 > stop:
+            raise ValueError(f"flow description at {off}: match of length {mlen} past its end")
+        _, slen = _MATCH_HEAD.unpack_from(buf, st)
+        ins = st + ((slen + 7) // 8) * 8
+        if slen < 4 or ins > stop:
+            raise ValueError(f"flow description at {off}: statistics of length {slen} past "
+                             "its end")
+        packets = nbytes = 0
+        p = st + 4
+        while p + 4 <= st + slen:
+            (h,) = _OXM_HEAD.unpack_from(buf, p)
+            field, width = (h >> 9) & 0x7F, h & 0xFF
+            if h >> 16 == OFPXSC_OPENFLOW_BASIC_STATS and width == 8 and p + 12 <= st + slen:
+                if field == _OXS_PACKET_COUNT:
+                    (packets,) = _U64.unpack_from(buf, p + 4)
+                elif field == _OXS_BYTE_COUNT:
+                    (nbytes,) = _U64.unpack_from(buf, p + 4)
+            p += 4 + width
+        match = decode_oxm_match(bytes(buf[mstart + 4:mstart + mlen])) \
+            if mtype == OFPMT_OXM and mlen >= 4 else None
+        action = _instructions(buf, ins, stop) if match is not None else None
+        out.append((table, prio, cookie, nbytes, packets, match, action, off, ins))
+        off = stop
+    return out
+
+
+__all__ = ["WireAction", "bundle_add", "decode_oxm_match", "flow_desc_entries", "flow_mod",
+           "flow_stats_entries",
            "instructions_bytes", "match_bytes", "packet_out", "with_xid"]
