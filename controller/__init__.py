@@ -1,6 +1,6 @@
 """aifabric: a traffic-engineering SDN controller for AI-training fabrics.
 
-Layers (data flows one way; see README.md, "Architecture"):
+Layers (data flows one way; see docs/architecture.md):
 ``controller.model`` / ``controller.policy`` (validated, immutable inputs) →
 ``controller.te`` (pure algorithms) → ``controller.plan`` (per-switch intent, diff) →
 ``controller.drivers`` (the only code that talks to switches) → ``controller.runtime`` / CLI.

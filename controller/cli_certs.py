@@ -37,5 +37,5 @@ def certs_init(directory: Path, names: tuple[str, ...], days: int, force: bool) 
     for role, (crt, key) in pki.client_certs.items():
         click.echo(f"client {role + ':':<10} {crt}, {key}")
     click.echo(f"tokens:      {pki.tokens}  (one bearer token per role)")
-    click.echo(f"valid for {days} days; development only: README 'High availability and "
-               "security' has the production path")
+    click.echo(f"valid for {days} days; development only: docs/operator/tls.md has the "
+               "production path")

@@ -17,7 +17,7 @@ What :func:`init_dev_pki` writes (PEM; keys ``0600``, certificates ``0644``):
 ==========================  =====================================================================
 
 This is for labs and development. In production the certificates come from the operator's CA
-(and are rotated by it); README "High availability and security" says how.
+(and are rotated by it); docs/operator/tls.md says how.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ northbound server counts event streams per role with it). Use::
     server = grpc.aio.server(interceptors=[AioTokenAuthInterceptor(table)])      # or
     server = grpc.server(pool, interceptors=[TokenAuthInterceptor(table)])
 
-Tokens travel in clear text unless the channel is TLS: use both (see README).
+Tokens travel in clear text unless the channel is TLS: use both (see docs/operator/tls.md).
 """
 
 from __future__ import annotations

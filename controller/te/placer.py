@@ -33,7 +33,7 @@ The API (this module): :func:`place_policy` (start-up: a policy's pinned flows, 
 Cost at scale (bench/te_scale.py ``--k 64 --parts rail``, CPU time, load average 4–7 on 2 CPUs):
 one ring per rail over 65,536 GPUs is placed in 0.4–0.8 s with one path per flow and 2.6–4.1 s
 with 12 sub-flows per flow (786,432); a repair takes 11–26 ms, 104–119 ms for a spine failure
-with 12 sub-flows (24,473 move; README, "TE at scale").
+with 12 sub-flows (24,473 move; docs/te-at-scale.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ so both may run in a worker thread while the event loop keeps going):
 2. **Port or switch down** → call :func:`repair` *on the event loop* with the links now down
    (a switch: :func:`controller.te.reroute.switch_links`). Only flows whose path crossed a dead
    link move (one path per flow: ≤ 30 ms of CPU on a k = 32 fat-tree, ≤ 100 ms at 65,536
-   GPUs; with 12 sub-flows per flow under 200 ms there, bench/te_scale.py and README); their
+   GPUs; with 12 sub-flows per flow under 200 ms there, bench/te_scale.py and docs/te-at-scale.md); their
    old paths are dead, so program ``moves`` at once (order does not matter) and adopt
    ``result.placement``. The repaired placement may be worse than the fabric allows (two flows
    on one link where a re-arrangement would give each its own).

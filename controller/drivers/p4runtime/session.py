@@ -14,7 +14,7 @@ never writes, and it never bids by itself — unlike finsy's arbitrator, which b
 as soon as the server reports no primary.
 
 What BMv2 (PI's P4Runtime server, ``proto/server/pi_server.cpp``) does differently, and what
-the session does about it (the README lists these too):
+the session does about it (docs/p4.md lists these too):
 
 * it promotes the highest *live* backup when the primary disconnects (it notifies it "Is
   primary"): the session stays backup, logs the deviation, and writes nothing;
