@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -346,6 +346,14 @@ def check_host(doc: Document, fabric: Fabric, where: tuple[Any, ...], host: str)
     """ConfigError at ``where`` unless ``host`` is a host of ``fabric``."""
     if host not in fabric.host_by_name:
         raise ConfigError([doc.problem(where, f"{host!r} is not a host of {fabric.name}")])
+
+
+def check_probe_hosts(doc: Document, fabric: Fabric, probes: Sequence[Any]) -> None:
+    """ConfigError at ``probes[i].src``/``.dst`` for the first probe end that is not a host of
+    ``fabric`` (:func:`check_host`)."""
+    for i, p in enumerate(probes):
+        check_host(doc, fabric, ("probes", i, "src"), p.src)
+        check_host(doc, fabric, ("probes", i, "dst"), p.dst)
 
 
 def unique(v: tuple[Any, ...], what: str) -> tuple[Any, ...]:

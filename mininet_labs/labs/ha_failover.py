@@ -80,7 +80,7 @@ from mininet_labs.lab.schema import (
     FabricExperimentSpec,
     Seconds,
     StrictModel,
-    check_host,
+    check_probe_hosts,
 )
 from mininet_labs.lab.wait import wait_until
 
@@ -266,9 +266,7 @@ class HaFailover(Lab):
         return [tool("etcd", "etcd-server")]
 
     def prepare(self, doc: Any, exp: Any) -> Any:
-        for i, p in enumerate(exp.spec.probes):
-            check_host(doc, exp.fabric, ("probes", i, "src"), p.src)
-            check_host(doc, exp.fabric, ("probes", i, "dst"), p.dst)
+        check_probe_hosts(doc, exp.fabric, exp.spec.probes)
         return exp
 
     def describe(self, exp: Any) -> str:

@@ -65,7 +65,7 @@ from mininet_labs.lab.policies import policy_variant
 from mininet_labs.lab.probes import UdpStream
 from mininet_labs.lab.processes import ControllerSession, start_controller
 from mininet_labs.lab.requirements import Requirement, tool
-from mininet_labs.lab.schema import FabricExperimentSpec, Seconds, StrictModel, check_host
+from mininet_labs.lab.schema import FabricExperimentSpec, Seconds, StrictModel, check_probe_hosts
 from mininet_labs.lab.switchstate import southbound_counts
 from mininet_labs.lab.wait import wait_until
 
@@ -162,9 +162,7 @@ class NoController(Lab):
         return [tool("etcd", "etcd-server")] if "etcd-down" in exp.spec.scenarios else []
 
     def prepare(self, doc: Any, exp: Any) -> Any:
-        for i, p in enumerate(exp.spec.probes):
-            check_host(doc, exp.fabric, ("probes", i, "src"), p.src)
-            check_host(doc, exp.fabric, ("probes", i, "dst"), p.dst)
+        check_probe_hosts(doc, exp.fabric, exp.spec.probes)
         return exp
 
     def describe(self, exp: Any) -> str:
