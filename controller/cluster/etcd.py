@@ -26,8 +26,9 @@ from urllib.parse import urlsplit
 
 import aetcd
 import aetcd.rpc
-import aetcd.watcher
 import grpc
+
+from controller.cluster.watcher import OrderedWatcher
 
 LOG = logging.getLogger("aifabric.cluster")
 DEFAULT_PORT = 2379
@@ -213,8 +214,10 @@ class EtcdClient(aetcd.Client):
         self._target = grpc_target(settings.endpoints)
 
     async def connect(self) -> None:
-        # aetcd 1.0's connect() with one change: the channel (all members, optional TLS,
-        # keep-alive). It fills the same attributes aetcd's methods use (pinned: aetcd==1.0.0).
+        # aetcd 1.0's connect() with two changes: the channel (all members, optional TLS,
+        # keep-alive), and the watch multiplexer (OrderedWatcher: a watch whose creation timed
+        # out can't take another's place). It fills the same attributes aetcd's methods use
+        # (pinned: aetcd==1.0.0).
         if self._connected.is_set():
             return
         if self._is_connecting:
@@ -233,8 +236,8 @@ class EtcdClient(aetcd.Client):
             self.clusterstub = aetcd.rpc.ClusterStub(self.channel)
             self.leasestub = aetcd.rpc.LeaseStub(self.channel)
             self.maintenancestub = aetcd.rpc.MaintenanceStub(self.channel)
-            self._watcher = aetcd.watcher.Watcher(aetcd.rpc.WatchStub(self.channel),
-                                                  timeout=self._timeout, metadata=self.metadata)
+            self._watcher = OrderedWatcher(aetcd.rpc.WatchStub(self.channel),
+                                           timeout=self._timeout, metadata=self.metadata)
             self._connected.set()
         finally:
             self._is_connecting = False

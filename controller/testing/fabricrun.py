@@ -143,7 +143,7 @@ class ControllerProcess:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        with open(self.log_path, "a", encoding="utf-8") as out:
+        with open(self.log_path, "a", encoding="utf-8", buffering=1) as out:  # line by line
             for text in self.proc.stdout:
                 now = time.monotonic()
                 m = _ASCTIME.match(text)

@@ -229,6 +229,7 @@ class EcmpSpread(Lab):
         rec: dict[str, Any] = {
             "variant": ctx.variant.name, "kind": kind, "key": arg, "flows": len(flows),
             "flow_bytes": sum(f.nbytes for f in flows), "lost_bytes": lost,
+            "receiver_drops": _receiver_drops(got),
             "wall_s": round(wall, 2), "errors": errors[:20], "link_bytes": loads,
             "select_methods": sorted(set(_methods(fab))),
         }
@@ -245,6 +246,8 @@ class EcmpSpread(Lab):
         r = record
         head = f"[{r['variant']}] {r['kind']} {r['key']}: {r['flows']} flows, lost " \
                f"{r['lost_bytes']} of {r['flow_bytes']} bytes"
+        if r.get("receiver_drops"):
+            head += f" ({r['receiver_drops']} datagram(s) dropped at the receivers' sockets)"
         if r["kind"] == "pair":
             return [f"{head}; paths used {r['paths']} of {r['paths_of']} ({', '.join(r['path_links'])})"]
         worst = "; ".join(f"{t} max/mean {d['max_over_mean']} Jain {d['jain']} worst "
@@ -273,6 +276,8 @@ class EcmpSpread(Lab):
                 "tiers": tiers, "outside_band": outside,
                 "pairs": {p: {"paths": r["paths"], "of": r["paths_of"]} for p, r in pairs.items()},
                 "lost_bytes": sum(r["lost_bytes"] for r in records if r["variant"] == v),
+                "receiver_drops": sum(r.get("receiver_drops") or 0 for r in records
+                                      if r["variant"] == v),
                 "flow_bytes": sum(r["flow_bytes"] for r in records if r["variant"] == v),
                 "select_methods": sorted({m for r in records if r["variant"] == v
                                           for m in r["select_methods"]}),
@@ -305,8 +310,12 @@ class EcmpSpread(Lab):
                                                if s["outside_band"] else "")))
         lost = sum(x["lost_bytes"] for x in vs.values())
         total = sum(x["flow_bytes"] for x in vs.values())
+        drops = sum(x.get("receiver_drops", 0) for x in vs.values())
         out.append(Verdict("all_delivered", lost == 0,
-                           f"{lost} of {total} payload bytes lost", timing_sensitive=True))
+                           f"{lost} of {total} payload bytes lost"
+                           + (f"; the receiving hosts' kernels dropped {drops} datagram(s) at full "
+                              "socket buffers (host CPU, not the fabric)" if drops else ""),
+                           timing_sensitive=True))
         return out
 
     def report(self, exp: Any, records: list[dict[str, Any]], summary: dict[str, Any]
@@ -335,6 +344,17 @@ class EcmpSpread(Lab):
         plot_shares(records, path, summary["band"],
                     f"{exp.spec.name}: {exp.fabric.name}, link share / fair share per tier")
         return [path]
+
+
+def _receiver_drops(sink_reports: list[dict[str, Any]]) -> int | None:
+    """Datagrams the sinks' kernels dropped at full UDP receive buffers (None: unknown)."""
+    total = 0
+    for r in sink_reports:
+        c = r.get("udp_rcvbuf_errors")
+        if not isinstance(c, int):
+            return None
+        total += c
+    return total
 
 
 def _cmd(*args: str) -> list[str]:

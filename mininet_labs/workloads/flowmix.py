@@ -2,8 +2,12 @@
 
 ``python -m mininet_labs.workloads.flowmix sink --port P --out FILE``
     Receives UDP datagrams and TCP connections on port ``P`` and counts the bytes of every flow
-    (protocol, source address, source port) until SIGTERM/SIGINT; then writes ``{"flows":
-    [[proto, src, sport, bytes], ...]}`` to ``FILE`` and exits 0. A TCP flow starts with an
+    (protocol, source address, source port) until SIGTERM/SIGINT; then reads what its UDP socket
+    still holds, writes ``{"flows": [[proto, src, sport, bytes], ...], "udp_rcvbuf_errors": N}``
+    to ``FILE`` and exits 0. ``udp_rcvbuf_errors`` is how many datagrams the kernel dropped
+    because a UDP socket's receive buffer was full in the sink's network namespace while it ran
+    (``RcvbufErrors`` of ``/proc/net/snmp``, RFC 4113's counters as Linux keeps them; ``null``
+    where unreadable): a loss at the receiving host, not in the fabric. A TCP flow starts with an
     8-byte big-endian length; the sink closes the connection once it has read that many bytes,
     so the sink, not the sender, holds TIME_WAIT and a later run can reuse the sender's port.
 
@@ -38,9 +42,19 @@ LENGTH = struct.Struct("!Q")
 MAX_CHUNK_BYTES = 8900  # one jumbo frame with the IPv4 and UDP headers
 
 
+def udp_rcvbuf_errors(snmp: Path = Path("/proc/net/snmp")) -> int | None:
+    """The ``Udp: RcvbufErrors`` counter of this network namespace, or None if unreadable."""
+    try:
+        rows = [line.split() for line in snmp.read_text().splitlines() if line.startswith("Udp:")]
+        return int(dict(zip(rows[0][1:], rows[1][1:], strict=True))["RcvbufErrors"])
+    except (OSError, IndexError, KeyError, ValueError):
+        return None
+
+
 def sink(port: int, out: Path, stop: threading.Event) -> dict[str, Any]:
     """Count bytes per flow until ``stop`` (module docstring); writes and returns the report."""
     got: Counter[tuple[str, str, int]] = Counter()
+    drops_at_start = udp_rcvbuf_errors()
     sel = selectors.DefaultSelector()
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 2**20)
@@ -61,12 +75,7 @@ def sink(port: int, out: Path, stop: threading.Event) -> dict[str, Any]:
             s = key.fileobj
             assert isinstance(s, socket.socket)
             if key.data == "udp":
-                while True:
-                    try:
-                        n, (ip, sport) = s.recvfrom_into(buf)
-                    except BlockingIOError:
-                        break
-                    got[("udp", ip, sport)] += n
+                _drain(s, buf, got)
             elif key.data == "listen":
                 try:
                     c, (ip, sport) = s.accept()
@@ -98,9 +107,23 @@ def sink(port: int, out: Path, stop: threading.Event) -> dict[str, Any]:
                     sel.unregister(s)
                     s.close()
                     del conns[s]
-    rep = {"port": port, "flows": [[k[0], k[1], k[2], v] for k, v in sorted(got.items())]}
+    _drain(udp, buf, got)  # what arrived between the last select and the stop
+    drops_at_end = udp_rcvbuf_errors()
+    rep = {"port": port, "flows": [[k[0], k[1], k[2], v] for k, v in sorted(got.items())],
+           "udp_rcvbuf_errors": None if drops_at_start is None or drops_at_end is None
+           else drops_at_end - drops_at_start}
     out.write_text(json.dumps(rep))
     return rep
+
+
+def _drain(udp: socket.socket, buf: bytearray, got: Counter[tuple[str, str, int]]) -> None:
+    """Read every datagram the non-blocking ``udp`` holds into ``got``."""
+    while True:
+        try:
+            n, (ip, sport) = udp.recvfrom_into(buf)
+        except BlockingIOError:
+            return
+        got[("udp", ip, sport)] += n
 
 
 def send(flows: Sequence[Sequence[Any]], port: int, duration_s: float, chunk_bytes: int,
