@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Callable
 
+import aetcd
 import pytest
 
 from controller.cluster.etcd import EtcdClient, EtcdSettings
@@ -43,10 +44,10 @@ def _until_sync(pred: Callable[[], bool], timeout_s: float = 15.0) -> None:
 class Replica:
     """An in-process replica and every event it emitted."""
 
-    def __init__(self, cluster, name: str, fabric: str = "t"):
+    def __init__(self, cluster, name: str, fabric: str = "t", lease: LeaseSettings = LEASE):
         self.client = EtcdClient(EtcdSettings.from_url(cluster.url, rpc_timeout_s=0.5))
         self.svc = MastershipService(self.client, name, SWITCHES, keys=ClusterKeys(fabric),
-                                     lease=LEASE, advertise={"northbound": f"{name}.example:50051"})
+                                     lease=lease, advertise={"northbound": f"{name}.example:50051"})
         self.events: list[MastershipEvent] = []
         self.svc.add_listener(self.events.append)
 
@@ -119,14 +120,83 @@ def test_stalled_keepalive_steps_down_before_the_switch_moves(etcd_cluster):
         b.svc.add_listener(lambda e: won_at.setdefault(e.switch, (time.monotonic(), e.term.token))
                            if e.role is Role.MASTER and e.term is not None else None)
         lease = a.svc._lease  # noqa: SLF001 (the test stalls its keep-alive on purpose)
-        assert lease is not None and lease._task is not None  # noqa: SLF001
-        lease._task.cancel()  # noqa: SLF001
+        assert lease is not None and lease._keeper is not None  # noqa: SLF001
+        lease._keeper.stop.set()  # noqa: SLF001 (the keep-alive thread stops sending)
         await _until(lambda: set(won_at) >= set(held))
         for s, term in held.items():
             assert term is not None
             assert lost_at[s] < won_at[s][0]            # stepped down before the other took over
             assert won_at[s][1] > term.token            # and the new token is higher
             assert a.svc.term(s) is None
+        await a.close()
+        await b.close()
+
+    asyncio.run(go())
+
+
+def test_a_busy_event_loop_keeps_its_lease(etcd_cluster):
+    """Keep-alives go from a thread (controller/cluster/lease.py): an event loop busy for 2.5 s
+    (2.5 TTLs) keeps every lease and mastership; from the loop both replicas' leases ended."""
+
+    async def go() -> None:
+        a, b = Replica(etcd_cluster, "a"), Replica(etcd_cluster, "b")
+        await a.svc.start()
+        await b.svc.start()
+        await _until(lambda: _balanced([a, b]))
+        before = {s: (r.svc.replica, r.svc.term(s)) for r in (a, b) for s in r.mastered()}
+        seen = len(a.events) + len(b.events)
+        time.sleep(2.5)   # the loop (both replicas') runs nothing
+        await asyncio.sleep(1.0)
+        after = {s: (r.svc.replica, r.svc.term(s)) for r in (a, b) for s in r.mastered()}
+        assert after == before
+        assert len(a.events) + len(b.events) == seen, (a.events[-3:], b.events[-3:])  # no step-down
+        await a.close()
+        await b.close()
+
+    asyncio.run(go())
+
+
+def test_the_keepalive_thread_stops_when_the_event_loop_stops_marking(etcd_cluster):
+    """A wedged loop (its marker task gone) loses the lease: ``loop_stall_s`` + TTL."""
+
+    async def go() -> None:
+        a = Replica(etcd_cluster, "a", lease=LeaseSettings(ttl_s=1, keepalive_interval_s=0.2,
+                                                             margin_s=0.1, loop_stall_s=0.5))
+        await a.svc.start()
+        await _until(lambda: len(a.mastered()) == len(SWITCHES))
+        lease = a.svc._lease  # noqa: SLF001
+        assert lease is not None and lease._task is not None  # noqa: SLF001
+        lease._task.cancel()  # noqa: SLF001 (the loop stops marking itself alive)
+        await _until(lambda: a.mastered() == set(), timeout_s=5.0)
+        await a.close()
+
+    asyncio.run(go())
+
+
+def test_a_release_whose_delete_failed_is_not_left_without_a_master(etcd_cluster):
+    """A release steps down first and deletes the key second; when the delete fails (a call
+    timeout under load) the key stays with the releasing replica's lease. The next round deletes
+    it (or adopts it again), so the other replica gets its share: at k = 16, 53 switches were
+    left with a key nobody acted on and no master at all."""
+
+    async def go() -> None:
+        a = Replica(etcd_cluster, "a")
+        await a.svc.start()
+        await _until(lambda: len(a.mastered()) == len(SWITCHES))
+        real = a.client.transaction
+        failed: list[int] = []
+
+        async def flaky(*args, **kw):
+            if kw.get("compare") == [] and not failed:   # the first release's deletes
+                failed.append(1)
+                raise aetcd.ConnectionTimeoutError("injected: the answer did not come")
+            return await real(*args, **kw)
+
+        a.client.transaction = flaky
+        b = Replica(etcd_cluster, "b")
+        await b.svc.start()
+        await _until(lambda: _balanced([a, b]), timeout_s=10.0)
+        assert failed == [1]
         await a.close()
         await b.close()
 

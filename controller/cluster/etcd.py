@@ -18,6 +18,7 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,6 +213,35 @@ class EtcdClient(aetcd.Client):
         super().__init__(host=host, port=port, timeout=settings.rpc_timeout_s, options=None)
         self.settings = settings
         self._target = grpc_target(settings.endpoints)
+        self._sync_lock = threading.Lock()
+        self._sync: grpc.Channel | None = None
+
+    def sync_keepalive(self, lease_id: int) -> int | None:
+        """One ``LeaseKeepAlive`` exchange from a thread (the lease's keep-alive thread,
+        :mod:`controller.cluster.lease`), on a synchronous channel of this client's own, made on
+        first use: the TTL etcd answered (<= 0: the lease is gone), or None (no answer within
+        ``rpc_timeout_s``, or the channel closed)."""
+        with self._sync_lock:
+            if self._sync is None:
+                self._sync = sync_channel(self.settings)
+            channel = self._sync
+        try:
+            replies = aetcd.rpc.LeaseStub(channel).LeaseKeepAlive(
+                iter([aetcd.rpc.LeaseKeepAliveRequest(ID=lease_id)]),
+                timeout=self.settings.rpc_timeout_s)
+            for reply in replies:
+                replies.cancel()
+                return int(reply.TTL)
+        except (grpc.RpcError, ValueError) as exc:   # ValueError: the channel was closed
+            LOG.debug("keep-alive of lease %x failed: %s", lease_id, exc)
+        return None
+
+    async def close(self) -> None:
+        with self._sync_lock:
+            sync, self._sync = self._sync, None
+        if sync is not None:
+            sync.close()
+        await super().close()
 
     async def connect(self) -> None:
         # aetcd 1.0's connect() with two changes: the channel (all members, optional TLS,

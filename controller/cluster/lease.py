@@ -31,6 +31,17 @@ period, and the other replicas claim within one watch notification and one trans
 the lease: failover within milliseconds. An etcd leader election stalls every keep-alive for up to
 ``2 x --election-timeout``: a TTL below that suspends every master for the rest of the election.
 
+Where the keep-alives are sent from: with an :class:`~controller.cluster.etcd.EtcdClient`, a
+thread of their own (:class:`_KeepaliveThread`: a synchronous gRPC channel, no event loop), as the
+failure detector's heartbeats are. On the event loop they stopped whenever the loop was busy: at
+k = 16 with three replicas on two cores the loops ran 1-5 s late, every lease (2 s) was suspended
+and taken over again and again, and each hand-over's read-backs kept the loops busy (thousands of
+hand-overs, the fabric never programmed). The thread extends ``valid_until_s`` itself (one float
+store, seen by :meth:`ReplicaLease.valid` at once) and hands resume, re-arm and expiry to the loop.
+It stops sending when the event loop has not run for ``loop_stall_s`` (a task on the loop marks
+each interval): a wedged controller still loses its lease, ``loop_stall_s + TTL`` after it wedged;
+a dead or frozen one as before. Other clients (tests): keep-alives on the event loop.
+
 With the failure detector (:mod:`controller.cluster.detector`, ``heartbeat_window_s``), other
 replicas may revoke this lease ``window`` after this replica's last heartbeat: the lease is then
 valid only until ``t_send + window - margin`` of the last *acknowledged* heartbeat too
@@ -41,13 +52,17 @@ keep-alive one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import aetcd
+
+from controller.cluster.etcd import EtcdClient
 
 LOG = logging.getLogger("aifabric.cluster")
 
@@ -66,11 +81,15 @@ class LeaseSettings:
         time between keep-alives; must leave room for a few retries within the TTL.
     margin_s:
         this replica steps down this long before ``t_send + TTL`` (see the module docstring).
+    loop_stall_s:
+        the keep-alive thread stops sending when the event loop has not run for this long
+        (module docstring); None: keep-alives from the event loop itself.
     """
 
     ttl_s: int = 1
     keepalive_interval_s: float = 0.2
     margin_s: float = 0.1
+    loop_stall_s: float | None = 10.0
 
     def __post_init__(self) -> None:
         if self.ttl_s < 1:
@@ -80,6 +99,9 @@ class LeaseSettings:
                              f"{self.keepalive_interval_s}")
         if not 0 <= self.margin_s < self.ttl_s - self.keepalive_interval_s:
             raise ValueError(f"margin_s must be in [0, ttl_s - keepalive_interval_s), got {self.margin_s}")
+        if self.loop_stall_s is not None and self.loop_stall_s < self.keepalive_interval_s:
+            raise ValueError(f"loop_stall_s must be >= keepalive_interval_s, got "
+                             f"{self.loop_stall_s}")
 
 
 class LeaseState(enum.StrEnum):
@@ -128,6 +150,9 @@ class ReplicaLease:
         self.state = LeaseState.EXPIRED
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._keeper: _KeepaliveThread | None = None
+        #: when the event loop last ran the lease's marker task (read by the keep-alive thread)
+        self.loop_alive_s = 0.0
 
     async def grant(self) -> int:
         """Ask etcd for the lease; start keeping it alive. Returns the lease id."""
@@ -145,7 +170,14 @@ class ReplicaLease:
             # no heartbeat can be older than the grant
             self.heartbeat_until_s = t_send + self.heartbeat_window_s - self.settings.margin_s
         self._extend(t_send, self.granted_ttl_s)
-        self._task = asyncio.get_running_loop().create_task(self._keepalive_loop())
+        loop = asyncio.get_running_loop()
+        if self.settings.loop_stall_s is not None and isinstance(self._client, EtcdClient):
+            self.loop_alive_s = self._clock()
+            self._task = loop.create_task(self._mark_loop())
+            self._keeper = _KeepaliveThread(self._client, self, loop)
+            self._keeper.start()
+        else:
+            self._task = loop.create_task(self._keepalive_loop())
         return self.lease_id
 
     def valid(self, now_s: float | None = None) -> bool:
@@ -199,6 +231,11 @@ class ReplicaLease:
 
     # -- internals -------------------------------------------------------------------------------
     async def _stop_task(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop.set()
+            if keeper is not threading.current_thread():
+                await asyncio.to_thread(keeper.join, 2.0)
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -246,6 +283,34 @@ class ReplicaLease:
         LOG.info("lease %x ended: %s", self.lease_id, reason)
         self._on_expired(reason)
 
+    async def _mark_loop(self) -> None:
+        """Tell the keep-alive thread the event loop runs (module docstring)."""
+        interval = self.settings.keepalive_interval_s
+        while self.state is not LeaseState.EXPIRED:
+            self.loop_alive_s = self._clock()
+            await asyncio.sleep(interval)
+
+    def _keepalive_answered(self, t_send: float, ttl: int | None) -> None:
+        """On the loop: the keep-alive thread's answer sent at ``t_send`` (``ttl`` None: it
+        failed; <= 0: etcd says the lease is gone)."""
+        if self.state is LeaseState.EXPIRED:
+            return
+        if ttl is None:
+            if self.state is LeaseState.VALID and not self.valid():
+                self._suspend("keep-alive deadline passed")
+            return
+        if ttl <= 0:
+            self._expire("etcd says the lease is gone")
+            return
+        self.valid_until_s = max(self.valid_until_s, t_send + ttl - self.settings.margin_s)
+        self.answered_s = max(self.answered_s, t_send)
+        self._maybe_resume()
+        if self.state is LeaseState.VALID:
+            if self.valid():
+                self._arm()
+            else:
+                self._suspend("keep-alive or heartbeat answered too late")
+
     async def _keepalive_loop(self) -> None:
         interval = self.settings.keepalive_interval_s
         retry = min(0.05, interval)
@@ -280,3 +345,45 @@ class ReplicaLease:
                 else:
                     self._suspend("keep-alive or heartbeat answered too late")
             await asyncio.sleep(max(0.0, t_send + interval - self._clock()))
+
+
+class _KeepaliveThread(threading.Thread):
+    """A lease's keep-alives from a thread of their own on a synchronous gRPC channel (module
+    docstring): one ``LeaseKeepAlive`` exchange per interval, each bounded by the call timeout.
+    An answer extends ``lease.valid_until_s`` at once and is handed to the loop
+    (:meth:`ReplicaLease._keepalive_answered`); nothing is sent while the loop has not marked
+    itself alive for ``loop_stall_s``."""
+
+    def __init__(self, client: EtcdClient, lease: ReplicaLease,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(name=f"keep-alive {lease.lease_id:x}", daemon=True)
+        self.client, self.lease, self.main_loop = client, lease, loop
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        lease, clock = self.lease, self.lease._clock
+        interval = lease.settings.keepalive_interval_s
+        stall_s = lease.settings.loop_stall_s or float("inf")
+        retry = min(0.05, interval)
+        stalled = False
+        while not self.stop.is_set() and lease.state is not LeaseState.EXPIRED:
+            t_send = clock()
+            if t_send - lease.loop_alive_s > stall_s:
+                if not stalled:
+                    LOG.warning("lease %x: the event loop has not run for %.1f s: keep-alives "
+                                "stop (the lease ends within its TTL unless it runs again)",
+                                lease.lease_id, t_send - lease.loop_alive_s)
+                stalled = True
+                self.stop.wait(interval)
+                continue
+            stalled = False
+            ttl = self.client.sync_keepalive(lease.lease_id)
+            if ttl is not None and ttl > 0 and lease.state is not LeaseState.EXPIRED:
+                # etcd renewed the lease after t_send (module docstring)
+                lease.valid_until_s = max(lease.valid_until_s,
+                                          t_send + ttl - lease.settings.margin_s)
+            with contextlib.suppress(RuntimeError):   # the main loop closed
+                self.main_loop.call_soon_threadsafe(lease._keepalive_answered, t_send, ttl)
+            if ttl is not None and ttl <= 0:
+                return
+            self.stop.wait(retry if ttl is None else max(0.0, t_send + interval - clock()))

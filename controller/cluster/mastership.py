@@ -539,6 +539,19 @@ class MastershipService:
             return False
         current = {s: t.replica for s, t in self._masters.items() if t.replica in self._replicas}
         desired = balanced_assignment(self._switches, list(self._replicas), current)
+        # keys of this lease that this replica does not act on: a release whose delete failed
+        # (a timeout: stepped down, key kept) or a claim whose answer was lost. Left alone, no
+        # one masters those switches (seen at k = 16: 53 switches): adopt or delete them.
+        orphans = [t for s, t in sorted(self._masters.items())
+                   if t.replica == self.replica and t.lease_id == lease.lease_id
+                   and s not in self._mine]
+        for t in orphans:
+            if t.switch in self._switches and desired.get(t.switch) == self.replica:
+                self._mine[t.switch] = t
+                self._emit(t.switch, Role.MASTER, t, "adopted")
+        stale = [t for t in orphans if t.switch not in self._mine]
+        if stale:
+            await self._delete_terms(stale)
         release = sorted(s for s, t in self._mine.items()
                          if desired.get(s, self.replica) != self.replica)
         claim = sorted(s for s, r in desired.items()
@@ -550,18 +563,26 @@ class MastershipService:
         return True
 
     async def _release(self, switches: list[str]) -> None:
-        tx = self.client.transactions
         terms = []
         for s in switches:
             term = self._release_locally(s, "released")   # step down first, then delete
             if term is not None:
                 terms.append(term)
+        await self._delete_terms(terms)
+
+    async def _delete_terms(self, terms: list[MastershipTerm]) -> None:
+        """Delete these terms' keys (each only if it is still that term); raises on an etcd
+        error: the next round finds what is left (:meth:`_reconcile_once`)."""
+        tx = self.client.transactions
         for i in range(0, len(terms), TXN_BATCH):
             batch = terms[i:i + TXN_BATCH]
             ops = [tx.txn(compare=[tx.create(self.keys.master(t.switch)) == t.token],
                           success=[tx.delete(self.keys.master(t.switch))], failure=[])
                    for t in batch]
             await self.client.transaction(compare=[], success=ops, failure=[])
+            for t in batch:   # gone at etcd (or another term by now): not ours to adopt again
+                if self._masters.get(t.switch) == t:
+                    del self._masters[t.switch]
 
     async def _claim(self, switches: list[str], lease: ReplicaLease) -> bool:
         """Claim ``switches`` (batches of one transaction each); False when this replica's

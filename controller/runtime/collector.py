@@ -103,6 +103,42 @@ class CollectionMeter:
             gc.callbacks.remove(self._hook)
 
 
+class PauseMeter:
+    """The collections' wall time since the last :meth:`take`, through :data:`gc.callbacks`: a
+    collection stops the event loop for as long as it runs, so the loop's lateness report
+    (:meth:`controller.runtime.controller.Controller._tick_loop`) says how much of it they were.
+    """
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self.longest_s = 0.0
+        self.longest_generation = -1
+        self._t0 = 0.0
+        gc.callbacks.append(self._hook)
+
+    def _hook(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        took = time.perf_counter() - self._t0
+        self.total_s += took
+        if took > self.longest_s:
+            self.longest_s, self.longest_generation = took, info["generation"]
+
+    def take(self) -> tuple[float, float, int]:
+        """(total s, longest s, the longest one's generation or -1) since the last take;
+        starts counting afresh."""
+        out = (self.total_s, self.longest_s, self.longest_generation)
+        self.total_s = self.longest_s = 0.0
+        self.longest_generation = -1
+        return out
+
+    def close(self) -> None:
+        """Stop counting."""
+        if self._hook in gc.callbacks:
+            gc.callbacks.remove(self._hook)
+
+
 def collector_state() -> CollectorState:
     """The collector's settings and counts now (:class:`CollectorState`)."""
     t0, t1, t2 = gc.get_threshold()
@@ -134,6 +170,6 @@ def thaw_heap() -> int:
     return gc.collect()
 
 
-__all__ = ["DEFAULT_THRESHOLDS", "HEAP_THRESHOLDS", "CollectionMeter", "CollectorState",
+__all__ = ["DEFAULT_THRESHOLDS", "HEAP_THRESHOLDS", "CollectionMeter", "CollectorState", "PauseMeter",
            "collector_state",
            "configure_collector", "freeze_heap", "thaw_heap"]

@@ -180,12 +180,13 @@ class ReplicaSet:
 
         for attr in _ETCD_CALLS:
             setattr(client, attr, unreachable)
+        setattr(client, "sync_keepalive", lambda lease_id: None)  # the keep-alive thread: no answer
 
     def rejoin(self, name: str) -> None:
         """Undo :meth:`isolate`: replica ``name`` reaches etcd again (as a paused process that
         is resumed, or a healed partition)."""
         client = self.replicas[name].cluster.client
-        for attr in _ETCD_CALLS:
+        for attr in (*_ETCD_CALLS, "sync_keepalive"):
             client.__dict__.pop(attr, None)
 
     async def close(self) -> None:
