@@ -180,7 +180,7 @@ class ReplicaSet:
 
         for attr in _ETCD_CALLS:
             setattr(client, attr, unreachable)
-        setattr(client, "sync_keepalive", lambda lease_id: None)  # the keep-alive thread: no answer
+        client.sync_keepalive = lambda lease_id: None  # type: ignore[method-assign]  # no answer
 
     def rejoin(self, name: str) -> None:
         """Undo :meth:`isolate`: replica ``name`` reaches etcd again (as a paused process that
