@@ -20,6 +20,8 @@ EDGES = {
     "drivers/ovs/qos.py": "ovsdbapp is blocking: the QoS applier's thread",
     "cluster/detector.py": "heartbeats that must go on while the loop is busy (a synchronous "
                            "gRPC channel; no event loop of its own)",
+    "cluster/lease.py": "keep-alives that must go on while the loop is busy (a synchronous gRPC "
+                        "channel; no event loop of its own; they stop when the loop stalls)",
     "runtime/policycheck.py": "blocking pipe I/O to the policy checker's worker process",
     "cli_ina.py": "a command-line entry point (asyncio.run of one command)",
 }
