@@ -11,6 +11,7 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import aetcd
 import pytest
@@ -103,12 +104,16 @@ def test_balance_with_one_two_three_replicas_and_stop(etcd_cluster):
     asyncio.run(go())
 
 
-def test_stalled_keepalive_steps_down_before_the_switch_moves(etcd_cluster):
+@pytest.mark.parametrize("sender", ["thread", "loop"])
+def test_stalled_keepalive_steps_down_before_the_switch_moves(etcd_cluster, sender):
     """A replica that stops sending keep-alives (its event loop otherwise alive) suspends its
-    mastership at its own deadline, before etcd expires the lease and another replica claims."""
+    mastership at its own deadline, before etcd expires the lease and another replica claims;
+    keep-alives from their thread (the default) or from the event loop (``loop_stall_s`` None)."""
 
     async def go() -> None:
-        a, b = Replica(etcd_cluster, "a"), Replica(etcd_cluster, "b")
+        lease_settings = LEASE if sender == "thread" else replace(LEASE, loop_stall_s=None)
+        a = Replica(etcd_cluster, "a", lease=lease_settings)
+        b = Replica(etcd_cluster, "b", lease=lease_settings)
         await a.svc.start()
         await b.svc.start()
         await _until(lambda: _balanced([a, b]))
@@ -120,8 +125,13 @@ def test_stalled_keepalive_steps_down_before_the_switch_moves(etcd_cluster):
         b.svc.add_listener(lambda e: won_at.setdefault(e.switch, (time.monotonic(), e.term.token))
                            if e.role is Role.MASTER and e.term is not None else None)
         lease = a.svc._lease  # noqa: SLF001 (the test stalls its keep-alive on purpose)
-        assert lease is not None and lease._keeper is not None  # noqa: SLF001
-        lease._keeper.stop.set()  # noqa: SLF001 (the keep-alive thread stops sending)
+        assert lease is not None
+        if sender == "thread":
+            assert lease._keeper is not None  # noqa: SLF001
+            lease._keeper.stop.set()  # noqa: SLF001 (the keep-alive thread stops sending)
+        else:
+            assert lease._keeper is None and lease._task is not None  # noqa: SLF001
+            lease._task.cancel()  # noqa: SLF001 (the keep-alive task stops)
         await _until(lambda: set(won_at) >= set(held))
         for s, term in held.items():
             assert term is not None

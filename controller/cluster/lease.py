@@ -312,40 +312,26 @@ class ReplicaLease:
                 self._suspend("keep-alive or heartbeat answered too late")
 
     async def _keepalive_loop(self) -> None:
+        """Keep-alives from the event loop (``loop_stall_s`` None, or a client other than
+        :class:`~controller.cluster.etcd.EtcdClient`)."""
         interval = self.settings.keepalive_interval_s
         retry = min(0.05, interval)
         while self.state is not LeaseState.EXPIRED:
             t_send = self._clock()
+            ttl: int | None
             try:
                 reply = await self._client.refresh_lease(self.lease_id)
                 if reply is None:
                     raise aetcd.ClientError("keep-alive stream ended without an answer")
+                ttl = int(reply.TTL)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 (any failure: retry until etcd answers)
                 LOG.debug("keep-alive of lease %x failed: %s", self.lease_id, exc)
-                if self.state is LeaseState.VALID and not self.valid():
-                    self._suspend("keep-alive deadline passed")
-                await asyncio.sleep(retry)
-                continue
-            if self.state is LeaseState.EXPIRED:
-                return
-            ttl = int(reply.TTL)
-            if ttl <= 0:
-                self._expire("etcd says the lease is gone")
-                return
-            # etcd renewed the lease after t_send: it lives until at least t_send + ttl, however
-            # late this answer arrived
-            self.valid_until_s = max(self.valid_until_s, t_send + ttl - self.settings.margin_s)
-            self.answered_s = max(self.answered_s, t_send)
-            self._maybe_resume()
-            if self.state is LeaseState.VALID:
-                if self.valid():
-                    self._arm()
-                else:
-                    self._suspend("keep-alive or heartbeat answered too late")
-            await asyncio.sleep(max(0.0, t_send + interval - self._clock()))
-
+                ttl = None
+            self._keepalive_answered(t_send, ttl)
+            await asyncio.sleep(retry if ttl is None else
+                                max(0.0, t_send + interval - self._clock()))
 
 class _KeepaliveThread(threading.Thread):
     """A lease's keep-alives from a thread of their own on a synchronous gRPC channel (module
