@@ -75,7 +75,8 @@ def test_a_frozen_placement_is_in_no_generation(collector):
     pin = place(FABRIC, demand_rates_bps(FABRIC, [_ring(1)]), index=PathIndex(FABRIC))
     freeze_heap()
     n = gc.get_freeze_count()
-    assert n == gc.get_freeze_count() == collector_state().frozen > 0
+    # frozen objects may still be freed by reference counting (by any thread) between the reads
+    assert 0 < collector_state().frozen <= n
     assert gc.get_count()[0] < 50  # the young generation was emptied into the frozen one
     in_gens = {id(o) for g in range(3) for o in gc.get_objects(generation=g)}
     assert id(pin.placement) not in in_gens and id(pin.paths) not in in_gens

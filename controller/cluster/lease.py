@@ -353,6 +353,8 @@ class _KeepaliveThread(threading.Thread):
         retry = min(0.05, interval)
         stalled = False
         while not self.stop.is_set() and lease.state is not LeaseState.EXPIRED:
+            if self.main_loop.is_closed():
+                return   # the process's loop ended without stopping the lease: nobody to serve
             t_send = clock()
             if t_send - lease.loop_alive_s > stall_s:
                 if not stalled:
