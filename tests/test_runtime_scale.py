@@ -233,15 +233,22 @@ def _flow_stats_reply(records: list[tuple[FlowIntent, int | None, int, int]]) ->
     return struct.pack("!BBHIHH4x", 4, 19, 16 + len(body), 77, 1, 0) + body
 
 
-def test_flow_statistics_read_from_the_wire_decode_as_os_ken_reads_them():
-    e34 = NextHopSet("ecmp", (3, 4))
-    gid = encode.GROUP_ID_BASE
-    flows = [
+def _group_and_output_entries(e34: NextHopSet, gid: int) -> list[tuple[object, ...]]:
+    """Two entries every read-back test decodes: to a group, and to a port with a 5-tuple."""
+    return [
         (FlowIntent(0, 100, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.3"), Action.via(e34)),
          gid, 1000, 10),
         (FlowIntent(0, 200, Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1",
                                   ipv4_dst="10.0.0.9", ip_proto=17, ip_dscp=26, l4_dst=4791),
                     Action("output", 7)), None, 5, 1),
+    ]
+
+
+def test_flow_statistics_read_from_the_wire_decode_as_os_ken_reads_them():
+    e34 = NextHopSet("ecmp", (3, 4))
+    gid = encode.GROUP_ID_BASE
+    flows = [
+        *_group_and_output_entries(e34, gid),
         (FlowIntent(0, 1000, Match(eth_type=ETH_TYPE_ARP), Action("controller")), None, 0, 0),
         (FlowIntent(0, 50, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.4"), Action("drop")),
          None, 0, 0),
@@ -423,11 +430,7 @@ def test_flow_descriptions_of_openflow_15_read_from_the_wire_decode_as_os_ken_re
     gid = encode.GROUP_ID_BASE
     reply = ArpReply("10.0.0.3", "02:00:00:00:00:03")
     flows = [
-        (FlowIntent(0, 100, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.3"), Action.via(e34)),
-         gid, 1000, 10),
-        (FlowIntent(0, 200, Match(eth_type=ETH_TYPE_IPV4, ipv4_src="10.0.0.1",
-                                  ipv4_dst="10.0.0.9", ip_proto=17, ip_dscp=26, l4_dst=4791),
-                    Action("output", 7)), None, 5, 1),
+        *_group_and_output_entries(e34, gid),
         (FlowIntent(0, 1100, arp_request_match("10.0.0.3"), Action.answer(reply)), None, 0, 0),
         (FlowIntent(0, 1100, arp_request_match("10.0.0.3"), Action.answer(reply)), None, 64, 1),
         (FlowIntent(0, 50, Match(eth_type=ETH_TYPE_IPV4, ipv4_dst="10.0.0.4"), Action("drop")),
