@@ -415,6 +415,34 @@ def test_the_arp_responders_entries_read_from_the_wire_decode_once_as_os_ken_rea
     assert encode.decode_state("s", 1, got, [], d).plan.flows == set(flows)
 
 
+def test_the_arp_responders_actions_decode_once_for_every_switch(monkeypatch):
+    """An ARP reply's action depends on its bytes alone: read back from many switches (320 at
+    k = 16, 131,072 entries), each distinct reply is decoded once for all of them, not once per
+    switch (the restart's read-back spent most of its CPU there)."""
+    from controller.plan.model import ArpReply, arp_request_match
+
+    d = OF13()
+    replies = [ArpReply(f"10.0.0.{i}", f"02:00:00:00:00:{i:02x}") for i in (3, 4, 5)]
+    flows = [FlowIntent(0, 1100, arp_request_match(r.ipv4), Action.answer(r)) for r in replies]
+    body = b""
+    for f in flows:
+        m = bytearray()
+        encode.encode_match(f.match, d).serialize(m, 0)
+        ins = bytearray()
+        for i in encode.encode_instructions(f.action, None, d):
+            i.serialize(ins, len(ins))
+        body += struct.pack("!HBxIIHHHH4xQQQ", 48 + len(m) + len(ins), f.table, 7, 9, f.priority,
+                            0, 0, 0, encode.COOKIE, 0, 0) + bytes(m) + bytes(ins)
+    frame = struct.pack("!BBHIHH4x", 4, 19, 16 + len(body), 77, 1, 0) + body
+    calls = []
+    real = encode.decode_reply
+    monkeypatch.setattr(encode, "decode_reply", lambda *a: calls.append(1) or real(*a))
+    for sw in range(4):   # four switches, each its own read-back of the same bytes
+        records = d.flow_records(d.wire_flow_stats(77, frame).body)
+        assert encode.decode_state(f"e{sw}", sw + 1, records, [], d).plan.flows == set(flows)
+    assert len(calls) == len(replies)
+
+
 def test_flow_descriptions_of_openflow_15_read_from_the_wire_decode_as_os_ken_reads_them():
     """An OpenFlow 1.5 read-back (``OFPMP_FLOW_DESC``, OpenFlow 1.5.1 §7.3.5.2: the match,
     then OXS statistics, then the instructions) read straight from its bytes gives the records

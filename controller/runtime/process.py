@@ -325,6 +325,8 @@ def run_controller(config: ServiceConfig, *, stop_event: threading.Event | None 
             return EXIT_FAILED
         LOG.info("[controller] OpenFlow socket bound on %s:%d %.2f s after the process started",
                  opts.listen_host, sock.getsockname()[1], _since_process_start())
+    switch_interval_s = sys.getswitchinterval()
+    sys.setswitchinterval(STARTING_SWITCH_INTERVAL_S)
     try:
         return asyncio.run(_main(fabric, policy, document, str(policy_path), southbound,
                                  p4_addresses, opts, sock, early, channels))
@@ -335,6 +337,7 @@ def run_controller(config: ServiceConfig, *, stop_event: threading.Event | None 
         print(f"controller failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     finally:
+        sys.setswitchinterval(switch_interval_s)
         early.restore()
         if sock is not None:
             try:
@@ -364,6 +367,16 @@ def _channels(opts: ControllerOptions, southbound: Mapping[str, SouthboundKind],
             view=opts.view_listen is not None)
     except (InsecureChannelRefused, TokenFileError, ValueError, OSError) as exc:
         raise _Invalid(str(exc)) from None
+
+
+#: The interpreter's thread switch interval while the controller starts (s): the main thread
+#: builds the plan (3 s at k = 16) while the accept stage's thread does the switches' TLS
+#: handshakes and HELLOs (:mod:`controller.drivers.openflow.listener`), each of its calls
+#: waiting for the GIL up to the interval; at the default 5 ms, ~8 waits per connection kept
+#: 131 of 320 restarted switches past Open vSwitch's 1 s backoff. Back to the default once
+#: the runtime runs.
+STARTING_SWITCH_INTERVAL_S = 0.0005
+_DEFAULT_SWITCH_INTERVAL_S = sys.getswitchinterval()
 
 
 def _since_process_start() -> float:
@@ -608,6 +621,7 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
     # policy's preview in the executor: 1.04 s -> 0.24 s, the loop's worst stall 246 -> 13 ms
     # (issue 23; Python docs, gc.freeze).
     gc.freeze()
+    sys.setswitchinterval(_DEFAULT_SWITCH_INTERVAL_S)
     ready.set()
     edge_tasks = _notify_tasks(notifier, ctl, cluster is not None, opts.ready_timeout_s)
     if of_handle is not None:

@@ -61,8 +61,12 @@ def start_openflow(driver: OpenFlowDriver, sock: socket.socket, ready: threading
     The accept thread is a daemon: it never keeps the process alive.
     """
     tablefeatures.install()
-    transport = Transport(driver, loop)
-    gate = HelloGate(sock, transport.adopt, _call, limits or ListenerLimits(), ready, tls=tls)
+    # the accept stage greets every connection (our HELLO goes before the loop runs: a
+    # restarted controller's loop is busy building its plan, and a switch waits for the HELLO
+    # only its backoff, :mod:`.listener`)
+    transport = Transport(driver, loop, greeted=True)
+    gate = HelloGate(sock, transport.adopt, _call, limits or ListenerLimits(), ready, tls=tls,
+                     greeting=transport.greeting())
     transport.gate = gate
     errors: list[BaseException] = []
 

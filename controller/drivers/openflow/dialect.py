@@ -28,6 +28,7 @@ The driver offers OpenFlow 1.3 and 1.5; the switch picks the highest both speak 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,10 +97,23 @@ class WireRecord:
 
 class SharedInstructions(tuple[Any, ...]):
     """Instructions os-ken parsed once for every entry read back with the same bytes
-    (:meth:`OF13.wire_flow_stats`): one object shared by those entries, so their plan action
-    is decoded once too (:func:`~.encode.decode_action`)."""
+    (:meth:`OF13.wire_flow_stats`): one object shared by those entries, on every switch, so
+    their plan action is decoded once too (:func:`~.encode.decode_action`).
 
-    __slots__ = ()
+    ``decoded`` holds that action once it is known to depend on the bytes alone (an ARP
+    reply's: not on a switch's group ids); ``UNDECODED`` until then."""
+
+    decoded: Any
+
+    def __new__(cls, items: Iterable[Any]) -> SharedInstructions:
+        self = super().__new__(cls, items)
+        self.decoded = UNDECODED
+        return self
+
+
+UNDECODED: Any = object()
+"""The :attr:`SharedInstructions.decoded` of instructions not decoded yet (or whose action
+depends on the switch)."""
 
 
 Record = FlowRecord | WireRecord

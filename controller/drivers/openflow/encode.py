@@ -46,6 +46,7 @@ from controller.drivers.openflow.dialect import (
     CAP_ECMP_HASH,
     DIALECTS,
     OF13,
+    UNDECODED,
     Dialect,
     GroupRecord,
     Record,
@@ -550,13 +551,21 @@ def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
     p, o = dialect.parser, dialect.ofp
     memo = cache if cache is not None else {}
     if isinstance(instructions, SharedInstructions):
-        # parsed once and shared by every entry with those bytes (the ARP responder's)
+        # parsed once and shared by every entry with those bytes (the ARP responder's, the
+        # same on every edge switch): decoded once for every switch when no group id is read
+        # (an ARP reply), else once per switch
+        if instructions.decoded is not UNDECODED:
+            free: Action | None = instructions.decoded
+            return free
         shared = memo.get(("parsed", id(instructions)))
         if shared is not None and shared[0] is instructions:
             kept: Action | None = shared[1]
             return kept
         got_action = decode_action(list(instructions), groups, dialect, memo)
-        memo[("parsed", id(instructions))] = (instructions, got_action)
+        if not _reads_groups(instructions, dialect):
+            instructions.decoded = got_action
+        else:
+            memo[("parsed", id(instructions))] = (instructions, got_action)
         return got_action
     ins = list(instructions)
     if not ins:
@@ -606,6 +615,28 @@ def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
             got = memo[("group", a.group_id)] = Action.via(nhs)
         return got
     return None
+
+
+def _reads_groups(instructions: Iterable[Any], dialect: Dialect) -> bool:
+    """Whether decoding ``instructions`` looks up a group id (its action then depends on the
+    switch's group allocation)."""
+    p = dialect.parser
+    for i in instructions:
+        if isinstance(i, wire.WireAction):
+            if i.kind != "output" and i.kind != "drop":
+                return True
+            continue
+        for a in getattr(i, "actions", None) or ():
+            if not isinstance(a, p.OFPActionOutput | p.OFPActionSetField) and \
+                    type(a).__name__ not in _GROUP_FREE_ACTIONS:
+                return True
+    return False
+
+
+#: os-ken action classes that name no group (the ARP responder's moves); any other action
+#: not an output or set-field counts as reading the group allocation.
+_GROUP_FREE_ACTIONS = frozenset({"OFPActionCopyField", "NXActionRegMove",
+                                 "OFPActionExperimenterUnknown"})
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ k = 16, in milliseconds).
 
 A connection (:class:`WireConnection`, the driver's :class:`~.driver.Connection`):
 
-1. sends HELLO with the highest version the driver speaks (1.5) and no version bitmap, and
+1. sends HELLO with the highest version the driver speaks (1.5) and no version bitmap (or
+   the accept stage sent it already: :attr:`Transport.greeted`), and
    negotiates on the switch's HELLO as os-ken does (OpenFlow 1.3.5 §6.3.1: with the switch's
    version bitmap, the highest version both speak; without, the smaller of the two versions,
    which must be one the driver speaks) — a failure is an ``OFPET_HELLO_FAILED`` error and
@@ -317,14 +318,18 @@ class Transport:
         (``established``) and when a connection ended (``closed``).
     versions : sequence of int
         OpenFlow wire versions spoken (4: 1.3, 6: 1.5).
+    greeted : bool
+        The accept stage sends our HELLO (:meth:`greeting`) on every connection it hands over
+        (:mod:`.listener`, ``greeting``): a connection does not send it again.
     """
 
     def __init__(self, driver: Any, loop: asyncio.AbstractEventLoop, gate: Any = None,
-                 versions: Sequence[int] = (4, 6)) -> None:
+                 versions: Sequence[int] = (4, 6), greeted: bool = False) -> None:
         self.driver = driver
         self.loop = loop
         self.gate = gate
         self.versions = tuple(versions)
+        self.greeted = greeted
         self.connections: set[WireConnection] = set()
         self._thread: int | None = None
         self._closing = False
@@ -357,11 +362,17 @@ class Transport:
         conn = WireConnection(self, sock, addr, prefix)
         self.connections.add(conn)
         self.loop.add_reader(conn.fd, conn._readable)  # noqa: SLF001 - its own callback
-        d = DIALECTS[max(self.versions)]
-        conn._raw(d.serialize(d.parser.OFPHello(d.desc), 1))  # noqa: SLF001
+        if not self.greeted:
+            conn._raw(self.greeting())  # noqa: SLF001
         # the rest of the HELLO may already sit in OpenSSL's buffer, where no readable event
         # will announce it: read now
         conn._readable()  # noqa: SLF001
+
+    def greeting(self) -> bytes:
+        """Our HELLO (module docstring): the highest version the driver speaks, xid 1; the
+        accept stage sends it when :attr:`greeted` (:mod:`.listener`)."""
+        d = DIALECTS[max(self.versions)]
+        return d.serialize(d.parser.OFPHello(d.desc), 1)
 
     def established(self, conn: WireConnection) -> None:
         if self.gate is not None:   # a datapath of the fabric: its source is known
