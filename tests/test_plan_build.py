@@ -240,6 +240,27 @@ def test_changes_apply_and_invert(fabric):
             SwitchPlan("leaf1", 3, frozenset()))
 
 
+def test_an_equal_plan_takes_the_indexes_another_built_and_applies_changes_alike(fabric):
+    """The plan a switch was written to, replaced by its equal target (the runtime compares by
+    identity from then on), hands that target its indexes: the target's next change applies
+    from them (not rebuilt) and gives the same plan as from the target's own."""
+    a = build_plan(fabric, load_policy(ECMP_POLICY, fabric)).plan
+    b = build_plan(fabric, load_policy(PINNED_POLICY, fabric),
+                   [frozenset({"leaf1", "spine1"})]).plan
+    for name in a.switches:
+        old, new = a.switches[name], b.switches[name]
+        written = diff_switch(old, new).apply_to(old)          # indexes carried over
+        target = SwitchPlan(new.switch, new.dpid, frozenset(new.flows))
+        assert "_keys" in written.__dict__ and "_keys" not in target.__dict__
+        assert target.indexed_like(written) is target
+        assert target.__dict__["_keys"] is written.__dict__["_keys"]
+        back = diff_switch(new, old)
+        assert back.apply_to(target) == back.apply_to(new) == old
+        # a plan with indexes of its own keeps them
+        own = target.__dict__["_keys"]
+        assert target.indexed_like(old).__dict__["_keys"] is own
+
+
 def test_arp_reply_is_a_value_checked_against_its_match():
     r = ArpReply("10.0.0.3", "02:00:00:00:00:0A")
     assert r.mac == "02:00:00:00:00:0a" and str(r) == "arp-reply(10.0.0.3 is-at 02:00:00:00:00:0a)"

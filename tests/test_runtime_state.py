@@ -350,3 +350,31 @@ def test_state_is_a_value_and_the_plan_a_function_of_it():
     assert intended_plan(a) == intended_plan(b)
     moved = replace(a, placement={})
     assert intended_plan(moved) != intended_plan(a)
+
+
+def test_a_commit_takes_over_the_plan_its_preview_made_and_only_that():
+    """The service previews a commit off the loop (its plan computed there); the commit
+    coming back to the loop takes that plan over instead of computing it a second time — when
+    its inputs are the preview's. A preview of another change, or made at another generation
+    (a link went down since), is not taken; the plan is the same either way."""
+    from controller.runtime.intentstore import IntentUpdate, synced
+    from controller.runtime.service import _preview
+
+    st = _state("pinned")
+    intended_plan(st)
+    moved = dict(list(st.placement.items())[1:])          # one pinned flow unplaced
+    update = IntentUpdate(placement=moved)
+    planned, changes, _ = _preview(st, update, 0.0, 0.0)
+    assert changes                                          # the plan changes
+    plain = core.adopt(st, synced(st, update, st.intent_generation + 1, 0.0), 0.0)
+    taken = core.adopt(st, synced(st, update, st.intent_generation + 1, 0.0, planned), 0.0)
+    assert taken.memo is planned.memo and plain.memo is not planned.memo
+    assert intended_plan(taken) == intended_plan(plain)
+    # another change's preview, or one from another generation: not taken
+    other, _, _ = _preview(st, IntentUpdate(placement={}), 0.0, 0.0)
+    later = replace(st, generation=st.generation + 1)
+    for hint in (other, planned):
+        base = st if hint is other else later
+        got = core.adopt(base, synced(base, update, st.intent_generation + 1, 0.0, hint), 0.0)
+        assert got.memo is not hint.memo
+        assert intended_plan(got) == intended_plan(plain)

@@ -375,6 +375,19 @@ class SwitchPlan:
     def by_key(self) -> dict[tuple[int, int, Match], FlowIntent]:
         return dict(self._keys)
 
+    def indexed_like(self, equal: SwitchPlan) -> SwitchPlan:
+        """This plan, given the indexes (entries by key, counts per next-hop set) ``equal``
+        has built and it has not: the two hold equal entries (the caller's word), so the
+        indexes are the same. A target plan that replaces the equal plan a switch was
+        written to (compared by identity from then on, :func:`controller.runtime.writes.
+        drive`) then does not rebuild them at its next change (1 ms per 1,440 entries; at
+        k = 16 every registration batch paid it on ~160 switches)."""
+        mine, theirs = self.__dict__, equal.__dict__
+        for name in ("_keys", "_sets"):
+            if name not in mine and name in theirs:
+                mine[name] = theirs[name]
+        return self
+
     @cached_property
     def _keys(self) -> dict[tuple[int, int, Match], FlowIntent]:
         """The entries by key, built once per plan (read-only: :meth:`by_key` copies it)."""

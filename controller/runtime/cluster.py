@@ -539,7 +539,9 @@ class EtcdIntent:
         self.cluster = cluster
         self.confirm_timeout_s = cluster.opts.confirm_timeout_s
 
-    async def commit(self, update: IntentUpdate, state: RuntimeState) -> int:
+    async def commit(self, update: IntentUpdate, state: RuntimeState,
+                     planned: RuntimeState | None = None) -> int:
+        # ``planned`` is not used: the intent comes back through etcd's watch
         rp = update.restore_policy
         change = IntentChange(
             policy=(update.policy.document, update.policy.source) if update.policy else None,

@@ -212,8 +212,23 @@ def adopt(state: RuntimeState, ev: IntentSynced, now_s: float) -> RuntimeState:
     if not same_policy:
         changes.update(policy=ev.policy, rebalance=RebalanceMemory(changed_at_s=now_s))
     new = state.bump(**changes)
+    hint = ev.planned
+    if hint is not None and _plans_alike(hint, new):
+        # the preview planned this very intent off the loop: its plan, not a second one
+        new = replace(new, registered=hint.registered, placement=hint.placement,
+                      memo=hint.memo)
     intended_plan(new)
     return new
+
+
+def _plans_alike(planned: RuntimeState, new: RuntimeState) -> bool:
+    """Whether ``planned`` (a preview's adopted state) has ``new``'s plan: the same generation
+    (a capacity that changed the fit made a new one) and the plan's inputs — fabric, policy,
+    settings and down ports the very objects, registrations and placement equal."""
+    return (planned.generation == new.generation and planned.fabric is new.fabric
+            and planned.policy is new.policy and planned.settings is new.settings
+            and planned.down_ports is new.down_ports
+            and planned.registered == new.registered and planned.placement == new.placement)
 
 
 def _intent(state: RuntimeState, ev: IntentSynced, now_s: float, fx: list[Effect]) -> RuntimeState:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal
 
 from controller.drivers.southbound import CounterKind, SouthboundEvent, SwitchState
 from controller.plan.model import FlowIntent, SwitchChanges, SwitchPlan
-from controller.runtime.state import Path, PolicyInForce, Registered, RoleName
+from controller.runtime.state import Path, PolicyInForce, Registered, RoleName, RuntimeState
 from controller.runtime.transaction import Outcome, Transaction
 from controller.te.collectives import FlowDemand
 from controller.te.placement import Placement as TePlacement
@@ -117,12 +117,17 @@ class PlacementReady:
 @dataclass(frozen=True)
 class IntentSynced:
     """The intent at intent ``generation`` (:mod:`controller.runtime.intentstore`): the policy
-    in force, the registered collectives and the placement every replica programs."""
+    in force, the registered collectives and the placement every replica programs.
+
+    ``planned``: the state a preview of this very intent adopted off the loop (the service's,
+    :func:`controller.runtime.core.adopt`), or None; its plan is taken over when its inputs are
+    this intent's on the state the event meets (not part of the event's value)."""
 
     policy: PolicyInForce
     registered: Mapping[str, Registered]
     placement: Mapping[FlowDemand, Path]
     generation: int
+    planned: RuntimeState | None = field(default=None, compare=False, repr=False)
 
 
 RuntimeEvent = (Tick | RoleAssigned | MastershipChanged | ReadBackDone | WriteAnswered

@@ -48,8 +48,9 @@ class IntentUpdate:
 
 
 def synced(state: RuntimeState, update: IntentUpdate, generation: int,
-           now_unix_s: float) -> IntentSynced:
-    """The intent ``update`` makes of ``state``'s, as intent ``generation``."""
+           now_unix_s: float, planned: RuntimeState | None = None) -> IntentSynced:
+    """The intent ``update`` makes of ``state``'s, as intent ``generation`` (``planned``: a
+    preview's adopted state, :attr:`IntentSynced.planned`)."""
     policy = state.policy
     if update.restore_policy is not None:
         policy = update.restore_policy
@@ -60,7 +61,7 @@ def synced(state: RuntimeState, update: IntentUpdate, generation: int,
     for r in update.register:
         reg[r.collective.name] = r
     placement = state.placement if update.placement is None else update.placement
-    return IntentSynced(policy, reg, dict(placement), generation)
+    return IntentSynced(policy, reg, dict(placement), generation, planned)
 
 
 def undo(before: RuntimeState, update: IntentUpdate) -> IntentUpdate:
@@ -91,9 +92,12 @@ class IntentStore(Protocol):
 
     confirm_timeout_s: float
 
-    async def commit(self, update: IntentUpdate, state: RuntimeState) -> int:
+    async def commit(self, update: IntentUpdate, state: RuntimeState,
+                     planned: RuntimeState | None = None) -> int:
         """Commit ``update`` onto ``state``'s intent (compare-and-swap on its
-        ``intent_generation``); returns the new intent generation.
+        ``intent_generation``); returns the new intent generation. ``planned``: the state
+        a preview of ``update`` on ``state`` adopted, whose plan the runtime may take over
+        (:attr:`~controller.runtime.events.IntentSynced.planned`; a store may ignore it).
 
         Raises :class:`~controller.cluster.store.StaleGeneration` (the intent moved on),
         :class:`~controller.northbound.model.NotConfirmed` (the store did not take it)."""
@@ -145,11 +149,12 @@ class MemoryIntent:
                 f.set_result(None)
         self._waiters.clear()
 
-    async def commit(self, update: IntentUpdate, state: RuntimeState) -> int:
+    async def commit(self, update: IntentUpdate, state: RuntimeState,
+                     planned: RuntimeState | None = None) -> int:
         cur = self.runtime.state
         if state.intent_generation != cur.intent_generation:
             raise StaleGeneration(state.intent_generation, cur.intent_generation)
-        ev = synced(cur, update, cur.intent_generation + 1, time.time())
+        ev = synced(cur, update, cur.intent_generation + 1, time.time(), planned)
         self.runtime.handle(ev)
         if self.runtime.state.intent_generation != ev.generation:
             raise ValueError(f"intent generation {ev.generation} was not adopted (its plan "

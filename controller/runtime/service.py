@@ -219,11 +219,12 @@ class FabricService:
 
         Raises StaleGeneration, PlanInvariantError / ValueError (nothing committed),
         NotConfirmed / NotFound (the store did not take it), _Refused."""
+        planned: RuntimeState | None = None
         if previewed is not None:
             diff = previewed
         else:
             try:
-                _, diff = await asyncio.get_running_loop().run_in_executor(
+                planned, _, diff = await asyncio.get_running_loop().run_in_executor(
                     self.controller.executor, _preview, st, update, self.wall(), self.mono())
             except (PlanInvariantError, ValueError) as exc:
                 await self.trail.proposed(ask, "not-applied",
@@ -231,7 +232,7 @@ class FabricService:
                                           detail=f"its plan is invalid: {exc}")
                 raise
         try:
-            gen = await self.store.commit(update, st)
+            gen = await self.store.commit(update, st, planned)
         except (NotConfirmed, NotFound, ValueError) as exc:
             await self.trail.proposed(ask, "not-applied", diff=diff,
                                       policy_generation=st.policy.generation, detail=str(exc))
@@ -656,7 +657,7 @@ class FabricService:
                                 digest_of(document), self.wall())
             update = IntentUpdate(policy=pif, placement=placement)
             try:   # the plan of a large policy takes long: off the loop
-                changes, diff = await loop.run_in_executor(
+                _, changes, diff = await loop.run_in_executor(
                     self.controller.executor, _preview, st, update, pif.applied_unix_s,
                     self.mono())
             except (PlanInvariantError, ValueError) as exc:
@@ -742,13 +743,15 @@ class FabricService:
 
 
 def _preview(st: RuntimeState, update: IntentUpdate, applied_unix_s: float, now_s: float
-             ) -> tuple[dict[str, SwitchChanges], tuple[SwitchDiff, ...]]:
-    """What committing ``update`` on ``st`` would change, per switch (pure; run in the
-    executor). Raises PlanInvariantError / ValueError when its plan breaks an invariant."""
+             ) -> tuple[RuntimeState, dict[str, SwitchChanges], tuple[SwitchDiff, ...]]:
+    """The state committing ``update`` on ``st`` adopts (its plan computed: the commit takes
+    it over, :attr:`~controller.runtime.events.IntentSynced.planned`) and what it would
+    change, per switch (pure; run in the executor). Raises PlanInvariantError / ValueError
+    when its plan breaks an invariant."""
     preview = core.adopt(st, synced(st, update, st.intent_generation + 1, applied_unix_s),
                          now_s)
     changes = dict(core.plan_diff(st, preview))
-    return changes, switch_diffs(changes)
+    return preview, changes, switch_diffs(changes)
 
 
 def _place(fabric: Fabric, installed: Mapping[FlowDemand, Path], new: list[FlowDemand],

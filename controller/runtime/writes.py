@@ -201,7 +201,7 @@ def drive(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
         if s.held == want:
             # hold the target itself: the next comparison is by identity, not entry by entry
             same.append(name)
-            canonical[name] = replace(s, held=want)
+            canonical[name] = replace(s, held=want.indexed_like(s.held))
             continue
         r = s.refused
         if r is not None and r.target == want and now_s < r.until_s:
