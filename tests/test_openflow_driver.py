@@ -299,6 +299,33 @@ def test_stale_generation_id_refused_and_a_backup_never_writes(caplog):
         backup.close()
 
 
+def test_a_batch_waits_for_callers_as_long_as_a_tenth_of_the_last_batch():
+    """Callers coming back a little after the last batch's answers (a client's next request)
+    join one batch when that batch took long: the wait for the next request is a tenth of the
+    last batch's time (here 0.3 s: 30 ms), not the 5 ms quiet time that split the k = 16
+    bench's 100 clients into two cohorts committed in turn."""
+    rig = _rig(PINNED_POLICY.parent / "pinned_two_rings.yaml")
+    try:
+        rig.connect()
+        svc = rig.service
+        reqs = [CollectiveRequest("job", f"c{i}", "ring", ("h2", "h4"), dscp=i % 60)
+                for i in range(4)]
+
+        async def staggered(gap_s: float):
+            async def one(i: int, r: CollectiveRequest):
+                await asyncio.sleep(i * gap_s)
+                return await svc.register(r)
+            return await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs)))
+
+        svc._last_batch_s = 0.3   # noqa: SLF001 - as if the last commit took 0.3 s
+        b0 = svc.batches
+        out = rig.run(staggered(0.012))                  # 12 ms apart: more than 5 ms
+        assert all(r.confirmation.in_force for r in out)
+        assert svc.batches - b0 == 1
+    finally:
+        rig.close()
+
+
 def test_registrations_are_batched_and_confirmed():
     rig = _rig(PINNED_POLICY.parent / "pinned_two_rings.yaml")
     try:

@@ -378,3 +378,23 @@ def test_a_commit_takes_over_the_plan_its_preview_made_and_only_that():
         got = core.adopt(base, synced(base, update, st.intent_generation + 1, 0.0, hint), 0.0)
         assert got.memo is not hint.memo
         assert intended_plan(got) == intended_plan(plain)
+
+
+def test_placed_matches_are_carried_over_and_only_new_flows_matched(monkeypatch):
+    """A registration batch checks its flows against every placed flow's match: a new
+    generation computes the matches of its new flows only (the others carried over), and the
+    result is the whole computation's."""
+    from controller.plan import build
+    from controller.runtime import intent
+
+    st = _state("pinned")
+    placed = dict(st.placement)
+    first = dict(list(placed.items())[:-2])
+    a = replace(st, placement=first)
+    assert intent.placed_by_match(a) == {build.pinned_match(FABRIC, d): d for d in first}
+    calls: list[object] = []
+    real = intent.pinned_match
+    monkeypatch.setattr(intent, "pinned_match", lambda f, d: calls.append(d) or real(f, d))
+    b = a.bump(placement=placed)                  # two flows more, one generation on
+    assert intent.placed_by_match(b) == {build.pinned_match(FABRIC, d): d for d in placed}
+    assert sorted(map(str, calls)) == sorted(str(d) for d in placed if d not in first)

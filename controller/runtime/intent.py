@@ -362,11 +362,21 @@ def pinned_demands(state: RuntimeState) -> dict[FlowDemand, float]:
 
 def placed_by_match(state: RuntimeState) -> dict[Match, FlowDemand]:
     """Each placed flow by its match (what a registration's new flows must not repeat),
-    computed once per generation."""
+    computed once per generation; the matches of flows placed in the generations before are
+    carried over (a flow's match depends on the flow and the fabric only), so a registration
+    batch computes those of its own flows, not of every placed one."""
     _memo(state)
     memo = state.memo
     if memo.matches is None:
-        memo.matches = {pinned_match(state.fabric, d): d for d in state.placement}
+        fabric = state.fabric
+        known = memo.match_of[1] if memo.match_of is not None and \
+            memo.match_of[0] is fabric else {}
+        match_of = {}
+        for d in state.placement:
+            m = known.get(d)
+            match_of[d] = m if m is not None else pinned_match(fabric, d)
+        memo.match_of = (fabric, match_of)
+        memo.matches = {m: d for d, m in match_of.items()}
     matches: dict[Match, FlowDemand] = memo.matches
     return matches
 

@@ -210,10 +210,11 @@ class PlanMemo:
     reused)."""
 
     __slots__ = ("binding", "by_collective", "demands", "entries", "generation", "key",
-                 "matches", "pinned", "plan", "previous", "report", "routes")
+                 "match_of", "matches", "pinned", "plan", "previous", "report", "routes")
 
     def __init__(self, routes: tuple[Any, Any] | None = None, previous: Any = None,
-                 entries: tuple[Any, Any] | None = None) -> None:
+                 entries: tuple[Any, Any] | None = None,
+                 match_of: tuple[Any, dict[FlowDemand, Any]] | None = None) -> None:
         self.generation = -1
         self.key: tuple[Any, ...] = ()
         self.pinned: Any = None
@@ -230,11 +231,14 @@ class PlanMemo:
         #: (route inputs and failover switches, flow entries by (flow, path)): carried over
         #: while those inputs stay (controller.plan.pinned.with_pinned's cache)
         self.entries = entries
+        #: (fabric, each placed flow's match): carried over; the next generation computes
+        #: the matches of its new flows only (intent.placed_by_match)
+        self.match_of = match_of
 
     def carried(self) -> PlanMemo:
         """A memo for the next generation: the routes and the plan of this one carried over."""
         return PlanMemo(self.routes, self.plan[0] if self.plan is not None else self.previous,
-                        self.entries)
+                        self.entries, self.match_of)
 
 
 @dataclass(frozen=True)
