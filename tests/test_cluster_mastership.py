@@ -104,6 +104,32 @@ def test_balance_with_one_two_three_replicas_and_stop(etcd_cluster):
     asyncio.run(go())
 
 
+def test_a_switch_being_written_moves_to_a_new_replica_after_the_write(etcd_cluster):
+    """Make before break: a replica joining takes its share, but not a switch the current
+    master is writing (a switch taken over in the middle of a write refuses the rest and the
+    whole write is rolled back); it moves once the write ends (``kick``)."""
+    async def go() -> None:
+        first = Replica(etcd_cluster, "r0", fabric="hold")
+        writing = {"s1", "s2", "s3", "s4", "s5"}   # all but s6
+        first.svc.hold_releases(lambda sw: sw in writing)
+        await first.svc.start()
+        await _until(lambda: len(first.mastered()) == 6)
+        second = Replica(etcd_cluster, "r1", fabric="hold")
+        await second.svc.start()
+        # of its share (three) only what is not being written moves; the rest stays
+        await _until(lambda: second.svc.replicas() == ("r0", "r1"))
+        await asyncio.sleep(1.0)
+        assert _exclusive_and_complete([first, second])
+        assert writing <= first.mastered() and second.mastered() <= {"s6"}
+        writing.clear()                               # the write ended
+        first.svc.kick()
+        await _until(lambda: _balanced([first, second]))
+        for r in (first, second):
+            await r.close()
+
+    asyncio.run(go())
+
+
 @pytest.mark.parametrize("sender", ["thread", "loop"])
 def test_stalled_keepalive_steps_down_before_the_switch_moves(etcd_cluster, sender):
     """A replica that stops sending keep-alives (its event loop otherwise alive) suspends its

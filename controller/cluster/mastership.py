@@ -47,6 +47,10 @@ from controller.cluster.keys import ClusterKeys
 from controller.cluster.lease import LeaseSettings, ReplicaLease
 
 LOG = logging.getLogger("aifabric.cluster")
+#: The longest a balance release waits for this replica's write to the switch (s): make before
+#: break, bounded (a write that never ends does not keep the switch from its new master).
+RELEASE_HOLD_MAX_S = 10.0
+
 #: etcd's default --max-txn-ops is 128; each claim or release is one operation of a transaction
 TXN_BATCH = 100
 RETRY_PAUSE_S = 0.05
@@ -138,6 +142,9 @@ class MastershipService:
         self._dirty = asyncio.Event()
         self._lease_ended = asyncio.Event()
         self._reconciled = asyncio.Event()
+        # switch -> True while this replica's write to it is in flight (hold_releases)
+        self._busy: Callable[[str], bool] = lambda _switch: False
+        self._held_since: dict[str, float] = {}   # releases waiting for a write, since
         self._kicks = 0          # reconcile requests so far
         self._done_kicks = 0     # requests covered by a completed round
         self._tasks: list[asyncio.Task[None]] = []
@@ -204,6 +211,22 @@ class MastershipService:
         """Call ``listener(event)`` on every role change, synchronously on the event loop (a step
         down is delivered before this replica releases anything in etcd)."""
         self._listeners.append(listener)
+
+    def hold_releases(self, busy: Callable[[str], bool]) -> None:
+        """Make before break: while ``busy(switch)`` (this replica's write to it in flight), a
+        release that balances the replicas waits — at most :data:`RELEASE_HOLD_MAX_S` — and
+        the switch keeps its master; call :meth:`kick` when a write ends. A switch taken over
+        in the middle of a write refuses the rest of it, and a refused write is rolled back on
+        every switch it touched: three replicas registering 2 s apart at k = 16 rolled back the
+        first two's cold-start writes on ~40 switches each. Leaving the cluster (stop, lease
+        lost) does not wait."""
+        self._busy = busy
+
+    def kick(self) -> None:
+        """Ask for a round of claims and releases (a write this replica held a release for
+        ended: :meth:`hold_releases`)."""
+        if self._held_since:
+            self._kick()
 
     def remove_listener(self, listener: Listener) -> None:
         with contextlib.suppress(ValueError):
@@ -554,6 +577,7 @@ class MastershipService:
             await self._delete_terms(stale)
         release = sorted(s for s, t in self._mine.items()
                          if desired.get(s, self.replica) != self.replica)
+        release = self._not_held(release)
         claim = sorted(s for s, r in desired.items()
                        if r == self.replica and s not in self._masters and s not in self._mine)
         if release:
@@ -561,6 +585,25 @@ class MastershipService:
         if claim:
             return await self._claim(claim, lease)
         return True
+
+    def _not_held(self, release: list[str]) -> list[str]:
+        """Those of ``release`` this replica is not writing (:meth:`hold_releases`), and those
+        it has held for :data:`RELEASE_HOLD_MAX_S`."""
+        now = self._clock()
+        out = []
+        for s in release:
+            if self._busy(s):
+                since = self._held_since.setdefault(s, now)
+                if now - since < RELEASE_HOLD_MAX_S:
+                    continue
+            out.append(s)
+        wanted = set(release)
+        for s in list(self._held_since):
+            if s in out or s not in wanted:
+                del self._held_since[s]
+        if len(out) < len(release):   # look again when the hold ends, write or no write
+            asyncio.get_running_loop().call_later(RELEASE_HOLD_MAX_S, self._kick)
+        return out
 
     async def _release(self, switches: list[str]) -> None:
         terms = []

@@ -285,11 +285,19 @@ class ClusterRuntime:
         self._ctl = ctl
         self._placement = ctl.state.placement
         self.service.add_listener(self._on_role)
+        self.service.hold_releases(self._writing)
         ctl.after_write.append(self._written)
         ctl.listeners.append(self._on_step)
 
+    def _writing(self, switch: str) -> bool:
+        """Whether a transaction in flight writes ``switch`` (its balance release waits:
+        :meth:`~controller.cluster.mastership.MastershipService.hold_releases`)."""
+        t = self.ctl.state.txn
+        return t is not None and switch in t.switches
+
     def _written(self, _: Transaction | None) -> None:
         self._ack_dirty.set()
+        self.service.kick()
 
     async def start(self, since: IntentSnapshot) -> None:
         """Follow the intent from ``since``, write acks, wait (at most ``connect_wait_s``) for

@@ -310,7 +310,9 @@ def finish(state: RuntimeState, fx: list[Effect], now_s: float) -> RuntimeState:
         fx.append(Log("info", name, f"reconciled: read {read} entries of ours, {verdict} +{a} "
                                     f"~{m} -{d}{_foreign(fe, fg)} "
                                     f"({(now_s - t.started_s) * 1e3:.1f} ms)"))
-        sw[name] = replace(s, reconciling=None)
+        if verdict == "sent":
+            sw[name] = replace(s, reconciling=None)
+        # refused or not sent: still being reconciled; the retry that lands says so
     for name in t.lost:
         if name in sw and sw[name].connected and sw[name].role == "master":
             state = replace(state, unsettled=True)
