@@ -95,7 +95,13 @@ class OvsFabric:
 
     # -- life ---------------------------------------------------------------------------------
     def create(self) -> None:
-        """Every bridge and patch port, ``batch`` bridges per transaction (no controller)."""
+        """Every bridge and patch port, ``batch`` bridges per transaction (no controller),
+        empty: bridges of these names an earlier run left (a killed bench) are deleted first —
+        with ``fail_mode=secure`` they kept their flows, and a "cold start" on them found every
+        entry in place and sent nothing."""
+        existing = set(vsctl(["list-br"]).split())
+        if existing & set(self.bridges.values()):
+            self.remove()
         ports = self._ports_of()
         names = list(self.bridges)
         for i in range(0, len(names), self.batch):
