@@ -382,18 +382,18 @@ def test_a_state_with_other_sessions_keeps_its_generations_plan():
     assert intended_plan(other) is plan
 
 
-def test_the_arp_responders_entries_read_from_the_wire_decode_once_as_os_ken_reads_them():
-    """Every edge switch holds the ARP responder (one entry per fabric host, the same bytes on
-    each switch): its match is read from the wire, its eight actions parsed by os-ken once per
-    distinct bytes and shared, and every entry decodes to the plan's entry, as os-ken's own
-    parse of the reply does (the read-back of a k = 16 fabric holds 131,072 of them)."""
+def _arp_entries(hosts: tuple[int, ...]) -> list[FlowIntent]:
+    """The ARP responder's entries for hosts 10.0.0.H."""
     from controller.plan.model import ArpReply, arp_request_match
 
-    d = OF13()
-    replies = [ArpReply(f"10.0.0.{i}", f"02:00:00:00:00:{i:02x}") for i in (3, 4)]
-    flows = [FlowIntent(0, 1100, arp_request_match(r.ipv4), Action.answer(r)) for r in replies]
+    replies = [ArpReply(f"10.0.0.{i}", f"02:00:00:00:00:{i:02x}") for i in hosts]
+    return [FlowIntent(0, 1100, arp_request_match(r.ipv4), Action.answer(r)) for r in replies]
+
+
+def _arp_reply_frame(flows: list[FlowIntent], d: OF13) -> bytes:
+    """An OpenFlow 1.3 OFPMP_FLOW reply holding ``flows`` as os-ken serialises them."""
     body = b""
-    for f in flows * 2:   # two switches' worth: each reply's bytes twice
+    for f in flows:
         m = bytearray()
         encode.encode_match(f.match, d).serialize(m, 0)
         ins = bytearray()
@@ -401,7 +401,17 @@ def test_the_arp_responders_entries_read_from_the_wire_decode_once_as_os_ken_rea
             i.serialize(ins, len(ins))
         body += struct.pack("!HBxIIHHHH4xQQQ", 48 + len(m) + len(ins), f.table, 7, 9, f.priority,
                             0, 0, 0, encode.COOKIE, 0, 0) + bytes(m) + bytes(ins)
-    frame = struct.pack("!BBHIHH4x", 4, 19, 16 + len(body), 77, 1, 0) + body
+    return struct.pack("!BBHIHH4x", 4, 19, 16 + len(body), 77, 1, 0) + body
+
+
+def test_the_arp_responders_entries_read_from_the_wire_decode_once_as_os_ken_reads_them():
+    """Every edge switch holds the ARP responder (one entry per fabric host, the same bytes on
+    each switch): its match is read from the wire, its eight actions parsed by os-ken once per
+    distinct bytes and shared, and every entry decodes to the plan's entry, as os-ken's own
+    parse of the reply does (the read-back of a k = 16 fabric holds 131,072 of them)."""
+    d = OF13()
+    flows = _arp_entries((3, 4))
+    frame = _arp_reply_frame(flows * 2, d)   # two switches' worth: each reply's bytes twice
     fast = d.wire_flow_stats(77, frame)
     slow = p13.OFPFlowStatsReply.parser(d.desc, 4, 19, len(frame), 77, frame)
     got, ref = d.flow_records(fast.body), d.flow_records(slow.body)
@@ -419,28 +429,16 @@ def test_the_arp_responders_actions_decode_once_for_every_switch(monkeypatch):
     """An ARP reply's action depends on its bytes alone: read back from many switches (320 at
     k = 16, 131,072 entries), each distinct reply is decoded once for all of them, not once per
     switch (the restart's read-back spent most of its CPU there)."""
-    from controller.plan.model import ArpReply, arp_request_match
-
     d = OF13()
-    replies = [ArpReply(f"10.0.0.{i}", f"02:00:00:00:00:{i:02x}") for i in (3, 4, 5)]
-    flows = [FlowIntent(0, 1100, arp_request_match(r.ipv4), Action.answer(r)) for r in replies]
-    body = b""
-    for f in flows:
-        m = bytearray()
-        encode.encode_match(f.match, d).serialize(m, 0)
-        ins = bytearray()
-        for i in encode.encode_instructions(f.action, None, d):
-            i.serialize(ins, len(ins))
-        body += struct.pack("!HBxIIHHHH4xQQQ", 48 + len(m) + len(ins), f.table, 7, 9, f.priority,
-                            0, 0, 0, encode.COOKIE, 0, 0) + bytes(m) + bytes(ins)
-    frame = struct.pack("!BBHIHH4x", 4, 19, 16 + len(body), 77, 1, 0) + body
+    flows = _arp_entries((3, 4, 5))
+    frame = _arp_reply_frame(flows, d)
     calls = []
     real = encode.decode_reply
     monkeypatch.setattr(encode, "decode_reply", lambda *a: calls.append(1) or real(*a))
     for sw in range(4):   # four switches, each its own read-back of the same bytes
         records = d.flow_records(d.wire_flow_stats(77, frame).body)
         assert encode.decode_state(f"e{sw}", sw + 1, records, [], d).plan.flows == set(flows)
-    assert len(calls) == len(replies)
+    assert len(calls) == len(flows)
 
 
 def test_flow_descriptions_of_openflow_15_read_from_the_wire_decode_as_os_ken_reads_them():
