@@ -299,17 +299,17 @@ def test_stale_generation_id_refused_and_a_backup_never_writes(caplog):
         backup.close()
 
 
-def test_a_batch_waits_for_callers_as_long_as_a_tenth_of_the_last_batch():
+def test_a_batch_waits_for_callers_as_long_as_the_last_batch_took():
     """Callers coming back a little after the last batch's answers (a client's next request)
     join one batch when that batch took long: the wait for the next request is a tenth of the
-    last batch's time (here 0.3 s: 30 ms), not the 5 ms quiet time that split the k = 16
-    bench's 100 clients into two cohorts committed in turn."""
+    last batch's time and the window a quarter (here 1 s: 100 ms and 250 ms), not the 5 ms
+    and 50 ms that split the k = 16 bench's 100 clients into two cohorts committed in turn."""
     rig = _rig(PINNED_POLICY.parent / "pinned_two_rings.yaml")
     try:
         rig.connect()
         svc = rig.service
         reqs = [CollectiveRequest("job", f"c{i}", "ring", ("h2", "h4"), dscp=i % 60)
-                for i in range(4)]
+                for i in range(7)]
 
         async def staggered(gap_s: float):
             async def one(i: int, r: CollectiveRequest):
@@ -317,9 +317,11 @@ def test_a_batch_waits_for_callers_as_long_as_a_tenth_of_the_last_batch():
                 return await svc.register(r)
             return await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs)))
 
-        svc._last_batch_s = 0.3   # noqa: SLF001 - as if the last commit took 0.3 s
+        svc._last_batch_s = 1.0   # noqa: SLF001 - as if the last commit took 1 s
         b0 = svc.batches
-        out = rig.run(staggered(0.012))                  # 12 ms apart: more than 5 ms
+        # 10 ms apart (more than the 5 ms quiet time), 60 ms in all (more than the 50 ms
+        # window): the last batch's 1 s makes them 100 ms and 250 ms
+        out = rig.run(staggered(0.010))
         assert all(r.confirmation.in_force for r in out)
         assert svc.batches - b0 == 1
     finally:

@@ -147,7 +147,8 @@ class FabricService:
     batch_window_s, batch_quiet_s : float
         A batch waits for more concurrent requests while they keep coming (each within
         ``batch_quiet_s`` of the last, or a tenth of the time the last batch took when that
-        is longer: :meth:`_gather`), at most ``batch_window_s`` (s).
+        is longer), at most ``batch_window_s`` (or a quarter of the last batch's time:
+        :meth:`_gather`) (s).
     wall, mono : callable
         Wall-clock and monotonic seconds.
     policy_targets : collection of str
@@ -341,14 +342,15 @@ class FabricService:
         within the quiet time of the last), at most ``batch_window_s``.
 
         The quiet time is ``batch_quiet_s``, or a tenth of the time the last batch took when
-        that is longer: a commit costs about the same for 10 registrations as for 100 (at
+        that is longer, and the window a quarter of it when that is longer than
+        ``batch_window_s``: a commit costs about the same for 10 registrations as for 100 (at
         k = 16 ~0.3 s: the plan and every touched switch's diff), so callers answered by the
         last batch who come straight back (a client's next request) are worth waiting for
         that long. With 5 ms they missed the batch by a few milliseconds and the 100 clients
         of the k = 16 bench split into two cohorts committed in turn (89 and 11, 64 and 36:
-        two commits for one's work). A lone request waits at most the window."""
+        two commits for one's work). A lone request waits the quiet time."""
         loop = asyncio.get_running_loop()
-        t_end = loop.time() + self.batch_window_s
+        t_end = loop.time() + max(self.batch_window_s, self._last_batch_s / 4)
         quiet = max(self.batch_quiet_s, self._last_batch_s / 10)
         seen = -1
         while len(self._queue) != seen and len(self._queue) < self.max_batch:
