@@ -301,3 +301,27 @@ def test_a_moved_host_changes_only_its_arp_entries(fabric):
         (m,) = ch.modify_flows
         assert m.match == arp_request_match("10.0.0.3")
         assert m.action.arp == ArpReply("10.0.0.3", "02:00:00:00:00:99")
+
+
+def test_a_switch_whose_routes_and_pinned_entries_stay_keeps_its_plan_object(fabric):
+    """``with_pinned(reuse=...)``: the plan a switch got last is taken as it is while its route
+    plan is the same object and its pinned entries are equal (no copy of its entries); a
+    switch whose pinned entries changed gets a new plan; the result equals the whole build."""
+    from controller.plan.build import build_routes
+    from controller.plan.pinned import with_pinned
+    from controller.runtime.placement import initial_placement
+
+    pol = load_policy(PINNED_POLICY, fabric)
+    rp = build_routes(fabric, pol)
+    placed = dict(initial_placement(fabric, pol))
+    reuse: dict = {}
+    first = with_pinned(fabric, rp.plan, placed, routes_only=True, reuse=reuse)
+    again = with_pinned(fabric, rp.plan, placed, routes_only=True, reuse=reuse)
+    assert reuse and all(again.switches[n] is first.switches[n] for n in first.switches)
+    fewer = dict(list(placed.items())[1:])                 # one flow unplaced
+    got = with_pinned(fabric, rp.plan, fewer, routes_only=True, reuse=reuse)
+    whole = with_pinned(fabric, rp.plan, fewer, routes_only=True)
+    assert got == whole
+    moved = {n for n in got.switches if got.switches[n] != first.switches[n]}
+    assert moved and all(got.switches[n] is not first.switches[n] for n in moved)
+    assert all(got.switches[n] is first.switches[n] for n in set(got.switches) - moved)

@@ -184,7 +184,7 @@ def _pinned_plan(state: RuntimeState) -> None:
     key = (memo.routes[0] if ff else None, ff, tuple(probed.items()))
     cache = memo.entries[1] if memo.entries is not None and memo.entries[0] == key else {}
     plan = with_pinned(state.fabric, rp.plan, live, down, rp.next_hops, ff, cache,
-                       routes_only=True, probed=probed)
+                       routes_only=True, probed=probed, reuse=memo.switch_reuse)
     memo.entries = (key, {k: cache[k] for k in live.items()})
     # a switch's pinned entries: its entries beyond the route plan's (with_pinned adds them
     # to the route entries, which have another priority)

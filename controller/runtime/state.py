@@ -210,11 +210,13 @@ class PlanMemo:
     reused)."""
 
     __slots__ = ("binding", "by_collective", "demands", "entries", "generation", "key",
-                 "match_of", "matches", "pinned", "plan", "previous", "report", "routes")
+                 "match_of", "matches", "pinned", "plan", "previous", "report", "routes",
+                 "switch_reuse")
 
     def __init__(self, routes: tuple[Any, Any] | None = None, previous: Any = None,
                  entries: tuple[Any, Any] | None = None,
-                 match_of: tuple[Any, dict[FlowDemand, Any]] | None = None) -> None:
+                 match_of: tuple[Any, dict[FlowDemand, Any]] | None = None,
+                 switch_reuse: dict[str, Any] | None = None) -> None:
         self.generation = -1
         self.key: tuple[Any, ...] = ()
         self.pinned: Any = None
@@ -234,11 +236,14 @@ class PlanMemo:
         #: (fabric, each placed flow's match): carried over; the next generation computes
         #: the matches of its new flows only (intent.placed_by_match)
         self.match_of = match_of
+        #: each switch's plan with its pinned entries, made last (plan.pinned.SwitchReuse):
+        #: carried over; a switch whose route plan and pinned entries stay keeps its plan
+        self.switch_reuse: dict[str, Any] = switch_reuse if switch_reuse is not None else {}
 
     def carried(self) -> PlanMemo:
         """A memo for the next generation: the routes and the plan of this one carried over."""
         return PlanMemo(self.routes, self.plan[0] if self.plan is not None else self.previous,
-                        self.entries, self.match_of)
+                        self.entries, self.match_of, self.switch_reuse)
 
 
 @dataclass(frozen=True)
