@@ -398,3 +398,22 @@ def test_placed_matches_are_carried_over_and_only_new_flows_matched(monkeypatch)
     b = a.bump(placement=placed)                  # two flows more, one generation on
     assert intent.placed_by_match(b) == {build.pinned_match(FABRIC, d): d for d in placed}
     assert sorted(map(str, calls)) == sorted(str(d) for d in placed if d not in first)
+
+
+def test_the_effective_policy_is_made_once_per_policy_and_registrations():
+    """Every registration request asks for the policy with the registered collectives
+    appended (a copy of a policy with a thousand collectives): made once while the policy and
+    the registrations are the same objects, again when they change."""
+    from controller.policy.model import Collective
+    from controller.runtime.state import Registered
+
+    st = _state("pinned")
+    base = st.policy.policy
+    extra = Collective.model_validate({"name": "extra", "algorithm": "ring",
+                                       "ranks": ["h1", "h3"]})
+    reg = replace(st, registered={"extra": Registered(extra, "job", None, 0.0)})
+    first = reg.effective_policy
+    assert reg.effective_policy is first
+    assert [c.name for c in first.collectives] == [*(c.name for c in base.collectives), "extra"]
+    other = replace(reg, registered=dict(reg.registered))
+    assert other.effective_policy is not first and other.effective_policy == first

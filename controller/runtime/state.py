@@ -210,8 +210,8 @@ class PlanMemo:
     reused)."""
 
     __slots__ = ("binding", "by_collective", "demands", "entries", "generation", "key",
-                 "match_of", "matches", "pinned", "plan", "previous", "report", "routes",
-                 "switch_reuse")
+                 "effective", "match_of", "matches", "pinned", "plan", "previous", "report",
+                 "routes", "switch_reuse")
 
     def __init__(self, routes: tuple[Any, Any] | None = None, previous: Any = None,
                  entries: tuple[Any, Any] | None = None,
@@ -236,6 +236,9 @@ class PlanMemo:
         #: (fabric, each placed flow's match): carried over; the next generation computes
         #: the matches of its new flows only (intent.placed_by_match)
         self.match_of = match_of
+        #: (policy, registrations, the policy with them appended): RuntimeState.
+        #: effective_policy, kept while both are the very objects it was made from
+        self.effective: tuple[Any, Any, Any] | None = None
         #: each switch's plan with its pinned entries, made last (plan.pinned.SwitchReuse):
         #: carried over; a switch whose route plan and pinned entries stay keeps its plan
         self.switch_reuse: dict[str, Any] = switch_reuse if switch_reuse is not None else {}
@@ -303,12 +306,20 @@ class RuntimeState:
 
     @property
     def effective_policy(self) -> Policy:
-        """The policy with the registered collectives appended (what the planner plans)."""
+        """The policy with the registered collectives appended (what the planner plans); made
+        once per policy and registrations (a copy of a policy with a thousand collectives, asked
+        several times by every registration request)."""
         if not self.registered:
             return self.policy.policy
         pol = self.policy.policy
-        return pol.model_copy(update={"collectives": (
+        kept = self.memo.effective
+        if kept is not None and kept[0] is pol and kept[1] is self.registered:
+            got: Policy = kept[2]
+            return got
+        got = pol.model_copy(update={"collectives": (
             *pol.collectives, *(r.collective for r in self.registered.values()))})
+        self.memo.effective = (pol, self.registered, got)
+        return got
 
     def session(self, switch: str) -> SwitchSession:
         return self.switches.get(switch) or SwitchSession(self.southbound.get(switch, "openflow"))
