@@ -74,7 +74,12 @@ from controller.runtime.clustercodec import registered_spec
 from controller.runtime.controller import Controller
 from controller.runtime.drift import check_drift
 from controller.runtime.ina import InaManager
-from controller.runtime.intent import placed_by_collective, placed_by_match, plan_tables
+from controller.runtime.intent import (
+    intended_plan,
+    placed_by_collective,
+    placed_by_match,
+    plan_tables,
+)
 from controller.runtime.intentstore import (
     InForce,
     IntentStore,
@@ -767,6 +772,8 @@ def _preview(st: RuntimeState, update: IntentUpdate, applied_unix_s: float, now_
     preview = core.adopt(st, synced(st, update, st.intent_generation + 1, applied_unix_s),
                          now_s)
     changes = dict(core.plan_diff(st, preview))
+    if preview.generation != st.generation:
+        preview.memo.diffs = (intended_plan(st), intended_plan(preview), changes)
     return preview, changes, switch_diffs(changes)
 
 

@@ -210,8 +210,8 @@ class PlanMemo:
     reused)."""
 
     __slots__ = ("binding", "by_collective", "demands", "entries", "generation", "key",
-                 "effective", "match_of", "matches", "pinned", "plan", "previous", "report",
-                 "routes", "switch_reuse")
+                 "diffs", "effective", "match_of", "matches", "pinned", "plan", "previous",
+                 "report", "routes", "switch_reuse")
 
     def __init__(self, routes: tuple[Any, Any] | None = None, previous: Any = None,
                  entries: tuple[Any, Any] | None = None,
@@ -239,6 +239,10 @@ class PlanMemo:
         #: (policy, registrations, the policy with them appended): RuntimeState.
         #: effective_policy, kept while both are the very objects it was made from
         self.effective: tuple[Any, Any, Any] | None = None
+        #: (the plan before, this generation's plan, the per-switch changes between them): what
+        #: a preview computed (service._preview), taken by writes.drive for a switch holding
+        #: the plan before
+        self.diffs: tuple[Any, Any, Mapping[str, Any]] | None = None
         #: each switch's plan with its pinned entries, made last (plan.pinned.SwitchReuse):
         #: carried over; a switch whose route plan and pinned entries stay keeps its plan
         self.switch_reuse: dict[str, Any] = switch_reuse if switch_reuse is not None else {}

@@ -190,6 +190,11 @@ def drive(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
     same: list[str] = []
     canonical: dict[str, SwitchSession] = {}
     waiting = False
+    # the per-switch changes a preview computed (off the loop) from the plan before to this
+    # one: a switch holding the plan before takes them, not a diff of its own
+    known = state.memo.diffs
+    before, _, diffed = known if known is not None and \
+        known[1].switches is target else (None, None, {})
     for name in sorted(state.switches):
         s = state.switches[name]
         if not s.connected or s.role != "master" or s.held is None:
@@ -206,6 +211,10 @@ def drive(state: RuntimeState, now_s: float, fx: list[Effect]) -> RuntimeState:
         r = s.refused
         if r is not None and r.target == want and now_s < r.until_s:
             waiting = True
+            continue
+        got = diffed.get(name)
+        if got is not None and before is not None and before.switches.get(name) is s.held:
+            changes[name] = got
             continue
         changes[name] = diff_switch(s.held, want)
     if canonical:
