@@ -100,8 +100,8 @@ class SharedInstructions(tuple[Any, ...]):
     (:meth:`OF13.wire_flow_stats`): one object shared by those entries, on every switch, so
     their plan action is decoded once too (:func:`~.encode.decode_action`).
 
-    ``decoded`` holds that action once it is known to depend on the bytes alone (an ARP
-    reply's: not on a switch's group ids); ``UNDECODED`` until then."""
+    ``decoded`` holds that action once decoded when it depends on the bytes alone (an ARP
+    reply: no group id of a switch); ``UNDECODED`` until then."""
 
     decoded: Any
 

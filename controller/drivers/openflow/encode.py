@@ -552,8 +552,8 @@ def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
     memo = cache if cache is not None else {}
     if isinstance(instructions, SharedInstructions):
         # parsed once and shared by every entry with those bytes (the ARP responder's, the
-        # same on every edge switch): decoded once for every switch when no group id is read
-        # (an ARP reply), else once per switch
+        # same on every edge switch): an ARP reply decoded once for every switch, any other
+        # action (it may name a group of this switch) once per switch
         if instructions.decoded is not UNDECODED:
             free: Action | None = instructions.decoded
             return free
@@ -562,8 +562,8 @@ def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
             kept: Action | None = shared[1]
             return kept
         got_action = decode_action(list(instructions), groups, dialect, memo)
-        if not _reads_groups(instructions, dialect):
-            instructions.decoded = got_action
+        if got_action is not None and got_action.arp is not None:
+            instructions.decoded = got_action   # an ARP reply reads no group id
         else:
             memo[("parsed", id(instructions))] = (instructions, got_action)
         return got_action
@@ -615,28 +615,6 @@ def decode_action(instructions: Iterable[Any], groups: Mapping[int, NextHopSet],
             got = memo[("group", a.group_id)] = Action.via(nhs)
         return got
     return None
-
-
-def _reads_groups(instructions: Iterable[Any], dialect: Dialect) -> bool:
-    """Whether decoding ``instructions`` looks up a group id (its action then depends on the
-    switch's group allocation)."""
-    p = dialect.parser
-    for i in instructions:
-        if isinstance(i, wire.WireAction):
-            if i.kind != "output" and i.kind != "drop":
-                return True
-            continue
-        for a in getattr(i, "actions", None) or ():
-            if not isinstance(a, p.OFPActionOutput | p.OFPActionSetField) and \
-                    type(a).__name__ not in _GROUP_FREE_ACTIONS:
-                return True
-    return False
-
-
-#: os-ken action classes that name no group (the ARP responder's moves); any other action
-#: not an output or set-field counts as reading the group allocation.
-_GROUP_FREE_ACTIONS = frozenset({"OFPActionCopyField", "NXActionRegMove",
-                                 "OFPActionExperimenterUnknown"})
 
 
 @dataclass(frozen=True)
