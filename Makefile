@@ -61,7 +61,8 @@ ovs:
 	@cur=$$(cat /proc/sys/net/core/wmem_default); if [ "$$cur" -lt $(OVS_SEND_BUFFER_BYTES) ]; then \
 	  echo $(OVS_SEND_BUFFER_BYTES) > /proc/sys/net/core/wmem_default && \
 	  echo "net.core.wmem_default: $$cur -> $(OVS_SEND_BUFFER_BYTES) bytes (Open vSwitch's send socket)"; fi
-	@if ovs-vsctl --timeout=3 show >/dev/null 2>&1; then \
+	@# ovsdb-server answering is not enough: a killed ovs-vswitchd leaves it running
+	@if ovs-vsctl --timeout=3 show >/dev/null 2>&1 && pidof ovs-vswitchd >/dev/null; then \
 	  tb=$$(ss -0 -m -p 2>/dev/null | grep '"ovs-vswitchd"' | grep -o 'tb[0-9]*' | tr -d tb | sort -n | head -1); \
 	  if [ -n "$$tb" ] && [ "$$tb" -lt $(OVS_SEND_BUFFER_BYTES) ]; then \
 	    if [ -z "$$(ovs-vsctl list-br)" ]; then \

@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,81 @@ class Snapshot:
     ovs_cpu_s: float
 
 
+def meminfo_bytes(field_name: str) -> int:
+    """A field of ``/proc/meminfo`` (proc(5); kB there) in bytes."""
+    for ln in Path("/proc/meminfo").read_text().splitlines():
+        if ln.startswith(field_name + ":"):
+            return int(ln.split()[1]) * 1024
+    raise KeyError(field_name)
+
+
+def rss_bytes(pid: int | None) -> int:
+    """``VmRSS`` of ``pid`` in bytes (0 when it is gone)."""
+    try:
+        for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if ln.startswith("VmRSS:"):
+                return int(ln.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def ovs_rules() -> int | None:
+    """The OpenFlow rules ovs-vswitchd holds over every bridge (``ovs-appctl memory/show``:
+    ``rules:N``), None when it does not say."""
+    out = run(["ovs-appctl", "memory/show"], timeout_s=60, check=False)
+    m = re.search(r"\brules:(\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class MemoryGuard:
+    """Ends a run before the machine runs out of memory (issue 28: "the exact limit that
+    stopped it"). Samples ``MemAvailable`` every ``period_s``; the first time it is below
+    ``floor_bytes`` it records where the memory was (ovs-vswitchd's and each controller's RSS,
+    the rules Open vSwitch holds, the phase and its seconds) in :attr:`tripped` and calls
+    ``on_low`` (which kills the controllers: the phase then ends as not reached)."""
+
+    floor_bytes: int
+    on_low: Callable[[], None]
+    rss_of: Callable[[], dict[str, int]]
+    period_s: float = 0.5
+    phase: str = "set-up"
+    phase_t0: float = field(default_factory=time.monotonic)
+    tripped: dict[str, Any] | None = None
+    lowest_available_bytes: int = 1 << 62
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="memory-guard", daemon=True).start()
+
+    def enter(self, phase: str) -> None:
+        self.phase, self.phase_t0 = phase, time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            avail = meminfo_bytes("MemAvailable")
+            self.lowest_available_bytes = min(self.lowest_available_bytes, avail)
+            if avail >= self.floor_bytes or self.tripped is not None:
+                continue
+            ovs_pid = pid_of("ovs-vswitchd")
+            self.tripped = {
+                "phase": self.phase,
+                "after_s": round(time.monotonic() - self.phase_t0, 1),
+                "mem_available_mib": avail >> 20,
+                "mem_total_mib": meminfo_bytes("MemTotal") >> 20,
+                "ovs_vswitchd_rss_mib": rss_bytes(ovs_pid) >> 20,
+                "controllers_rss_mib": {n: b >> 20 for n, b in self.rss_of().items()},
+            }
+            self.on_low()
+            self.tripped["ovs_rules"] = ovs_rules()
+            say(f"memory guard: MemAvailable {avail >> 20} MiB < {self.floor_bytes >> 20} MiB "
+                f"in {self.phase}: {self.tripped}; the controllers were killed")
+
+
 @dataclass
 class Replica:
     name: str
@@ -125,6 +200,7 @@ class Bench:
     pki: Any = None
     etcd: Any = None
     tokens: dict[str, str] = field(default_factory=dict)
+    guard: MemoryGuard | None = None
 
     # -- set-up -------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -137,7 +213,9 @@ class Bench:
         topo.write_text(topology_yaml(self.topology, self.k))
         self.fabric = load_topology(topo)
         (self.out / "policy.yaml").write_text(policy_yaml(self.fabric))
-        self.plan = expected_plan(self.fabric, self.out / "policy.yaml")
+        # in a process of its own: at k = 32 the plan is gigabytes this process would keep
+        with ProcessPoolExecutor(1) as pool:
+            self.plan = pool.submit(expected_plan, topo, self.out / "policy.yaml").result()
         flows = sum(f for f, _ in self.plan.values())
         groups = sum(g for _, g in self.plan.values())
         self.results["cluster"] = {"lease_ttl_s": self.lease_ttl_s or 1,
@@ -265,6 +343,7 @@ class Bench:
                "openflow_bytes": int(after.bytes_sent - before.bytes_sent),
                "controller_cpu_s": round(cpu, 2), "peak_rss_mib": round(peak / 2**20, 1),
                "threads": threads, "ovs_cpu_s": round(after.ovs_cpu_s - before.ovs_cpu_s, 2),
+               "ovs_rss_mib": rss_bytes(pid_of("ovs-vswitchd")) >> 20,
                "load": load1(), **extra}
         if entries is not None:
             out["entries"] = entries
@@ -276,7 +355,8 @@ class Bench:
                                                 if entries else "")
             + f"; messages: {shown}; {out['openflow_bytes'] / 1e6:.1f} MB OpenFlow; controller "
             f"CPU {cpu:.1f} s, peak RSS {out['peak_rss_mib']:.0f} MiB, {threads} threads; "
-            f"ovs-vswitchd CPU {out['ovs_cpu_s']:.1f} s; load {loadavg()}")
+            f"ovs-vswitchd CPU {out['ovs_cpu_s']:.1f} s, RSS {out['ovs_rss_mib']:,} MiB; "
+            f"load {loadavg()}")
         for k, v in extra.items():
             say(f"    {k}: {v}")
         return out
@@ -307,6 +387,9 @@ class Bench:
         done: dict[str, float] = {}
         while time.monotonic() < deadline:
             procs = {r.name: r.proc for r in self.live() if r.proc is not None}
+            if not procs:
+                say(f"  {what}: no controller is running")
+                return None
             done = reconciled_by_master(procs, marks, switches)
             if len(done) == len(switches):
                 return max(done.values()) - t0_unix
@@ -338,7 +421,7 @@ class Bench:
         extra: dict[str, Any] = {"all_programmed_s": round(took, 2) if took else None}
         if took is not None:
             extra.update(self.check_entries())
-        self.report("a_cold_start", before, after, took or timeout_s,
+        self.report("a_cold_start", before, after, took or time.time() - t0,
                     self.results["fabric"]["entries"], **extra)
 
     def phase_c(self, timeout_s: float, label: str = "c_restart") -> None:
@@ -353,7 +436,7 @@ class Bench:
         took = self.wait_programmed(marks, t0, timeout_s, "restart")
         after = self.snapshot()
         mods = sum(after.messages.get(k, 0) for k in WRITES)
-        self.report(label, before, after, took or timeout_s, None,
+        self.report(label, before, after, took or time.time() - t0, None,
                     reconciled_s=round(took, 2) if took else None, modifications=mods)
 
     def phase_b(self) -> None:
@@ -606,9 +689,11 @@ def _percentiles(values: list[float]) -> dict[str, float]:
             "p99": round(qs[98] * 1e3, 1), "max": round(max(values) * 1e3, 1)}
 
 
-def expected_plan(fabric: Fabric, policy_path: Path) -> dict[str, tuple[int, int]]:
+def expected_plan(topology_path: Path, policy_path: Path) -> dict[str, tuple[int, int]]:
     """switch → (entries, groups) of the plan the controller computes at start."""
     from controller.policy import load_policy
+
+    fabric = load_topology(topology_path)
     from controller.runtime.intent import plan_for
     from controller.runtime.placement import initial_placement
 
@@ -628,28 +713,50 @@ def run_one(args: argparse.Namespace, k: int) -> dict[str, Any]:
               args.profile, args.lease_ttl, args.etcd_election_ms,
               [a for arg in args.controller_arg for a in arg.split()], args.protocols)
     phases = set(args.phases)
+
+    def kill_controllers() -> None:
+        for r in b.live():
+            assert r.proc is not None
+            r.proc.kill()
+
+    guard = b.guard = MemoryGuard(int(args.min_available_gib * 2**30), kill_controllers,
+                                  lambda: {r.name: r.proc.usage().rss_bytes
+                                           for r in b.live() if r.proc is not None})
+    guard.start()
+
+    def go(name: str, fn: Callable[..., None], *fn_args: Any) -> bool:
+        guard.enter(name)
+        fn(*fn_args)
+        return guard.tripped is None
+
     try:
-        b.setup()
-        b.phase_a(args.timeout)
+        if not go("set-up", b.setup) or not go("a_cold_start", b.phase_a, args.timeout):
+            return b.results
         if "a" not in phases or b.results["a_cold_start"]["all_programmed_s"] is None:
             return b.results
-        if "c" in phases:
-            b.phase_c(args.timeout)
-        if "b" in phases:
-            b.phase_b()
-            b.phase_c(args.timeout, "c_restart_after_ovs_ofctl")
-        if "d" in phases:
-            b.phase_d()
-        if "e" in phases:
-            b.phase_e(args.registrations, args.clients)
-        if "f" in phases:
-            b.phase_f()
+        if "c" in phases and not go("c_restart", b.phase_c, args.timeout):
+            return b.results
+        if "b" in phases and not (go("b_ovs_ofctl", b.phase_b) and go(
+                "c_restart_after_ovs_ofctl", b.phase_c, args.timeout,
+                "c_restart_after_ovs_ofctl")):
+            return b.results
+        if "d" in phases and not go("d_link_and_core", b.phase_d):
+            return b.results
+        if "e" in phases and not go("e_registrations", b.phase_e, args.registrations,
+                                    args.clients):
+            return b.results
+        if "f" in phases and not go("f_policy_apply", b.phase_f):
+            return b.results
         if "g" in phases and args.replicas > 1:
-            b.phase_g(args.timeout)
+            go("g_replica_death", b.phase_g, args.timeout)
     except Exception as exc:  # noqa: BLE001 - reported with the results so far
         b.results["error"] = f"{type(exc).__name__}: {exc}"
         say(f"stopped: {b.results['error']}")
     finally:
+        guard.stop()
+        b.results["memory"] = {"floor_mib": guard.floor_bytes >> 20,
+                               "lowest_available_mib": guard.lowest_available_bytes >> 20,
+                               "stopped_by_guard": guard.tripped}
         if args.profile:  # a clean stop writes the profiles
             for r in b.live():
                 assert r.proc is not None
@@ -722,6 +829,9 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true",
                     help="run the controllers under cProfile (their loop's thread; stopped "
                          "with SIGTERM after the last phase; profiles in the out dir)")
+    ap.add_argument("--min-available-gib", type=float, default=1.5,
+                    help="end the run (the controllers killed, where the memory was reported) "
+                         "when the machine's MemAvailable falls below this (default 1.5)")
     ap.add_argument("--out-dir", default=str(ROOT / "results" / "fabric_scale"))
     args = ap.parse_args()
     if os.geteuid() != 0:
