@@ -108,10 +108,26 @@ timeout failed ("no reply to the bundle open within 5 s"). With a window, a bund
 at most ~16 such others (Open vSwitch commits ~3,000 entries a second per bridge on this
 machine: bench/fabric_scale.py phase b), while the small bundles of a registration (a few
 entries on each of a hundred switches) all go at once."""
+WRITES_IN_FLIGHT_MIN = 16
+"""Switches written at once however large their writes: a write weighs at most
+``WRITE_WINDOW // WRITES_IN_FLIGHT_MIN`` entries (:func:`write_weight`). Open vSwitch reads at
+most 50 messages of a connection per turn of its main loop (``ofproto/connmgr.c``,
+``ofconn_run``: "Limit the number of iterations to avoid starving other tasks"), and a turn
+costs more the more bridges it serves. At k = 32 (1,280 bridges, 8,193 to 16,402 entries per
+switch) the entries-only window let two bundles in at a time and Open vSwitch took ~2,800
+messages a second (``ovs-appctl coverage/show``, ``ofproto_recv_openflow``), sixteen at once
+~23,500."""
 LOOP_LATE_S = 0.5
 """A tick this late is logged (at most every 10 s): the loop was busy that long at once."""
 READ_WINDOW = 32
 """Read-backs in flight at once (each switch dumps its entries: ~100 kB per switch at k = 16)."""
+
+
+def write_weight(entries: int) -> int:
+    """What a write of ``entries`` entries (one bundle or batch) takes of the write window
+    (:data:`WRITE_WINDOW`, :data:`WRITES_IN_FLIGHT_MIN`): its messages, at most a
+    sixteenth of the window."""
+    return min(entries + 1, WRITE_WINDOW // WRITES_IN_FLIGHT_MIN)
 
 
 class _Window:
@@ -500,7 +516,7 @@ class Controller:
                                  (time.perf_counter() - t0) * 1e3))
 
     async def _write(self, fx: Write) -> None:
-        weight = fx.part.count + 1
+        weight = write_weight(fx.part.count)
         await self._writes.acquire(weight)  # WRITE_WINDOW
         try:
             await self._write_now(fx)
