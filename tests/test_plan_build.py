@@ -235,9 +235,17 @@ def test_changes_apply_and_invert(fabric):
         ch = diff_switch(a.switches[name], b.switches[name])
         assert ch.apply_to(a.switches[name]) == b.switches[name]
         assert ch.inverse().apply_to(b.switches[name]) == a.switches[name]
-    with pytest.raises(KeyError):
-        SwitchChanges("leaf1", delete_flows=(FlowIntent(0, 1, Match(), Action("drop")),)).apply_to(
-            SwitchPlan("leaf1", 3, frozenset()))
+        ch.check_applies(a.switches[name])   # a check alone: fits, nothing built
+        if ch.add_flows or ch.delete_flows:   # the same adds or deletes twice do not fit
+            once = ch.apply_to(a.switches[name])
+            with pytest.raises(KeyError):
+                ch.check_applies(once)
+            with pytest.raises(KeyError):
+                ch.apply_to(once)
+    gone = SwitchChanges("leaf1", delete_flows=(FlowIntent(0, 1, Match(), Action("drop")),))
+    for check in (gone.apply_to, gone.check_applies):
+        with pytest.raises(KeyError):
+            check(SwitchPlan("leaf1", 3, frozenset()))
 
 
 def test_an_equal_plan_takes_the_indexes_another_built_and_applies_changes_alike(fabric):

@@ -441,15 +441,9 @@ class SwitchChanges:
                              modify_flows=self.modified_from, delete_flows=self.add_flows,
                              modified_from=self.modify_flows)
 
-    def apply_to(self, plan: SwitchPlan) -> SwitchPlan:
-        """``plan`` with these changes made.
-
-        Raises
-        ------
-        KeyError
-            An added entry exists already, or a modified/deleted one is missing (the changes
-            were not computed from ``plan``).
-        """
+    def _overlay(self, plan: SwitchPlan) -> dict[tuple[int, int, Match], FlowIntent | None]:
+        """key → the entry these changes leave there (None: deleted), checked against
+        ``plan``'s entries (raises KeyError as :meth:`apply_to`)."""
         cur = plan._keys  # noqa: SLF001 - read only
         over: dict[tuple[int, int, Match], FlowIntent | None] = {}
 
@@ -468,6 +462,30 @@ class SwitchChanges:
             if get(f.key) is not None:
                 raise KeyError(f"{self.switch}: add of existing entry {f}")
             over[f.key] = f
+        return over
+
+    def check_applies(self, plan: SwitchPlan) -> None:
+        """Check that these changes apply to ``plan`` without making the new plan (no copy of
+        its entries: the cost is the change).
+
+        Raises
+        ------
+        KeyError
+            As :meth:`apply_to`.
+        """
+        self._overlay(plan)
+
+    def apply_to(self, plan: SwitchPlan) -> SwitchPlan:
+        """``plan`` with these changes made.
+
+        Raises
+        ------
+        KeyError
+            An added entry exists already, or a modified/deleted one is missing (the changes
+            were not computed from ``plan``).
+        """
+        cur = plan._keys  # noqa: SLF001 - read only
+        over = self._overlay(plan)
         # set operations reuse the entries' stored hashes: the cost is the change, not the plan
         gone = [cur[k] for k in over if k in cur]
         came = [f for f in over.values() if f is not None]

@@ -433,7 +433,7 @@ def encode_changes(changes: SwitchChanges, installed: SwitchPlan, groups: GroupI
         # no changed entry uses a next-hop set: the switch needs the sets it has (the
         # allocation is what the installed entries use: built from each read-back, kept by
         # each change), and the plan of thousands of entries is not scanned for them
-        changes.apply_to(installed)  # raises KeyError when the change does not fit
+        changes.check_applies(installed)  # KeyError when the change does not fit
         alloc, new_sets, gone = groups, [], []
     first_user: dict[NextHopSet, FlowIntent] = {}
     for f in (*changes.add_flows, *changes.modify_flows):
