@@ -20,6 +20,7 @@ from controller.northbound.model import CollectiveRequest, Unavailable
 from controller.plan.model import ETH_TYPE_IPV4, PRIO_PINNED
 from controller.policy import load_policy
 from controller.policy.model import Policy
+from controller.runtime.batching import BatchWindow
 from controller.runtime.controller import StaticMastership
 from controller.testing import FakeFabric, FakeOFTable
 from controller.testing.fakeswitch import FakeSwitch
@@ -317,7 +318,7 @@ def test_a_batch_waits_for_callers_as_long_as_the_last_batch_took():
                 return await svc.register(r)
             return await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs)))
 
-        svc._last_batch_s = 1.0   # noqa: SLF001 - as if the last commit took 1 s
+        svc.batching = svc.batching.after(1, 1.0)   # as if the last commit took 1 s
         b0 = svc.batches
         # 10 ms apart (more than the 5 ms quiet time), 60 ms in all (more than the 50 ms
         # window): the last batch's 1 s makes them 100 ms and 250 ms
@@ -326,6 +327,41 @@ def test_a_batch_waits_for_callers_as_long_as_the_last_batch_took():
         assert svc.batches - b0 == 1
     finally:
         rig.close()
+
+
+def test_a_batch_goes_when_the_callers_of_the_last_are_back():
+    """After a batch of 5 that took 100 s (a 10 s quiet time, a 25 s window), 5 requests at
+    once are committed as soon as the fifth is queued: the callers the last batch answered are
+    back and nobody else is expected. Without the count rule the batch waits the 10 s quiet
+    time (the bound below); a batch of one is no evidence of concurrent callers."""
+    rig = _rig(PINNED_POLICY.parent / "pinned_two_rings.yaml")
+    try:
+        rig.connect()
+        svc = rig.service
+        reqs = [CollectiveRequest("job", f"c{i}", "ring", ("h2", "h4"), dscp=i % 60)
+                for i in range(5)]
+
+        async def at_once():
+            return await asyncio.wait_for(asyncio.gather(*(svc.register(r) for r in reqs)), 5.0)
+
+        svc.batching = svc.batching.after(5, 100.0)
+        b0 = svc.batches
+        out = rig.run(at_once())
+        assert all(r.confirmation.in_force for r in out)
+        assert svc.batches - b0 == 1 and svc.batching.last_size == 5
+    finally:
+        rig.close()
+
+
+def test_batch_window_rules():
+    w = BatchWindow(window_s=0.05, quiet_s=0.005)
+    assert (w.window, w.quiet) == (0.05, 0.005)
+    assert not w.full(100, 512)                  # no batch yet: the time rule alone
+    assert w.full(512, 512)
+    after = w.after(100, 0.4)
+    assert (after.window, after.quiet) == (0.1, 0.04)
+    assert not after.full(99, 512) and after.full(100, 512)
+    assert not w.after(1, 0.4).full(5, 512)      # a batch of one: the time rule alone
 
 
 def test_registrations_are_batched_and_confirmed():

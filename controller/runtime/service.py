@@ -33,6 +33,7 @@ refuses is put back (the last good intent is committed again), so nothing stays 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -69,6 +70,7 @@ from controller.policy.model import Collective, Policy
 from controller.runtime import core
 from controller.runtime.audit import AuditTrail, Proposal, registrations_digest
 from controller.runtime.auditlog import AuditLog, open_audit_log
+from controller.runtime.batching import BatchWindow
 from controller.runtime.cluster import ClusterRuntime, EtcdIntent
 from controller.runtime.clustercodec import registered_spec
 from controller.runtime.controller import Controller
@@ -152,8 +154,9 @@ class FabricService:
     batch_window_s, batch_quiet_s : float
         A batch waits for more concurrent requests while they keep coming (each within
         ``batch_quiet_s`` of the last, or a tenth of the time the last batch took when that
-        is longer), at most ``batch_window_s`` (or a quarter of the last batch's time:
-        :meth:`_gather`) (s).
+        is longer), at most ``batch_window_s`` (or a quarter of the last batch's time), or
+        until it holds as many as the last batch (:class:`~controller.runtime.batching.
+        BatchWindow`) (s).
     wall, mono : callable
         Wall-clock and monotonic seconds.
     policy_targets : collection of str
@@ -193,9 +196,8 @@ class FabricService:
         self.policy_targets = frozenset(policy_targets)
         self.max_batch = min(max_batch, MAX_CHANGES)
         self.max_queue = max_queue
-        self.batch_window_s = batch_window_s
-        self.batch_quiet_s = batch_quiet_s
-        self._last_batch_s = 0.0   # how long the last batch took, from its start to its answers
+        self.batching = BatchWindow(batch_window_s, batch_quiet_s)
+        self._arrived = asyncio.Event()   # a request was queued (wakes the batch gathering)
         self.wall = wall
         self.mono = mono
         self._queue: list[_Pending] = []
@@ -314,6 +316,7 @@ class FabricService:
                        "retry later")
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(kind, req, fut, self.wall(), caller))
+        self._arrived.set()
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._batches(), name="northbound-batcher")
         return await fut
@@ -343,27 +346,24 @@ class FabricService:
         return Registration(name, tuple(self._flows(name)), conf, self.state.plan_generation)
 
     async def _gather(self) -> None:
-        """Let concurrent callers join the batch: wait while requests keep arriving (each
-        within the quiet time of the last), at most ``batch_window_s``.
-
-        The quiet time is ``batch_quiet_s``, or a tenth of the time the last batch took when
-        that is longer, and the window a quarter of it when that is longer than
-        ``batch_window_s``: a commit costs about the same for 10 registrations as for 100 (at
-        k = 16 ~0.3 s: the plan and every touched switch's diff), so callers answered by the
-        last batch who come straight back (a client's next request) are worth waiting for
-        that long. With 5 ms they missed the batch by a few milliseconds and the 100 clients
-        of the k = 16 bench split into two cohorts committed in turn (89 and 11, 64 and 36:
-        two commits for one's work). A lone request waits the quiet time."""
+        """Let concurrent callers join the batch (:class:`~controller.runtime.batching.
+        BatchWindow`: while they keep arriving within its quiet time, at most its window, until
+        it holds as many as the last batch). A lone request waits the quiet time."""
         loop = asyncio.get_running_loop()
-        t_end = loop.time() + max(self.batch_window_s, self._last_batch_s / 4)
-        quiet = max(self.batch_quiet_s, self._last_batch_s / 10)
-        seen = -1
-        while len(self._queue) != seen and len(self._queue) < self.max_batch:
-            seen = len(self._queue)
-            left = t_end - loop.time()
-            if left <= 0:
+        rules = self.batching
+        last = loop.time()
+        t_end = last + rules.window
+        seen = len(self._queue)
+        while not rules.full(len(self._queue), self.max_batch):
+            now = loop.time()
+            if len(self._queue) != seen:
+                seen, last = len(self._queue), now
+            wait = min(last + rules.quiet, t_end) - now
+            if wait <= 0:
                 return
-            await asyncio.sleep(min(quiet, left))
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), wait)
 
     async def _batches(self) -> None:
         while self._queue:
@@ -385,7 +385,8 @@ class FabricService:
                 LOG.exception("[northbound] %s batch failed", kind)
                 self._fail(batch, Unavailable(f"{kind} failed: {exc}"))
             finally:
-                self._last_batch_s = asyncio.get_running_loop().time() - t0
+                self.batching = self.batching.after(
+                    len(batch), asyncio.get_running_loop().time() - t0)
 
     @staticmethod
     def _fail(batch: list[_Pending], exc: Exception) -> None:
