@@ -353,6 +353,36 @@ def test_a_batch_goes_when_the_callers_of_the_last_are_back():
         rig.close()
 
 
+def test_a_registration_answers_from_its_own_flows_not_the_whole_placement(monkeypatch):
+    """The flows and switches a registration's answer names come from its own flows (every
+    one placed), not from the index of every placed flow by collective — built once per
+    generation over every flow (~15 ms per registration batch at k = 16) — and are what that
+    index says once built."""
+    from controller.runtime import service as service_mod
+
+    rig = _rig(PINNED_POLICY.parent / "pinned_two_rings.yaml")
+    try:
+        rig.connect()
+        real = service_mod.placed_by_collective
+        calls: list[int] = []
+        monkeypatch.setattr(service_mod, "placed_by_collective",
+                            lambda st: calls.append(1) or real(st))
+        reqs = [CollectiveRequest("job", f"c{i}", "ring", ("h2", "h4", "h6"), dscp=i)
+                for i in range(3)]
+
+        async def many():
+            return await asyncio.gather(*(rig.service.register(r) for r in reqs))
+        out = rig.run(many())
+        assert calls == []
+        for reg in out:
+            assert reg.flows == tuple(rig.service._flows(reg.collective))  # noqa: SLF001
+            assert set(reg.confirmation.switches_updated) <= {
+                n for f in reg.flows for n in f.path[1:-1]}
+            assert reg.flows and reg.confirmation.in_force
+    finally:
+        rig.close()
+
+
 def test_batch_window_rules():
     w = BatchWindow(window_s=0.05, quiet_s=0.005)
     assert (w.window, w.quiet) == (0.05, 0.005)

@@ -417,3 +417,28 @@ def test_the_effective_policy_is_made_once_per_policy_and_registrations():
     assert [c.name for c in first.collectives] == [*(c.name for c in base.collectives), "extra"]
     other = replace(reg, registered=dict(reg.registered))
     assert other.effective_policy is not first and other.effective_policy == first
+
+
+def test_the_pinned_entry_cache_is_pruned_only_when_it_doubles(monkeypatch):
+    """Each generation's pinned entries come from a cache by (flow, path) carried between
+    generations; pruning it to the placed flows on every generation hashed every flow and
+    path (~25 ms per registration batch at k = 16). Flows gone stay until the cache holds
+    twice the placed flows (plus a slack): bounded, and every plan is the one computed
+    afresh."""
+    from controller.runtime import intent
+
+    monkeypatch.setattr(intent, "ENTRY_CACHE_SLACK", 0)
+    st = _state("pinned")
+    placed = list(st.placement.items())
+    assert len(placed) >= 4
+    intended_plan(st)
+    sizes = []
+    for i in range(1, len(placed)):
+        st = st.bump(placement=dict(placed[i:]))        # one flow fewer each generation
+        fresh = replace(_state("pinned"), placement=dict(placed[i:]))
+        assert intended_plan(st) == intended_plan(fresh)
+        cache = st.memo.entries[1]
+        live = len(placed) - i
+        assert len(cache) <= 2 * live and set(dict(placed[i:]).items()) <= set(cache)
+        sizes.append(len(cache))
+    assert len(placed) in sizes[:2]                      # flows gone were kept at first

@@ -157,6 +157,11 @@ def plan_for(fabric: Fabric, policy: Policy, placement: Mapping[FlowDemand, Path
                    cannot_hash=cannot_hash)[0]
 
 
+ENTRY_CACHE_SLACK = 1024
+"""Entries of flows no longer placed that the pinned-entry cache may keep beyond twice the
+placed flows before it is pruned to them (:func:`_pinned_plan`)."""
+
+
 def _pinned_plan(state: RuntimeState) -> None:
     """The generation's plan before any table fitting, into the memo: the routes (carried over
     from the last generation when their inputs are equal), the live pinned flows and every
@@ -185,7 +190,12 @@ def _pinned_plan(state: RuntimeState) -> None:
     cache = memo.entries[1] if memo.entries is not None and memo.entries[0] == key else {}
     plan = with_pinned(state.fabric, rp.plan, live, down, rp.next_hops, ff, cache,
                        routes_only=True, probed=probed, reuse=memo.switch_reuse)
-    memo.entries = (key, {k: cache[k] for k in live.items()})
+    # flows gone stay in the cache until it holds twice the live ones (pruning it to the live
+    # flows on every generation hashed every (flow, path): ~25 ms per registration batch at
+    # k = 16)
+    if len(cache) > 2 * len(live) + ENTRY_CACHE_SLACK:
+        cache = {k: cache[k] for k in live.items()}
+    memo.entries = (key, cache)
     # a switch's pinned entries: its entries beyond the route plan's (with_pinned adds them
     # to the route entries, which have another priority)
     routes = rp.plan.switches

@@ -135,6 +135,15 @@ def _switches(st: RuntimeState, collectives: Collection[str]) -> set[str]:
     return {n for c in collectives for p in by.get(c, {}).values() for n in p[1:-1]}
 
 
+def _placed_of(st: RuntimeState, coll: Collective) -> dict[FlowDemand, Path]:
+    """The placed flows of ``coll``: looked up by its own flows when every one is placed (a
+    registration just committed), else from the per-collective index (built once per
+    generation over every placed flow: ~15 ms at k = 16, for each registration batch)."""
+    want = expand_collective(coll)
+    got = {d: st.placement[d] for d in want if d in st.placement}
+    return got if len(got) == len(want) else placed_by_collective(st).get(coll.name, {})
+
+
 def _collective_names(st: RuntimeState) -> frozenset[str]:
     return frozenset(c.name for c in st.effective_policy.collectives)
 
@@ -447,9 +456,10 @@ class FabricService:
             now = self.state
             gen = now.intent_generation
             for p, coll in ok:
+                placed = _placed_of(now, coll)
                 conf = self._confirmation(res, p.t0, f"registering {coll.name}", gen,
-                                          _switches(now, [coll.name]))
-                reg = Registration(coll.name, tuple(self._flows(coll.name)), conf,
+                                          {n for path in placed.values() for n in path[1:-1]})
+                reg = Registration(coll.name, tuple(self._flow_infos(placed)), conf,
                                    now.plan_generation)
                 self.controller.publish(
                     "registered", f"collective {coll.name} registered: {len(reg.flows)} pinned "
@@ -527,10 +537,14 @@ class FabricService:
     # -- reading ------------------------------------------------------------------------------------
     def _flows(self, collective: str = "") -> list[FlowInfo]:
         st = self.state
+        return self._flow_infos(placed_by_collective(st).get(collective, {}) if collective
+                                else st.placement)
+
+    def _flow_infos(self, placed: Mapping[FlowDemand, Path]) -> list[FlowInfo]:
+        st = self.state
         tel = self.controller.telemetry
         fb = tel.flow_bytes if tel is not None else {}
         out = []
-        placed = placed_by_collective(st).get(collective, {}) if collective else st.placement
         for d, p in sorted(placed.items()):
             m = pinned_match(st.fabric, d).fields()
             out.append(FlowInfo(d, p, fb.get(d, 0), ",".join(f"{k}={v}" for k, v in m.items()
