@@ -318,7 +318,7 @@ def test_a_batch_waits_for_callers_as_long_as_the_last_batch_took():
                 return await svc.register(r)
             return await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs)))
 
-        svc.batching = svc.batching.after(1, 1.0)   # as if the last commit took 1 s
+        svc.batching = svc.batching.after(1, 1.0, 0)   # as if the last commit took 1 s
         b0 = svc.batches
         # 10 ms apart (more than the 5 ms quiet time), 60 ms in all (more than the 50 ms
         # window): the last batch's 1 s makes them 100 ms and 250 ms
@@ -344,11 +344,11 @@ def test_a_batch_goes_when_the_callers_of_the_last_are_back():
         async def at_once():
             return await asyncio.wait_for(asyncio.gather(*(svc.register(r) for r in reqs)), 5.0)
 
-        svc.batching = svc.batching.after(5, 100.0)
+        svc.batching = svc.batching.after(5, 100.0, 0)
         b0 = svc.batches
         out = rig.run(at_once())
         assert all(r.confirmation.in_force for r in out)
-        assert svc.batches - b0 == 1 and svc.batching.last_size == 5
+        assert svc.batches - b0 == 1 and svc.batching.expected == 5
     finally:
         rig.close()
 
@@ -388,10 +388,14 @@ def test_batch_window_rules():
     assert (w.window, w.quiet) == (0.05, 0.005)
     assert not w.full(100, 512)                  # no batch yet: the time rule alone
     assert w.full(512, 512)
-    after = w.after(100, 0.4)
+    after = w.after(100, 0.4, 0)
     assert (after.window, after.quiet) == (0.1, 0.04)
     assert not after.full(99, 512) and after.full(100, 512)
-    assert not w.after(1, 0.4).full(5, 512)      # a batch of one: the time rule alone
+    assert not w.after(1, 0.4, 0).full(5, 512)   # one request, nobody waiting: time alone
+    # cohorts: a batch of 63 ended with 37 waiting: the next waits for all 100 (counting the
+    # 63 alone sent 26 of them with the 37 and left 37 for the batch after)
+    cohorts = w.after(63, 0.4, 37)
+    assert not cohorts.full(63, 512) and cohorts.full(100, 512)
 
 
 def test_registrations_are_batched_and_confirmed():

@@ -164,7 +164,7 @@ class FabricService:
         A batch waits for more concurrent requests while they keep coming (each within
         ``batch_quiet_s`` of the last, or a tenth of the time the last batch took when that
         is longer), at most ``batch_window_s`` (or a quarter of the last batch's time), or
-        until it holds as many as the last batch (:class:`~controller.runtime.batching.
+        until it holds the requests expected (:class:`~controller.runtime.batching.
         BatchWindow`) (s).
     wall, mono : callable
         Wall-clock and monotonic seconds.
@@ -357,7 +357,7 @@ class FabricService:
     async def _gather(self) -> None:
         """Let concurrent callers join the batch (:class:`~controller.runtime.batching.
         BatchWindow`: while they keep arriving within its quiet time, at most its window, until
-        it holds as many as the last batch). A lone request waits the quiet time."""
+        it holds those expected). A lone request waits the quiet time."""
         loop = asyncio.get_running_loop()
         rules = self.batching
         last = loop.time()
@@ -395,7 +395,7 @@ class FabricService:
                 self._fail(batch, Unavailable(f"{kind} failed: {exc}"))
             finally:
                 self.batching = self.batching.after(
-                    len(batch), asyncio.get_running_loop().time() - t0)
+                    len(batch), asyncio.get_running_loop().time() - t0, len(self._queue))
 
     @staticmethod
     def _fail(batch: list[_Pending], exc: Exception) -> None:
