@@ -396,6 +396,14 @@ def test_batch_window_rules():
     # 63 alone sent 26 of them with the 37 and left 37 for the batch after)
     cohorts = w.after(63, 0.4, 37)
     assert not cohorts.full(63, 512) and cohorts.full(100, 512)
+    # waiting: those expected are waited for to the end of the window (0.1 s here), not the
+    # quiet time (0.04 s): callers coming back 50 ms apart still join
+    assert cohorts.wait_s(63, 512, 0.06, 0.05) == pytest.approx(0.04)
+    assert cohorts.wait_s(63, 512, 0.1, 0.05) == 0.0 and cohorts.wait_s(100, 512, 0, 0) == 0
+    # nobody expected: while requests keep coming within the quiet time
+    assert w.wait_s(3, 512, 0.01, 0.002) == pytest.approx(0.003)
+    assert w.wait_s(3, 512, 0.01, 0.006) == 0.0
+    assert w.wait_s(3, 512, 0.05, 0.0) == 0.0                    # the window is over
 
 
 def test_registrations_are_batched_and_confirmed():

@@ -355,19 +355,17 @@ class FabricService:
         return Registration(name, tuple(self._flows(name)), conf, self.state.plan_generation)
 
     async def _gather(self) -> None:
-        """Let concurrent callers join the batch (:class:`~controller.runtime.batching.
-        BatchWindow`: while they keep arriving within its quiet time, at most its window, until
-        it holds those expected). A lone request waits the quiet time."""
+        """Let concurrent callers join the batch (:meth:`~controller.runtime.batching.
+        BatchWindow.wait_s`: while they keep arriving within its quiet time, or those expected
+        have not all come, at most its window). A lone request waits the quiet time."""
         loop = asyncio.get_running_loop()
-        rules = self.batching
-        last = loop.time()
-        t_end = last + rules.window
+        start = last = loop.time()
         seen = len(self._queue)
-        while not rules.full(len(self._queue), self.max_batch):
+        while True:
             now = loop.time()
             if len(self._queue) != seen:
                 seen, last = len(self._queue), now
-            wait = min(last + rules.quiet, t_end) - now
+            wait = self.batching.wait_s(seen, self.max_batch, now - start, now - last)
             if wait <= 0:
                 return
             self._arrived.clear()
