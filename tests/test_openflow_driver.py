@@ -389,17 +389,18 @@ def test_batch_window_rules():
     assert not w.full(100, 512)                  # no batch yet: the time rule alone
     assert w.full(512, 512)
     after = w.after(100, 0.4, 0)
-    assert (after.window, after.quiet) == (0.1, 0.04)
+    assert (after.window, after.quiet) == (0.2, 0.04)            # half: 100 are expected
+    assert w.after(1, 0.4, 0).window == 0.1                       # a quarter: none are
     assert not after.full(99, 512) and after.full(100, 512)
     assert not w.after(1, 0.4, 0).full(5, 512)   # one request, nobody waiting: time alone
     # cohorts: a batch of 63 ended with 37 waiting: the next waits for all 100 (counting the
     # 63 alone sent 26 of them with the 37 and left 37 for the batch after)
     cohorts = w.after(63, 0.4, 37)
     assert not cohorts.full(63, 512) and cohorts.full(100, 512)
-    # waiting: those expected are waited for to the end of the window (0.1 s here), not the
+    # waiting: those expected are waited for to the end of the window (0.2 s here), not the
     # quiet time (0.04 s): callers coming back 50 ms apart still join
-    assert cohorts.wait_s(63, 512, 0.06, 0.05) == pytest.approx(0.04)
-    assert cohorts.wait_s(63, 512, 0.1, 0.05) == 0.0 and cohorts.wait_s(100, 512, 0, 0) == 0
+    assert cohorts.wait_s(63, 512, 0.06, 0.05) == pytest.approx(0.14)
+    assert cohorts.wait_s(63, 512, 0.2, 0.05) == 0.0 and cohorts.wait_s(100, 512, 0, 0) == 0
     # nobody expected: while requests keep coming within the quiet time
     assert w.wait_s(3, 512, 0.01, 0.002) == pytest.approx(0.003)
     assert w.wait_s(3, 512, 0.01, 0.006) == 0.0
