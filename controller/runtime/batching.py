@@ -12,18 +12,17 @@ phase e: 100 clients, each sending its next request when the last is answered):
   quarter of the time the last batch took when those are longer. With 5 ms the callers answered
   by the last batch missed the next by a few milliseconds and the 100 clients split into two
   cohorts committed in turn (89 and 11, 64 and 36: two commits for one's work).
-- **Count**: the batch waits (to the end of the window, whatever the gaps; the window is then
-  half the last batch's time) and goes as soon as it holds every request expected: the callers the last
-  batch answered (they come straight back with their next request: within ~20 ms at k = 16,
-  where the quiet time after the last of them, ~50 ms, was waited for nothing on every batch)
-  and the requests already waiting when it ended. Counting the last batch's callers alone
-  kept cohorts apart: with 37 callers waiting when a batch of 63 ended, a batch went as soon
-  as 63 were queued, 26 of the 63 with the 37, and the other 37 waited for the next (the k = 16
-  bench's unregistrations: 167 /s instead of ~200); and the bench's callers, 100 threads of
-  one process, came back over more than the quiet time (batches of 91 and 9) and, for the
-  unregistrations, over more than a quarter of the last batch's time (50 and 50). One request
-  and nothing waiting is no
-  evidence of concurrent callers: after it, only the time rule applies.
+- **Count**: the batch goes as soon as it holds every request expected — the callers the last
+  batch answered (they come straight back with their next request) and the requests already
+  waiting when it ended — and waits for them to the end of the window, whatever the gaps (the
+  window is then half the last batch's time: a batch of the rest would cost nearly as much).
+  Measured: the quiet time after the last caller, ~50 ms at k = 16, was waited for nothing on
+  every batch; counting the last batch's callers alone kept cohorts apart (those waiting when
+  it ended went with part of the others: unregistering, batches of 50, 41 and 29); the bench's
+  callers, 100 threads of one process, came back over more than the quiet time (batches of 91
+  and 9) and, unregistering, over more than a quarter of the last batch's time (50 and 50).
+  One request and nothing waiting is no evidence of concurrent callers: after it, only the
+  time rule applies.
 """
 
 from __future__ import annotations
