@@ -330,10 +330,10 @@ def test_a_batch_waits_for_callers_as_long_as_the_last_batch_took():
 
 
 def test_a_batch_goes_when_the_callers_of_the_last_are_back():
-    """After a batch of 5 that took 100 s (a 10 s quiet time, a 25 s window), 5 requests at
-    once are committed as soon as the fifth is queued: the callers the last batch answered are
-    back and nobody else is expected. Without the count rule the batch waits the 10 s quiet
-    time (the bound below); a batch of one is no evidence of concurrent callers."""
+    """After a batch of 5 that took 100 s (a 10 s quiet time, a 50 s window while 5 are
+    expected), 5 requests at once are committed as soon as the fifth is queued: the callers the
+    last batch answered are back and nobody else is expected. Without the count rule the batch
+    waits to the end of its window or its quiet time (beyond the 5 s bound below)."""
     rig = _rig(PINNED_POLICY.parent / "pinned_two_rings.yaml")
     try:
         rig.connect()
