@@ -300,6 +300,12 @@ def test_stale_generation_id_refused_and_a_backup_never_writes(caplog):
         backup.close()
 
 
+def _ring_requests(n: int) -> list[CollectiveRequest]:
+    """``n`` two-rank rings h2–h4, told apart by their DSCP."""
+    return [CollectiveRequest("job", f"c{i}", "ring", ("h2", "h4"), dscp=i % 60)
+            for i in range(n)]
+
+
 def test_a_batch_waits_for_callers_as_long_as_the_last_batch_took():
     """Callers coming back a little after the last batch's answers (a client's next request)
     join one batch when that batch took long: the wait for the next request is a tenth of the
@@ -309,8 +315,7 @@ def test_a_batch_waits_for_callers_as_long_as_the_last_batch_took():
     try:
         rig.connect()
         svc = rig.service
-        reqs = [CollectiveRequest("job", f"c{i}", "ring", ("h2", "h4"), dscp=i % 60)
-                for i in range(7)]
+        reqs = _ring_requests(7)
 
         async def staggered(gap_s: float):
             async def one(i: int, r: CollectiveRequest):
@@ -338,8 +343,7 @@ def test_a_batch_goes_when_the_callers_of_the_last_are_back():
     try:
         rig.connect()
         svc = rig.service
-        reqs = [CollectiveRequest("job", f"c{i}", "ring", ("h2", "h4"), dscp=i % 60)
-                for i in range(5)]
+        reqs = _ring_requests(5)
 
         async def at_once():
             return await asyncio.wait_for(asyncio.gather(*(svc.register(r) for r in reqs)), 5.0)
@@ -413,8 +417,7 @@ def test_registrations_are_batched_and_confirmed():
         rig.connect()
         pol = Policy.model_validate({"routing": {"mode": "pinned"}})
         assert pol.routing.mode == "pinned"
-        reqs = [CollectiveRequest("job", f"c{i}", "ring", ("h2", "h4"), dscp=i % 60)
-                for i in range(8)]
+        reqs = _ring_requests(8)
 
         async def many():
             return await asyncio.gather(*(rig.service.register(r) for r in reqs),
