@@ -45,6 +45,7 @@ from controller.drivers.p4runtime.pipeline import BMV2_JSON, P4INFO_TXT  # noqa:
 from controller.model import load_topology  # noqa: E402
 from controller.plan.build import build_plan  # noqa: E402
 from controller.qos.validate import load_valid_policy  # noqa: E402
+from controller.testing.p4sync import sync  # noqa: E402
 from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason  # noqa: E402
 from mininet_labs.lab.processes import process_cpu_s  # noqa: E402
 
@@ -122,7 +123,7 @@ async def program(sw: NetnsSwitch, p4info: Path, p4json: Path) -> None:
         keep = ents.__class__(ents.switch, ents.device_id,
                               frozenset(e for e in ents.entries if e.table in known),
                               ents.members, ents.groups, ents.multicast)
-        await c.reconcile(keep)
+        await sync(c, keep)
 
 
 def main() -> int:

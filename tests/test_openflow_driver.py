@@ -22,6 +22,7 @@ from controller.policy import load_policy
 from controller.policy.model import Policy
 from controller.runtime.batching import BatchWindow
 from controller.runtime.controller import StaticMastership
+from controller.runtime.events import BatchAnswered
 from controller.testing import FakeFabric, FakeOFTable
 from controller.testing.fakeswitch import FakeSwitch
 from controller.testing.rig import Rig
@@ -318,12 +319,13 @@ def test_a_batch_waits_for_callers_as_long_as_the_last_batch_took():
         reqs = _ring_requests(7)
 
         async def staggered(gap_s: float):
+            svc.controller.handle(BatchAnswered(1, 1.0, 0))   # as if the last commit took 1 s
+
             async def one(i: int, r: CollectiveRequest):
                 await asyncio.sleep(i * gap_s)
                 return await svc.register(r)
             return await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs)))
 
-        svc.batching = svc.batching.after(1, 1.0, 0)   # as if the last commit took 1 s
         b0 = svc.batches
         # 10 ms apart (more than the 5 ms quiet time), 60 ms in all (more than the 50 ms
         # window): the last batch's 1 s makes them 100 ms and 250 ms
@@ -346,13 +348,13 @@ def test_a_batch_goes_when_the_callers_of_the_last_are_back():
         reqs = _ring_requests(5)
 
         async def at_once():
+            svc.controller.handle(BatchAnswered(5, 100.0, 0))
             return await asyncio.wait_for(asyncio.gather(*(svc.register(r) for r in reqs)), 5.0)
 
-        svc.batching = svc.batching.after(5, 100.0, 0)
         b0 = svc.batches
         out = rig.run(at_once())
         assert all(r.confirmation.in_force for r in out)
-        assert svc.batches - b0 == 1 and svc.batching.expected == 5
+        assert svc.batches - b0 == 1 and svc.state.batching.expected == 5
     finally:
         rig.close()
 

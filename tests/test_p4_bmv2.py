@@ -29,6 +29,7 @@ from controller.drivers.p4runtime.reconcile import Update, reconcile
 from controller.model import load_topology
 from controller.plan.build import build_plan
 from controller.qos.validate import load_valid_policy as load_policy
+from controller.testing.p4sync import sync
 from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason, thrift_cli_command
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
 
@@ -61,24 +62,24 @@ def _strip(s: SwitchEntities) -> SwitchEntities:
 def test_reconcile_from_empty_then_nothing_then_only_the_difference(bmv2, leaf1):
     async def go():
         async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=20) as sw:
-            first = await sw.reconcile(leaf1)
+            first = await sync(sw, leaf1)
             assert first.written == {"insert": leaf1.count, "modify": 0, "delete": 0}
             assert first.requests == 3  # members, groups, entries: one WriteRequest each
             assert _strip(await sw.read_state()) == _strip(leaf1)
-            again = await sw.reconcile(leaf1)
+            again = await sync(sw, leaf1)
             assert again.written == {"insert": 0, "modify": 0, "delete": 0}
             assert again.requests == 0
             # the switch drifts: one pinned entry lost, one foreign entry added
             pinned = sorted(e for e in leaf1.entries if e.table == "pinned")
             foreign = dataclasses.replace(pinned[0], priority=pinned[0].priority + 1)
             await sw.write_batch([Update("delete", pinned[1]), Update("insert", foreign)])
-            fix = await sw.reconcile(leaf1)
+            fix = await sync(sw, leaf1)
             assert fix.written == {"insert": 1, "modify": 0, "delete": 1}
             assert _strip(await sw.read_state()) == _strip(leaf1)
 
         # a restarted controller (new connection, same pipeline cookie) writes nothing
         async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=21) as sw:
-            assert (await sw.reconcile(leaf1)).written == {"insert": 0, "modify": 0, "delete": 0}
+            assert (await sync(sw, leaf1)).written == {"insert": 0, "modify": 0, "delete": 0}
 
     asyncio.run(go())
 
@@ -96,7 +97,7 @@ def test_backup_client_is_refused_with_the_primarys_election_id(bmv2):
 def test_write_errors_name_each_failed_entity(bmv2, leaf1):
     async def go():
         async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=20) as sw:
-            await sw.reconcile(leaf1)
+            await sync(sw, leaf1)
             entries = sorted(e for e in leaf1.entries if e.table == "pinned")
             ok = dataclasses.replace(entries[0], priority=entries[0].priority + 3)
             with pytest.raises(WriteError) as ei:
@@ -187,7 +188,7 @@ def test_packets_go_where_the_model_says(bmv2, leaf1, fabric):
 
     async def go():
         async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=20) as sw:
-            await sw.reconcile(want)
+            await sync(sw, want)
             ports = Ports(bmv2)
             await asyncio.sleep(0.3)
             ports.drain()
@@ -253,7 +254,7 @@ def test_arp_answered_by_the_switch_and_lldp_packet_in_and_packet_out(bmv2, leaf
 
     async def go():
         async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=20) as sw:
-            await sw.reconcile(leaf1)
+            await sync(sw, leaf1)
             ports = Ports(bmv2)
             await asyncio.sleep(0.3)
             ports.drain()
@@ -290,8 +291,8 @@ def test_reconcile_across_a_replan(bmv2, fabric, leaf1):
 
     async def go():
         async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=20) as sw:
-            await sw.reconcile(leaf1)
-            rep = await sw.reconcile(ecmp)
+            await sync(sw, leaf1)
+            rep = await sync(sw, ecmp)
             n_pinned = sum(1 for e in leaf1.entries if e.table == "pinned")
             assert rep.written == {"insert": 0, "modify": 0, "delete": n_pinned}
             assert reconcile(ecmp, await sw.read_state()).empty
@@ -341,7 +342,7 @@ def test_hash_seed_and_fields_change_the_chosen_member(bmv2, fabric):
             for label, setting in (("seed 1", EcmpHash(five, 1)), ("seed 2", EcmpHash(five, 2)),
                                    ("dst only", EcmpHash(("ipv4_dst",), 1))):
                 state = encode_switch(plan, None, setting)
-                rep = await sw.reconcile(state)
+                rep = await sync(sw, state)
                 assert rep.written["modify"] <= 1  # only the ecmp_hash entry changes
                 await asyncio.sleep(0.2)
                 got = await asyncio.to_thread(_uplinks_taken, ports, frames)
@@ -368,7 +369,7 @@ def test_queue_depth_register_over_thrift(bmv2, leaf1, fabric):
 
     async def go():
         async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=20) as sw:
-            await sw.reconcile(leaf1)
+            await sync(sw, leaf1)
             ports = Ports(bmv2)
             await asyncio.sleep(0.2)
             for i in range(200):  # pinned h1 -> h3 (port 3), as fast as the socket takes them

@@ -17,6 +17,7 @@ from controller.drivers.p4runtime.pipeline import BMV2, QDEPTH_BUCKETS_PKTS
 from controller.model import load_topology
 from controller.plan.build import build_plan
 from controller.qos.validate import load_valid_policy as load_policy
+from controller.testing.p4sync import sync
 from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 from tests.test_p4_bmv2 import Ports, ipv4_udp
@@ -40,7 +41,7 @@ def test_one_sample_has_ports_queues_ce_marks_depth_and_pinned_hits(tmp_path):
     async def go():
         with NetnsSwitch(ports=4, device_id=3, workdir=tmp_path) as bmv2:
             async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=20) as sw:
-                await sw.reconcile(want)
+                await sync(sw, want)
                 ports = Ports(bmv2)
                 await asyncio.sleep(0.3)
                 ports.drain()

@@ -38,6 +38,7 @@ from controller.plan.model import (
     SwitchPlan,
 )
 from controller.qos.validate import load_valid_policy as load_policy
+from controller.testing.p4sync import sync
 from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 from tests.test_p4_bmv2 import Ports, ipv4_udp
@@ -99,7 +100,7 @@ def _run(tmp_path, plan: SwitchPlan, body) -> None:  # noqa: ANN001 - a coroutin
     async def go() -> None:
         with NetnsSwitch(ports=4, device_id=3, workdir=tmp_path) as bmv2:
             async with P4Switch("leaf1", bmv2.grpc_address, 3, election_id=20) as sw:
-                await sw.reconcile(encode_switch(plan))
+                await sync(sw, encode_switch(plan))
                 s = Switch(bmv2, sw)
                 task = asyncio.create_task(s.probe_forever())
                 try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import finsy as fy
 import pytest
 
-from controller.drivers.p4runtime import codec
 from controller.drivers.p4runtime.encode import encode_fabric, multicast_group, qos_entries
 from controller.drivers.p4runtime.pipeline import (
     ACTIONS,
@@ -24,6 +23,7 @@ from controller.qos.compile import compile_qos
 from controller.qos.validate import load_policy_checked
 from controller.qos.validate import load_valid_policy as load_policy
 from controller.render.bmv2 import render_bmv2
+from controller.testing import finsycodec as codec
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY, ROOT
 
 

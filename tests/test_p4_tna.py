@@ -19,7 +19,6 @@ from pathlib import Path
 import finsy as fy
 import pytest
 
-from controller.drivers.p4runtime import codec
 from controller.drivers.p4runtime.encode import (
     EncodeError,
     ecmp_hash_settings,
@@ -47,6 +46,7 @@ from controller.qos.compile import compile_qos
 from controller.qos.validate import load_policy_checked
 from controller.qos.validate import load_valid_policy as load_policy
 from controller.render.tofino import render_tofino
+from controller.testing import finsycodec as codec
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY, ROOT
 from tests.test_p4_schema import assert_round_trips
 

@@ -25,7 +25,9 @@ from controller.model.topology import load_topology
 from controller.plan.model import ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_LLDP, diff_plans
 from controller.policy import load_policy
 from controller.runtime import core, writes
+from controller.runtime.batching import BatchWindow
 from controller.runtime.events import (
+    BatchAnswered,
     Compute,
     Log,
     PlacementReady,
@@ -350,6 +352,19 @@ def test_state_is_a_value_and_the_plan_a_function_of_it():
     assert intended_plan(a) == intended_plan(b)
     moved = replace(a, placement={})
     assert intended_plan(moved) != intended_plan(a)
+
+
+def test_the_batching_window_is_state_folded_from_the_batches_answered():
+    """The northbound's gathering window is part of the state value: each answered batch
+    folds in as an event, the plan is untouched and no switch gets anything."""
+    st = _state("pinned")
+    assert st.batching == BatchWindow()
+    out = core.step(st, BatchAnswered(63, 0.4, 37), 1.0)
+    assert out.state.batching == BatchWindow().after(63, 0.4, 37)
+    assert out.state.batching.expected == 100 and out.state.batching.window == 0.2
+    assert out.effects == () and intended_plan(out.state) == intended_plan(st)
+    again = core.step(out.state, BatchAnswered(1, 0.01, 0), 2.0).state.batching
+    assert again.expected == 0 and again.window == BatchWindow().window_s
 
 
 def test_a_commit_takes_over_the_plan_its_preview_made_and_only_that():

@@ -98,7 +98,7 @@ class MastershipService:
     replica:
         this replica's name, unique among live replicas.
     switches:
-        the switches of the fabric (names); :meth:`set_switches` changes them.
+        the switches of the fabric (names).
     keys, lease:
         key layout and lease settings.
     advertise:
@@ -302,14 +302,6 @@ class MastershipService:
     def backup_election_id(self) -> int:
         """The P4Runtime election_id this replica uses as a backup (0 while unregistered)."""
         return backup_election_id(self.lease_id) if self.lease_id else 0
-
-    def set_switches(self, switches: Iterable[str]) -> None:
-        """Change the fabric's switches (after a topology change); rebalances."""
-        self._switches = frozenset(switches)
-        for s in list(self._mine):
-            if s not in self._switches:
-                self._release_locally(s, "switch removed")
-        self._kick()
 
     # -- the session: lease + registration -------------------------------------------------------
     async def _first_round(self) -> None:

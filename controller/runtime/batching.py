@@ -1,6 +1,7 @@
 """How long a batch of northbound registrations (or unregistrations) waits for more callers: a
-value, decided by pure functions; :class:`controller.runtime.service.FabricService` keeps one
-and replaces it after each batch.
+value, decided by pure functions, held in :class:`controller.runtime.state.RuntimeState`
+(``batching``) and moved on by the event :class:`~controller.runtime.events.BatchAnswered` that
+:class:`controller.runtime.service.FabricService` feeds after each batch.
 
 A commit costs about the same for 10 registrations as for 100 (at k = 16 ~0.4 s of CPU: the
 placement, the plan preview, each touched switch's diff and bundle), so concurrent callers are

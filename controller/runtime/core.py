@@ -72,6 +72,7 @@ from controller.plan.pinned import path_is_up
 from controller.runtime import liveness, lldp, writes
 from controller.runtime.events import (
     AlertRound,
+    BatchAnswered,
     Compute,
     ComputeTeForm,
     Effect,
@@ -187,6 +188,9 @@ def _fold(state: RuntimeState, event: Event, now_s: float, fx: list[Effect]) -> 
             return state
         case IntentSynced():
             return _intent(state, event, now_s, fx)
+        case BatchAnswered():
+            return replace(state, batching=state.batching.after(event.size, event.took_s,
+                                                                 event.waiting))
         case _:
             assert_never(event)
 

@@ -8,7 +8,8 @@ answer to its part of a transaction), :class:`PlacementReady` (a repair, re-opti
 re-balance computed off the loop, for the generation it was computed from),
 :class:`TeFormReady`; :class:`MastershipChanged` (the coordination service moved a switch's
 mastership); :class:`IntentSynced` (the intent committed to the intent store — etcd in a
-cluster, memory alone — which every operator decision goes through).
+cluster, memory alone — which every operator decision goes through); :class:`BatchAnswered` (the
+northbound answered a batch of registrations: the next batch's gathering window follows).
 
 **Effects** (out): what the controller process does after a step — log, publish an event,
 send a frame, ask for counters, take a role, read a switch back, write one switch's part of a
@@ -130,8 +131,19 @@ class IntentSynced:
     planned: RuntimeState | None = field(default=None, compare=False, repr=False)
 
 
+@dataclass(frozen=True)
+class BatchAnswered:
+    """The northbound answered a batch of ``size`` registrations (or unregistrations) that took
+    ``took_s`` seconds from its start to its answers, with ``waiting`` requests queued when it
+    ended (:meth:`controller.runtime.batching.BatchWindow.after`)."""
+
+    size: int
+    took_s: float
+    waiting: int
+
+
 RuntimeEvent = (Tick | RoleAssigned | MastershipChanged | ReadBackDone | WriteAnswered
-                | PlacementReady | TeFormReady | IntentSynced)
+                | PlacementReady | TeFormReady | IntentSynced | BatchAnswered)
 Event = SouthboundEvent | RuntimeEvent
 
 

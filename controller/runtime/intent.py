@@ -403,8 +403,3 @@ def placed_by_collective(state: RuntimeState) -> dict[str, dict[FlowDemand, Path
     got: dict[str, dict[FlowDemand, Path]] = memo.by_collective
     return got
 
-
-def stranded(state: RuntimeState) -> tuple[FlowDemand, ...]:
-    """Placed flows whose path crosses a down link (waiting for a repair)."""
-    down = state.down_links
-    return tuple(d for d, p in state.placement.items() if not path_is_up(p, down))

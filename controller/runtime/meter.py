@@ -115,10 +115,6 @@ class TrafficMeter:
             for k in gone:
                 del d[k]
 
-    def newest_s(self) -> float:
-        """The newest port sample time (-inf without samples)."""
-        return max((r[2] for r in self.port_rate_bps.values()), default=float("-inf"))
-
 
 @dataclass(frozen=True)
 class QueueDepth:

@@ -19,9 +19,7 @@ on (:attr:`~controller.runtime.state.RuntimeState.generation`).
 
   Until a repair is in force the intended plan already leaves out pinned entries whose path
   crosses a down link (their traffic falls back to the ECMP routes, which avoid it): the
-  fabric forwards correctly before any placement is computed. :func:`repin_all` (pin every
-  flow from scratch, what the controller did before issue 15) remains as a repair to compare
-  with.
+  fabric forwards correctly before any placement is computed.
 * Both phases work on a :class:`controller.te.placement.Placement` (paths as link ids, the
   value that makes a repair cheap at 65,536 flows); the runtime's placement is node paths.
   :func:`te_placement` converts, and a decision carries the converted value so the next event
@@ -195,17 +193,6 @@ def reoptimise_moves(inp: PlacementInput, *,
     paths = {d: moved.get(d, tuple(p)) for d, p in inp.placement.items()}
     return PlacementDecision(paths, res.placement, res.moves, res.max_utilisation_before,
                              res.max_utilisation_after, res.lower_bound)
-
-
-def repin_all(inp: PlacementInput) -> PlacementDecision:
-    """A full re-plan as a repair: pin every flow of the policy from scratch around the down
-    links (:func:`initial_placement`); when the links come back, the original
-    placement returns (the pinning is deterministic). Moves every flow it likes; kept for
-    comparison with :func:`repair_moved`."""
-    paths = initial_placement(inp.fabric, inp.policy, inp.down_links)
-    moves = tuple(Move(d, tuple(inp.placement[d]), p) for d, p in paths.items()
-                  if d in inp.placement and tuple(inp.placement[d]) != p)
-    return PlacementDecision(paths, None, moves)
 
 
 def added_entries(move: Move) -> tuple[str, ...]:

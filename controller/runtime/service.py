@@ -70,11 +70,11 @@ from controller.policy.model import Collective, Policy
 from controller.runtime import core
 from controller.runtime.audit import AuditTrail, Proposal, registrations_digest
 from controller.runtime.auditlog import AuditLog, open_audit_log
-from controller.runtime.batching import BatchWindow
 from controller.runtime.cluster import ClusterRuntime, EtcdIntent
 from controller.runtime.clustercodec import registered_spec
 from controller.runtime.controller import Controller
 from controller.runtime.drift import check_drift
+from controller.runtime.events import BatchAnswered
 from controller.runtime.ina import InaManager
 from controller.runtime.intent import (
     intended_plan,
@@ -160,12 +160,6 @@ class FabricService:
         Registrations (or unregistrations) committed together at most.
     max_queue : int
         Requests waiting at most; beyond, :class:`Busy`.
-    batch_window_s, batch_quiet_s : float
-        A batch waits for more concurrent requests while they keep coming (each within
-        ``batch_quiet_s`` of the last, or a tenth of the time the last batch took when that
-        is longer), at most ``batch_window_s`` (or a quarter of the last batch's time), or
-        until it holds the requests expected (:class:`~controller.runtime.batching.
-        BatchWindow`) (s).
     wall, mono : callable
         Wall-clock and monotonic seconds.
     policy_targets : collection of str
@@ -188,7 +182,6 @@ class FabricService:
     def __init__(self, controller: Controller, *, sample_interval_s: float = 0.0,
                  policy_targets: Collection[str] = (),
                  max_batch: int = 512, max_queue: int = 4096,
-                 batch_window_s: float = 0.05, batch_quiet_s: float = 0.005,
                  wall: Callable[[], float] = time.time,
                  mono: Callable[[], float] = time.monotonic,
                  cluster: ClusterRuntime | None = None,
@@ -205,7 +198,6 @@ class FabricService:
         self.policy_targets = frozenset(policy_targets)
         self.max_batch = min(max_batch, MAX_CHANGES)
         self.max_queue = max_queue
-        self.batching = BatchWindow(batch_window_s, batch_quiet_s)
         self._arrived = asyncio.Event()   # a request was queued (wakes the batch gathering)
         self.wall = wall
         self.mono = mono
@@ -365,7 +357,7 @@ class FabricService:
             now = loop.time()
             if len(self._queue) != seen:
                 seen, last = len(self._queue), now
-            wait = self.batching.wait_s(seen, self.max_batch, now - start, now - last)
+            wait = self.state.batching.wait_s(seen, self.max_batch, now - start, now - last)
             if wait <= 0:
                 return
             self._arrived.clear()
@@ -392,8 +384,8 @@ class FabricService:
                 LOG.exception("[northbound] %s batch failed", kind)
                 self._fail(batch, Unavailable(f"{kind} failed: {exc}"))
             finally:
-                self.batching = self.batching.after(
-                    len(batch), asyncio.get_running_loop().time() - t0, len(self._queue))
+                self.controller.handle(BatchAnswered(
+                    len(batch), asyncio.get_running_loop().time() - t0, len(self._queue)))
 
     @staticmethod
     def _fail(batch: list[_Pending], exc: Exception) -> None:

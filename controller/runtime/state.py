@@ -24,6 +24,7 @@ from controller.drivers.southbound import SouthboundKind, SwitchFeatures
 from controller.model.topology import Fabric
 from controller.plan.model import FlowIntent, SwitchPlan
 from controller.policy.model import Collective, Policy
+from controller.runtime.batching import BatchWindow
 from controller.runtime.liveness import LivenessMemory
 from controller.runtime.lldp import LldpMemory
 from controller.runtime.transaction import Transaction
@@ -300,6 +301,7 @@ class RuntimeState:
     reopt: Reoptimisation | None = None
     tables_reported: tuple[str, ...] = ()
     te_form: TeForm | None = None
+    batching: BatchWindow = BatchWindow()
     memo: PlanMemo = field(default_factory=lambda: PlanMemo(), compare=False, repr=False)
 
     @property

@@ -46,6 +46,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from controller.errors import ConfigError
+from controller.testing.p4sync import sync
 from controller.yamlsrc import Document
 from mininet_labs.analysis.verdict import Verdict
 from mininet_labs.lab.interface import Lab, RunContext, Variant
@@ -98,7 +99,7 @@ async def _program(exp: Experiment, targets: dict[str, str], threshold: int | No
                                 state.members, state.groups, state.multicast)
         dpid = exp.fabric.switch_by_name[name].dpid
         async with P4Switch(name, addr, dpid, election_id=10) as sw:
-            await sw.reconcile(state)
+            await sync(sw, state)
 
 
 async def _queue_stats(exp: Experiment, address: str) -> dict[str, Any]:

@@ -265,10 +265,6 @@ def group_delete(group_id: int, dialect: Dialect = DEFAULT_DIALECT) -> OFMsg:
     return dialect.group_mod(o.OFPGC_DELETE, o.OFPGT_SELECT, group_id, [], None)
 
 
-def delete_group_range(ids: Iterable[int], dialect: Dialect = DEFAULT_DIALECT) -> list[OFMsg]:
-    return [group_delete(g, dialect) for g in sorted(ids)]
-
-
 # -- id allocation -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GroupIds:

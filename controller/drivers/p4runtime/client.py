@@ -16,10 +16,14 @@ batch with an error and no per-update details (e.g. RESOURCE_EXHAUSTED), the cli
 batch's entities back, keeps the updates that took effect, and sends the others again in
 halves until each failing update has its own error.
 
+What to write is decided by the runtime (:mod:`controller.runtime.writes`); the driver
+(:mod:`.driver`) encodes it as :class:`~.reconcile.Reconciliation` phases and sends them here.
+
 Usage::
 
     async with P4Switch("leaf1", "10.0.0.1:9559", device_id=3) as sw:
-        report = await sw.reconcile(encode_switch(plan))
+        held = await sw.read_state()
+        await sw.write_phases(reconcile(want, held))
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from controller.drivers.p4runtime.pipeline import (
     TABLES,
     depth_hist_index,
 )
-from controller.drivers.p4runtime.reconcile import Reconciliation, Update, reconcile
+from controller.drivers.p4runtime.reconcile import Reconciliation, Update
 from controller.drivers.p4runtime.session import (
     Demoted,
     ElectionIdInUse,
@@ -68,7 +72,7 @@ LOG = logging.getLogger("aifabric.p4runtime")
 MAX_BATCH = 1000
 
 __all__ = ["MAX_BATCH", "Demoted", "DemotedError", "ElectionIdInUse", "FailedUpdate", "NotPrimaryError",
-           "P4Switch", "P4SwitchError", "ReconcileReport", "WriteError"]
+           "P4Switch", "P4SwitchError", "WriteError"]
 
 
 class P4SwitchError(RuntimeError):
@@ -124,17 +128,6 @@ class WriteError(P4SwitchError):
         more = f"\n  ... and {len(failures) - 20} more" if len(failures) > 20 else ""
         super().__init__(f"{switch}: {len(failures)} update(s) refused:\n  {shown}{more}")
         self.switch, self.failures = switch, tuple(failures)
-
-
-@dataclass(frozen=True)
-class ReconcileReport:
-    """What a reconciliation found and did: entities read, ``{"insert","modify","delete"}``
-    counts written, and the number of WriteRequests."""
-
-    switch: str
-    read: int
-    written: dict[str, int]
-    requests: int
 
 
 class P4Switch:
@@ -434,17 +427,6 @@ class P4Switch:
             raise WriteError(self.name, [FailedUpdate(bad, "INVALID_ARGUMENT", str(e))],
                              str(e)) from None
 
-    def encode(self, updates: Sequence[Update]) -> list[p4r.Update]:
-        """The protobuf updates (raises :class:`WriteError` naming an entity that does not
-        fit the P4Info)."""
-        upd = self.codec.update
-        try:
-            return [upd(u) for u in updates]
-        except WireError as e:
-            bad = next(u for u in updates if _encodes(self.codec, u) is not None)
-            raise WriteError(self.name, [FailedUpdate(bad, "INVALID_ARGUMENT", str(e))],
-                             str(e)) from None
-
     async def write_batch(self, updates: Sequence[Update]) -> None:
         """One WriteRequest of ``updates``; raises :class:`WriteError` naming each refused one
         (module docstring: a failure without per-update details is narrowed down)."""
@@ -486,20 +468,6 @@ class P4Switch:
             except WriteError as e:
                 out += e.failures
         return out
-
-    async def write_one_by_one(self, updates: Sequence[Update]) -> None:
-        """Each update in its own WriteRequest (for the single-vs-batched benchmark)."""
-        for u in updates:
-            await self.write_batch([u])
-
-    async def reconcile(self, intended: SwitchEntities) -> ReconcileReport:
-        """Read the switch, write only the difference to ``intended`` (see :mod:`.reconcile`)."""
-        actual = await self.read_state()
-        rec = reconcile(intended, actual)
-        n = await self.write_phases(rec)
-        LOG.info("%s: read %d entities, wrote %s in %d request(s)", self.name, actual.count,
-                 rec.counts(), n)
-        return ReconcileReport(self.name, actual.count, rec.counts(), n)
 
 
 class ElectionIdError(P4SwitchError):

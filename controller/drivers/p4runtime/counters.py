@@ -22,23 +22,14 @@ FCS, as Open vSwitch counts).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Collection
+from typing import Any
 
 from controller.drivers.p4runtime.decode import decode_entry
 from controller.drivers.p4runtime.entities import TableEntry
 from controller.drivers.p4runtime.pipeline import P4Target, depth_hist_index, queue_index
 from controller.drivers.southbound import CounterKind, CounterSample
 from controller.telemetry.samples import EntryCounters, PortCounters, QueueCounters
-
-
-class CounterClient(Protocol):
-    """What reading counters needs of a switch client (:class:`~.client.P4Switch`)."""
-
-    async def read_cells(self, cells: Sequence[tuple[str, int | None]]
-                         ) -> dict[tuple[str, int], tuple[int, int]]: ...
-
-    async def read_direct_counters(self, table: str) -> list[tuple[TableEntry, int, int]]: ...
 
 
 def cells_for(ports: Collection[int], priorities: Collection[int], kinds: Collection[str],

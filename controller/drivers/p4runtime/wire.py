@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import finsy as fy
@@ -97,7 +96,7 @@ class WireCodec:
     Parameters
     ----------
     schema : finsy.P4Schema
-        The parsed P4Info (``WireCodec.from_p4info(path)`` builds it).
+        The parsed P4Info (``WireCodec(finsy.P4Schema(path))``).
     """
 
     def __init__(self, schema: fy.P4Schema) -> None:
@@ -131,10 +130,6 @@ class WireCodec:
             self.packet_meta[_short(cpm.alias or cpm.name)] = {
                 m.name: (m.id, m.bitwidth) for m in cpm.metadata}
         self._entries = EntryEncoder(self.table, self.action, to_bytes, WireError)
-
-    @classmethod
-    def from_p4info(cls, p4info: Path, p4blob: Any = None) -> WireCodec:
-        return cls(fy.P4Schema(p4info, p4blob))
 
     # -- encode --------------------------------------------------------------------------------
     def table(self, name: str) -> _Table:

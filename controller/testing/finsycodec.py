@@ -1,4 +1,6 @@
-"""Entities (:mod:`.entities`) ↔ finsy objects; names are resolved through the P4Info by finsy.
+"""Entities (:mod:`controller.drivers.p4runtime.entities`) ↔ finsy objects; names are resolved
+through the P4Info by finsy. An oracle for the tests: the driver encodes with its own codec
+(:mod:`controller.drivers.p4runtime.wire`), and what it encodes must also pass finsy's encoding.
 
 finsy encodes names to ids and integers to canonical byte strings (P4Runtime spec v1.3 §8.4)
 with the P4Info schema, and raises on a value wider than its field. Decoding accepts every
