@@ -1,7 +1,7 @@
 """``aifabric doctor [--config FILE]``: check that the controller configured by FILE (and the
 AIFABRIC_* environment) can run here: configuration, certificates, etcd, every switch, the
 local Open vSwitch bridges, clocks
-(:mod:`controller.runtime.doctor`). One line per check; exit 0 when none failed, 1 otherwise."""
+(:mod:`controller.doctor`). One line per check; exit 0 when none failed, 1 otherwise."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def doctor(config_file: str | None) -> None:
     topology (a bridge without a controller loses every entry it holds when it gets its first
     one; fail_mode must be secure) and the clock. One line per check (PASS, WARN, FAIL, SKIP);
     exit 1 if any failed."""
-    from controller.runtime.doctor import run_checks
+    from controller.doctor import run_checks
 
     lines = run_checks(config_file, lambda: effective(config_file))
     for line in lines:

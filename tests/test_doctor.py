@@ -24,9 +24,7 @@ from finsy.proto import p4r, p4r_grpc
 
 from controller.cli import main
 from controller.config.model import ServiceConfig
-from controller.drivers.ovs.bridges import BridgeInfo, parse_bridges
-from controller.model.topology import load_topology
-from controller.runtime.doctor import (
+from controller.doctor import (
     TIME_ERROR,
     check_audit,
     check_bridges,
@@ -36,6 +34,8 @@ from controller.runtime.doctor import (
     check_switches,
     run_checks,
 )
+from controller.drivers.ovs.bridges import BridgeInfo, parse_bridges
+from controller.model.topology import load_topology
 from controller.security.certs import init_dev_pki, load_certificate
 from mininet_labs.lab.processes import free_port
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY

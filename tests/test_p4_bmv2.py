@@ -23,12 +23,12 @@ from controller.drivers.p4runtime.client import (
 )
 from controller.drivers.p4runtime.encode import EcmpHash, encode_switch, qos_entries
 from controller.drivers.p4runtime.entities import SwitchEntities
-from controller.drivers.p4runtime.model import CONTROLLER, DROP, Packet, forward, forward_hashed
 from controller.drivers.p4runtime.pipeline import queue_index
 from controller.drivers.p4runtime.reconcile import Update, reconcile
 from controller.model import load_topology
 from controller.plan.build import build_plan
 from controller.qos.validate import load_valid_policy as load_policy
+from controller.testing.p4model import CONTROLLER, DROP, Packet, forward, forward_hashed
 from controller.testing.p4sync import sync
 from mininet_labs.lab.bmv2 import NetnsSwitch, bmv2_missing_reason, thrift_cli_command
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
@@ -243,7 +243,7 @@ def test_arp_answered_by_the_switch_and_lldp_packet_in_and_packet_out(bmv2, leaf
     switch (arp_responder), exactly as the model says; one for an unknown address goes
     nowhere; LLDP reaches the controller; a packet-out leaves by its port."""
     from controller.drivers import frames
-    from controller.drivers.p4runtime.model import arp_reply
+    from controller.testing.p4model import arp_reply
 
     h3 = fabric.host_by_name["h3"]
     asked = Packet(0x0806, arp_op=1, arp_tpa=_ip(h3.ipv4), in_port=1)

@@ -19,7 +19,6 @@ from controller.drivers.p4runtime.entities import (
     SwitchEntities,
     TableEntry,
 )
-from controller.drivers.p4runtime.model import Packet, forward
 from controller.drivers.p4runtime.pipeline import BMV2
 from controller.model.topology import load_topology
 from controller.plan.model import ETH_TYPE_IPV4
@@ -30,6 +29,7 @@ from controller.runtime.process import ControllerOptions, build_state
 from controller.testing import FakeFabric
 from controller.testing.fakep4 import FakeP4Switch, factory
 from controller.testing.fakeswitch import FakeSwitch
+from controller.testing.p4model import Packet, forward
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY
 
 FABRIC = load_topology(MAIN_TOPOLOGY)

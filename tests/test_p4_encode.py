@@ -12,7 +12,6 @@ import pytest
 
 from controller.drivers.p4runtime import encode as enc
 from controller.drivers.p4runtime.entities import Exact, Lpm, Ternary, lpm, ternary
-from controller.drivers.p4runtime.model import CONTROLLER, DROP, Packet, arp_reply, forward
 from controller.model import load_topology
 from controller.plan.build import build_plan
 from controller.plan.model import (
@@ -31,6 +30,7 @@ from controller.qos.validate import load_policy_checked
 from controller.qos.validate import load_valid_policy as load_policy
 from controller.render.bmv2 import render_bmv2
 from controller.te.collectives import expand_policy
+from controller.testing.p4model import CONTROLLER, DROP, Packet, arp_reply, forward
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY, PINNED_POLICY, ROOT
 
 GOLDEN = ROOT / "tests" / "golden" / "bmv2" / "p4rt"

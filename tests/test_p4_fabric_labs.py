@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.drivers.p4runtime.model import Packet, forward_hashed
 from controller.errors import ConfigError
 from controller.runtime.p4process import intended_state
+from controller.testing.p4model import Packet, forward_hashed
 from mininet_labs.lab.p4net import hashed_src_port
 from mininet_labs.lab.runner import load, run_experiment
 from tests.test_p4_lab import _missing

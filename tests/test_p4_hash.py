@@ -13,18 +13,18 @@ import pytest
 from controller.drivers.p4runtime import encode as enc
 from controller.drivers.p4runtime.decode import decode_entities
 from controller.drivers.p4runtime.entities import SwitchEntities, Ternary
-from controller.drivers.p4runtime.model import (
+from controller.model import load_topology
+from controller.plan.build import build_plan
+from controller.plan.hashing import derived_seed
+from controller.policy import load_policy
+from controller.policy.model import EcmpSettings, HashSeeds
+from controller.testing.p4model import (
     Packet,
     ecmp_hash_value,
     fmix32,
     forward,
     forward_hashed,
 )
-from controller.model import load_topology
-from controller.plan.build import build_plan
-from controller.plan.hashing import derived_seed
-from controller.policy import load_policy
-from controller.policy.model import EcmpSettings, HashSeeds
 from tests.conftest import ECMP_POLICY, MAIN_TOPOLOGY
 
 FULL = {"eth_src_mask": (1 << 48) - 1, "eth_dst_mask": (1 << 48) - 1,

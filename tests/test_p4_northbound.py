@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from controller.drivers.p4runtime.driver import P4RuntimeDriver
 from controller.drivers.p4runtime.entities import SwitchEntities
-from controller.drivers.p4runtime.model import Packet, forward
 from controller.model.topology import load_topology
 from controller.northbound.model import CollectiveRequest
 from controller.plan.model import ETH_TYPE_IPV4
@@ -23,6 +22,7 @@ from controller.runtime.controller import Controller
 from controller.runtime.process import ControllerOptions, build_state, reload_policy
 from controller.runtime.service import FabricService
 from controller.testing.fakep4 import FakeP4Switch, factory
+from controller.testing.p4model import Packet, forward
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
 
 FABRIC = load_topology(MAIN_TOPOLOGY)

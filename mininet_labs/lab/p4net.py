@@ -161,7 +161,7 @@ def hashed_src_port(fabric: Fabric, policy: Any, switch: str, src: str, dst: str
     """A UDP source port (from ``first`` up) for which fabric.p4's ECMP hash on ``switch`` sends
     ``src`` → ``dst`` (hosts) UDP ``dst_port`` out of ``out_port``: the switch's entities for
     ``policy`` (:func:`controller.runtime.p4process.intended_state`) through the pipeline
-    model's hash (:func:`controller.drivers.p4runtime.model.forward_hashed`, checked against
+    model's hash (:func:`controller.testing.p4model.forward_hashed`, checked against
     BMv2 by tests/test_p4_bmv2.py). A lab steers a flow it does not pin this way, as an unlucky
     hash would.
 
@@ -172,8 +172,8 @@ def hashed_src_port(fabric: Fabric, policy: Any, switch: str, src: str, dst: str
     """
     import ipaddress
 
-    from controller.drivers.p4runtime.model import Packet, forward_hashed
     from controller.runtime.p4process import intended_state
+    from controller.testing.p4model import Packet, forward_hashed
 
     state = intended_state(fabric, policy)[switch]
     s, d = fabric.host_by_name[src], fabric.host_by_name[dst]

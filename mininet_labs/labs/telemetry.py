@@ -33,7 +33,7 @@ run stops with one line (``controller exited (code -9) while watching events``).
 BMv2 switches running fabric.p4 under the one runtime (``aifabric controller --p4-targets``):
 what a switch holds is read from it over P4Runtime by a second client with a lower election id
 (a backup: it reads, never writes; P4Runtime §5) and each hop's output port is what fabric.p4's
-forwarding (:mod:`controller.drivers.p4runtime.model`) gives for the flow's packet over the
+forwarding (:mod:`controller.testing.p4model`) gives for the flow's packet over the
 entries read; the link failure is seen by LLDP liveness (``liveness``); and the record carries
 what only P4 gives, per port and queue from the metrics: the queue-depth histogram
 (``aifabric_queue_depth_packets``) and the CE marks (``aifabric_queue_ce_packets_total``,
@@ -369,7 +369,7 @@ class TelemetryP4(Telemetry):
         import json
 
         from controller.drivers.p4runtime.client import P4Switch
-        from controller.drivers.p4runtime.model import Packet, forward
+        from controller.testing.p4model import Packet, forward
 
         fab = ctx.exp.fabric
         targets = json.loads((ctx.out.parent / "targets.json").read_text())

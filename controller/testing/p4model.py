@@ -1,4 +1,5 @@
-"""A Python model of fabric.p4's ingress forwarding over :class:`~.entities.SwitchEntities`.
+"""A Python model of fabric.p4's ingress forwarding over :class:`~controller.drivers.p4runtime.
+entities.SwitchEntities`.
 
 The P4 analogue of :mod:`controller.testing.fakeoftable`: tests push encoded entities into it
 and ask where a packet goes, then trace every host pair across the fabric. The BMv2 tests send
@@ -16,11 +17,12 @@ picks); no route → drop.
 The ECMP hash (:func:`ecmp_hash_value`) is fabric.p4's: ``fmix32(crc32(seed, fields & masks))``
 with the seed and masks of the ``ecmp_hash`` entry (or the program's default: 5-tuple, seed 0).
 crc32 is BMv2's (reflected 0x04C11DB7, init and final XOR 0xFFFFFFFF: zlib's) over the fields
-concatenated big-endian in :data:`~.pipeline.HASH_FIELD_BITS` order; fmix32 is MurmurHash3's
-finaliser (Appleby, smhasher, ``MurmurHash3.cpp``). BMv2's action selector takes the member of
-rank ``hash mod group size`` among the group's member handles; :func:`forward_hashed` assumes
-handles ascend with member ids (true when the members were inserted in id order, as
-:mod:`.reconcile` writes them into an empty profile).
+concatenated big-endian in :data:`~controller.drivers.p4runtime.pipeline.HASH_FIELD_BITS`
+order; fmix32 is MurmurHash3's finaliser (Appleby, smhasher, ``MurmurHash3.cpp``). BMv2's
+action selector takes the member of rank ``hash mod group size`` among the group's member
+handles; :func:`forward_hashed` assumes handles ascend with member ids (true when the members
+were inserted in id order, as :mod:`controller.drivers.p4runtime.reconcile` writes them into an
+empty profile).
 """
 
 from __future__ import annotations
