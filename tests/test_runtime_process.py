@@ -127,3 +127,27 @@ def test_bad_policy_exits_2_with_location_and_never_listens(tmp_path):
     assert proc.returncode == 2
     assert f"{bad}:3:" in err
     assert not _connects(host, port)
+
+
+def test_a_start_up_failure_after_the_listener_started_stops_it(tmp_path):
+    """The OpenFlow listener starts before the rest (switches may connect early); a failure
+    after it (here the audit file, under a regular file, cannot be opened) exits 1 naming the
+    file and stops the listener: its accept thread is gone when ``run_controller`` returns."""
+    host, port = _free_addr()
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    audit = blocker / "audit.jsonl"
+    cfg = {"topology": str(MAIN_TOPOLOGY), "policy": str(PINNED_POLICY),
+           "openflow": {"listen": f"{host}:{port}"}, "tls": {"insecure": True},
+           "audit": {"file": str(audit)}}
+    code = ("import sys, threading; from controller.runtime.process import run_controller; "
+            "from controller.config.model import ServiceConfig; "
+            f"rc = run_controller(ServiceConfig.model_validate({cfg!r})); "
+            "print('accept threads alive:', sum(t.name == 'openflow-accept' and t.is_alive() "
+            "for t in threading.enumerate())); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert f"audit.file {audit}" in proc.stderr
+    assert "accept threads alive: 0" in proc.stdout, proc.stdout + proc.stderr
+    assert not _connects(host, port)

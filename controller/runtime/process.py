@@ -491,116 +491,100 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
                 admission_limit(opts.max_unfinished, len(of_names))), tls=channels.openflow)
         except RuntimeError as exc:
             raise _Failed(str(exc)) from None
-    if p4_addresses:
-        from controller.runtime.targets import p4_driver
-
-        try:
-            drivers["p4runtime"] = p4_driver(fabric, p4_addresses, opts, channels.p4runtime)
-        except (ConfigError, ValueError, OSError) as exc:
-            if of_handle is not None:
-                of_handle.stop()
-            problems = getattr(exc, "problems", None)
-            raise _Invalid("\n".join(map(str, problems)) if problems else str(exc)) from None
-    if early.stop.is_set():  # SIGTERM while the heavy imports ran: stop before the rest
-        return _stopped_while_starting(of_handle)
-    capable = frozenset(k for k, d in drivers.items() if "failover" in d.capabilities)
-    probing = frozenset(k for k, d in drivers.items() if "liveness-failover" in d.capabilities)
     try:
-        state = build_state(fabric, policy, document, source, southbound, opts, capable,
-                            probing)
-    except _Invalid:
-        if of_handle is not None:
+        if p4_addresses:
+            from controller.runtime.targets import p4_driver
+
+            try:
+                drivers["p4runtime"] = p4_driver(fabric, p4_addresses, opts, channels.p4runtime)
+            except (ConfigError, ValueError, OSError) as exc:
+                problems = getattr(exc, "problems", None)
+                raise _Invalid("\n".join(map(str, problems)) if problems
+                               else str(exc)) from None
+        if early.stop.is_set():  # SIGTERM while the heavy imports ran: stop before the rest
+            return _stopped_while_starting(of_handle)
+        capable = frozenset(k for k, d in drivers.items() if "failover" in d.capabilities)
+        probing = frozenset(k for k, d in drivers.items() if "liveness-failover" in d.capabilities)
+        state = build_state(fabric, policy, document, source, southbound, opts, capable, probing)
+        if early.stop.is_set():
+            return _stopped_while_starting(of_handle)
+        telemetry = events = None
+        if state.settings.telemetry:
+            from controller.telemetry import AlertRules, EventBus, Telemetry
+            from controller.telemetry.derive import DEFAULT_MICROBURST_THRESHOLD
+
+            telemetry = Telemetry(fabric, opts.alert_rules or AlertRules(),
+                                  opts.microburst_threshold or DEFAULT_MICROBURST_THRESHOLD)
+            events = EventBus()
+        mastership: Mastership | None = None
+        if opts.generation_id is not None and opts.openflow_role in ("master", "backup"):
+            mastership = StaticMastership(opts.openflow_role, opts.generation_id)  # type: ignore[arg-type]
+        cluster = since = None
+        if opts.cluster is not None:
+            cluster, since, state = await _join_cluster(fabric, southbound, opts, channels, state)
+            mastership = cluster.mastership
+        # the core's timers fire on ticks: the liveness rounds need one at least every interval
+        tick_s = min(0.1, state.settings.liveness_interval_s or 0.1)
+        compute = ThreadPoolExecutor(2, thread_name_prefix="aifabric-compute")
+        ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership,
+                         executor=compute, tick_s=tick_s)
+        from controller.runtime.auditlog import open_audit_log
+        from controller.runtime.service import FabricService
+
+        if cluster is not None:
+            cluster.attach(ctl)
+        ina: InaManager | None = None
+        if opts.ina is not None:
+            from controller.runtime.ina import InaManager
+
+            try:
+                ina = InaManager(fabric, opts.ina)
+            except ValueError as exc:
+                raise _Invalid(str(exc)) from None
+        try:
+            audit = open_audit_log(opts.audit_file, opts.audit_retention, compute, cluster)
+        except OSError as exc:
+            raise _Failed(f"audit.file {opts.audit_file}: {exc.strerror or exc}") from None
+        service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
+                                policy_targets=policy_targets(southbound, opts), cluster=cluster,
+                                audit=audit, ina=ina)
+        service.checker.warm()   # the fork server starts now, not at the first ApplyPolicy
+        qos = None
+        if opts.apply_qos:
+            from controller.drivers.ovs.qos import OvsQosApplier
+            from controller.render import render_policy
+
+            try:
+                rendering = render_policy(policy, fabric, "openflow", source, require_classes=True)
+            except ConfigError as exc:
+                raise _Invalid("\n".join(map(str, exc.problems))) from None
+            qos = OvsQosApplier(rendering, opts.ovsdb)
+        for line in summary_lines(state):
+            print(line, flush=True)
+        for line in adaptive_lines(state, opts):
+            print(line, flush=True)
+        if ina is not None:
+            print(f"in-network aggregation: switch {ina.name} at {ina.options.address} (device id "
+                  f"{ina.options.device_id}, port {ina.options.port}), service address "
+                  f"{ina.service_ipv4}; jobs through the northbound (CreateInaJob)", flush=True)
+        if qos is not None:
+            print(qos.summary(), flush=True)
+        for line in channels.lines():
+            print(line, flush=True)
+        print(f"audit trail: {audit.where}, the newest {audit.retention} records kept"
+              + (" (audit.file is not used in a cluster)" if cluster is not None
+                 and opts.audit_file else ""), flush=True)
+        edges = _Edges()
+        try:
+            await edges.start(ctl, service, opts, state.settings.stats_interval_s or 1.0, channels)
+        except (OSError, RuntimeError) as exc:
+            raise _Failed(str(exc)) from None
+        for line in edges.lines:
+            print(line, flush=True)
+    except (_Invalid, _Failed):
+        if of_handle is not None:   # the listener took switches: let them go
             of_handle.stop()
         raise
-    if early.stop.is_set():
-        return _stopped_while_starting(of_handle)
-    telemetry = events = None
-    if state.settings.telemetry:
-        from controller.telemetry import AlertRules, EventBus, Telemetry
-        from controller.telemetry.derive import DEFAULT_MICROBURST_THRESHOLD
-
-        telemetry = Telemetry(fabric, opts.alert_rules or AlertRules(),
-                              opts.microburst_threshold or DEFAULT_MICROBURST_THRESHOLD)
-        events = EventBus()
-    mastership: Mastership | None = None
-    if opts.generation_id is not None and opts.openflow_role in ("master", "backup"):
-        mastership = StaticMastership(opts.openflow_role, opts.generation_id)  # type: ignore[arg-type]
-    cluster = since = None
-    if opts.cluster is not None:
-        try:
-            cluster, since, state = await _join_cluster(fabric, southbound, opts, channels,
-                                                        state)
-        except _Failed:
-            if of_handle is not None:
-                of_handle.stop()
-            raise
-        mastership = cluster.mastership
-    # the core's timers fire on ticks: the liveness rounds need one at least every interval
-    tick_s = min(0.1, state.settings.liveness_interval_s or 0.1)
-    compute = ThreadPoolExecutor(2, thread_name_prefix="aifabric-compute")
-    ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership,
-                     executor=compute, tick_s=tick_s)
-    from controller.runtime.auditlog import open_audit_log
-    from controller.runtime.service import FabricService
-
-    if cluster is not None:
-        cluster.attach(ctl)
-    ina: InaManager | None = None
-    if opts.ina is not None:
-        from controller.runtime.ina import InaManager
-
-        try:
-            ina = InaManager(fabric, opts.ina)
-        except ValueError as exc:
-            if of_handle is not None:
-                of_handle.stop()
-            raise _Invalid(str(exc)) from None
-    try:
-        audit = open_audit_log(opts.audit_file, opts.audit_retention, compute, cluster)
-    except OSError as exc:
-        if of_handle is not None:
-            of_handle.stop()
-        raise _Failed(f"audit.file {opts.audit_file}: {exc.strerror or exc}") from None
-    service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
-                            policy_targets=policy_targets(southbound, opts), cluster=cluster,
-                            audit=audit, ina=ina)
-    service.checker.warm()   # the fork server starts now, not at the first ApplyPolicy
-    qos = None
-    if opts.apply_qos:
-        from controller.drivers.ovs.qos import OvsQosApplier
-        from controller.render import render_policy
-
-        try:
-            rendering = render_policy(policy, fabric, "openflow", source, require_classes=True)
-        except ConfigError as exc:
-            if of_handle is not None:
-                of_handle.stop()
-            raise _Invalid("\n".join(map(str, exc.problems))) from None
-        qos = OvsQosApplier(rendering, opts.ovsdb)
-    for line in summary_lines(state):
-        print(line, flush=True)
-    for line in adaptive_lines(state, opts):
-        print(line, flush=True)
-    if ina is not None:
-        print(f"in-network aggregation: switch {ina.name} at {ina.options.address} (device id "
-              f"{ina.options.device_id}, port {ina.options.port}), service address "
-              f"{ina.service_ipv4}; jobs through the northbound (CreateInaJob)", flush=True)
-    if qos is not None:
-        print(qos.summary(), flush=True)
-    for line in channels.lines():
-        print(line, flush=True)
-    print(f"audit trail: {audit.where}, the newest {audit.retention} records kept"
-          + (" (audit.file is not used in a cluster)" if cluster is not None
-             and opts.audit_file else ""), flush=True)
-    edges = _Edges()
-    try:
-        await edges.start(ctl, service, opts, state.settings.stats_interval_s or 1.0, channels)
-    except (OSError, RuntimeError) as exc:
-        if of_handle is not None:
-            of_handle.stop()
-        raise _Failed(str(exc)) from None
-    for line in edges.lines:
-        print(line, flush=True)
     qos_stop = threading.Event()
     if qos is not None:
         qos.start(qos_stop)
