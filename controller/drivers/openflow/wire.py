@@ -27,6 +27,7 @@ Layouts (all big-endian), OpenFlow 1.3.5 and 1.5.1, ``ofp_header`` first:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 
@@ -80,16 +81,11 @@ _H_L4 = {IP_PROTO_TCP: (_oxm(_TCP_SRC, 2), _oxm(_TCP_DST, 2)),
          IP_PROTO_UDP: (_oxm(_UDP_SRC, 2), _oxm(_UDP_DST, 2))}
 _PAD = (b"", b"\0" * 7, b"\0" * 6, b"\0" * 5, b"\0" * 4, b"\0" * 3, b"\0" * 2, b"\0")
 
-_ipv4_cache: dict[str, bytes] = {}
 
 
+@functools.lru_cache(maxsize=1 << 20)
 def _ipv4(text: str) -> bytes:
-    b = _ipv4_cache.get(text)
-    if b is None:
-        if len(_ipv4_cache) > 1 << 20:
-            _ipv4_cache.clear()
-        b = _ipv4_cache[text] = ipaddress.IPv4Address(text).packed
-    return b
+    return ipaddress.IPv4Address(text).packed
 
 
 def match_bytes(m: Match) -> bytes:
@@ -204,19 +200,20 @@ class WireAction:
 
 
 _DROP = WireAction("drop", 0)
-_MISSING = object()
-_matches: dict[bytes, Match | None] = {}
-_outputs: dict[int, WireAction] = {}
-_groups: dict[int, WireAction] = {}
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _action(kind: str, value: int) -> WireAction:
+    """The one :class:`WireAction` of ``kind`` and ``value`` (shared by every entry)."""
+    return WireAction(kind, value)
+
+
+@functools.lru_cache(maxsize=1 << 20)
 def decode_oxm_match(raw: bytes) -> Match | None:
     """The plan :class:`Match` of an ``ofp_match``'s OXM TLVs (``raw``: the TLVs, no header or
-    padding), or None when a field is masked or not one :class:`Match` holds. Decoded matches
-    are shared (the same route match comes from every switch)."""
-    got = _matches.get(raw, _MISSING)
-    if got is not _MISSING:
-        return got  # type: ignore[return-value]
+    padding), or None when a field is masked or not one :class:`Match` holds. A pure function
+    of the bytes, memoised: decoded matches are shared (the same route match comes from every
+    switch)."""
     fields: dict[str, int | str] = {}
     off, end = 0, len(raw)
     m: Match | None = None
@@ -240,9 +237,6 @@ def decode_oxm_match(raw: bytes) -> Match | None:
                 m = Match(**fields)  # type: ignore[arg-type]
             except TypeError:
                 m = None
-    if len(_matches) > 1 << 20:
-        _matches.clear()
-    _matches[raw] = m
     return m
 
 
@@ -259,17 +253,9 @@ def _instructions(buf: bytes, off: int, end: int) -> WireAction | None:
     atype, alen = _U16.unpack_from(buf, off + 8)[0], _U16.unpack_from(buf, off + 10)[0]
     (value,) = _U32.unpack_from(buf, off + 12)
     if atype == OFPAT_OUTPUT and alen == 16 and ilen == 24:
-        got = _outputs.get(value)
-        if got is None:
-            got = _outputs[value] = WireAction("output", value)
-        return got
+        return _action("output", value)
     if atype == OFPAT_GROUP and alen == 8 and ilen == 16:
-        got = _groups.get(value)
-        if got is None:
-            if len(_groups) > 1 << 16:
-                _groups.clear()
-            got = _groups[value] = WireAction("group", value)
-        return got
+        return _action("group", value)
     return None
 
 
