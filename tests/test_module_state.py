@@ -4,7 +4,10 @@ function changes a name bound at module level — an item set or deleted, a muta
 called (``append``, ``clear``, ``setdefault``, ...), or a ``global`` rebinding it. Such state is
 shared by every controller of a process and seen by no test that folds events over a state
 value. A memo of a pure function is ``functools.lru_cache`` (bounded, keyed by value; nothing
-reads it back but the function): what the OpenFlow read-back decoder's caches became."""
+reads it back but the function): what the OpenFlow read-back decoder's caches became. A second
+check imports those modules and fails when an instance of our own class bound at module level
+(a singleton such as an OpenFlow dialect, or one in a module-level dict) holds a dict, list, set
+or bytearray: the dialects' two memos of os-ken parses were such state."""
 
 from __future__ import annotations
 
@@ -70,3 +73,34 @@ def test_the_scan_sees_what_it_must():
     got = sorted(m.rsplit(" line ", 1)[0] for m in _mutations(ast.parse(src)))
     # LIMITS is only read, g's dict is its own, the lru_cache is the library's
     assert got == ["append _seen", "clear _cache", "global _N", "item _cache", "item _cache"]
+
+
+def _containers_held(module: object) -> list[str]:
+    """Mutable containers held as attributes by the module-level instances of our own classes
+    (a singleton, or one in a module-level dict): state the scan above cannot see."""
+    out = []
+    for name, value in vars(module).items():
+        for key, obj in (value.items() if isinstance(value, dict) else [(None, value)]):
+            if isinstance(obj, type) or not type(obj).__module__.startswith("controller."):
+                continue
+            out += [f"{name}{'' if key is None else f'[{key!r}]'}.{attr}"
+                    for attr, held in getattr(obj, "__dict__", {}).items()
+                    if isinstance(held, dict | list | set | bytearray)]
+    return out
+
+
+def test_no_module_level_instance_holds_mutable_state():
+    import importlib
+
+    found = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("").as_posix()
+            if rel.startswith("northbound/v1/") or path.name == "forkserverboot.py":
+                continue
+            mod = importlib.import_module("controller." + rel.replace("/", ".").removesuffix(
+                ".__init__"))
+            got = _containers_held(mod)
+            if got:
+                found[rel] = got
+    assert not found, f"module-level instances holding mutable state: {found}"

@@ -485,6 +485,9 @@ def test_the_arp_responders_actions_decode_once_for_every_switch(monkeypatch):
     """An ARP reply's action depends on its bytes alone: read back from many switches (320 at
     k = 16, 131,072 entries), each distinct reply is decoded once for all of them, not once per
     switch (the restart's read-back spent most of its CPU there)."""
+    from controller.drivers.openflow.dialect import shared_instructions
+
+    shared_instructions.cache_clear()   # the parse is shared process-wide: decoded by no test yet
     d = OF13()
     flows = _arp_entries((3, 4, 5))
     frame = _arp_reply_frame(flows, d)

@@ -27,6 +27,7 @@ The driver offers OpenFlow 1.3 and 1.5; the switch picks the highest both speak 
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -152,6 +153,19 @@ class GroupRecord:
     selection_method: str = ""
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def shared_instructions(parser: Any, raw: bytes) -> SharedInstructions:
+    """The instructions ``raw`` (the instruction list of a flow entry read back) as os-ken's
+    ``parser`` module parses them: one object per distinct bytes, shared by every entry and
+    switch holding them (memoised)."""
+    out, off = [], 0
+    while off < len(raw):
+        inst = parser.OFPInstruction.parser(raw, off)
+        out.append(inst)
+        off += inst.len
+    return SharedInstructions(out)
+
+
 class Dialect:
     """The version-specific half of the OpenFlow encoder (module docstring)."""
 
@@ -163,11 +177,6 @@ class Dialect:
 
     def __init__(self) -> None:
         self.desc = ofproto_protocol.ProtocolDesc(self.version)
-        #: instructions read back that :mod:`.wire` does not decode, parsed by os-ken, by bytes
-        self._instructions: dict[bytes, SharedInstructions] = {}
-        #: flow-mods :mod:`.wire` does not pack, serialised by os-ken with xid 0, by (kind,
-        #: entry, group id) (:func:`~.encode.bundle_wire`)
-        self.serialized: dict[tuple[str, Any, int | None], bytes] = {}
 
     # -- building ------------------------------------------------------------------------------
     def _own(self, msg: Any) -> Any:
@@ -284,7 +293,6 @@ class Dialect:
         shape the plan writes read from the wire, any other by os-ken's ``parse``."""
         (flags,) = struct.unpack_from("!H", frame, 10)
         body: list[Any] = []
-        parsed = self._instructions
         for table, prio, cookie, nbytes, packets, match, action, off, ins in entries:
             if match is None:
                 body.append(parse(frame, off))
@@ -294,12 +302,7 @@ class Dialect:
                 # instructions of another shape (the ARP responder's: the same bytes on every
                 # edge switch): parsed by os-ken once per distinct bytes, the parse shared
                 (length,) = struct.unpack_from("!H", frame, off)
-                raw = bytes(frame[ins:off + length])
-                got = parsed.get(raw)
-                if got is None:
-                    if len(parsed) > 1 << 16:
-                        parsed.clear()
-                    got = parsed[raw] = SharedInstructions(parse(frame, off).instructions)
+                got = shared_instructions(self.parser, bytes(frame[ins:off + length]))
                 body.append(WireRecord(table, prio, cookie, match, got, nbytes, packets))
         return WireFlowStatsReply(xid, flags, body)
 

@@ -36,6 +36,7 @@ Statistics: :func:`decode_match` turns a reply's match back into a plan :class:`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -360,6 +361,13 @@ def _message(op: Op, dialect: Dialect) -> OFMsg:
     return flow_delete(op.flow, dialect)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _serialized(kind: str, flow: FlowIntent, group_id: int | None, dialect: Dialect) -> bytes:
+    """os-ken's wire bytes of the flow-mod ``kind`` of ``flow`` with xid 0 (memoised: the ARP
+    responder's entries are the same on every edge switch)."""
+    return dialect.serialize(_message(Op(kind, flow, group_id), dialect), 0)
+
+
 def bundle_wire(enc: Encoded, bundle_id: int, xids: Sequence[int]) -> bytes:
     """The bundle adds of ``enc``'s messages as wire bytes (message ``i`` with ``xids[i]``;
     flags ATOMIC|ORDERED): flow-mods packed by :mod:`.wire`, the few others (groups, record
@@ -387,13 +395,7 @@ def bundle_wire(enc: Encoded, bundle_id: int, xids: Sequence[int]) -> bytes:
         elif f is not None:
             # the ARP responder's entries: the same on every edge switch; os-ken serialises
             # each (kind, entry) once per dialect, the xid is set in the bytes
-            key = (op.kind, f, op.group_id)
-            raw = d.serialized.get(key)
-            if raw is None:
-                if len(d.serialized) > 1 << 16:
-                    d.serialized.clear()
-                raw = d.serialized[key] = d.serialize(_message(op, d), 0)
-            inner = wire.with_xid(raw, xid)
+            inner = wire.with_xid(_serialized(op.kind, f, op.group_id, d), xid)
         else:
             inner = d.serialize(_message(op, d), xid)
         out.append(wire.bundle_add(v, xid, bundle_id, flags, inner))

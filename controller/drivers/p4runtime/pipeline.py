@@ -8,8 +8,10 @@ committed P4Info, so a rename in the P4 source that is not made here fails the t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from controller.qos.targets import TOFINO_CELL_BYTES as TOFINO_TM_CELL_BYTES
 from controller.resources import p4_dir
@@ -228,8 +230,8 @@ class P4Target:
     source: Path
     p4info: Path
     cpu_port: int
-    tables: dict[str, TableSpec]
-    actions: dict[str, tuple[tuple[str, int], ...]]
+    tables: Mapping[str, TableSpec]
+    actions: Mapping[str, tuple[tuple[str, int], ...]]
     depth_unit: str
     cell_bytes: int | None
     ecn_param: str
@@ -237,6 +239,11 @@ class P4Target:
     depth_buckets: tuple[int, ...]
     counters: frozenset[str] = frozenset()
     direct_counters: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        # read-only views: a target is declared data, shared by every driver of the process
+        object.__setattr__(self, "tables", MappingProxyType(dict(self.tables)))
+        object.__setattr__(self, "actions", MappingProxyType(dict(self.actions)))
 
 
 BMV2 = P4Target(
