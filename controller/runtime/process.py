@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
     from controller.cluster.store import IntentSnapshot
     from controller.config.model import ServiceConfig
+    from controller.drivers.ovs.qos import OvsQosApplier
     from controller.drivers.southbound import SouthboundDriver, SouthboundKind
     from controller.model.topology import Fabric
     from controller.northbound.server import NorthboundServer
@@ -458,49 +459,52 @@ def build_state(fabric: Fabric, policy: Policy, document: str, source: str,
     return state
 
 
+@dataclass
+class _Running:
+    """What :func:`_main` starts once the state is built, stopped by :meth:`stop` in reverse."""
+
+    ctl: Controller
+    service: FabricService
+    edges: _Edges
+    cluster: ClusterRuntime | None = None
+    since: IntentSnapshot | None = None
+    ina: InaManager | None = None
+    qos: OvsQosApplier | None = None
+    qos_stop: threading.Event = field(default_factory=threading.Event)
+
+    async def stop(self) -> None:
+        await self.service.trail.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
+        await self.edges.stop()
+        self.service.checker.close()
+        if self.ina is not None:
+            await self.ina.close()
+        await self.ctl.stop()
+        self.qos_stop.set()
+        if self.qos is not None:
+            self.qos.join(2.0)
+
+
 async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
                 southbound: Mapping[str, SouthboundKind], p4_addresses: Mapping[str, str],
                 opts: ControllerOptions, sock: socket.socket | None, early: _EarlySignals,
                 channels: Channels) -> int:
-    from controller.runtime.controller import Controller, StaticMastership
+    """Start in order — the OpenFlow listener, the P4Runtime driver, the state, the runtime and
+    its edges (:func:`_start`) — then serve until stopped (:func:`_serve`). A start-up failure
+    after the listener started stops it (the switches it took go) and raises on."""
     from controller.runtime.notify import Notifier
 
-    notifier = Notifier.from_env()
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
     drivers: dict[str, SouthboundDriver] = {}
-    of_handle = None
     ready = threading.Event()
+    of_handle = None
     if sock is not None:
-        from controller.drivers.openflow.app import start_openflow
-        from controller.drivers.openflow.driver import OpenFlowDriver
-        from controller.drivers.openflow.listener import ListenerLimits
-
-        of_names = {s.dpid: s.name for s in fabric.switches
-                    if southbound[s.name] == "openflow"}
-        drv = OpenFlowDriver(of_names)
-        drv.bind_loop(loop)
-        drivers["openflow"] = drv
-
-        try:
-            # connections are handed over at once (ready already set): Open vSwitch drops a
-            # connection that sends no HELLO within its backoff (1 s at first) and backs off
-            ready.set()
-            of_handle = start_openflow(drv, sock, ready, loop, ListenerLimits(
-                opts.hello_timeout_s, opts.handshake_timeout_s,
-                admission_limit(opts.max_unfinished, len(of_names))), tls=channels.openflow)
-        except RuntimeError as exc:
-            raise _Failed(str(exc)) from None
+        drivers["openflow"], of_handle = _listen_openflow(fabric, southbound, opts, sock,
+                                                          channels, ready, loop)
     try:
         if p4_addresses:
-            from controller.runtime.targets import p4_driver
-
-            try:
-                drivers["p4runtime"] = p4_driver(fabric, p4_addresses, opts, channels.p4runtime)
-            except (ConfigError, ValueError, OSError) as exc:
-                problems = getattr(exc, "problems", None)
-                raise _Invalid("\n".join(map(str, problems)) if problems
-                               else str(exc)) from None
+            drivers["p4runtime"] = _p4_driver(fabric, p4_addresses, opts, channels)
         if early.stop.is_set():  # SIGTERM while the heavy imports ran: stop before the rest
             return _stopped_while_starting(of_handle)
         capable = frozenset(k for k, d in drivers.items() if "failover" in d.capabilities)
@@ -508,97 +512,153 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
         state = build_state(fabric, policy, document, source, southbound, opts, capable, probing)
         if early.stop.is_set():
             return _stopped_while_starting(of_handle)
-        telemetry = events = None
-        if state.settings.telemetry:
-            from controller.telemetry import AlertRules, EventBus, Telemetry
-            from controller.telemetry.derive import DEFAULT_MICROBURST_THRESHOLD
-
-            telemetry = Telemetry(fabric, opts.alert_rules or AlertRules(),
-                                  opts.microburst_threshold or DEFAULT_MICROBURST_THRESHOLD)
-            events = EventBus()
-        mastership: Mastership | None = None
-        if opts.generation_id is not None and opts.openflow_role in ("master", "backup"):
-            mastership = StaticMastership(opts.openflow_role, opts.generation_id)  # type: ignore[arg-type]
-        cluster = since = None
-        if opts.cluster is not None:
-            cluster, since, state = await _join_cluster(fabric, southbound, opts, channels, state)
-            mastership = cluster.mastership
-        # the core's timers fire on ticks: the liveness rounds need one at least every interval
-        tick_s = min(0.1, state.settings.liveness_interval_s or 0.1)
-        compute = ThreadPoolExecutor(2, thread_name_prefix="aifabric-compute")
-        ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership,
-                         executor=compute, tick_s=tick_s)
-        from controller.runtime.auditlog import open_audit_log
-        from controller.runtime.service import FabricService
-
-        if cluster is not None:
-            cluster.attach(ctl)
-        ina: InaManager | None = None
-        if opts.ina is not None:
-            from controller.runtime.ina import InaManager
-
-            try:
-                ina = InaManager(fabric, opts.ina)
-            except ValueError as exc:
-                raise _Invalid(str(exc)) from None
-        try:
-            audit = open_audit_log(opts.audit_file, opts.audit_retention, compute, cluster)
-        except OSError as exc:
-            raise _Failed(f"audit.file {opts.audit_file}: {exc.strerror or exc}") from None
-        service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
-                                policy_targets=policy_targets(southbound, opts), cluster=cluster,
-                                audit=audit, ina=ina)
-        service.checker.warm()   # the fork server starts now, not at the first ApplyPolicy
-        qos = None
-        if opts.apply_qos:
-            from controller.drivers.ovs.qos import OvsQosApplier
-            from controller.render import render_policy
-
-            try:
-                rendering = render_policy(policy, fabric, "openflow", source, require_classes=True)
-            except ConfigError as exc:
-                raise _Invalid("\n".join(map(str, exc.problems))) from None
-            qos = OvsQosApplier(rendering, opts.ovsdb)
-        for line in summary_lines(state):
-            print(line, flush=True)
-        for line in adaptive_lines(state, opts):
-            print(line, flush=True)
-        if ina is not None:
-            print(f"in-network aggregation: switch {ina.name} at {ina.options.address} (device id "
-                  f"{ina.options.device_id}, port {ina.options.port}), service address "
-                  f"{ina.service_ipv4}; jobs through the northbound (CreateInaJob)", flush=True)
-        if qos is not None:
-            print(qos.summary(), flush=True)
-        for line in channels.lines():
-            print(line, flush=True)
-        print(f"audit trail: {audit.where}, the newest {audit.retention} records kept"
-              + (" (audit.file is not used in a cluster)" if cluster is not None
-                 and opts.audit_file else ""), flush=True)
-        edges = _Edges()
-        try:
-            await edges.start(ctl, service, opts, state.settings.stats_interval_s or 1.0, channels)
-        except (OSError, RuntimeError) as exc:
-            raise _Failed(str(exc)) from None
-        for line in edges.lines:
-            print(line, flush=True)
+        run = await _start(fabric, policy, source, southbound, opts, channels, state, drivers)
     except (_Invalid, _Failed):
         if of_handle is not None:   # the listener took switches: let them go
             of_handle.stop()
         raise
-    qos_stop = threading.Event()
+    return await _serve(run, Notifier.from_env(), source, opts, early, ready, of_handle,
+                        channels)
+
+
+def _listen_openflow(fabric: Fabric, southbound: Mapping[str, SouthboundKind],
+                     opts: ControllerOptions, sock: socket.socket, channels: Channels,
+                     ready: threading.Event, loop: asyncio.AbstractEventLoop
+                     ) -> tuple[SouthboundDriver, Any]:
+    """The OpenFlow driver and its listener on ``sock``, taking connections at once (module
+    docstring); raises _Failed."""
+    from controller.drivers.openflow.app import start_openflow
+    from controller.drivers.openflow.driver import OpenFlowDriver
+    from controller.drivers.openflow.listener import ListenerLimits
+
+    of_names = {s.dpid: s.name for s in fabric.switches if southbound[s.name] == "openflow"}
+    drv = OpenFlowDriver(of_names)
+    drv.bind_loop(loop)
+    # connections are handed over at once (ready already set): Open vSwitch drops a connection
+    # that sends no HELLO within its backoff (1 s at first) and backs off
+    ready.set()
+    try:
+        return drv, start_openflow(drv, sock, ready, loop, ListenerLimits(
+            opts.hello_timeout_s, opts.handshake_timeout_s,
+            admission_limit(opts.max_unfinished, len(of_names))), tls=channels.openflow)
+    except RuntimeError as exc:
+        raise _Failed(str(exc)) from None
+
+
+def _p4_driver(fabric: Fabric, p4_addresses: Mapping[str, str], opts: ControllerOptions,
+               channels: Channels) -> SouthboundDriver:
+    """The P4Runtime driver of the switches at ``p4_addresses``; raises _Invalid."""
+    from controller.runtime.targets import p4_driver
+
+    try:
+        return p4_driver(fabric, p4_addresses, opts, channels.p4runtime)
+    except (ConfigError, ValueError, OSError) as exc:
+        problems = getattr(exc, "problems", None)
+        raise _Invalid("\n".join(map(str, problems)) if problems else str(exc)) from None
+
+
+async def _start(fabric: Fabric, policy: Policy, source: str,
+                 southbound: Mapping[str, SouthboundKind], opts: ControllerOptions,
+                 channels: Channels, state: RuntimeState,
+                 drivers: dict[str, SouthboundDriver]) -> _Running:
+    """The runtime over ``state`` (joined to its cluster), the northbound service, INA, the
+    audit trail, QoS and the edges, not yet running; what it starts printed. Raises _Invalid,
+    _Failed."""
+    from controller.runtime.auditlog import open_audit_log
+    from controller.runtime.controller import Controller, StaticMastership
+    from controller.runtime.service import FabricService
+
+    telemetry = events = None
+    if state.settings.telemetry:
+        from controller.telemetry import AlertRules, EventBus, Telemetry
+        from controller.telemetry.derive import DEFAULT_MICROBURST_THRESHOLD
+
+        telemetry = Telemetry(fabric, opts.alert_rules or AlertRules(),
+                              opts.microburst_threshold or DEFAULT_MICROBURST_THRESHOLD)
+        events = EventBus()
+    mastership: Mastership | None = None
+    if opts.generation_id is not None and opts.openflow_role in ("master", "backup"):
+        mastership = StaticMastership(opts.openflow_role, opts.generation_id)  # type: ignore[arg-type]
+    cluster = since = None
+    if opts.cluster is not None:
+        cluster, since, state = await _join_cluster(fabric, southbound, opts, channels, state)
+        mastership = cluster.mastership
+    # the core's timers fire on ticks: the liveness rounds need one at least every interval
+    tick_s = min(0.1, state.settings.liveness_interval_s or 0.1)
+    compute = ThreadPoolExecutor(2, thread_name_prefix="aifabric-compute")
+    ctl = Controller(state, drivers, telemetry=telemetry, events=events, mastership=mastership,
+                     executor=compute, tick_s=tick_s)
+    if cluster is not None:
+        cluster.attach(ctl)
+    ina: InaManager | None = None
+    if opts.ina is not None:
+        from controller.runtime.ina import InaManager
+
+        try:
+            ina = InaManager(fabric, opts.ina)
+        except ValueError as exc:
+            raise _Invalid(str(exc)) from None
+    try:
+        audit = open_audit_log(opts.audit_file, opts.audit_retention, compute, cluster)
+    except OSError as exc:
+        raise _Failed(f"audit.file {opts.audit_file}: {exc.strerror or exc}") from None
+    service = FabricService(ctl, sample_interval_s=state.settings.stats_interval_s or 0.0,
+                            policy_targets=policy_targets(southbound, opts), cluster=cluster,
+                            audit=audit, ina=ina)
+    service.checker.warm()   # the fork server starts now, not at the first ApplyPolicy
+    qos = None
+    if opts.apply_qos:
+        from controller.drivers.ovs.qos import OvsQosApplier
+        from controller.render import render_policy
+
+        try:
+            rendering = render_policy(policy, fabric, "openflow", source, require_classes=True)
+        except ConfigError as exc:
+            raise _Invalid("\n".join(map(str, exc.problems))) from None
+        qos = OvsQosApplier(rendering, opts.ovsdb)
+    lines = [*summary_lines(state), *adaptive_lines(state, opts)]
+    if ina is not None:
+        lines.append(f"in-network aggregation: switch {ina.name} at {ina.options.address} "
+                     f"(device id {ina.options.device_id}, port {ina.options.port}), service "
+                     f"address {ina.service_ipv4}; jobs through the northbound (CreateInaJob)")
     if qos is not None:
-        qos.start(qos_stop)
+        lines.append(qos.summary())
+    lines += channels.lines()
+    lines.append(f"audit trail: {audit.where}, the newest {audit.retention} records kept"
+                 + (" (audit.file is not used in a cluster)" if cluster is not None
+                    and opts.audit_file else ""))
+    for line in lines:
+        print(line, flush=True)
+    edges = _Edges()
+    try:
+        await edges.start(ctl, service, opts, state.settings.stats_interval_s or 1.0, channels)
+    except (OSError, RuntimeError) as exc:
+        raise _Failed(str(exc)) from None
+    for line in edges.lines:
+        print(line, flush=True)
+    return _Running(ctl, service, edges, cluster, since, ina, qos)
+
+
+async def _serve(run: _Running, notifier: Notifier, source: str, opts: ControllerOptions,
+                 early: _EarlySignals, ready: threading.Event, of_handle: Any,
+                 channels: Channels) -> int:
+    """Run the runtime until SIGTERM/SIGINT or ``early.stop``, SIGHUP reloading ``source``;
+    then stop everything. Returns EXIT_OK."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    if run.qos is not None:
+        run.qos.start(run.qos_stop)
 
     def on_hup() -> None:
-        asyncio.ensure_future(_reload_notified(service, source, notifier))
+        asyncio.ensure_future(_reload_notified(run.service, source, notifier))
 
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         loop.add_signal_handler(signal.SIGINT, stop.set)
         loop.add_signal_handler(signal.SIGHUP, on_hup)
-    await ctl.start()
-    await service.trail.start()
+    await run.ctl.start()
+    await run.service.trail.start()
     # Everything loaded so far (modules, os-ken, the fabric, the first plan) lives as long as
     # the process: out of the garbage collector's reach, a full collection (which stops every
     # thread, the loop's too) scans only what came later. Measured with a 3,000-collective
@@ -607,16 +667,15 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
     gc.freeze()
     sys.setswitchinterval(_DEFAULT_SWITCH_INTERVAL_S)
     ready.set()
-    edge_tasks = _notify_tasks(notifier, ctl, cluster is not None, opts.ready_timeout_s)
+    edge_tasks = _notify_tasks(notifier, run.ctl, run.cluster is not None, opts.ready_timeout_s)
     if of_handle is not None:
         LOG.info("[controller] listening for OpenFlow 1.3/1.5 switches on %s:%d%s",
                  opts.listen_host, of_handle.port,
                  " over TLS" if channels.openflow is not None else " (plain TCP, --insecure)")
     joining = None
-    if cluster is not None:
-        assert since is not None
-        joining = asyncio.create_task(cluster.start(since), name="cluster-join")
-    if joining is not None:
+    if run.cluster is not None:
+        assert run.since is not None
+        joining = asyncio.create_task(run.cluster.start(run.since), name="cluster-join")
         joining.add_done_callback(_join_failed)
     if early.hup.is_set():
         on_hup()
@@ -638,17 +697,7 @@ async def _main(fabric: Fabric, policy: Policy, document: str, source: str,
                 loop.remove_signal_handler(sig)
         if joining is not None:
             joining.cancel()
-        await service.trail.stop()
-        if cluster is not None:
-            await cluster.stop()
-        await edges.stop()
-        service.checker.close()
-        if ina is not None:
-            await ina.close()
-        await ctl.stop()
-        qos_stop.set()
-        if qos is not None:
-            qos.join(2.0)
+        await run.stop()
     LOG.info("[controller] stopped cleanly")
     return EXIT_OK
 
