@@ -24,6 +24,17 @@ from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
 from controller.testing.runtime_machine import RuntimeMachine  # noqa: E402
 
 
+def _report(exc: BaseException, depth: int = 0) -> None:
+    """``exc``, its notes (the steps), and the failures it groups (a flaky failure holds the
+    first run's assertion)."""
+    pad = "  " * depth
+    print(f"{pad}{type(exc).__name__}: {exc}".replace("\n", "\n" + pad))
+    for note in getattr(exc, "__notes__", ()):
+        print(pad + note.replace("\n", "\n" + pad))
+    for sub in getattr(exc, "exceptions", ()):
+        _report(sub, depth + 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--examples", type=int, default=1000)
@@ -50,9 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]))
     except Exception as exc:  # noqa: BLE001 - the counterexample is the result
         print(f"counterexample after {ran[0]} example(s) in {time.perf_counter() - t0:.0f} s:")
-        print(exc)
-        for note in getattr(exc, "__notes__", ()):
-            print(note)
+        _report(exc)
         return 1
     print(f"{ran[0]} example(s), {args.steps} steps each, no counterexample "
           f"({time.perf_counter() - t0:.0f} s)")

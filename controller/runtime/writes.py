@@ -73,14 +73,6 @@ def _session(state: RuntimeState, switch: str, s: SwitchSession) -> RuntimeState
     return replace(state, switches={**state.switches, switch: s})
 
 
-def forget(state: RuntimeState, switch: str) -> RuntimeState:
-    """``switch``'s holdings unknown (read back before anything is written to it)."""
-    s = state.session(switch)
-    if s.held is None and not s.reading:
-        return state
-    return _session(state, switch, replace(s, held=None, reading=False))
-
-
 def read_back(state: RuntimeState, switch: str, fx: list[Effect]) -> RuntimeState:
     """Ask for ``switch``'s holdings (we became its master, or an earlier read failed)."""
     s = state.session(switch)
@@ -422,6 +414,6 @@ def repins(before: Mapping[FlowDemand, tuple[str, ...]],
     return out
 
 
-__all__ = ["answered", "begin_reoptimisation", "drive", "finish", "forget",
+__all__ = ["answered", "begin_reoptimisation", "drive", "finish",
            "programmed", "read_back", "read_back_done", "replan_failed", "repins", "table_lines",
            "target_of"]
