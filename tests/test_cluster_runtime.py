@@ -359,7 +359,7 @@ def test_a_replica_keeps_its_lease_through_hostile_policy_documents(inputs, etcd
         finally:
             await rs.close()
             for r in rs.replicas.values():
-                r.service.checker.close()
+                r.service.close()
 
     asyncio.run(go())
 

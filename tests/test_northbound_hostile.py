@@ -34,7 +34,7 @@ def ctl(tmp_path):
     yield c
     c.client.close()
     c.nb.close(0)
-    c.svc.checker.close()
+    c.svc.close()
 
 
 def _refused(ctl, document: str, dry_run: bool = True) -> NorthboundError:
@@ -165,15 +165,38 @@ def test_a_sighup_to_the_process_group_kills_neither_fork_server_nor_a_new_worke
     from controller.model import load_topology
     from tests.conftest import MAIN_TOPOLOGY
 
+    class HupAtFork:
+        """The checker's multiprocessing context, but each worker and the fork server get
+        SIGHUP the instant the worker is forked (before it can say it is ready)."""
+
+        def __init__(self, ctx):
+            self.ctx = ctx
+
+        def Pipe(self, duplex):  # noqa: N802 - multiprocessing's name
+            return self.ctx.Pipe(duplex=duplex)
+
+        def Process(self, **kw):  # noqa: N802
+            return Hupped(self.ctx.Process(**kw))
+
+    class Hupped:
+        def __init__(self, proc):
+            self.proc = proc
+
+        def __getattr__(self, name):
+            return getattr(self.proc, name)
+
+        def start(self):
+            self.proc.start()
+            os.kill(self.proc.pid, signal.SIGHUP)
+            os.kill(forkserver._forkserver._forkserver_pid, signal.SIGHUP)
+
     fabric = load_topology(MAIN_TOPOLOGY)
     checker = PolicyChecker()
+    checker._ctx = HupAtFork(checker._ctx)
     try:
         for i in range(1, 6):
             checker._stop_worker()
-            checker._ensure_worker()          # forked this instant; signalled before it runs
-            assert checker._proc is not None and checker._proc.pid is not None
-            os.kill(checker._proc.pid, signal.SIGHUP)
-            os.kill(forkserver._forkserver._forkserver_pid, signal.SIGHUP)
+            checker._ensure_worker()          # forked, signalled, then ready
             policy = asyncio.run(checker.check(PINNED_POLICY.read_text(), str(PINNED_POLICY),
                                                fabric, ()))
             assert policy.collectives and checker.started == i   # the same worker answered

@@ -16,7 +16,9 @@ naming the limit):
 * ``max_depth``: nesting, checked by the YAML tokenizer as each level opens
   (:data:`controller.yamlsrc.MAX_DEPTH`); ``max_nodes`` (aliases expanded) likewise
   (:data:`controller.yamlsrc.MAX_NODES`);
-* ``max_check_s``: wall seconds of parsing and validation in the child;
+* ``max_check_s``: wall seconds of parsing and validation in the child (a new worker's start —
+  its fork and the main module's re-import, about a second — is not counted: the worker says
+  when it is ready, within :data:`WORKER_START_S`, or the checker is unavailable);
 * ``max_waiting``: checks queued behind the one running (one runs at a time, on a machine
   whose other core runs the loop); one more is :class:`CheckerBusy`.
 """
@@ -49,6 +51,9 @@ MiB = 1 << 20
 #: modules the fork server imports once, so that each child starts with them (and SIGHUP ignored:
 #: :mod:`controller.runtime.forkserverboot`)
 _PRELOAD = ["controller.runtime.forkserverboot"]
+#: seconds a new worker has to say it is ready before the checker is :class:`CheckerUnavailable`
+WORKER_START_S = 30.0
+_READY = b"ready"
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,7 @@ def _worker(conn: Connection) -> None:
     group (``kill -HUP -PGID``) is the controller's to handle, not a reason for its checker to
     die mid-reload."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    conn.send_bytes(_READY)
     while True:
         try:
             payload = conn.recv_bytes()
@@ -156,8 +162,10 @@ class PolicyChecker:
     blocking steps (starting the worker, sending the document, waiting, reading the answer)
     run in a thread of the checker's own: the event loop only awaits."""
 
-    def __init__(self, limits: DocumentLimits = DEFAULT_DOCUMENT_LIMITS) -> None:
+    def __init__(self, limits: DocumentLimits = DEFAULT_DOCUMENT_LIMITS,
+                 start_timeout_s: float = WORKER_START_S) -> None:
         self.limits = limits
+        self.start_timeout_s = start_timeout_s
         self._ctx = multiprocessing.get_context("forkserver")
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="aifabric-policy-check")
         self._proc: multiprocessing.process.BaseProcess | None = None
@@ -205,7 +213,9 @@ class PolicyChecker:
         raise answer[1]
 
     def _ensure_worker(self) -> Connection:
-        """In the checker's thread: the worker's connection, starting it when there is none."""
+        """In the checker's thread: the worker's connection, starting it when there is none and
+        waiting until it is ready (its start counts against ``start_timeout_s``, never against a
+        document's ``max_check_s``). Raises CheckerUnavailable."""
         if self._proc is not None and self._conn is not None and self._proc.is_alive():
             return self._conn
         self._stop_worker()
@@ -222,6 +232,15 @@ class PolicyChecker:
             theirs.close()
         self._proc, self._conn = proc, ours
         self.started += 1
+        try:
+            ready = ours.poll(self.start_timeout_s) and ours.recv_bytes() == _READY
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            code = proc.exitcode
+            self._stop_worker()
+            raise CheckerUnavailable(f"the policy checker process was not ready within "
+                                     f"{self.start_timeout_s:g} s (exit code {code})")
         return ours
 
     def _stop_worker(self) -> None:
@@ -286,5 +305,5 @@ def _ensure_forkserver() -> None:
     forkserver.ensure_running()
 
 
-__all__ = ["DEFAULT_DOCUMENT_LIMITS", "CheckerBusy", "CheckerUnavailable", "DocumentLimits", "PolicyChecker",
-           "check_document", "size_problem", "too_large"]
+__all__ = ["DEFAULT_DOCUMENT_LIMITS", "WORKER_START_S", "CheckerBusy", "CheckerUnavailable",
+           "DocumentLimits", "PolicyChecker", "check_document", "size_problem", "too_large"]

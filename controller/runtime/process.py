@@ -477,7 +477,7 @@ class _Running:
         if self.cluster is not None:
             await self.cluster.stop()
         await self.edges.stop()
-        self.service.checker.close()
+        self.service.close()
         if self.ina is not None:
             await self.ina.close()
         await self.ctl.stop()

@@ -219,6 +219,10 @@ class FabricService:
     def state(self) -> RuntimeState:
         return self.controller.state
 
+    def close(self) -> None:
+        """Kill the policy checker's worker process (a check in flight fails Unavailable)."""
+        self.checker.close()
+
     # -- the one write path ------------------------------------------------------------------------
     async def _propose(self, st: RuntimeState, update: IntentUpdate, switches: Collection[str],
                        what: str, ask: Proposal,

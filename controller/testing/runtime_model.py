@@ -147,7 +147,7 @@ class ModelFabric:
         self.fabric = fabric
         self.now = 0.0
         self.executor = _Executor()
-        self.loop = VirtualTimeLoop(lambda: self.executor.unfinished > 0)
+        self.loop = VirtualTimeLoop(self._computing)
         self.audit = Audit()
         self.p4_names = [s.name for s in fabric.switches if s.role == "leaf"]
         self.of_names = [s.name for s in fabric.switches if s.role != "leaf"]
@@ -184,6 +184,13 @@ class ModelFabric:
         self.settle()
 
     # -- the loop --------------------------------------------------------------------------------
+    def _computing(self) -> bool:
+        """A computation runs in a thread: the compute pool's, or the policy checker's (virtual
+        time must not jump while a document is checked: how far it jumped would depend on how
+        long the check took in real time, and a replayed example would run differently)."""
+        service = getattr(self, "service", None)   # None while the constructor builds it
+        return self.executor.unfinished > 0 or (
+            service is not None and service.checker._waiting > 0)  # noqa: SLF001
     def settle(self) -> None:
         """Run the loop until nothing is left to do: no callback ready, no timer due within
         0.25 s (the tick timer is an hour away; an unreachable P4 switch is retried every
@@ -217,6 +224,7 @@ class ModelFabric:
         self.settle()
 
     def close(self) -> None:
+        self.service.close()   # its policy checker's worker process
         self.loop.run_until_complete(self.ctl.stop())
         self.executor.shutdown(wait=True)
         self.loop.close()
