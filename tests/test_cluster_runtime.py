@@ -358,8 +358,6 @@ def test_a_replica_keeps_its_lease_through_hostile_policy_documents(inputs, etcd
             assert all(r.ctl.state.policy.generation == 1 for r in rs.live())
         finally:
             await rs.close()
-            for r in rs.replicas.values():
-                r.service.close()
 
     asyncio.run(go())
 

@@ -138,6 +138,7 @@ class ReplicaSet:
             return
         rep.alive = False
         await rep.service.trail.stop()
+        rep.service.close()
         await rep.cluster.stop()
         for sw in rep.switches.values():
             sw.close()
@@ -151,6 +152,7 @@ class ReplicaSet:
             return
         rep.alive = False
         rep.service.trail.abandon()   # a dead process keeps no more records
+        rep.service.close()           # nor its policy checker
         for sw in rep.switches.values():
             sw.close()
         await rep.cluster.client.close()   # keep-alives fail from now on

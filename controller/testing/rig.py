@@ -195,6 +195,7 @@ class Rig:
         self.journal.clear()
 
     def close(self) -> None:
+        self.service.close()
         self._wait(self.ctl.stop())
         if self._thread is not None:
             self.loop.call_soon_threadsafe(self.loop.stop)
