@@ -63,3 +63,39 @@ def test_a_worker_never_ready_makes_the_checker_unavailable_and_is_killed(slow_s
         assert checker.started == 2
     finally:
         checker.close()
+
+
+def test_a_worker_killed_before_it_is_ready_makes_the_check_unavailable_not_slow(slow_start):
+    import os
+    import signal
+
+    slow_start[0] = 1.0   # killed well before it could be ready
+    checker = PolicyChecker()
+    ctx = checker._ctx
+
+    class KillAtFork:
+        def Pipe(self, duplex):  # noqa: N802 - multiprocessing's name
+            return ctx.Pipe(duplex=duplex)
+
+        def Process(self, **kw):  # noqa: N802
+            return Killed(ctx.Process(**kw))
+
+    class Killed:
+        def __init__(self, proc):
+            self.proc = proc
+
+        def __getattr__(self, name):
+            return getattr(self.proc, name)
+
+        def start(self):
+            self.proc.start()
+            os.kill(self.proc.pid, signal.SIGKILL)
+
+    checker._ctx = KillAtFork()
+    try:
+        with pytest.raises(CheckerUnavailable, match=r"exited before it was ready \(exit code -9\)"):
+            _check(checker)
+        checker._ctx = ctx
+        assert _check(checker).collectives and checker.started == 2
+    finally:
+        checker.close()

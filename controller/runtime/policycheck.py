@@ -232,15 +232,19 @@ class PolicyChecker:
             theirs.close()
         self._proc, self._conn = proc, ours
         self.started += 1
+        died = False
         try:
             ready = ours.poll(self.start_timeout_s) and ours.recv_bytes() == _READY
         except (EOFError, OSError):
-            ready = False
+            ready, died = False, True
         if not ready:
+            if died:
+                proc.join(1.0)
             code = proc.exitcode
             self._stop_worker()
-            raise CheckerUnavailable(f"the policy checker process was not ready within "
-                                     f"{self.start_timeout_s:g} s (exit code {code})")
+            what = ("exited before it was ready" if died
+                    else f"was not ready within {self.start_timeout_s:g} s")
+            raise CheckerUnavailable(f"the policy checker process {what} (exit code {code})")
         return ours
 
     def _stop_worker(self) -> None:
