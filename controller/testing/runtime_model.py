@@ -149,6 +149,7 @@ class ModelFabric:
         self.executor = _Executor()
         self.loop = VirtualTimeLoop(self._computing)
         self.audit = Audit()
+        self.trace: list[str] = []   # the actions so far (in settle's TimeoutError)
         self.p4_names = [s.name for s in fabric.switches if s.role == "leaf"]
         self.of_names = [s.name for s in fabric.switches if s.role != "leaf"]
         sb: dict[str, SouthboundKind] = {
@@ -191,17 +192,19 @@ class ModelFabric:
         service = getattr(self, "service", None)   # None while the constructor builds it
         return self.executor.unfinished > 0 or (
             service is not None and service.checker._waiting > 0)  # noqa: SLF001
+
     def settle(self) -> None:
         """Run the loop until nothing is left to do: no callback ready, no timer due within
-        0.25 s (the tick timer is an hour away; an unreachable P4 switch is retried every
-        0.3 s), no computation or transaction in flight."""
+        0.25 s (the tick timer is an hour away; the P4Runtime driver's retries of an unreachable
+        switch, every 0.3 s, are not waited for: :meth:`_futile_retry`), no computation or
+        transaction in flight."""
         loop: Any = self.loop
 
         async def quiet() -> None:
             calm = 0
             for _ in range(200000):
                 due = [h.when() - loop.time() for h in loop._scheduled  # noqa: SLF001
-                       if not h.cancelled()]
+                       if not h.cancelled() and not self._futile_retry(h)]
                 soon = min((d for d in due if d < 0.25), default=None)
                 busy = (self.executor.unfinished or self.ctl.busy or loop._ready  # noqa: SLF001
                         or self.service._queue or soon is not None)  # noqa: SLF001
@@ -210,8 +213,44 @@ class ModelFabric:
                     return
                 await asyncio.sleep(max(0.0, min(soon, 0.002)) if soon is not None
                                     else 0.0005 if self.executor.unfinished else 0)
-            raise TimeoutError("the controller never settled")
+            raise TimeoutError(f"the controller never settled after {self.trace}: "
+                               f"{self._busy_with()}")
         loop.run_until_complete(quiet())
+
+    def _futile_retry(self, timer: Any) -> bool:
+        """``timer`` only ends the P4Runtime driver's wait before it tries an unreachable
+        switch again (every 0.3 s; it will fail again, changing nothing). Two unreachable
+        switches retried out of phase always have a timer within 0.25 s: without this, a
+        sequence that left two leaves down never settled."""
+        fut = timer._args[0] if getattr(timer, "_args", None) else None  # noqa: SLF001
+        waiters = getattr(fut, "_callbacks", None) or ()
+        for cb, _ in waiters:
+            task = getattr(cb, "__self__", None)
+            coro = task.get_coro() if isinstance(task, asyncio.Task) else None
+            frame = getattr(coro, "cr_frame", None)
+            if frame is None or frame.f_code is not P4RuntimeDriver._run.__code__:
+                return False
+            sess = frame.f_locals.get("s")
+            if sess is None or self.p4[sess.switch].reachable:
+                return False
+        return bool(waiters)
+
+    def _busy_with(self) -> str:
+        """What kept :meth:`settle` from a quiescent point (for its TimeoutError)."""
+        loop: Any = self.loop
+        st = self.ctl.state
+        timers = sorted(round(h.when() - loop.time(), 3)
+                        for h in loop._scheduled if not h.cancelled())[:6]  # noqa: SLF001
+        waiting = [f"{getattr(t.get_coro(), '__qualname__', t.get_coro())}@"
+                   f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
+                   for t in asyncio.all_tasks(loop) for f in t.get_stack(limit=1)]
+        return (f"computations {self.executor.unfinished}, tasks "
+                f"{[repr(t)[:100] for t in self.ctl._tasks][:4]}, "  # noqa: SLF001
+                f"transaction {st.txn!r:.400}, converge {st.converge!r}, ready "
+                f"{[repr(h)[:80] for h in loop._ready][:4]}, "  # noqa: SLF001
+                f"queued requests {len(self.service._queue)}, timers in {timers} s, tasks at "  # noqa: SLF001
+                f"{sorted(waiting)}, "
+                f"sessions {[(n, s.role, s.connected, s.reading) for n, s in st.switches.items()]}")
 
     def run(self, coro: Any) -> Any:
         out = self.loop.run_until_complete(coro)
@@ -279,6 +318,7 @@ class ModelFabric:
 
     # -- what happens to switches --------------------------------------------------------------
     def connect(self, name: str) -> None:
+        self.trace.append(f"connect({name!r})")
         if name in self.of:
             sw = self.of[name]
             if sw.closed or name not in self.ofdrv.connected():
@@ -295,6 +335,7 @@ class ModelFabric:
         self.settle()
 
     def disconnect(self, name: str) -> None:
+        self.trace.append(f"disconnect({name!r})")
         if name in self.of:
             self.of[name].disconnect()
         else:
@@ -307,6 +348,7 @@ class ModelFabric:
         """Change what ``name`` holds behind our back — while it is disconnected, or while
         another master writes it (``how`` picks: drop one of our entries, add a foreign one,
         add a stale one of ours, change one of ours)."""
+        self.trace.append(f"tamper({name!r}, {how!r})")
         if name in self.of:
             t = self.ff.tables[name]
             ours = [f for f in t.flows if f.cookie == encode.COOKIE]
@@ -344,6 +386,7 @@ class ModelFabric:
         self.connect(name)
 
     def mastership_change(self, name: str, master: bool) -> None:
+        self.trace.append(f"mastership_change({name!r}, {master!r})")
         if self.mastership.master[name] == master:
             return
         self.mastership.set(name, master)
@@ -352,6 +395,7 @@ class ModelFabric:
 
     def port(self, spine: str, leaf: str, up: bool) -> None:
         """A spine's port towards ``leaf`` goes down or up (the spine reports it)."""
+        self.trace.append(f"port({spine!r}, {leaf!r}, {up!r})")
         sw = self.of[spine]
         if not sw.closed:
             sw.port_status(self.fabric.port_towards(spine, leaf), up)
@@ -359,6 +403,7 @@ class ModelFabric:
 
     def refuse_next(self, name: str) -> None:
         """The switch refuses the next entry it is sent (once)."""
+        self.trace.append(f"refuse_next({name!r})")
         if name in self.of:
             self.of[name].refuse_next = "OFPFMFC_TABLE_FULL: refused by the model"
         else:
@@ -373,20 +418,24 @@ class ModelFabric:
             p.refuse = refuse
 
     def slow(self, name: str, delay_s: float) -> None:
+        self.trace.append(f"slow({name!r}, {delay_s!r})")
         if name in self.of:
             self.of[name].commit_delay_s = delay_s
 
     def apply_policy(self, document: str, source: str) -> bool:
+        self.trace.append(f"apply_policy({source!r})")
         res = self.run(self.service.apply_policy(document, source, False))
         return bool(res.ok)
 
     def register(self, req: CollectiveRequest) -> None:
+        self.trace.append(f"register({req.name!r})")
         try:
             self.run(self.service.register(req))
         except (FieldError, Unavailable, NotConfirmed, NotFound):
             pass
 
     def unregister(self, name: str) -> None:
+        self.trace.append(f"unregister({name!r})")
         try:
             self.run(self.service.unregister(name))
         except (NotFound, Unavailable, NotConfirmed):
@@ -395,6 +444,7 @@ class ModelFabric:
     # -- the invariants ----------------------------------------------------------------------------
     def quiesce(self) -> None:
         """Clear refusals and delays, let every backoff pass and the retry timer run."""
+        self.trace.append("quiesce")
         for sw in self.of.values():
             sw.refuse_next, sw.commit_delay_s = None, 0.0
         for p in self.p4.values():
