@@ -142,15 +142,15 @@ def _worker(conn: Connection) -> None:
     SIGHUP from its first instruction on (inherited from the fork server:
     :mod:`controller.runtime.forkserverboot`): a reload signal sent to the controller's process
     group (``kill -HUP -PGID``) is the controller's to handle, not a reason for its checker to
-    die mid-reload."""
+    die mid-reload. It ends quietly when the parent has gone or closed its end."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    conn.send_bytes(_READY)
-    while True:
-        try:
+    try:
+        conn.send_bytes(_READY)
+        while True:
             payload = conn.recv_bytes()
-        except (EOFError, OSError):
-            return
-        conn.send_bytes(pickle.dumps(_answer(payload)))
+            conn.send_bytes(pickle.dumps(_answer(payload)))
+    except (EOFError, OSError):
+        return
 
 
 # -- the parent -----------------------------------------------------------------------------------
