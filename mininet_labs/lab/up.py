@@ -374,7 +374,6 @@ def bring_up(path: str | Path, targets: Sequence[str], cli: bool, console: Conso
                                                None, PROTOCOLS, protocols)
                     spaces = host_namespaces(net)
                     labnet.set_controller_targets(net, targets)
-                    write_session(Path(path), fabric, targets, net)
                     for t in _tables(fabric, protocols):
                         console.print(t)
                     rates = sorted({ln.capacity_bps for ln in fabric.links})
@@ -385,6 +384,9 @@ def bring_up(path: str | Path, targets: Sequence[str], cli: bool, console: Conso
                     for line in _usage(path, fabric, targets, cli):
                         say(line)
                     sys.stdout.flush()
+                    # last: the session file says the fabric is up (what waits for it may
+                    # read the lines above at once)
+                    write_session(Path(path), fabric, targets, net)
                     if cli:
                         from mininet.cli import CLI
 
