@@ -503,8 +503,10 @@ def test_a_64_port_leaf_gets_ecmp_and_fast_failover_on_ports_beyond_32(tmp_path)
             assert first in uplinks, first
             _sh("ip", "link", "set", far[first], "down")  # the primary uplink's link fails
             deadline = time.monotonic() + 10
-            while (now := _trace_output(b, flow)) == first:
-                assert time.monotonic() < deadline, "the flow still leaves by the dead port"
+            # until it leaves by another uplink (a trace the instant the carrier drops may show
+            # a drop while Open vSwitch updates the port: seen once in CI)
+            while (now := _trace_output(b, flow)) in (first, None):
+                assert time.monotonic() < deadline, f"the flow leaves by {now} (dead: {first})"
                 time.sleep(0.1)
             assert now in uplinks and now != first, now
         finally:
