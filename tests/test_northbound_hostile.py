@@ -164,35 +164,15 @@ def test_a_sighup_to_the_process_group_kills_neither_fork_server_nor_a_new_worke
 
     from controller.model import load_topology
     from tests.conftest import MAIN_TOPOLOGY
+    from tests.forkhook import AtFork
 
-    class HupAtFork:
-        """The checker's multiprocessing context, but each worker and the fork server get
-        SIGHUP the instant the worker is forked (before it can say it is ready)."""
-
-        def __init__(self, ctx):
-            self.ctx = ctx
-
-        def Pipe(self, duplex):  # noqa: N802 - multiprocessing's name
-            return self.ctx.Pipe(duplex=duplex)
-
-        def Process(self, **kw):  # noqa: N802
-            return Hupped(self.ctx.Process(**kw))
-
-    class Hupped:
-        def __init__(self, proc):
-            self.proc = proc
-
-        def __getattr__(self, name):
-            return getattr(self.proc, name)
-
-        def start(self):
-            self.proc.start()
-            os.kill(self.proc.pid, signal.SIGHUP)
-            os.kill(forkserver._forkserver._forkserver_pid, signal.SIGHUP)
+    def hup(pid: int) -> None:   # the worker and the fork server, before it is ready
+        os.kill(pid, signal.SIGHUP)
+        os.kill(forkserver._forkserver._forkserver_pid, signal.SIGHUP)
 
     fabric = load_topology(MAIN_TOPOLOGY)
     checker = PolicyChecker()
-    checker._ctx = HupAtFork(checker._ctx)
+    checker._ctx = AtFork(checker._ctx, hup)
     try:
         for i in range(1, 6):
             checker._stop_worker()

@@ -15,6 +15,7 @@ import pytest
 from controller.model import load_topology
 from controller.runtime.policycheck import CheckerUnavailable, DocumentLimits, PolicyChecker
 from tests.conftest import MAIN_TOPOLOGY, PINNED_POLICY
+from tests.forkhook import AtFork
 
 
 @pytest.fixture
@@ -73,25 +74,7 @@ def test_a_worker_killed_before_it_is_ready_makes_the_check_unavailable_not_slow
     checker = PolicyChecker()
     ctx = checker._ctx
 
-    class KillAtFork:
-        def Pipe(self, duplex):  # noqa: N802 - multiprocessing's name
-            return ctx.Pipe(duplex=duplex)
-
-        def Process(self, **kw):  # noqa: N802
-            return Killed(ctx.Process(**kw))
-
-    class Killed:
-        def __init__(self, proc):
-            self.proc = proc
-
-        def __getattr__(self, name):
-            return getattr(self.proc, name)
-
-        def start(self):
-            self.proc.start()
-            os.kill(self.proc.pid, signal.SIGKILL)
-
-    checker._ctx = KillAtFork()
+    checker._ctx = AtFork(ctx, lambda pid: os.kill(pid, signal.SIGKILL))
     try:
         with pytest.raises(CheckerUnavailable, match=r"exited before it was ready \(exit code -9\)"):
             _check(checker)
